@@ -1,0 +1,2 @@
+//! The `gantry` command.
+fn main() {}

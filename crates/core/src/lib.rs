@@ -1,0 +1,1 @@
+//! Gantry's resource model and scheduling core.

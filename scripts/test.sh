@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The one test command (README): installs what the tests need, then runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v prometheus >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's prometheus package for the real-scrape test" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+      || echo "warning: could not install prometheus; the real-scrape test will fail" >&2
+  fi
+fi
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+cargo test --workspace "$@"
