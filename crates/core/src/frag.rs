@@ -34,6 +34,7 @@ pub struct Shape {
 #[derive(Debug, Clone, Default)]
 pub struct TypicalPods {
     shapes: Vec<Shape>,
+    all: Vec<Shape>,
 }
 
 impl TypicalPods {
@@ -50,26 +51,36 @@ impl TypicalPods {
         let mut sorted: Vec<_> = counts.into_iter().collect();
         // Most frequent first; equal counts by key, descending, so the cut is deterministic.
         sorted.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
-        let mut taken = Vec::new();
+        let shape = |((cpu_milli, gpu_milli, gpus, models), count): ((u64, u32, u32, ModelSet), u64),
+                     of: u64| {
+            Shape { cpu_milli, gpus, gpu_milli, models, p: count as f64 / of as f64 }
+        };
+        let mut cut = 0;
         let mut covered = 0u64;
-        for (key, count) in sorted {
+        for (_, count) in &sorted {
             if total > 0 && covered as f64 >= coverage * total as f64 {
                 break;
             }
             covered += count;
-            taken.push((key, count));
+            cut += 1;
         }
-        let shapes = taken
-            .into_iter()
-            .map(|((cpu_milli, gpu_milli, gpus, models), count)| Shape {
-                cpu_milli,
-                gpus,
-                gpu_milli,
-                models,
-                p: count as f64 / covered as f64,
-            })
-            .collect();
-        Self { shapes }
+        let shapes = sorted[..cut].iter().map(|s| shape(*s, covered)).collect();
+        let all = sorted.iter().map(|s| shape(*s, total)).collect();
+        Self { shapes, all }
+    }
+
+    /// Every shape of the workload with its frequency, most frequent first.
+    pub fn all_shapes(&self) -> &[Shape] {
+        &self.all
+    }
+
+    /// A distribution from explicit shapes; probabilities are renormalised to sum to 1.
+    pub fn from_shapes(mut shapes: Vec<Shape>) -> Self {
+        let total: f64 = shapes.iter().map(|s| s.p).sum();
+        if total > 0.0 {
+            shapes.iter_mut().for_each(|s| s.p /= total);
+        }
+        Self { all: shapes.clone(), shapes }
     }
 
     /// The shapes, most frequent first.
@@ -126,14 +137,14 @@ mod tests {
 
     #[test]
     fn free_share_below_the_typical_slice_counts_as_fragment() {
-        let t = TypicalPods { shapes: vec![shape(1000, 1, 500, 1.0)] };
+        let t = TypicalPods::from_shapes(vec![shape(1000, 1, 500, 1.0)]);
         // GPU 0 has 300 free (< 500: fragment), GPU 1 has 1000 free (usable).
         assert_eq!(t.fragment(8000, Some(0), &[300, 1000]), 300.0);
     }
 
     #[test]
     fn everything_is_fragment_when_the_shape_cannot_run() {
-        let t = TypicalPods { shapes: vec![shape(9000, 1, 500, 0.5), shape(100, 0, 0, 0.5)] };
+        let t = TypicalPods::from_shapes(vec![shape(9000, 1, 500, 0.5), shape(100, 0, 0, 0.5)]);
         // Not enough CPU for the first shape, and the second is CPU-only: both see all 1300.
         assert_eq!(t.fragment(8000, Some(0), &[300, 1000]), 1300.0);
     }

@@ -107,8 +107,8 @@ pub fn read_nodes(path: &Path) -> Result<Vec<NodeSpec>, TraceError> {
 /// `gpu_milli` is clamped to 1000; multi-GPU tasks take whole GPUs whatever it says (the trace
 /// documents it as meaningful for single-GPU tasks only).
 pub fn read_pods(path: &Path) -> Result<Vec<PodRow>, TraceError> {
-    let mut table =
-        Table::open(path, &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"])?;
+    let mut table = Table::open(path, &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"])?;
+    table.optional("gpu_spec");
     let mut pods = Vec::new();
     while let Some(row) = table.next_row()? {
         let num_gpu = row.int("num_gpu")? as u32;
@@ -121,7 +121,7 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>, TraceError> {
             1 => raw_milli,
             _ => 1000,
         };
-        let spec = row.text("gpu_spec")?;
+        let spec = if row.has("gpu_spec") { row.text("gpu_spec")? } else { "" };
         pods.push(PodRow {
             name: row.text("name")?.trim().to_string(),
             cpu_milli: row.int("cpu_milli")?,
@@ -139,6 +139,7 @@ struct Table {
     path: PathBuf,
     reader: csv::Reader<File>,
     columns: Vec<(&'static str, usize)>,
+    headers: csv::StringRecord,
     record: csv::StringRecord,
     rows: usize,
 }
@@ -159,7 +160,14 @@ impl Table {
                 .ok_or(TraceError::MissingColumn { path: path.into(), column })?;
             columns.push((*column, index));
         }
-        Ok(Self { path: path.into(), reader, columns, record: csv::StringRecord::new(), rows: 0 })
+        Ok(Self { path: path.into(), reader, columns, headers, record: csv::StringRecord::new(), rows: 0 })
+    }
+
+    /// Adds a column that may be absent (e.g. `gpu_spec` in the multigpu pod lists).
+    fn optional(&mut self, column: &'static str) {
+        if let Some(index) = self.headers.iter().position(|h| h.trim() == column) {
+            self.columns.push((column, index));
+        }
     }
 
     fn next_row(&mut self) -> Result<Option<Row<'_>>, TraceError> {
@@ -188,6 +196,10 @@ struct Row<'a> {
 }
 
 impl Row<'_> {
+    fn has(&self, column: &'static str) -> bool {
+        self.table.columns.iter().any(|c| c.0 == column)
+    }
+
     fn text(&self, column: &'static str) -> Result<&str, TraceError> {
         let index = self.table.columns.iter().find(|c| c.0 == column).map(|c| c.1);
         index

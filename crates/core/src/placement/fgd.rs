@@ -10,14 +10,14 @@ use std::sync::Arc;
 use super::{Placement, Policy, Score, pick};
 use crate::cluster::{Cluster, Node, NodeId};
 use crate::frag::TypicalPods;
-use crate::resources::Request;
+use crate::resources::{Request, WHOLE_GPU};
 use crate::rng::RandomSource;
 
 /// FGD, with a per-node score cache keyed by the node's version (scores only change when the
 /// node does). One instance serves one [`Cluster`].
 #[derive(Debug)]
 pub struct Fgd {
-    frag: FragCache,
+    frag: FragCache<Option<Score>>,
 }
 
 impl Fgd {
@@ -42,7 +42,7 @@ impl Policy for Fgd {
         let shape = self.frag.shape_id(req, cluster.nodes().len());
         let frag = &mut self.frag;
         pick(cluster, req, order, false, |id, node| {
-            frag.cached(shape, id, node, |f, node| fgd_score(f, node, req))
+            *frag.cached(shape, id, node, |f, node| fgd_score(f, node, req))
         })
     }
 }
@@ -52,7 +52,7 @@ fn fgd_score(frag: &mut FragState, node: &Node, req: &Request) -> Option<Score> 
     let before = frag.before(node);
     let mut best: Option<Score> = None;
     frag.each_outcome(node, req, |gpu, after| {
-        let value = (100.0 * sigmoid((before - after) / 1000.0)) as i64;
+        let value = points(before - after);
         if best.is_none_or(|b| value > b.value) {
             best = Some(Score { value, gpu });
         }
@@ -60,20 +60,22 @@ fn fgd_score(frag: &mut FragState, node: &Node, req: &Request) -> Option<Score> 
     best
 }
 
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
+/// FGD's integer score of a fragmentation decrease `delta` (milli-GPU): ⌊100·σ(delta/1000)⌋.
+pub(super) fn points(delta: f64) -> i64 {
+    (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64
 }
 
-/// Score cache shared by the fragmentation-aware policies: one table per distinct request
-/// shape, one entry per node, valid while the node's version is unchanged.
+/// Per-node cache shared by the fragmentation-aware policies: one table per distinct request
+/// shape, one entry per node, valid while the node's version is unchanged (a node's version
+/// changes whenever anything on it does).
 #[derive(Debug)]
-pub(super) struct FragCache {
+pub(super) struct FragCache<V> {
     shapes: HashMap<Request, usize>,
-    table: Vec<Vec<(u64, Option<Score>)>>,
+    table: Vec<Vec<(u64, V)>>,
     state: FragState,
 }
 
-impl FragCache {
+impl<V: Default + Clone> FragCache<V> {
     pub(super) fn new(typical: Arc<TypicalPods>) -> Self {
         Self {
             shapes: HashMap::new(),
@@ -82,6 +84,7 @@ impl FragCache {
         }
     }
 
+    /// The cache slot index of `req`'s shape; sizes the tables for `nodes` nodes.
     pub(super) fn shape_id(&mut self, req: &Request, nodes: usize) -> usize {
         let next = self.shapes.len();
         let id = *self.shapes.entry(*req).or_insert(next);
@@ -89,7 +92,7 @@ impl FragCache {
             self.table.push(Vec::new());
         }
         if self.table[id].len() < nodes {
-            self.table[id].resize(nodes, (0, None));
+            self.table[id].resize(nodes, (0, V::default()));
         }
         if self.state.before.len() < nodes {
             self.state.before.resize(nodes, (0, 0.0));
@@ -97,28 +100,27 @@ impl FragCache {
         id
     }
 
+    /// The cached value for (shape, node), computed by `compute` when the node has changed.
     pub(super) fn cached(
         &mut self,
         shape: usize,
         id: NodeId,
         node: &Node,
-        compute: impl FnOnce(&mut FragState, &Node) -> Option<Score>,
-    ) -> Option<Score> {
-        let slot = &mut self.table[shape][id];
-        if slot.0 == node.version {
-            return slot.1;
+        compute: impl FnOnce(&mut FragState, &Node) -> V,
+    ) -> &V {
+        if self.table[shape][id].0 != node.version {
+            self.state.current = id;
+            let value = compute(&mut self.state, node);
+            self.table[shape][id] = (node.version, value);
         }
-        self.state.current = id;
-        let score = compute(&mut self.state, node);
-        self.table[shape][id] = (node.version, score);
-        score
+        &self.table[shape][id].1
     }
 }
 
 /// Fragmentation of nodes now and after a hypothetical placement.
 #[derive(Debug)]
 pub(super) struct FragState {
-    pub(super) typical: Arc<TypicalPods>,
+    typical: Arc<TypicalPods>,
     before: Vec<(u64, f64)>,
     scratch: Vec<u32>,
     current: NodeId,
@@ -127,11 +129,13 @@ pub(super) struct FragState {
 impl FragState {
     /// F of the node being scored, as it is now (cached per node version).
     pub(super) fn before(&mut self, node: &Node) -> f64 {
-        let slot = &mut self.before[self.current];
-        if slot.0 != node.version {
-            *slot = (node.version, self.typical.node_fragment(node));
+        let slot = self.before[self.current];
+        if slot.0 == node.version {
+            return slot.1;
         }
-        slot.1
+        let f = self.typical.node_fragment(node);
+        self.before[self.current] = (node.version, f);
+        f
     }
 
     /// Calls `f(gpu, F_after)` for every way the node could take `req`: each fitting GPU for a
@@ -156,7 +160,7 @@ impl FragState {
             if left == 0 {
                 break;
             }
-            if *free == crate::resources::WHOLE_GPU {
+            if *free == WHOLE_GPU {
                 *free = 0;
                 left -= 1;
             }

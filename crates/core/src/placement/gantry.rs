@@ -1,25 +1,184 @@
-//! Gantry's default placement policy.
+//! Gantry's default placement policy: FGD's fragmentation gradient, extended with what FGD
+//! cannot see.
+//!
+//! FGD measures how much free GPU share the *next* typical pod could not use. Where its idle
+//! GPUs go at the end of the benchmark (see `docs/scheduling.md`) shows three blind spots, and
+//! Gantry adds one term for each, all in FGD's unit (milli-GPU) and inside FGD's integer score,
+//! so FGD's "ties go to the earliest node" packing is kept:
+//!
+//! 1. **CPU stranding.** A node whose free CPU cannot feed its free GPUs at the workload's
+//!    average CPU-per-GPU ratio will strand GPUs, one pod at a time, long before any single
+//!    typical pod notices. Stranded share S = max(0, G_free − C_free / r̄); the score subtracts
+//!    `stranding_weight` × ΔS, so CPU-hungry pods go where CPU is plentiful and CPU-light pods
+//!    go where it is scarce.
+//! 2. **Scarce models.** Requests pinned to a GPU model make that model's capacity worth more
+//!    than its share. Each model gets a shadow price (1 when nothing is pinned; demand of the
+//!    requests that accept it, spread over the capacity they accept), and taking GPU share on a
+//!    model costs `model_price_weight` × (price − 1) × share.
+//! 3. **Whole-GPU blocks.** Multi-GPU requests need k idle GPUs on one node. Their shapes join
+//!    the typical set at their true frequency (FGD's 95 % cut usually drops them), and breaking
+//!    a node's last k-block costs k GPUs × how scarce k-blocks are: min(1, expected future
+//!    k-GPU requests / k-blocks left), with the expectation taken from the free capacity and the
+//!    workload's share of k-GPU demand.
 
 use std::sync::Arc;
 
-use super::fgd::FragCache;
+use super::fgd::{FragCache, points};
 use super::{Placement, Policy, Score, pick};
-use crate::cluster::{Cluster, NodeId};
-use crate::frag::TypicalPods;
-use crate::resources::Request;
+use crate::cluster::{Cluster, Node, NodeId};
+use crate::frag::{Shape, TypicalPods};
+use crate::resources::{ModelSet, Request, WHOLE_GPU};
 use crate::rng::RandomSource;
 
-/// Gantry's policy (see the module docs).
+/// Weights of Gantry's terms (see the module docs). The defaults were chosen on the public
+/// openb traces and hold on all fourteen of them (`docs/scheduling.md`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GantryParams {
+    /// Weight of the CPU-stranding change.
+    pub stranding_weight: f64,
+    /// Weight of the model shadow price.
+    pub model_price_weight: f64,
+    /// Weight of multi-GPU shapes added to the typical set (1 = their true frequency).
+    pub multi_gpu_weight: f64,
+    /// Weight of the k-block reservation cost.
+    pub reservation_weight: f64,
+}
+
+impl Default for GantryParams {
+    fn default() -> Self {
+        Self {
+            stranding_weight: 0.4,
+            model_price_weight: 1.0,
+            multi_gpu_weight: 1.0,
+            reservation_weight: 0.05,
+        }
+    }
+}
+
+/// One way a node could take the request, before the live reservation cost.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    gpu: Option<u32>,
+    delta: f64,
+    idle_taken: u32,
+}
+
+/// A multi-GPU shape whose k-blocks are worth keeping.
+#[derive(Debug, Clone, Copy)]
+struct BlockShape {
+    gpus: u32,
+    cpu_milli: u64,
+    models: ModelSet,
+    demand_share: f64,
+}
+
+/// Gantry's policy. One instance serves one [`Cluster`] (it caches per-node work).
 #[derive(Debug)]
 pub struct Gantry {
-    frag: FragCache,
+    params: GantryParams,
+    frag: FragCache<Vec<Outcome>>,
+    all_shapes: Vec<Shape>,
+    blocks: Vec<BlockShape>,
+    cpu_per_gpu_milli: f64,
+    prices: Vec<f64>,
+    scarcity: Vec<f64>,
 }
 
 impl Gantry {
-    /// Gantry's policy over the given typical-pod distribution.
+    /// Gantry's policy with default weights over the given typical-pod distribution.
     pub fn new(typical: Arc<TypicalPods>) -> Self {
-        Self { frag: FragCache::new(typical) }
+        Self::with_params(typical, GantryParams::default())
     }
+
+    /// Gantry's policy with explicit weights.
+    pub fn with_params(typical: Arc<TypicalPods>, params: GantryParams) -> Self {
+        let all_shapes = typical.all_shapes().to_vec();
+        let demand: f64 = all_shapes.iter().map(shape_demand).sum();
+        let cpu: f64 = all_shapes.iter().map(|t| t.p * t.cpu_milli as f64).sum();
+        let cpu_per_gpu_milli = if demand > 0.0 { cpu / demand } else { 0.0 };
+        let mut shapes = typical.shapes().to_vec();
+        let mut blocks: Vec<BlockShape> = Vec::new();
+        for t in all_shapes.iter().filter(|t| t.gpus > 1) {
+            if !shapes.iter().any(|s| same_shape(s, t)) {
+                shapes.push(Shape { p: t.p * params.multi_gpu_weight, ..*t });
+            }
+            let share = if demand > 0.0 { shape_demand(t) / demand } else { 0.0 };
+            match blocks
+                .iter_mut()
+                .find(|b| b.gpus == t.gpus && b.models == t.models && b.cpu_milli == t.cpu_milli)
+            {
+                Some(b) => b.demand_share += share,
+                None => blocks.push(BlockShape {
+                    gpus: t.gpus,
+                    cpu_milli: t.cpu_milli,
+                    models: t.models,
+                    demand_share: share,
+                }),
+            }
+        }
+        Self {
+            params,
+            frag: FragCache::new(Arc::new(TypicalPods::from_shapes(shapes))),
+            all_shapes,
+            blocks,
+            cpu_per_gpu_milli,
+            prices: Vec::new(),
+            scarcity: Vec::new(),
+        }
+    }
+
+    /// Shadow price of each model's GPU share (see the module docs).
+    fn compute_prices(&mut self, cluster: &Cluster) {
+        let n = cluster.models().len();
+        let mut capacity = vec![0.0f64; n];
+        for node in cluster.nodes() {
+            if let Some(m) = node.model {
+                capacity[m as usize] += node.gpu_free.len() as f64;
+            }
+        }
+        let total: f64 = capacity.iter().sum();
+        let demand: f64 = self.all_shapes.iter().map(shape_demand).sum();
+        let mut prices = vec![0.0; n];
+        for t in self.all_shapes.iter().filter(|t| t.gpus > 0) {
+            let allowed: Vec<usize> = (0..n).filter(|m| t.models.allows(Some(*m as u8))).collect();
+            let reach: f64 = allowed.iter().map(|m| capacity[*m]).sum();
+            if reach > 0.0 && demand > 0.0 {
+                for m in allowed {
+                    prices[m] += shape_demand(t) / demand * total / reach;
+                }
+            }
+        }
+        self.prices = prices;
+    }
+
+    /// How scarce each block shape's k-blocks are now: min(1, expected future k-GPU requests /
+    /// k-blocks left).
+    fn compute_scarcity(&mut self, cluster: &Cluster) {
+        let free_gpus = (cluster.capacity_milli() - cluster.used_milli()) as f64 / f64::from(WHOLE_GPU);
+        self.scarcity.clear();
+        for b in &self.blocks {
+            let left: u64 = cluster
+                .nodes()
+                .iter()
+                .filter(|n| n.schedulable && b.models.allows(n.model))
+                .map(|n| blocks_of(b, n.idle_gpus() as u32, n.cpu_free))
+                .sum();
+            let expected = free_gpus * b.demand_share / f64::from(b.gpus);
+            self.scarcity.push((expected / left.max(1) as f64).min(1.0));
+        }
+    }
+}
+
+fn blocks_of(b: &BlockShape, idle: u32, cpu_free: u64) -> u64 {
+    if cpu_free < b.cpu_milli { 0 } else { u64::from(idle / b.gpus) }
+}
+
+fn shape_demand(t: &Shape) -> f64 {
+    t.p * f64::from(t.gpus) * f64::from(t.gpu_milli)
+}
+
+fn same_shape(a: &Shape, b: &Shape) -> bool {
+    a.gpus == b.gpus && a.gpu_milli == b.gpu_milli && a.cpu_milli == b.cpu_milli && a.models == b.models
 }
 
 impl Policy for Gantry {
@@ -34,20 +193,63 @@ impl Policy for Gantry {
         order: &[NodeId],
         _: &mut dyn RandomSource,
     ) -> Option<Placement> {
+        if self.prices.len() != cluster.models().len() {
+            self.compute_prices(cluster);
+        }
+        if req.gpus > 0 && self.params.reservation_weight > 0.0 {
+            self.compute_scarcity(cluster);
+        }
         let shape = self.frag.shape_id(req, cluster.nodes().len());
+        let (params, ratio) = (self.params, self.cpu_per_gpu_milli);
+        let (prices, blocks, scarcity) = (&self.prices, &self.blocks, &self.scarcity);
         let frag = &mut self.frag;
         pick(cluster, req, order, false, |id, node| {
-            frag.cached(shape, id, node, |f, node| {
+            let outcomes = frag.cached(shape, id, node, |f, node| {
                 let before = f.before(node);
-                let mut best: Option<Score> = None;
+                let stranding = stranding_change(node, req, ratio);
+                let price =
+                    node.model.map_or(0.0, |m| (prices[m as usize] - 1.0) * req.gpu_milli_total() as f64);
+                let fixed = params.stranding_weight * stranding + params.model_price_weight * price;
+                let mut outcomes = Vec::new();
                 f.each_outcome(node, req, |gpu, after| {
-                    let value = ((before - after) * 1000.0) as i64;
-                    if best.is_none_or(|b| value > b.value) {
-                        best = Some(Score { value, gpu });
-                    }
+                    let idle_taken = match gpu {
+                        Some(g) => u32::from(node.gpu_free[g as usize] == WHOLE_GPU),
+                        None => req.gpus,
+                    };
+                    outcomes.push(Outcome { gpu, delta: before - after - fixed, idle_taken });
                 });
-                best
-            })
+                outcomes
+            });
+            let idle = if scarcity.is_empty() { 0 } else { node.idle_gpus() as u32 };
+            let mut best: Option<Score> = None;
+            for o in outcomes {
+                let mut cost = 0.0;
+                if o.idle_taken > 0 {
+                    for (b, s) in blocks.iter().zip(scarcity) {
+                        if *s > 0.0 && b.models.allows(node.model) {
+                            let lost = blocks_of(b, idle, node.cpu_free)
+                                - blocks_of(b, idle - o.idle_taken, node.cpu_free - req.cpu_milli);
+                            cost += s * lost as f64 * f64::from(b.gpus * WHOLE_GPU);
+                        }
+                    }
+                }
+                let value = points(o.delta - params.reservation_weight * cost);
+                if best.is_none_or(|b| value > b.value) {
+                    best = Some(Score { value, gpu: o.gpu });
+                }
+            }
+            best
         })
     }
+}
+
+/// Change in the node's CPU-stranded GPU share if it takes `req`.
+fn stranding_change(node: &Node, req: &Request, cpu_per_gpu_milli: f64) -> f64 {
+    if cpu_per_gpu_milli <= 0.0 {
+        return 0.0;
+    }
+    let stranded = |cpu: u64, gpu: u64| (gpu as f64 - cpu as f64 / cpu_per_gpu_milli).max(0.0);
+    let gpu_free = node.gpu_free_total();
+    stranded(node.cpu_free - req.cpu_milli, gpu_free - req.gpu_milli_total())
+        - stranded(node.cpu_free, gpu_free)
 }
