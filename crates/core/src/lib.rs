@@ -1,1 +1,22 @@
 //! Gantry's resource model and scheduling core.
+//!
+//! Pure and deterministic: no I/O, no async, no clock, no global randomness. Everything that
+//! varies (time, randomness) is passed in. The server, the simulator and the Kubernetes
+//! extender all call the same entry point, [`placement::Policy::place`], on a [`Cluster`].
+//!
+//! Where to start reading:
+//! - [`resources`]: what a node offers and what a request asks for;
+//! - [`cluster`]: the allocation ledger, which never over-commits a node or a GPU;
+//! - [`frag`]: FGD's fragmentation measure over the typical-pod distribution;
+//! - [`placement`]: filter → score → pick, with the published policies and Gantry's own.
+
+pub mod cluster;
+pub mod frag;
+pub mod placement;
+pub mod resources;
+pub mod rng;
+
+pub use cluster::{AllocationId, Cluster, LedgerError, Node, NodeId};
+pub use placement::{Placement, Policy, PolicyKind};
+pub use resources::{ModelSet, NodeSpec, Request, RequestError};
+pub use rng::{RandomSource, SplitMix64};

@@ -1,1 +1,17 @@
 //! Trace-driven simulator on Gantry's scheduling core.
+//!
+//! - [`trace`] reads the Alibaba openb node and pod lists, with errors that name file and line;
+//! - [`experiment`] is the FGD fragmentation experiment (fill the cluster, one attempt per pod);
+//! - [`runner`] runs policies × seeds in parallel and aggregates over seeds;
+//! - [`report`] turns results into the JSON contract, a text table, CSV curves and an SVG chart.
+//!
+//! The simulator places pods through the same [`gantry_core::Policy::place`] the server calls.
+
+pub mod experiment;
+pub mod report;
+pub mod runner;
+pub mod trace;
+
+pub use experiment::{Experiment, RunCurve};
+pub use runner::{PolicyResult, Stat, run_all};
+pub use trace::{PodRow, TraceError, read_nodes, read_pods};

@@ -1,0 +1,354 @@
+//! The allocation ledger: nodes, their free capacity, and the allocations holding the rest.
+//!
+//! Every mutation goes through [`Cluster::allocate`] / [`Cluster::release`], which check before
+//! they change anything, so no sequence of calls can allocate more than a node or a GPU has, or
+//! hand out the same share twice.
+
+use std::collections::HashMap;
+
+use crate::placement::Placement;
+use crate::resources::{ModelId, ModelSet, NodeSpec, Request, WHOLE_GPU};
+
+/// Index of a node in its [`Cluster`].
+pub type NodeId = usize;
+
+/// Caller-chosen identity of an allocation (a job id, a pod index).
+pub type AllocationId = u64;
+
+/// Why the ledger refused a change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    /// The node index does not exist.
+    #[error("node {0} does not exist")]
+    NoSuchNode(NodeId),
+    /// The allocation id is already in use.
+    #[error("allocation {0} already exists")]
+    DuplicateAllocation(AllocationId),
+    /// Releasing an allocation that is not held.
+    #[error("allocation {0} is not held")]
+    UnknownAllocation(AllocationId),
+    /// The node lacks CPU, memory, the GPU model, or the GPU share asked for.
+    #[error("node {node} cannot hold the request: {reason}")]
+    DoesNotFit {
+        /// The node.
+        node: NodeId,
+        /// Which resource is short.
+        reason: &'static str,
+    },
+    /// A cluster may name at most 64 GPU models.
+    #[error("too many GPU models (at most 64)")]
+    TooManyModels,
+    /// Two nodes share a name.
+    #[error("duplicate node name {0}")]
+    DuplicateNode(String),
+}
+
+/// A node and its free capacity.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The node as declared.
+    pub spec: NodeSpec,
+    /// Interned GPU model.
+    pub model: Option<ModelId>,
+    /// Free CPU, milli-cores.
+    pub cpu_free: u64,
+    /// Free memory, MiB.
+    pub memory_free: u64,
+    /// Free share of each GPU, milli-GPU.
+    pub gpu_free: Vec<u32>,
+    /// Free memory of each GPU, MiB.
+    pub gpu_memory_free: Vec<u64>,
+    /// Set of [`crate::resources::PodClass`] bits of the allocations on this node.
+    pub classes: u32,
+    /// Allocations currently on this node.
+    pub allocations: u32,
+    /// Whether new work may land here (false when cordoned, lost or unhealthy).
+    pub schedulable: bool,
+    /// Changes whenever anything above changes; lets policies cache per-node scores.
+    pub version: u64,
+}
+
+impl Node {
+    /// Total free GPU share on the node, milli-GPU.
+    pub fn gpu_free_total(&self) -> u64 {
+        self.gpu_free.iter().map(|f| u64::from(*f)).sum()
+    }
+
+    /// Number of GPUs with nothing allocated.
+    pub fn idle_gpus(&self) -> usize {
+        self.gpu_free.iter().filter(|f| **f == WHOLE_GPU).count()
+    }
+
+    /// Whether GPU `i` can take a slice of `milli` and `memory_mib`.
+    pub fn gpu_fits(&self, i: usize, milli: u32, memory_mib: u64) -> bool {
+        self.gpu_free[i] >= milli && self.gpu_memory_free[i] >= memory_mib
+    }
+
+    fn gpu_idle(&self, i: usize) -> bool {
+        self.gpu_free[i] == WHOLE_GPU && self.gpu_memory_free[i] == self.spec.gpu_memory_mib
+    }
+
+    /// The lowest-index idle GPUs, if there are `n` of them.
+    pub fn lowest_idle_gpus(&self, n: u32) -> Option<Vec<u32>> {
+        let picked: Vec<u32> = (0..self.gpu_free.len())
+            .filter(|i| self.gpu_idle(*i))
+            .take(n as usize)
+            .map(|i| i as u32)
+            .collect();
+        (picked.len() == n as usize).then_some(picked)
+    }
+
+    /// Whether the request could be placed here at all (the scheduling filter).
+    pub fn fits(&self, req: &Request) -> bool {
+        self.why_not(req).is_none()
+    }
+
+    /// The first resource that keeps `req` off this node, if any.
+    pub fn why_not(&self, req: &Request) -> Option<&'static str> {
+        if !self.schedulable {
+            return Some("node is not schedulable");
+        }
+        if req.cpu_milli > self.cpu_free {
+            return Some("not enough CPU");
+        }
+        if req.memory_mib > self.memory_free {
+            return Some("not enough memory");
+        }
+        if req.gpus == 0 {
+            return None;
+        }
+        if self.gpu_free.is_empty() {
+            return Some("no GPUs");
+        }
+        if !req.models.allows(self.model) {
+            return Some("GPU model not allowed");
+        }
+        if req.is_slice() {
+            let any = (0..self.gpu_free.len())
+                .any(|i| self.gpu_fits(i, req.gpu_milli, req.gpu_memory_mib));
+            return (!any).then_some("no GPU has that share free");
+        }
+        let idle = (0..self.gpu_free.len())
+            .filter(|i| self.gpu_idle(*i))
+            .count();
+        (idle < req.gpus as usize).then_some("not enough idle GPUs")
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    request: Request,
+    placement: Placement,
+}
+
+/// The cluster's nodes and the allocations on them.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    nodes: Vec<Node>,
+    models: Vec<String>,
+    held: HashMap<AllocationId, Held>,
+    used_milli: u64,
+    capacity_milli: u64,
+    clock: u64,
+}
+
+impl Cluster {
+    /// A cluster of the given nodes, all free and schedulable.
+    pub fn new(specs: Vec<NodeSpec>) -> Result<Self, LedgerError> {
+        let mut cluster = Cluster::default();
+        for spec in specs {
+            cluster.add_node(spec)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Adds a node (a node joining); returns its id.
+    pub fn add_node(&mut self, spec: NodeSpec) -> Result<NodeId, LedgerError> {
+        if self.nodes.iter().any(|n| n.spec.name == spec.name) {
+            return Err(LedgerError::DuplicateNode(spec.name));
+        }
+        let model = match &spec.gpu_model {
+            Some(name) if spec.gpus > 0 => Some(self.intern_model(name)?),
+            _ => None,
+        };
+        let gpus = spec.gpus as usize;
+        self.capacity_milli += u64::from(spec.gpus) * u64::from(WHOLE_GPU);
+        self.clock += 1;
+        self.nodes.push(Node {
+            model,
+            cpu_free: spec.cpu_milli,
+            memory_free: spec.memory_mib,
+            gpu_free: vec![WHOLE_GPU; gpus],
+            gpu_memory_free: vec![spec.gpu_memory_mib; gpus],
+            classes: 0,
+            allocations: 0,
+            schedulable: true,
+            version: self.clock,
+            spec,
+        });
+        Ok(self.nodes.len() - 1)
+    }
+
+    fn intern_model(&mut self, name: &str) -> Result<ModelId, LedgerError> {
+        if let Some(i) = self.models.iter().position(|m| m == name) {
+            return Ok(i as ModelId);
+        }
+        if self.models.len() >= 64 {
+            return Err(LedgerError::TooManyModels);
+        }
+        self.models.push(name.to_string());
+        Ok((self.models.len() - 1) as ModelId)
+    }
+
+    /// The set of models named in `names`; names the cluster lacks match nothing. An empty list
+    /// means any model.
+    pub fn model_set<S: AsRef<str>>(&self, names: &[S]) -> ModelSet {
+        if names.is_empty() {
+            return ModelSet::Any;
+        }
+        let mask = names
+            .iter()
+            .filter_map(|n| self.models.iter().position(|m| m == n.as_ref()))
+            .fold(0u64, |mask, i| mask | (1u64 << i));
+        ModelSet::Only(mask)
+    }
+
+    /// All nodes, indexed by [`NodeId`].
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// One node.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id)
+    }
+
+    /// The model table (index = [`ModelId`]).
+    pub fn models(&self) -> &[String] {
+        &self.models
+    }
+
+    /// Total GPU capacity, milli-GPU.
+    pub fn capacity_milli(&self) -> u64 {
+        self.capacity_milli
+    }
+
+    /// Allocated GPU share, milli-GPU.
+    pub fn used_milli(&self) -> u64 {
+        self.used_milli
+    }
+
+    /// Number of allocations held.
+    pub fn allocation_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Marks a node schedulable or not (cordon, lost agent, unhealthy GPU).
+    pub fn set_schedulable(&mut self, id: NodeId, schedulable: bool) -> Result<(), LedgerError> {
+        self.clock += 1;
+        let clock = self.clock;
+        let node = self.nodes.get_mut(id).ok_or(LedgerError::NoSuchNode(id))?;
+        node.schedulable = schedulable;
+        node.version = clock;
+        Ok(())
+    }
+
+    /// Records `req` on the node and GPUs of `placement`, or changes nothing and says why not.
+    pub fn allocate(
+        &mut self,
+        id: AllocationId,
+        req: &Request,
+        placement: &Placement,
+    ) -> Result<(), LedgerError> {
+        if self.held.contains_key(&id) {
+            return Err(LedgerError::DuplicateAllocation(id));
+        }
+        let node = self
+            .nodes
+            .get(placement.node)
+            .ok_or(LedgerError::NoSuchNode(placement.node))?;
+        check_fit(node, req, placement)?;
+        self.clock += 1;
+        let clock = self.clock;
+        let node = &mut self.nodes[placement.node];
+        node.cpu_free -= req.cpu_milli;
+        node.memory_free -= req.memory_mib;
+        for g in &placement.gpus {
+            node.gpu_free[*g as usize] -= req.gpu_milli;
+            node.gpu_memory_free[*g as usize] -= req.gpu_memory_mib;
+        }
+        node.classes |= req.class().bit();
+        node.allocations += 1;
+        node.version = clock;
+        self.used_milli += req.gpu_milli_total();
+        self.held.insert(
+            id,
+            Held {
+                request: *req,
+                placement: placement.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Returns an allocation's resources to its node.
+    pub fn release(&mut self, id: AllocationId) -> Result<(Request, Placement), LedgerError> {
+        let held = self
+            .held
+            .remove(&id)
+            .ok_or(LedgerError::UnknownAllocation(id))?;
+        self.clock += 1;
+        let clock = self.clock;
+        let req = held.request;
+        let node = &mut self.nodes[held.placement.node];
+        node.cpu_free += req.cpu_milli;
+        node.memory_free += req.memory_mib;
+        for g in &held.placement.gpus {
+            node.gpu_free[*g as usize] += req.gpu_milli;
+            node.gpu_memory_free[*g as usize] += req.gpu_memory_mib;
+        }
+        node.allocations -= 1;
+        node.version = clock;
+        self.used_milli -= req.gpu_milli_total();
+        let node_id = held.placement.node;
+        self.recompute_classes(node_id);
+        Ok((req, held.placement))
+    }
+
+    fn recompute_classes(&mut self, node: NodeId) {
+        let classes = self
+            .held
+            .values()
+            .filter(|h| h.placement.node == node)
+            .fold(0, |acc, h| acc | h.request.class().bit());
+        self.nodes[node].classes = classes;
+    }
+}
+
+fn check_fit(node: &Node, req: &Request, placement: &Placement) -> Result<(), LedgerError> {
+    let fail = |reason| {
+        Err(LedgerError::DoesNotFit {
+            node: placement.node,
+            reason,
+        })
+    };
+    if let Some(reason) = node.why_not(req) {
+        return fail(reason);
+    }
+    if placement.gpus.len() != req.gpus as usize {
+        return fail("placement names a different number of GPUs than requested");
+    }
+    for (k, g) in placement.gpus.iter().enumerate() {
+        let g = *g as usize;
+        if g >= node.gpu_free.len() {
+            return fail("placement names a GPU the node does not have");
+        }
+        if placement.gpus[..k].contains(&placement.gpus[k]) {
+            return fail("placement names the same GPU twice");
+        }
+        if !node.gpu_fits(g, req.gpu_milli, req.gpu_memory_mib) {
+            return fail("the chosen GPU lacks the share");
+        }
+    }
+    Ok(())
+}

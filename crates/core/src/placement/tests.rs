@@ -1,0 +1,139 @@
+use super::*;
+use crate::resources::{ModelSet, NodeSpec};
+use crate::rng::SplitMix64;
+
+fn node(name: &str, cpu: u64, gpus: u32) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        cpu_milli: cpu,
+        memory_mib: 1 << 20,
+        gpus,
+        gpu_model: Some("G2".into()),
+        gpu_memory_mib: 0,
+    }
+}
+
+fn slice(milli: u32) -> Request {
+    Request::new(1000, 1024, 1, milli, 0, ModelSet::Any).expect("valid request")
+}
+
+#[test]
+fn ties_go_to_the_earliest_node_in_the_order() {
+    let cluster = Cluster::new(vec![node("a", 8000, 2), node("b", 8000, 2)]).expect("cluster");
+    let mut rng = SplitMix64::new(1);
+    let req = slice(500);
+    let p = PolicyKind::Packing
+        .build(Arc::default())
+        .place(&cluster, &req, &[1, 0], &mut rng);
+    assert_eq!(p.map(|p| p.node), Some(1));
+}
+
+#[test]
+fn best_fit_gpu_takes_the_fullest_gpu_that_fits() {
+    let mut cluster = Cluster::new(vec![node("a", 64000, 4)]).expect("cluster");
+    cluster
+        .allocate(
+            1,
+            &slice(600),
+            &Placement {
+                node: 0,
+                gpus: vec![2],
+            },
+        )
+        .expect("fits");
+    cluster
+        .allocate(
+            2,
+            &slice(300),
+            &Placement {
+                node: 0,
+                gpus: vec![1],
+            },
+        )
+        .expect("fits");
+    let gpu = best_fit_gpu(&cluster.nodes()[0], &slice(300));
+    assert_eq!(gpu, Some(2));
+}
+
+#[test]
+fn whole_gpu_requests_take_the_lowest_idle_gpus() {
+    let mut cluster = Cluster::new(vec![node("a", 64000, 4)]).expect("cluster");
+    cluster
+        .allocate(
+            1,
+            &slice(100),
+            &Placement {
+                node: 0,
+                gpus: vec![0],
+            },
+        )
+        .expect("fits");
+    let req = Request::new(1000, 0, 2, 1000, 0, ModelSet::Any).expect("valid");
+    for kind in PolicyKind::ALL {
+        let mut policy = kind.build(Arc::new(TypicalPods::from_requests(
+            &[req, slice(500)],
+            0.95,
+        )));
+        let p = policy
+            .place(&cluster, &req, &[0], &mut SplitMix64::new(2))
+            .expect("fits");
+        assert_eq!(p.gpus, vec![1, 2], "{}", kind.as_str());
+    }
+}
+
+#[test]
+fn no_policy_places_what_does_not_fit() {
+    let cluster = Cluster::new(vec![node("a", 1000, 1)]).expect("cluster");
+    let too_big = Request::new(2000, 0, 1, 100, 0, ModelSet::Any).expect("valid");
+    for kind in PolicyKind::ALL {
+        let mut policy = kind.build(Arc::default());
+        assert_eq!(
+            policy.place(&cluster, &too_big, &[0], &mut SplitMix64::new(3)),
+            None,
+            "{}",
+            kind.as_str()
+        );
+    }
+}
+
+#[test]
+fn fgd_prefers_the_gpu_whose_remainder_stays_usable() {
+    // Typical pods all want 500 milli. A 500 slice on the GPU with 500 free leaves nothing
+    // wasted; on the idle GPU it would leave 500, still usable; on the GPU with 700 free it
+    // would leave a 200 sliver.
+    let mut cluster = Cluster::new(vec![node("a", 64000, 3)]).expect("cluster");
+    cluster
+        .allocate(
+            1,
+            &slice(500),
+            &Placement {
+                node: 0,
+                gpus: vec![1],
+            },
+        )
+        .expect("fits");
+    cluster
+        .allocate(
+            2,
+            &slice(300),
+            &Placement {
+                node: 0,
+                gpus: vec![2],
+            },
+        )
+        .expect("fits");
+    let typical = Arc::new(TypicalPods::from_requests(&[slice(500)], 0.95));
+    let mut fgd = PolicyKind::Fgd.build(typical);
+    let p = fgd
+        .place(&cluster, &slice(500), &[0], &mut SplitMix64::new(4))
+        .expect("fits");
+    assert_eq!(p.gpus, vec![1]);
+}
+
+#[test]
+fn policy_names_parse_back() {
+    for kind in PolicyKind::ALL {
+        assert_eq!(kind.as_str().parse::<PolicyKind>(), Ok(kind));
+    }
+    assert!("firstfit".parse::<PolicyKind>().is_err());
+}

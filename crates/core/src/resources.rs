@@ -1,0 +1,191 @@
+//! What a node offers and what a request asks for.
+//!
+//! Units: CPU in milli-cores, memory in MiB, GPU share in milli-GPU (1000 = one whole GPU).
+
+use serde::{Deserialize, Serialize};
+
+/// One whole GPU in milli-GPU.
+pub const WHOLE_GPU: u32 = 1000;
+
+/// A machine as declared: capacity and the GPUs it carries (all of one model).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    /// Unique node name.
+    pub name: String,
+    /// CPU capacity in milli-cores.
+    pub cpu_milli: u64,
+    /// Memory capacity in MiB.
+    pub memory_mib: u64,
+    /// Number of GPUs.
+    pub gpus: u32,
+    /// GPU model name (e.g. `A100-80GB`); `None` only when `gpus == 0`.
+    pub gpu_model: Option<String>,
+    /// Memory of each GPU in MiB (0 when unknown, e.g. in traces).
+    pub gpu_memory_mib: u64,
+}
+
+/// A small interned index of a GPU model in a [`crate::Cluster`]'s model table.
+pub type ModelId = u8;
+
+/// The GPU models a request accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum ModelSet {
+    /// Any model.
+    #[default]
+    Any,
+    /// Only the models whose bit is set (bit i = model id i). An empty mask matches nothing,
+    /// which is what a request naming only models the cluster lacks must get.
+    Only(u64),
+}
+
+impl ModelSet {
+    /// Whether a node of `model` is acceptable.
+    pub fn allows(self, model: Option<ModelId>) -> bool {
+        match (self, model) {
+            (ModelSet::Any, _) => true,
+            (ModelSet::Only(mask), Some(id)) => mask & (1u64 << id) != 0,
+            (ModelSet::Only(_), None) => false,
+        }
+    }
+}
+
+/// Why a request is not well formed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A GPU share outside 1..=1000 milli-GPU.
+    #[error("gpu share must be between 1 and 1000 milli-GPU, got {0}")]
+    ShareOutOfRange(u32),
+    /// Fractions only exist for single-GPU requests.
+    #[error("a request for {0} GPUs must take whole GPUs; fractions are for one GPU only")]
+    FractionOfSeveral(u32),
+    /// GPU memory asked without a GPU.
+    #[error("gpu memory was requested without a GPU")]
+    GpuMemoryWithoutGpu,
+}
+
+/// What one job (or pod) asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Request {
+    /// CPU in milli-cores.
+    pub cpu_milli: u64,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// Number of GPUs (0 for a CPU-only request).
+    pub gpus: u32,
+    /// Share of each GPU in milli-GPU: 1000 for whole GPUs, less for a slice (then `gpus == 1`).
+    pub gpu_milli: u32,
+    /// GPU memory for a slice in MiB (0 = not constrained by memory).
+    pub gpu_memory_mib: u64,
+    /// Acceptable GPU models.
+    pub models: ModelSet,
+}
+
+impl Request {
+    /// A CPU-only request.
+    pub fn cpu_only(cpu_milli: u64, memory_mib: u64) -> Self {
+        Self {
+            cpu_milli,
+            memory_mib,
+            gpus: 0,
+            gpu_milli: 0,
+            gpu_memory_mib: 0,
+            models: ModelSet::Any,
+        }
+    }
+
+    /// A validated request; `gpu_milli` is ignored when `gpus == 0`.
+    pub fn new(
+        cpu_milli: u64,
+        memory_mib: u64,
+        gpus: u32,
+        gpu_milli: u32,
+        gpu_memory_mib: u64,
+        models: ModelSet,
+    ) -> Result<Self, RequestError> {
+        if gpus == 0 {
+            if gpu_memory_mib > 0 {
+                return Err(RequestError::GpuMemoryWithoutGpu);
+            }
+            return Ok(Self::cpu_only(cpu_milli, memory_mib));
+        }
+        if gpu_milli == 0 || gpu_milli > WHOLE_GPU {
+            return Err(RequestError::ShareOutOfRange(gpu_milli));
+        }
+        if gpus > 1 && gpu_milli != WHOLE_GPU {
+            return Err(RequestError::FractionOfSeveral(gpus));
+        }
+        Ok(Self {
+            cpu_milli,
+            memory_mib,
+            gpus,
+            gpu_milli,
+            gpu_memory_mib,
+            models,
+        })
+    }
+
+    /// Whether this asks for part of one GPU rather than whole GPUs.
+    pub fn is_slice(&self) -> bool {
+        self.gpus == 1 && (self.gpu_milli < WHOLE_GPU || self.gpu_memory_mib > 0)
+    }
+
+    /// Total GPU demand in milli-GPU.
+    pub fn gpu_milli_total(&self) -> u64 {
+        u64::from(self.gpus) * u64::from(self.gpu_milli)
+    }
+
+    /// The request's class, as GPU Clustering groups them.
+    pub fn class(&self) -> PodClass {
+        match self.gpus {
+            0 => PodClass::CpuOnly,
+            1 if self.gpu_milli < WHOLE_GPU => PodClass::Shared,
+            n => PodClass::Whole(n.min(15) as u8),
+        }
+    }
+}
+
+/// Coarse kind of a request: CPU-only, a shared GPU, or k whole GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodClass {
+    /// No GPU.
+    CpuOnly,
+    /// A fraction of one GPU.
+    Shared,
+    /// k whole GPUs.
+    Whole(u8),
+}
+
+impl PodClass {
+    /// A bit identifying this class in a node's set of hosted classes.
+    pub fn bit(self) -> u32 {
+        match self {
+            PodClass::CpuOnly => 1,
+            PodClass::Shared => 1 << 1,
+            PodClass::Whole(k) => 1 << (2 + u32::from(k)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fraction_of_several_gpus_is_rejected() {
+        let err = Request::new(0, 0, 2, 500, 0, ModelSet::Any).expect_err("must fail");
+        assert_eq!(err, RequestError::FractionOfSeveral(2));
+    }
+
+    #[test]
+    fn a_share_above_one_gpu_is_rejected() {
+        assert!(Request::new(0, 0, 1, 1001, 0, ModelSet::Any).is_err());
+        assert!(Request::new(0, 0, 1, 0, 0, ModelSet::Any).is_err());
+    }
+
+    #[test]
+    fn an_empty_model_mask_matches_nothing() {
+        assert!(!ModelSet::Only(0).allows(Some(0)));
+        assert!(ModelSet::Only(0b10).allows(Some(1)));
+        assert!(ModelSet::Any.allows(None));
+    }
+}
