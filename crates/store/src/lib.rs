@@ -46,6 +46,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn job(&self, id: JobId) -> Result<Option<Job>>;
     /// Jobs matching the filter, by id.
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
+    /// Number of jobs per (team, state).
+    fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>>;
     /// A job's state changes, oldest first.
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>>;
     /// Cancels a pending job now, or asks the agent to stop an active one.

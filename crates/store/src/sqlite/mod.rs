@@ -106,6 +106,9 @@ impl Store for SqliteStore {
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
         self.read(|c| jobs::list(c, filter))
     }
+    fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>> {
+        self.read(jobs::counts)
+    }
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
         self.read(|c| jobs::transitions(c, id))
     }

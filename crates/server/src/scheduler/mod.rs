@@ -1,0 +1,123 @@
+//! The scheduling loop: load a snapshot, [`plan`] (pure), record each decision through the
+//! dispatcher, repeat. Agents learn their work from the store on their next heartbeat, so a
+//! decision is always durable before anything acts on it.
+
+mod plan;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use gantry_store::{JobFilter, JobState, Store};
+use tokio::sync::watch;
+
+pub use plan::{Snapshot, plan};
+
+use crate::app::{App, now_ms};
+use crate::command::Command;
+use crate::error::ApiError;
+use crate::metrics::{StateLabel, TeamLabel};
+
+/// Runs until `stop` turns true.
+pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = app.wake.notified() => {}
+            () = tokio::time::sleep(app.config.schedule_interval) => {}
+        }
+        if *stop.borrow() || stop.has_changed().is_err() {
+            break;
+        }
+        if let Err(e) = pass(&app).await {
+            tracing::warn!(error = %e, "scheduling pass failed");
+        }
+    }
+}
+
+/// One pass: expire silent nodes, place what fits.
+pub async fn pass(app: &Arc<App>) -> Result<usize, ApiError> {
+    let deadline =
+        now_ms() - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
+    app.dispatch(Command::ExpireNodes { deadline }).await?;
+    let store = Arc::clone(&app.store);
+    let snapshot = tokio::task::spawn_blocking(move || load(&*store))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    record_gauges(app, &snapshot.1);
+    let snapshot = snapshot.0;
+    let started = Instant::now();
+    let decisions = plan(&snapshot, app.config.policy, 0x9a17);
+    app.metrics
+        .scheduling_pass
+        .observe(started.elapsed().as_secs_f64());
+    let mut placed = 0;
+    for placement in decisions {
+        let submitted = snapshot
+            .pending
+            .iter()
+            .find(|j| j.id == placement.job_id)
+            .map(|j| j.submitted_at);
+        match app.dispatch(Command::Place(placement)).await {
+            Ok(_) => {
+                placed += 1;
+                if let Some(at) = submitted {
+                    app.metrics
+                        .placement_latency
+                        .observe((now_ms() - at).max(0) as f64 / 1000.0);
+                }
+            }
+            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "placement refused by the store"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(placed)
+}
+
+type Counts = Vec<(String, JobState, u64)>;
+
+fn load(store: &dyn Store) -> Result<(Snapshot, Counts), gantry_store::StoreError> {
+    let by_state = |state| {
+        store.jobs(&JobFilter {
+            state: Some(state),
+            ..JobFilter::default()
+        })
+    };
+    let mut active = by_state(JobState::Scheduled)?;
+    active.extend(by_state(JobState::Running)?);
+    let snapshot = Snapshot {
+        nodes: store.nodes()?,
+        gpus: store.gpus()?,
+        held: store.allocations(true)?,
+        pending: by_state(JobState::Pending)?,
+        active,
+        teams: store.teams()?,
+        at: now_ms(),
+    };
+    Ok((snapshot, store.job_counts()?))
+}
+
+fn record_gauges(app: &App, counts: &Counts) {
+    let m = &app.metrics;
+    m.queue_length.clear();
+    m.jobs.clear();
+    for state in JobState::ALL {
+        m.jobs
+            .get_or_create(&StateLabel {
+                state: state.as_str().into(),
+            })
+            .set(0);
+    }
+    for (team, state, n) in counts {
+        let n = i64::try_from(*n).unwrap_or(i64::MAX);
+        m.jobs
+            .get_or_create(&StateLabel {
+                state: state.as_str().into(),
+            })
+            .inc_by(n);
+        if *state == JobState::Pending {
+            m.queue_length
+                .get_or_create(&TeamLabel { team: team.clone() })
+                .set(n);
+        }
+    }
+}
