@@ -17,6 +17,9 @@ use crate::command::Command;
 use crate::error::ApiError;
 use crate::metrics::{StateLabel, TeamLabel};
 
+/// Least time between two passes.
+const MIN_GAP: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Runs until `stop` turns true.
 pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     loop {
@@ -31,6 +34,8 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         if let Err(e) = pass(&app).await {
             tracing::warn!(error = %e, "scheduling pass failed");
         }
+        // Submissions wake the loop; a short pause lets a burst of them share one pass.
+        tokio::time::sleep(MIN_GAP).await;
     }
 }
 
@@ -82,10 +87,23 @@ fn load(store: &dyn Store) -> Result<(Snapshot, Counts), gantry_store::StoreErro
             ..JobFilter::default()
         })
     };
+    let nodes = store.nodes()?;
+    if !nodes
+        .iter()
+        .any(|n| n.state == gantry_store::NodeState::Ready)
+    {
+        // Nothing can be placed: skip reading the queue.
+        let snapshot = Snapshot {
+            nodes,
+            at: now_ms(),
+            ..Snapshot::default()
+        };
+        return Ok((snapshot, store.job_counts()?));
+    }
     let mut active = by_state(JobState::Scheduled)?;
     active.extend(by_state(JobState::Running)?);
     let snapshot = Snapshot {
-        nodes: store.nodes()?,
+        nodes,
         gpus: store.gpus()?,
         held: store.allocations(true)?,
         pending: by_state(JobState::Pending)?,
