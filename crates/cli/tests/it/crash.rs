@@ -41,6 +41,8 @@ async fn client(url: String, token: String, c: usize, acked: Arc<Mutex<Vec<(Stri
                 && let Some(id) = v["id"].as_i64()
             {
                 acked.lock().expect("lock").push((key, id));
+                // Pace the clients so all five crashes land while submissions are in flight.
+                tokio::time::sleep(Duration::from_millis(15)).await;
                 break;
             }
             // Not acknowledged (server down or killed mid-request): retry with the same key.
