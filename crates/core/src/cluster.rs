@@ -124,13 +124,10 @@ impl Node {
             return Some("GPU model not allowed");
         }
         if req.is_slice() {
-            let any = (0..self.gpu_free.len())
-                .any(|i| self.gpu_fits(i, req.gpu_milli, req.gpu_memory_mib));
+            let any = (0..self.gpu_free.len()).any(|i| self.gpu_fits(i, req.gpu_milli, req.gpu_memory_mib));
             return (!any).then_some("no GPU has that share free");
         }
-        let idle = (0..self.gpu_free.len())
-            .filter(|i| self.gpu_idle(*i))
-            .count();
+        let idle = (0..self.gpu_free.len()).filter(|i| self.gpu_idle(*i)).count();
         (idle < req.gpus as usize).then_some("not enough idle GPUs")
     }
 }
@@ -263,10 +260,7 @@ impl Cluster {
         if self.held.contains_key(&id) {
             return Err(LedgerError::DuplicateAllocation(id));
         }
-        let node = self
-            .nodes
-            .get(placement.node)
-            .ok_or(LedgerError::NoSuchNode(placement.node))?;
+        let node = self.nodes.get(placement.node).ok_or(LedgerError::NoSuchNode(placement.node))?;
         check_fit(node, req, placement)?;
         self.clock += 1;
         let clock = self.clock;
@@ -281,22 +275,13 @@ impl Cluster {
         node.allocations += 1;
         node.version = clock;
         self.used_milli += req.gpu_milli_total();
-        self.held.insert(
-            id,
-            Held {
-                request: *req,
-                placement: placement.clone(),
-            },
-        );
+        self.held.insert(id, Held { request: *req, placement: placement.clone() });
         Ok(())
     }
 
     /// Returns an allocation's resources to its node.
     pub fn release(&mut self, id: AllocationId) -> Result<(Request, Placement), LedgerError> {
-        let held = self
-            .held
-            .remove(&id)
-            .ok_or(LedgerError::UnknownAllocation(id))?;
+        let held = self.held.remove(&id).ok_or(LedgerError::UnknownAllocation(id))?;
         self.clock += 1;
         let clock = self.clock;
         let req = held.request;
@@ -326,12 +311,7 @@ impl Cluster {
 }
 
 fn check_fit(node: &Node, req: &Request, placement: &Placement) -> Result<(), LedgerError> {
-    let fail = |reason| {
-        Err(LedgerError::DoesNotFit {
-            node: placement.node,
-            reason,
-        })
-    };
+    let fail = |reason| Err(LedgerError::DoesNotFit { node: placement.node, reason });
     if let Some(reason) = node.why_not(req) {
         return fail(reason);
     }

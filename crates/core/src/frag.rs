@@ -38,18 +38,11 @@ pub struct TypicalPods {
 
 impl TypicalPods {
     /// Builds the distribution from a workload's requests.
-    pub fn from_requests<'a>(
-        requests: impl IntoIterator<Item = &'a Request>,
-        coverage: f64,
-    ) -> Self {
+    pub fn from_requests<'a>(requests: impl IntoIterator<Item = &'a Request>, coverage: f64) -> Self {
         let mut counts: HashMap<(u64, u32, u32, ModelSet), u64> = HashMap::new();
         let mut total = 0u64;
         for r in requests {
-            let cpu = if r.cpu_milli == 0 {
-                DEFAULT_CPU_MILLI
-            } else {
-                r.cpu_milli
-            };
+            let cpu = if r.cpu_milli == 0 { DEFAULT_CPU_MILLI } else { r.cpu_milli };
             let milli = if r.gpus == 0 { 0 } else { r.gpu_milli };
             *counts.entry((cpu, milli, r.gpus, r.models)).or_default() += 1;
             total += 1;
@@ -99,11 +92,7 @@ impl TypicalPods {
         let max_free = gpu_free.iter().copied().max().unwrap_or(0);
         self.shapes
             .iter()
-            .map(|t| {
-                t.p * f64::from(shape_fragment(
-                    t, cpu_free, model, gpu_free, total, idle, max_free,
-                ))
-            })
+            .map(|t| t.p * f64::from(shape_fragment(t, cpu_free, model, gpu_free, total, idle, max_free)))
             .sum()
     }
 }
@@ -120,11 +109,7 @@ fn shape_fragment(
     let runs = t.gpus > 0
         && t.cpu_milli <= cpu_free
         && t.models.allows(model)
-        && if t.gpu_milli < WHOLE_GPU {
-            max_free >= t.gpu_milli
-        } else {
-            idle >= t.gpus
-        };
+        && if t.gpu_milli < WHOLE_GPU { max_free >= t.gpu_milli } else { idle >= t.gpus };
     if !runs {
         return total;
     }
@@ -136,29 +121,19 @@ mod tests {
     use super::*;
 
     fn shape(cpu: u64, gpus: u32, milli: u32, p: f64) -> Shape {
-        Shape {
-            cpu_milli: cpu,
-            gpus,
-            gpu_milli: milli,
-            models: ModelSet::Any,
-            p,
-        }
+        Shape { cpu_milli: cpu, gpus, gpu_milli: milli, models: ModelSet::Any, p }
     }
 
     #[test]
     fn free_share_below_the_typical_slice_counts_as_fragment() {
-        let t = TypicalPods {
-            shapes: vec![shape(1000, 1, 500, 1.0)],
-        };
+        let t = TypicalPods { shapes: vec![shape(1000, 1, 500, 1.0)] };
         // GPU 0 has 300 free (< 500: fragment), GPU 1 has 1000 free (usable).
         assert_eq!(t.fragment(8000, Some(0), &[300, 1000]), 300.0);
     }
 
     #[test]
     fn everything_is_fragment_when_the_shape_cannot_run() {
-        let t = TypicalPods {
-            shapes: vec![shape(9000, 1, 500, 0.5), shape(100, 0, 0, 0.5)],
-        };
+        let t = TypicalPods { shapes: vec![shape(9000, 1, 500, 0.5), shape(100, 0, 0, 0.5)] };
         // Not enough CPU for the first shape, and the second is CPU-only: both see all 1300.
         assert_eq!(t.fragment(8000, Some(0), &[300, 1000]), 1300.0);
     }

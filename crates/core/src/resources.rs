@@ -83,14 +83,7 @@ pub struct Request {
 impl Request {
     /// A CPU-only request.
     pub fn cpu_only(cpu_milli: u64, memory_mib: u64) -> Self {
-        Self {
-            cpu_milli,
-            memory_mib,
-            gpus: 0,
-            gpu_milli: 0,
-            gpu_memory_mib: 0,
-            models: ModelSet::Any,
-        }
+        Self { cpu_milli, memory_mib, gpus: 0, gpu_milli: 0, gpu_memory_mib: 0, models: ModelSet::Any }
     }
 
     /// A validated request; `gpu_milli` is ignored when `gpus == 0`.
@@ -114,14 +107,7 @@ impl Request {
         if gpus > 1 && gpu_milli != WHOLE_GPU {
             return Err(RequestError::FractionOfSeveral(gpus));
         }
-        Ok(Self {
-            cpu_milli,
-            memory_mib,
-            gpus,
-            gpu_milli,
-            gpu_memory_mib,
-            models,
-        })
+        Ok(Self { cpu_milli, memory_mib, gpus, gpu_milli, gpu_memory_mib, models })
     }
 
     /// Whether this asks for part of one GPU rather than whole GPUs.

@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use gantry_core::frag::TypicalPods;
 use gantry_core::rng::{permutation, shuffle};
-use gantry_core::{
-    Cluster, LedgerError, ModelSet, NodeSpec, PolicyKind, RandomSource, Request, SplitMix64,
-};
+use gantry_core::{Cluster, LedgerError, ModelSet, NodeSpec, PolicyKind, RandomSource, Request, SplitMix64};
 
 use crate::trace::PodRow;
 
@@ -48,24 +46,13 @@ pub struct RunCurve {
 impl Experiment {
     /// Prepares an experiment: nodes are sorted by name; requests are resolved against the
     /// cluster's GPU models; the typical-pod set is built from the untuned trace.
-    pub fn new(
-        mut nodes: Vec<NodeSpec>,
-        mut pods: Vec<PodRow>,
-        tune: f64,
-    ) -> Result<Self, LedgerError> {
+    pub fn new(mut nodes: Vec<NodeSpec>, mut pods: Vec<PodRow>, tune: f64) -> Result<Self, LedgerError> {
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         pods.sort_by(|a, b| a.name.cmp(&b.name));
         let template = Cluster::new(nodes.clone())?;
         let requests: Vec<Request> = pods.iter().map(|p| request_of(&template, p)).collect();
         let typical = Arc::new(TypicalPods::from_requests(&requests, TYPICAL_COVERAGE));
-        Ok(Self {
-            nodes,
-            pods,
-            requests,
-            typical,
-            template,
-            tune,
-        })
+        Ok(Self { nodes, pods, requests, typical, template, tune })
     }
 
     /// Total GPUs of the cluster.
@@ -126,11 +113,7 @@ impl Experiment {
         let mut policy = policy.build(self.typical.clone());
         let mut bins = Bins::default();
         let capacity = cluster.capacity_milli() as f64;
-        let mut node_frag: Vec<f64> = cluster
-            .nodes()
-            .iter()
-            .map(|n| self.typical.node_fragment(n))
-            .collect();
+        let mut node_frag: Vec<f64> = cluster.nodes().iter().map(|n| self.typical.node_fragment(n)).collect();
         let mut frag_total: f64 = node_frag.iter().sum();
         let mut arrived = 0u64;
         let mut failed = 0;
@@ -146,26 +129,16 @@ impl Experiment {
                 _ => failed += 1,
             }
             let arrive_pct = (100.0 * arrived as f64 / capacity).round_ties_even();
-            let alloc_pct =
-                (100.0 * cluster.used_milli() as f64 / capacity * 100.0).round() / 100.0;
+            let alloc_pct = (100.0 * cluster.used_milli() as f64 / capacity * 100.0).round() / 100.0;
             bins.add(arrive_pct, alloc_pct, 100.0 * frag_total / capacity);
         }
         let (alloc_pct, frag_pct) = bins.curves();
-        RunCurve {
-            alloc_pct,
-            frag_pct,
-            failed,
-            submitted: arrivals.len(),
-        }
+        RunCurve { alloc_pct, frag_pct, failed, submitted: arrivals.len() }
     }
 }
 
 fn request_of(cluster: &Cluster, pod: &PodRow) -> Request {
-    let models = if pod.gpu_spec.is_empty() {
-        ModelSet::Any
-    } else {
-        cluster.model_set(&pod.gpu_spec)
-    };
+    let models = if pod.gpu_spec.is_empty() { ModelSet::Any } else { cluster.model_set(&pod.gpu_spec) };
     Request {
         cpu_milli: pod.cpu_milli,
         memory_mib: pod.memory_mib,
@@ -186,11 +159,7 @@ struct Bins {
 
 impl Default for Bins {
     fn default() -> Self {
-        Self {
-            count: [0; MAX_BIN + 1],
-            alloc: [0.0; MAX_BIN + 1],
-            frag: [0.0; MAX_BIN + 1],
-        }
+        Self { count: [0; MAX_BIN + 1], alloc: [0.0; MAX_BIN + 1], frag: [0.0; MAX_BIN + 1] }
     }
 }
 
@@ -208,11 +177,7 @@ impl Bins {
         let mut alloc = vec![0.0; MAX_BIN + 1];
         let mut frag = vec![0.0; MAX_BIN + 1];
         for b in 0..=MAX_BIN {
-            let range = if self.count[b] > 0 {
-                b..=b
-            } else {
-                b.saturating_sub(1)..=(b + 1).min(MAX_BIN)
-            };
+            let range = if self.count[b] > 0 { b..=b } else { b.saturating_sub(1)..=(b + 1).min(MAX_BIN) };
             let n: u32 = self.count[range.clone()].iter().sum();
             if n > 0 {
                 alloc[b] = self.alloc[range.clone()].iter().sum::<f64>() / f64::from(n);

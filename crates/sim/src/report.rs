@@ -21,7 +21,10 @@ pub fn json(trace: &str, total_gpus: u64, wall_seconds: f64, results: &[PolicyRe
             for p in POINTS {
                 let u = r.unallocated(p);
                 let f = r.fragmentation(p);
-                unallocated.insert(p.to_string(), json!({"mean": round4(u.mean), "std": round4(u.std), "median": round4(u.median)}));
+                unallocated.insert(
+                    p.to_string(),
+                    json!({"mean": round4(u.mean), "std": round4(u.std), "median": round4(u.median)}),
+                );
                 fragmentation.insert(p.to_string(), json!({"mean": round4(f.mean), "std": round4(f.std)}));
             }
             let failed: usize = r.runs.iter().map(|c| c.failed).sum();
@@ -110,9 +113,8 @@ pub fn summary_csv(results: &[PolicyResult]) -> String {
     out
 }
 
-const COLORS: [&str; 8] = [
-    "#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#8c564b",
-];
+const COLORS: [&str; 8] =
+    ["#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#8c564b"];
 
 /// An SVG line chart: x = arrived % from 75 to 120, y = unallocated GPU %, one line per policy
 /// (median over seeds) with its 25–75 % band.
@@ -121,11 +123,8 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
     let (w, h, left, right, top, bottom) = (760.0, 460.0, 70.0, 150.0, 40.0, 60.0);
     let pw = w - left - right;
     let ph = h - top - bottom;
-    let y_max = results
-        .iter()
-        .flat_map(|r| (x0..=x1).map(|b| r.unallocated(b).p75))
-        .fold(0.0f64, f64::max)
-        .max(1.0);
+    let y_max =
+        results.iter().flat_map(|r| (x0..=x1).map(|b| r.unallocated(b).p75)).fold(0.0f64, f64::max).max(1.0);
     let y_top = (y_max / 5.0).ceil() * 5.0;
     let sx = |x: f64| left + (x - x0 as f64) / (x1 - x0) as f64 * pw;
     let sy = |y: f64| top + (1.0 - y / y_top) * ph;
@@ -160,10 +159,8 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
             top + ph + 16.0
         );
     }
-    let _ = writeln!(
-        s,
-        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
-    );
+    let _ =
+        writeln!(s, r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##);
     let _ = writeln!(
         s,
         r#"<text x="{}" y="{}" text-anchor="middle">Arrived workload (% of GPU capacity)</text>"#,
@@ -177,22 +174,18 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
     );
     for (i, r) in results.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let upper: Vec<String> = (x0..=x1)
-            .map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).p75)))
-            .collect();
-        let lower: Vec<String> = (x0..=x1)
-            .rev()
-            .map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).p25)))
-            .collect();
+        let upper: Vec<String> =
+            (x0..=x1).map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).p75))).collect();
+        let lower: Vec<String> =
+            (x0..=x1).rev().map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).p25))).collect();
         let _ = writeln!(
             s,
             r#"<polygon points="{} {}" fill="{color}" fill-opacity="0.18" stroke="none"/>"#,
             upper.join(" "),
             lower.join(" ")
         );
-        let line: Vec<String> = (x0..=x1)
-            .map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).median)))
-            .collect();
+        let line: Vec<String> =
+            (x0..=x1).map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).median))).collect();
         let _ = writeln!(
             s,
             r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,

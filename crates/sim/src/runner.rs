@@ -66,21 +66,13 @@ pub struct PolicyResult {
 impl PolicyResult {
     /// Unallocated GPU % (100 − allocation) at arrived % `bin`, over seeds.
     pub fn unallocated(&self, bin: usize) -> Stat {
-        let values: Vec<f64> = self
-            .runs
-            .iter()
-            .map(|r| 100.0 - r.alloc_pct[bin.min(MAX_BIN)])
-            .collect();
+        let values: Vec<f64> = self.runs.iter().map(|r| 100.0 - r.alloc_pct[bin.min(MAX_BIN)]).collect();
         Stat::of(&values)
     }
 
     /// Fragmented GPU share (% of capacity) at arrived % `bin`, over seeds.
     pub fn fragmentation(&self, bin: usize) -> Stat {
-        let values: Vec<f64> = self
-            .runs
-            .iter()
-            .map(|r| r.frag_pct[bin.min(MAX_BIN)])
-            .collect();
+        let values: Vec<f64> = self.runs.iter().map(|r| r.frag_pct[bin.min(MAX_BIN)]).collect();
         Stat::of(&values)
     }
 }
@@ -94,9 +86,8 @@ pub fn run_all(
     threads: usize,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Vec<PolicyResult> {
-    let jobs: Vec<(usize, usize)> = (0..policies.len())
-        .flat_map(|p| (0..seeds.len()).map(move |s| (p, s)))
-        .collect();
+    let jobs: Vec<(usize, usize)> =
+        (0..policies.len()).flat_map(|p| (0..seeds.len()).map(move |s| (p, s))).collect();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<RunCurve>>> = Mutex::new(vec![None; jobs.len()]);
@@ -115,10 +106,7 @@ pub fn run_all(
             });
         }
     });
-    let mut curves = results
-        .into_inner()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .into_iter();
+    let mut curves = results.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()).into_iter();
     policies
         .iter()
         .map(|policy| PolicyResult {

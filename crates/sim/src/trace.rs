@@ -107,17 +107,8 @@ pub fn read_nodes(path: &Path) -> Result<Vec<NodeSpec>, TraceError> {
 /// `gpu_milli` is clamped to 1000; multi-GPU tasks take whole GPUs whatever it says (the trace
 /// documents it as meaningful for single-GPU tasks only).
 pub fn read_pods(path: &Path) -> Result<Vec<PodRow>, TraceError> {
-    let mut table = Table::open(
-        path,
-        &[
-            "name",
-            "cpu_milli",
-            "memory_mib",
-            "num_gpu",
-            "gpu_milli",
-            "gpu_spec",
-        ],
-    )?;
+    let mut table =
+        Table::open(path, &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"])?;
     let mut pods = Vec::new();
     while let Some(row) = table.next_row()? {
         let num_gpu = row.int("num_gpu")? as u32;
@@ -125,10 +116,7 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>, TraceError> {
         let gpu_milli = match num_gpu {
             0 => 0,
             1 if raw_milli == 0 => {
-                return Err(row.bad(
-                    "gpu_milli",
-                    "a task with a GPU needs a share of 1 to 1000".into(),
-                ));
+                return Err(row.bad("gpu_milli", "a task with a GPU needs a share of 1 to 1000".into()));
             }
             1 => raw_milli,
             _ => 1000,
@@ -140,12 +128,7 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>, TraceError> {
             memory_mib: row.int("memory_mib")?,
             num_gpu,
             gpu_milli,
-            gpu_spec: spec
-                .split('|')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect(),
+            gpu_spec: spec.split('|').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
         });
     }
     table.finish(pods)
@@ -162,34 +145,21 @@ struct Table {
 
 impl Table {
     fn open(path: &Path, required: &[&'static str]) -> Result<Self, TraceError> {
-        let file = File::open(path).map_err(|source| TraceError::Io {
-            path: path.into(),
-            source,
-        })?;
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(true)
-            .from_reader(file);
+        let file = File::open(path).map_err(|source| TraceError::Io { path: path.into(), source })?;
+        let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(file);
         let headers = reader.headers().map_err(|e| csv_error(path, &e))?.clone();
         if headers.iter().all(|h| h.trim().is_empty()) {
             return Err(TraceError::Empty { path: path.into() });
         }
         let mut columns = Vec::new();
         for column in required {
-            let index = headers.iter().position(|h| h.trim() == *column).ok_or(
-                TraceError::MissingColumn {
-                    path: path.into(),
-                    column,
-                },
-            )?;
+            let index = headers
+                .iter()
+                .position(|h| h.trim() == *column)
+                .ok_or(TraceError::MissingColumn { path: path.into(), column })?;
             columns.push((*column, index));
         }
-        Ok(Self {
-            path: path.into(),
-            reader,
-            columns,
-            record: csv::StringRecord::new(),
-            rows: 0,
-        })
+        Ok(Self { path: path.into(), reader, columns, record: csv::StringRecord::new(), rows: 0 })
     }
 
     fn next_row(&mut self) -> Result<Option<Row<'_>>, TraceError> {
@@ -219,12 +189,7 @@ struct Row<'a> {
 
 impl Row<'_> {
     fn text(&self, column: &'static str) -> Result<&str, TraceError> {
-        let index = self
-            .table
-            .columns
-            .iter()
-            .find(|c| c.0 == column)
-            .map(|c| c.1);
+        let index = self.table.columns.iter().find(|c| c.0 == column).map(|c| c.1);
         index
             .and_then(|i| self.table.record.get(i))
             .ok_or_else(|| self.bad(column, "value missing (row has too few fields)".into()))
@@ -242,28 +207,17 @@ impl Row<'_> {
     }
 
     fn bad(&self, column: &'static str, message: String) -> TraceError {
-        TraceError::BadValue {
-            path: self.table.path.clone(),
-            line: self.line,
-            column,
-            message,
-        }
+        TraceError::BadValue { path: self.table.path.clone(), line: self.line, column, message }
     }
 }
 
 fn csv_error(path: &Path, e: &csv::Error) -> TraceError {
     let line = e.position().map_or(1, |p| p.line());
     let message = match e.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => {
+        csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
             format!("expected {expected_len} fields like the header, found {len}")
         }
         _ => e.to_string(),
     };
-    TraceError::Malformed {
-        path: path.into(),
-        line,
-        message,
-    }
+    TraceError::Malformed { path: path.into(), line, message }
 }

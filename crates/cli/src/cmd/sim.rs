@@ -82,9 +82,7 @@ fn fgd(args: FgdArgs) -> anyhow::Result<()> {
     if !(args.tune > 0.0 && args.tune <= 10.0) {
         bail!("--tune must be between 0 and 10, got {}", args.tune);
     }
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let nodes = read_nodes(&args.nodes)?;
     let mut traces = Vec::new();
     for path in &args.pods {
@@ -94,27 +92,18 @@ fn fgd(args: FgdArgs) -> anyhow::Result<()> {
     let total = traces.len() * args.policy.len() * seeds.len();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} runs, eta {eta}",
-        )
-        .context("progress bar template")?,
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} runs, eta {eta}")
+            .context("progress bar template")?,
     );
     let started = Instant::now();
     let mut outputs = Vec::new();
     for (name, pods) in traces {
-        let experiment =
-            Experiment::new(nodes.clone(), pods, args.tune).context("building the cluster")?;
+        let experiment = Experiment::new(nodes.clone(), pods, args.tune).context("building the cluster")?;
         let base = bar.position();
         let t0 = Instant::now();
-        let results = run_all(&experiment, &args.policy, seeds, threads, &|done| {
-            bar.set_position(base + done as u64)
-        });
-        outputs.push((
-            name,
-            experiment.total_gpus(),
-            t0.elapsed().as_secs_f64(),
-            results,
-        ));
+        let results =
+            run_all(&experiment, &args.policy, seeds, threads, &|done| bar.set_position(base + done as u64));
+        outputs.push((name, experiment.total_gpus(), t0.elapsed().as_secs_f64(), results));
     }
     bar.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
@@ -131,20 +120,14 @@ fn print(outputs: &[Output], as_json: bool, wall: f64) -> anyhow::Result<()> {
         let value = if let [(name, gpus, _, results)] = outputs {
             report::json(name, *gpus, wall, results)
         } else {
-            let traces: Vec<_> = outputs
-                .iter()
-                .map(|(n, g, w, r)| report::json(n, *g, *w, r))
-                .collect();
+            let traces: Vec<_> = outputs.iter().map(|(n, g, w, r)| report::json(n, *g, *w, r)).collect();
             serde_json::json!({"wall_seconds": wall, "traces": traces})
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         for (name, gpus, seconds, results) in outputs {
             print!("{}", report::table(name, *gpus, results));
-            println!(
-                "({} runs in {seconds:.2} s)\n",
-                results.iter().map(|r| r.runs.len()).sum::<usize>()
-            );
+            println!("({} runs in {seconds:.2} s)\n", results.iter().map(|r| r.runs.len()).sum::<usize>());
         }
         println!("total wall time {wall:.2} s");
     }
@@ -155,32 +138,21 @@ fn write_outputs(dir: &Path, outputs: &[Output]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let multi = outputs.len() > 1;
     for (name, gpus, seconds, results) in outputs {
-        let prefix = if multi {
-            format!("{name}-")
-        } else {
-            String::new()
-        };
+        let prefix = if multi { format!("{name}-") } else { String::new() };
         let files = [
-            (
-                "results.json",
-                serde_json::to_string_pretty(&report::json(name, *gpus, *seconds, results))?,
-            ),
+            ("results.json", serde_json::to_string_pretty(&report::json(name, *gpus, *seconds, results))?),
             ("curves.csv", report::curves_csv(results)),
             ("summary.csv", report::summary_csv(results)),
             ("chart.svg", report::svg(name, results)),
         ];
         for (file, body) in files {
             let path = dir.join(format!("{prefix}{file}"));
-            std::fs::write(&path, body)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
     Ok(())
 }
 
 fn stem(path: &Path) -> String {
-    path.file_stem().map_or_else(
-        || path.display().to_string(),
-        |s| s.to_string_lossy().into_owned(),
-    )
+    path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
 }

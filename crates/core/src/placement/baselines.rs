@@ -25,11 +25,8 @@ impl Policy for RandomPolicy {
         order: &[NodeId],
         rng: &mut dyn RandomSource,
     ) -> Option<Placement> {
-        let feasible: Vec<NodeId> = order
-            .iter()
-            .copied()
-            .filter(|id| cluster.nodes()[*id].fits(req))
-            .collect();
+        let feasible: Vec<NodeId> =
+            order.iter().copied().filter(|id| cluster.nodes()[*id].fits(req)).collect();
         if feasible.is_empty() {
             return None;
         }
@@ -64,20 +61,11 @@ impl Policy for DotProduct {
         order: &[NodeId],
         _: &mut dyn RandomSource,
     ) -> Option<Placement> {
-        let p = (
-            req.cpu_milli as f64 / MAX_SPEC_CPU,
-            req.gpu_milli_total() as f64 / MAX_SPEC_GPU,
-        );
+        let p = (req.cpu_milli as f64 / MAX_SPEC_CPU, req.gpu_milli_total() as f64 / MAX_SPEC_GPU);
         pick(cluster, req, order, false, |_, node| {
-            let n = (
-                node.cpu_free as f64 / MAX_SPEC_CPU,
-                node.gpu_free_total() as f64 / MAX_SPEC_GPU,
-            );
+            let n = (node.cpu_free as f64 / MAX_SPEC_CPU, node.gpu_free_total() as f64 / MAX_SPEC_GPU);
             let dot = n.0 * p.0 + n.1 * p.1;
-            Some(Score {
-                value: (100.0 * (1.0 - dot / 2.0)) as i64,
-                gpu: best_fit_gpu(node, req),
-            })
+            Some(Score { value: (100.0 * (1.0 - dot / 2.0)) as i64, gpu: best_fit_gpu(node, req) })
         })
     }
 }
@@ -103,10 +91,7 @@ impl Policy for BestFit {
             let gpu_left =
                 (node.gpu_free_total().saturating_sub(req.gpu_milli_total())) as f64 / MAX_SPEC_GPU;
             let raw = 0.5 * cpu_left + 0.5 * gpu_left;
-            Some(Score {
-                value: (100.0 * (1.0 - raw)).floor() as i64,
-                gpu: best_fit_gpu(node, req),
-            })
+            Some(Score { value: (100.0 * (1.0 - raw)).floor() as i64, gpu: best_fit_gpu(node, req) })
         })
     }
 }
@@ -127,9 +112,7 @@ impl Policy for Packing {
         order: &[NodeId],
         _: &mut dyn RandomSource,
     ) -> Option<Placement> {
-        pick(cluster, req, order, false, |_, node| {
-            Some(packing_score(node, req))
-        })
+        pick(cluster, req, order, false, |_, node| Some(packing_score(node, req)))
     }
 }
 
@@ -141,10 +124,7 @@ fn packing_score(node: &Node, req: &Request) -> Score {
     let n_gpus = node.gpu_free.len() as i64;
     let idle = node.idle_gpus() as i64;
     if idle == n_gpus {
-        return Score {
-            value: (33 - idle).max(idle),
-            gpu,
-        };
+        return Score { value: (33 - idle).max(idle), gpu };
     }
     // The GPUs the request would take, least free first.
     let mut fitting: Vec<u32> = (0..node.gpu_free.len())
@@ -195,10 +175,7 @@ impl Policy for Clustering {
             } else {
                 0.0
             };
-            Some(Score {
-                value: (base + g) as i64,
-                gpu,
-            })
+            Some(Score { value: (base + g) as i64, gpu })
         })
     }
 }

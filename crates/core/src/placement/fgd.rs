@@ -23,9 +23,7 @@ pub struct Fgd {
 impl Fgd {
     /// FGD over the given typical-pod distribution.
     pub fn new(typical: Arc<TypicalPods>) -> Self {
-        Self {
-            frag: FragCache::new(typical),
-        }
+        Self { frag: FragCache::new(typical) }
     }
 }
 
@@ -80,12 +78,7 @@ impl FragCache {
         Self {
             shapes: HashMap::new(),
             table: Vec::new(),
-            state: FragState {
-                typical,
-                before: Vec::new(),
-                scratch: Vec::new(),
-                current: 0,
-            },
+            state: FragState { typical, before: Vec::new(), scratch: Vec::new(), current: 0 },
         }
     }
 
@@ -143,12 +136,7 @@ impl FragState {
 
     /// Calls `f(gpu, F_after)` for every way the node could take `req`: each fitting GPU for a
     /// slice (index order), or the single outcome of a whole-GPU or CPU-only request.
-    pub(super) fn each_outcome(
-        &mut self,
-        node: &Node,
-        req: &Request,
-        mut f: impl FnMut(Option<u32>, f64),
-    ) {
+    pub(super) fn each_outcome(&mut self, node: &Node, req: &Request, mut f: impl FnMut(Option<u32>, f64)) {
         let cpu_after = node.cpu_free - req.cpu_milli;
         self.scratch.clear();
         self.scratch.extend_from_slice(&node.gpu_free);
@@ -158,10 +146,7 @@ impl FragState {
                     continue;
                 }
                 self.scratch[i] -= req.gpu_milli;
-                f(
-                    Some(i as u32),
-                    self.typical.fragment(cpu_after, node.model, &self.scratch),
-                );
+                f(Some(i as u32), self.typical.fragment(cpu_after, node.model, &self.scratch));
                 self.scratch[i] += req.gpu_milli;
             }
             return;
@@ -176,9 +161,6 @@ impl FragState {
                 left -= 1;
             }
         }
-        f(
-            None,
-            self.typical.fragment(cpu_after, node.model, &self.scratch),
-        );
+        f(None, self.typical.fragment(cpu_after, node.model, &self.scratch));
     }
 }

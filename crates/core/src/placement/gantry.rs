@@ -18,9 +18,7 @@ pub struct Gantry {
 impl Gantry {
     /// Gantry's policy over the given typical-pod distribution.
     pub fn new(typical: Arc<TypicalPods>) -> Self {
-        Self {
-            frag: FragCache::new(typical),
-        }
+        Self { frag: FragCache::new(typical) }
     }
 }
 

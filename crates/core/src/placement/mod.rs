@@ -157,18 +157,11 @@ pub fn pick(
         let lo = scored.iter().map(|s| s.1.value).min()?;
         let hi = scored.iter().map(|s| s.1.value).max()?;
         let scale = |v: i64| {
-            if hi > lo {
-                (v - lo) * 100 / (hi - lo)
-            } else {
-                0
-            }
+            if hi > lo { (v - lo) * 100 / (hi - lo) } else { 0 }
         };
         let mut best: Option<(NodeId, Score)> = None;
         for (id, s) in scored {
-            let s = Score {
-                value: scale(s.value),
-                ..s
-            };
+            let s = Score { value: scale(s.value), ..s };
             if best.is_none_or(|b| s.value > b.1.value) {
                 best = Some((id, s));
             }
@@ -193,12 +186,7 @@ pub fn pick(
 }
 
 /// Turns a chosen node (and slice GPU) into a placement.
-fn finish(
-    cluster: &Cluster,
-    req: &Request,
-    node: NodeId,
-    slice_gpu: Option<u32>,
-) -> Option<Placement> {
+fn finish(cluster: &Cluster, req: &Request, node: NodeId, slice_gpu: Option<u32>) -> Option<Placement> {
     let n = cluster.node(node)?;
     let gpus = if req.gpus == 0 {
         Vec::new()

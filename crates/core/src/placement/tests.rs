@@ -22,35 +22,15 @@ fn ties_go_to_the_earliest_node_in_the_order() {
     let cluster = Cluster::new(vec![node("a", 8000, 2), node("b", 8000, 2)]).expect("cluster");
     let mut rng = SplitMix64::new(1);
     let req = slice(500);
-    let p = PolicyKind::Packing
-        .build(Arc::default())
-        .place(&cluster, &req, &[1, 0], &mut rng);
+    let p = PolicyKind::Packing.build(Arc::default()).place(&cluster, &req, &[1, 0], &mut rng);
     assert_eq!(p.map(|p| p.node), Some(1));
 }
 
 #[test]
 fn best_fit_gpu_takes_the_fullest_gpu_that_fits() {
     let mut cluster = Cluster::new(vec![node("a", 64000, 4)]).expect("cluster");
-    cluster
-        .allocate(
-            1,
-            &slice(600),
-            &Placement {
-                node: 0,
-                gpus: vec![2],
-            },
-        )
-        .expect("fits");
-    cluster
-        .allocate(
-            2,
-            &slice(300),
-            &Placement {
-                node: 0,
-                gpus: vec![1],
-            },
-        )
-        .expect("fits");
+    cluster.allocate(1, &slice(600), &Placement { node: 0, gpus: vec![2] }).expect("fits");
+    cluster.allocate(2, &slice(300), &Placement { node: 0, gpus: vec![1] }).expect("fits");
     let gpu = best_fit_gpu(&cluster.nodes()[0], &slice(300));
     assert_eq!(gpu, Some(2));
 }
@@ -58,25 +38,11 @@ fn best_fit_gpu_takes_the_fullest_gpu_that_fits() {
 #[test]
 fn whole_gpu_requests_take_the_lowest_idle_gpus() {
     let mut cluster = Cluster::new(vec![node("a", 64000, 4)]).expect("cluster");
-    cluster
-        .allocate(
-            1,
-            &slice(100),
-            &Placement {
-                node: 0,
-                gpus: vec![0],
-            },
-        )
-        .expect("fits");
+    cluster.allocate(1, &slice(100), &Placement { node: 0, gpus: vec![0] }).expect("fits");
     let req = Request::new(1000, 0, 2, 1000, 0, ModelSet::Any).expect("valid");
     for kind in PolicyKind::ALL {
-        let mut policy = kind.build(Arc::new(TypicalPods::from_requests(
-            &[req, slice(500)],
-            0.95,
-        )));
-        let p = policy
-            .place(&cluster, &req, &[0], &mut SplitMix64::new(2))
-            .expect("fits");
+        let mut policy = kind.build(Arc::new(TypicalPods::from_requests(&[req, slice(500)], 0.95)));
+        let p = policy.place(&cluster, &req, &[0], &mut SplitMix64::new(2)).expect("fits");
         assert_eq!(p.gpus, vec![1, 2], "{}", kind.as_str());
     }
 }
@@ -98,35 +64,14 @@ fn no_policy_places_what_does_not_fit() {
 
 #[test]
 fn fgd_prefers_the_gpu_whose_remainder_stays_usable() {
-    // Typical pods all want 500 milli. A 500 slice on the GPU with 500 free leaves nothing
-    // wasted; on the idle GPU it would leave 500, still usable; on the GPU with 700 free it
-    // would leave a 200 sliver.
+    // Typical pods all want 500 milli. On GPU 0 (700 free) a 500 slice would leave a 200
+    // sliver; on GPU 1 (500 free) or the idle GPU 2 nothing is wasted, and GPU 1 comes first.
     let mut cluster = Cluster::new(vec![node("a", 64000, 3)]).expect("cluster");
-    cluster
-        .allocate(
-            1,
-            &slice(500),
-            &Placement {
-                node: 0,
-                gpus: vec![1],
-            },
-        )
-        .expect("fits");
-    cluster
-        .allocate(
-            2,
-            &slice(300),
-            &Placement {
-                node: 0,
-                gpus: vec![2],
-            },
-        )
-        .expect("fits");
+    cluster.allocate(1, &slice(300), &Placement { node: 0, gpus: vec![0] }).expect("fits");
+    cluster.allocate(2, &slice(500), &Placement { node: 0, gpus: vec![1] }).expect("fits");
     let typical = Arc::new(TypicalPods::from_requests(&[slice(500)], 0.95));
     let mut fgd = PolicyKind::Fgd.build(typical);
-    let p = fgd
-        .place(&cluster, &slice(500), &[0], &mut SplitMix64::new(4))
-        .expect("fits");
+    let p = fgd.place(&cluster, &slice(500), &[0], &mut SplitMix64::new(4)).expect("fits");
     assert_eq!(p.gpus, vec![1]);
 }
 
