@@ -56,19 +56,13 @@ pub struct Collector {
 
 impl std::fmt::Debug for Collector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Collector")
-            .field("backend", &self.backend.kind())
-            .finish_non_exhaustive()
+        f.debug_struct("Collector").field("backend", &self.backend.kind()).finish_non_exhaustive()
     }
 }
 
 impl Collector {
     /// Starts with every GPU healthy.
-    pub fn new(
-        backend: Box<dyn GpuBackend>,
-        health_cfg: HealthConfig,
-        findings_cfg: FindingsConfig,
-    ) -> Self {
+    pub fn new(backend: Box<dyn GpuBackend>, health_cfg: HealthConfig, findings_cfg: FindingsConfig) -> Self {
         let n = backend.inventory().len();
         Self {
             health: (0..n as u32).map(GpuHealth::new).collect(),
@@ -127,14 +121,7 @@ impl Collector {
                 None => Vec::new(),
             };
             let health = self.health[i].state();
-            gpus.push(GpuReport {
-                info,
-                sample,
-                error,
-                health,
-                findings,
-                xid_counts: self.xids[i].clone(),
-            });
+            gpus.push(GpuReport { info, sample, error, health, findings, xid_counts: self.xids[i].clone() });
         }
         Ok(Collection {
             at: now,

@@ -78,15 +78,10 @@ impl GpuError {
     pub(crate) fn from_nvml(call: &'static str, e: nvml_wrapper::error::NvmlError) -> Self {
         use nvml_wrapper::error::NvmlError as E;
         match e {
-            E::LibloadingError(l) => GpuError::LibraryNotFound {
-                detail: l.to_string(),
-            },
+            E::LibloadingError(l) => GpuError::LibraryNotFound { detail: l.to_string() },
             E::DriverNotLoaded => GpuError::DriverNotLoaded,
             E::NoPermission => GpuError::NoPermission,
-            other => GpuError::Nvml {
-                call,
-                source: other,
-            },
+            other => GpuError::Nvml { call, source: other },
         }
     }
 }

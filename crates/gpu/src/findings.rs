@@ -101,17 +101,9 @@ pub struct GpuWindow {
 impl GpuWindow {
     /// Adds a sample; `has_process` says whether a process held the GPU at the time.
     pub fn push(&mut self, cfg: &FindingsConfig, at: Duration, util: f64, has_process: bool) {
-        self.points.push_back(Point {
-            at,
-            util,
-            busy: has_process,
-        });
+        self.points.push_back(Point { at, util, busy: has_process });
         let keep = cfg.idle_window.max(cfg.starved_window);
-        while self
-            .points
-            .front()
-            .is_some_and(|p| at.saturating_sub(p.at) > keep)
-        {
+        while self.points.front().is_some_and(|p| at.saturating_sub(p.at) > keep) {
             self.points.pop_front();
         }
     }
@@ -124,74 +116,45 @@ impl GpuWindow {
         if last.saturating_sub(first) < window || window.is_zero() {
             return None;
         }
-        let span: Vec<&Point> = self
-            .points
-            .iter()
-            .filter(|p| last - p.at <= window)
-            .collect();
-        span.iter()
-            .all(|p| p.busy)
-            .then(|| span.iter().map(|p| p.util).collect())
+        let span: Vec<&Point> = self.points.iter().filter(|p| last - p.at <= window).collect();
+        span.iter().all(|p| p.busy).then(|| span.iter().map(|p| p.util).collect())
     }
 
     /// Findings for the GPU whose latest sample is `s` with `total_bytes` of framebuffer.
     pub fn judge(&self, cfg: &FindingsConfig, s: &GpuSample, total_bytes: u64) -> Vec<Finding> {
         let mut out = Vec::new();
-        let mut add = |kind, detail: String| {
-            out.push(Finding {
-                gpu: s.index,
-                kind,
-                detail,
-            })
-        };
+        let mut add = |kind, detail: String| out.push(Finding { gpu: s.index, kind, detail });
         if let Some(u) = self.allocated_span(cfg.idle_window) {
             let max = u.iter().copied().fold(0.0, f64::max);
             if max < cfg.idle_below_percent {
                 add(
                     FindingKind::IdleAllocated,
-                    format!(
-                        "utilisation at most {max:.0}% for {}s",
-                        cfg.idle_window.as_secs()
-                    ),
+                    format!("utilisation at most {max:.0}% for {}s", cfg.idle_window.as_secs()),
                 );
             }
         }
         let usable = total_bytes.saturating_sub(s.memory_reserved_bytes).max(1);
         let used_pct = s.memory_used_bytes as f64 * 100.0 / usable as f64;
         if used_pct >= cfg.memory_near_percent {
-            add(
-                FindingKind::MemoryNearLimit,
-                format!("{used_pct:.1}% of memory used"),
-            );
+            add(FindingKind::MemoryNearLimit, format!("{used_pct:.1}% of memory used"));
         }
         if s.throttle.thermal {
             add(
                 FindingKind::ThermalThrottle,
-                format!(
-                    "{:.0} °C, SM clock {} MHz",
-                    s.gpu_temp_celsius, s.sm_clock_mhz
-                ),
+                format!("{:.0} °C, SM clock {} MHz", s.gpu_temp_celsius, s.sm_clock_mhz),
             );
         }
         if s.throttle.power {
-            add(
-                FindingKind::PowerThrottle,
-                format!("{:.0} W at the power cap", s.power_watts),
-            );
+            add(FindingKind::PowerThrottle, format!("{:.0} W at the power cap", s.power_watts));
         }
         if let Some(u) = self.allocated_span(cfg.starved_window) {
             let mean = u.iter().sum::<f64>() / u.len() as f64;
             let max = u.iter().copied().fold(0.0, f64::max);
             let min = u.iter().copied().fold(100.0, f64::min);
             let mid = (max + min) / 2.0;
-            let swings = u
-                .windows(2)
-                .filter(|w| (w[0] < mid) != (w[1] < mid))
-                .count();
+            let swings = u.windows(2).filter(|w| (w[0] < mid) != (w[1] < mid)).count();
             // Two full burst/wait cycles at least: one spike is not a pattern.
-            if mean < cfg.starved_mean_below_percent
-                && max - min >= cfg.starved_swing_percent
-                && swings >= 4
+            if mean < cfg.starved_mean_below_percent && max - min >= cfg.starved_swing_percent && swings >= 4
             {
                 add(
                     FindingKind::InputStarved,

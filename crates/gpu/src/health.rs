@@ -125,9 +125,7 @@ impl GpuHealth {
 
     fn severity(cfg: &HealthConfig, s: Signal) -> Severity {
         match s {
-            Signal::Event(GpuEventKind::Xid(n)) if cfg.application_xids.contains(&n) => {
-                Severity::Ignored
-            }
+            Signal::Event(GpuEventKind::Xid(n)) if cfg.application_xids.contains(&n) => Severity::Ignored,
             Signal::Event(GpuEventKind::SingleBitEcc) | Signal::ReadFailed => Severity::Warning,
             Signal::Event(_) => Severity::Critical,
         }
@@ -135,27 +133,14 @@ impl GpuHealth {
 
     fn go(&mut self, to: HealthState, reason: String, at: Duration) -> Option<Transition> {
         let from = std::mem::replace(&mut self.state, to);
-        (from != to).then_some(Transition {
-            gpu: self.gpu,
-            from,
-            to,
-            reason,
-            at,
-        })
+        (from != to).then_some(Transition { gpu: self.gpu, from, to, reason, at })
     }
 
     /// Feeds one signal.
-    pub fn on_signal(
-        &mut self,
-        cfg: &HealthConfig,
-        s: Signal,
-        now: Duration,
-    ) -> Option<Transition> {
+    pub fn on_signal(&mut self, cfg: &HealthConfig, s: Signal, now: Duration) -> Option<Transition> {
         match Self::severity(cfg, s) {
             Severity::Ignored => None,
-            Severity::Warning
-                if self.state == HealthState::Healthy || self.state == HealthState::Suspect =>
-            {
+            Severity::Warning if self.state == HealthState::Healthy || self.state == HealthState::Suspect => {
                 self.last_bad = now;
                 self.go(HealthState::Suspect, describe(s), now)
             }
@@ -180,12 +165,7 @@ impl GpuHealth {
     }
 
     /// Feeds a probe result (only acted on when unhealthy).
-    pub fn on_probe(
-        &mut self,
-        cfg: &HealthConfig,
-        passed: bool,
-        now: Duration,
-    ) -> Option<Transition> {
+    pub fn on_probe(&mut self, cfg: &HealthConfig, passed: bool, now: Duration) -> Option<Transition> {
         if self.state != HealthState::Unhealthy {
             return None;
         }

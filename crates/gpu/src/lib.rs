@@ -63,9 +63,6 @@ pub use sim::{Fault, FaultKind, FleetHandle, FleetSpec, GpuRef, SimulatedBackend
 pub use types::{GpuEvent, GpuEventKind, GpuInfo, GpuSample, MIB, ProcessUsage, Throttle};
 
 /// Serialises a duration as fractional seconds.
-pub(crate) fn serde_secs<S: serde::Serializer>(
-    d: &std::time::Duration,
-    s: S,
-) -> Result<S::Ok, S::Error> {
+pub(crate) fn serde_secs<S: serde::Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }

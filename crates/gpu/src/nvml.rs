@@ -1,9 +1,7 @@
 //! The NVML backend: real GPUs through `nvml-wrapper`, which loads `libnvidia-ml.so.1` at run
 //! time. Fields a GPU does not support come back as `None` rather than failing the read.
 
-use crate::{
-    GpuBackend, GpuError, GpuEvent, GpuEventKind, GpuInfo, GpuSample, ProcessUsage, Throttle,
-};
+use crate::{GpuBackend, GpuError, GpuEvent, GpuEventKind, GpuInfo, GpuSample, ProcessUsage, Throttle};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
@@ -33,9 +31,7 @@ pub struct NvmlBackend {
 
 impl std::fmt::Debug for NvmlBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NvmlBackend")
-            .field("gpus", &self.inventory.len())
-            .finish_non_exhaustive()
+        f.debug_struct("NvmlBackend").field("gpus", &self.inventory.len()).finish_non_exhaustive()
     }
 }
 
@@ -69,9 +65,7 @@ impl NvmlBackend {
     }
 
     fn device(&self, index: u32) -> Result<Device<'static>, GpuError> {
-        self.nvml
-            .device_by_index(index)
-            .map_err(|e| lost_or(index, "nvmlDeviceGetHandleByIndex", e))
+        self.nvml.device_by_index(index).map_err(|e| lost_or(index, "nvmlDeviceGetHandleByIndex", e))
     }
 
     /// GR engine, tensor and DRAM activity from GPM (Hopper and newer) between two samples.
@@ -83,18 +77,12 @@ impl NvmlBackend {
             return [None; 3];
         };
         let slot = &mut self.gpm_prev[index as usize];
-        let ids = [
-            GpmMetricId::GraphicsUtil,
-            GpmMetricId::AnyTensorUtil,
-            GpmMetricId::DramBwUtil,
-        ];
+        let ids = [GpmMetricId::GraphicsUtil, GpmMetricId::AnyTensorUtil, GpmMetricId::DramBwUtil];
         let out = match slot.as_ref() {
             Some(prev) => match nvml_wrapper::gpm::gpm_metrics_get(self.nvml, prev, &cur, &ids) {
                 Ok(vals) => {
                     let v = |k: usize| {
-                        vals.get(k)
-                            .and_then(|r| r.as_ref().ok())
-                            .map(|m| (m.value / 100.0).clamp(0.0, 1.0))
+                        vals.get(k).and_then(|r| r.as_ref().ok()).map(|m| (m.value / 100.0).clamp(0.0, 1.0))
                     };
                     [v(0), v(1), v(2)]
                 }
@@ -118,11 +106,7 @@ fn describe(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
     let nvlink_peers = (0..MAX_NVLINKS)
         .filter_map(|l| {
             let link = d.link_wrapper_for(l);
-            link.is_active()
-                .ok()
-                .filter(|a| *a)
-                .and_then(|_| link.remote_pci_info().ok())
-                .map(|p| p.bus_id)
+            link.is_active().ok().filter(|a| *a).and_then(|_| link.remote_pci_info().ok()).map(|p| p.bus_id)
         })
         .collect();
     Ok(GpuInfo {
@@ -131,10 +115,7 @@ fn describe(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
         name: nv("nvmlDeviceGetName", d.name())?,
         pci_bus_id: nv("nvmlDeviceGetPciInfo", d.pci_info())?.bus_id,
         memory_total_bytes: nv("nvmlDeviceGetMemoryInfo", d.memory_info())?.total,
-        power_limit_watts: d
-            .enforced_power_limit()
-            .map(|mw| f64::from(mw) / 1000.0)
-            .unwrap_or(0.0),
+        power_limit_watts: d.enforced_power_limit().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
         max_sm_clock_mhz: d.max_clock_info(Clock::SM).unwrap_or(0),
         nvlink_peers,
         mig_enabled: d.mig_mode().map(|m| m.current == 1).unwrap_or(false),
@@ -142,19 +123,15 @@ fn describe(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
 }
 
 fn register_events(nvml: &'static Nvml, count: u32) -> Option<EventSet<'static>> {
-    let wanted = EventTypes::CRITICAL_XID_ERROR
-        | EventTypes::DOUBLE_BIT_ECC_ERROR
-        | EventTypes::SINGLE_BIT_ECC_ERROR;
+    let wanted =
+        EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR | EventTypes::SINGLE_BIT_ECC_ERROR;
     let mut set = nvml.create_event_set().ok()?;
     for i in 0..count {
         let Ok(d) = nvml.device_by_index(i) else {
             continue;
         };
         // GPUs too old for health events answer NotSupported; they are simply not watched.
-        let types = d
-            .supported_event_types()
-            .map(|t| t & wanted)
-            .unwrap_or(EventTypes::empty());
+        let types = d.supported_event_types().map(|t| t & wanted).unwrap_or(EventTypes::empty());
         if types.is_empty() {
             continue;
         }
@@ -169,9 +146,7 @@ fn register_events(nvml: &'static Nvml, count: u32) -> Option<EventSet<'static>>
     Some(set)
 }
 
-fn field_u64(
-    v: &Result<nvml_wrapper::struct_wrappers::device::FieldValueSample, NvmlError>,
-) -> Option<u64> {
+fn field_u64(v: &Result<nvml_wrapper::struct_wrappers::device::FieldValueSample, NvmlError>) -> Option<u64> {
     match v.as_ref().ok()?.value.as_ref().ok()? {
         SampleValue::U32(x) => Some(u64::from(*x)),
         SampleValue::U64(x) => Some(*x),
@@ -195,12 +170,8 @@ impl GpuBackend for NvmlBackend {
 
     fn sample(&mut self, index: u32, _now: Duration) -> Result<GpuSample, GpuError> {
         let d = self.device(index)?;
-        let util = d
-            .utilization_rates()
-            .map_err(|e| lost_or(index, "nvmlDeviceGetUtilizationRates", e))?;
-        let mem = d
-            .memory_info()
-            .map_err(|e| lost_or(index, "nvmlDeviceGetMemoryInfo", e))?;
+        let util = d.utilization_rates().map_err(|e| lost_or(index, "nvmlDeviceGetUtilizationRates", e))?;
+        let mem = d.memory_info().map_err(|e| lost_or(index, "nvmlDeviceGetMemoryInfo", e))?;
         let ids = [
             fi::NVML_FI_DEV_MEMORY_TEMP,
             fi::NVML_FI_DEV_REMAPPED_COR,
@@ -210,34 +181,20 @@ impl GpuBackend for NvmlBackend {
         ];
         let fields = d.field_values_for(&ids.map(FieldId)).unwrap_or_default();
         let f = |k: usize| fields.get(k).and_then(field_u64);
-        let reasons = d
-            .current_throttle_reasons()
-            .unwrap_or(ThrottleReasons::empty());
+        let reasons = d.current_throttle_reasons().unwrap_or(ThrottleReasons::empty());
         let [gr, tensor, dram] = self.gpm(index, &d);
         let pcie = |c| d.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
         Ok(GpuSample {
             index,
             gpu_util_percent: f64::from(util.gpu),
             mem_copy_util_percent: f64::from(util.memory),
-            encoder_util_percent: d
-                .encoder_utilization()
-                .map(|u| f64::from(u.utilization))
-                .unwrap_or(0.0),
-            decoder_util_percent: d
-                .decoder_utilization()
-                .map(|u| f64::from(u.utilization))
-                .unwrap_or(0.0),
+            encoder_util_percent: d.encoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
+            decoder_util_percent: d.decoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
             sm_clock_mhz: d.clock_info(Clock::SM).unwrap_or(0),
             mem_clock_mhz: d.clock_info(Clock::Memory).unwrap_or(0),
-            power_watts: d
-                .power_usage()
-                .map(|mw| f64::from(mw) / 1000.0)
-                .unwrap_or(0.0),
+            power_watts: d.power_usage().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
             energy_millijoules: d.total_energy_consumption().unwrap_or(0),
-            gpu_temp_celsius: d
-                .temperature(TemperatureSensor::Gpu)
-                .map(f64::from)
-                .unwrap_or(0.0),
+            gpu_temp_celsius: d.temperature(TemperatureSensor::Gpu).map(f64::from).unwrap_or(0.0),
             memory_temp_celsius: f(0).filter(|t| *t > 0).map(|t| t as f64),
             memory_used_bytes: mem.used,
             memory_free_bytes: mem.free,
@@ -245,22 +202,16 @@ impl GpuBackend for NvmlBackend {
             pcie_replay_count: d.pcie_replay_counter().map(u64::from).unwrap_or(0),
             pcie_tx_bytes_per_second: pcie(PcieUtilCounter::Send),
             pcie_rx_bytes_per_second: pcie(PcieUtilCounter::Receive),
-            ecc_single_bit_volatile: d
-                .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
-                .ok(),
-            ecc_double_bit_volatile: d
-                .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-                .ok(),
+            ecc_single_bit_volatile: d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile).ok(),
+            ecc_double_bit_volatile: d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
             remapped_rows_correctable: f(1),
             remapped_rows_uncorrectable: f(2),
             row_remap_failure: f(3).map(|v| v != 0),
             throttle: Throttle {
-                power: reasons.intersects(
-                    ThrottleReasons::SW_POWER_CAP | ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
-                ),
-                thermal: reasons.intersects(
-                    ThrottleReasons::SW_THERMAL_SLOWDOWN | ThrottleReasons::HW_THERMAL_SLOWDOWN,
-                ),
+                power: reasons
+                    .intersects(ThrottleReasons::SW_POWER_CAP | ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN),
+                thermal: reasons
+                    .intersects(ThrottleReasons::SW_THERMAL_SLOWDOWN | ThrottleReasons::HW_THERMAL_SLOWDOWN),
                 hardware: reasons.contains(ThrottleReasons::HW_SLOWDOWN),
             },
             gr_engine_active: gr,
@@ -318,24 +269,16 @@ impl GpuBackend for NvmlBackend {
             } else {
                 GpuEventKind::SingleBitEcc
             };
-            if let (GpuEventKind::Xid(n), Some(slot)) =
-                (kind, self.last_xid.get_mut(gpu_index as usize))
-            {
+            if let (GpuEventKind::Xid(n), Some(slot)) = (kind, self.last_xid.get_mut(gpu_index as usize)) {
                 *slot = n;
             }
-            out.push(GpuEvent {
-                gpu_index,
-                at: now,
-                kind,
-            });
+            out.push(GpuEvent { gpu_index, at: now, kind });
         }
         Ok(out)
     }
 
     fn probe(&mut self, index: u32, _now: Duration) -> Result<(), GpuError> {
         let d = self.device(index)?;
-        d.uuid()
-            .map(|_| ())
-            .map_err(|e| lost_or(index, "nvmlDeviceGetUUID", e))
+        d.uuid().map(|_| ()).map_err(|e| lost_or(index, "nvmlDeviceGetUUID", e))
     }
 }

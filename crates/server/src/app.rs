@@ -97,13 +97,9 @@ pub struct Server {
 impl Server {
     /// Binds the listen address (port 0 picks a free port).
     pub async fn bind(config: ServerConfig, store: Arc<dyn Store>) -> Result<Self, ServerError> {
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ServerError::Bind { addr: config.listen, source })?;
         let app = Arc::new(App {
             store,
             config,
@@ -125,16 +121,11 @@ impl Server {
     }
 
     /// Serves the API and runs the scheduler until `shutdown` resolves; in-flight requests finish.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), ServerError> {
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
-        let served = axum::serve(self.listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let served = axum::serve(self.listener, router).with_graceful_shutdown(shutdown).await;
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         Ok(served?)

@@ -28,9 +28,7 @@ impl Principal {
     pub fn require_user(&self) -> Result<(), ApiError> {
         match self.token.role {
             Role::Admin | Role::User => Ok(()),
-            Role::Agent => Err(ApiError::Forbidden(
-                "agent tokens cannot manage jobs".into(),
-            )),
+            Role::Agent => Err(ApiError::Forbidden("agent tokens cannot manage jobs".into())),
         }
     }
     /// Only admins.
@@ -51,9 +49,9 @@ impl Principal {
     pub fn require_team(&self, team: &str) -> Result<(), ApiError> {
         self.require_user()?;
         match (&self.token.role, &self.token.team) {
-            (Role::User, Some(own)) if own != team => Err(ApiError::Forbidden(format!(
-                "token of team {own} cannot act for team {team}"
-            ))),
+            (Role::User, Some(own)) if own != team => {
+                Err(ApiError::Forbidden(format!("token of team {own} cannot act for team {team}")))
+            }
             _ => Ok(()),
         }
     }
@@ -63,18 +61,12 @@ impl Principal {
 pub fn new_secret() -> std::io::Result<String> {
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(format!(
-        "gty_{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    ))
+    Ok(format!("gty_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
 }
 
 /// Hex SHA-256 of a secret, as stored.
 pub fn hash(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Verified tokens by hash; tokens are not revoked yet, so a hit never goes stale.

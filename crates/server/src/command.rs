@@ -74,10 +74,7 @@ impl App {
     pub async fn dispatch(self: &Arc<Self>, command: Command) -> Result<Outcome, ApiError> {
         let wakes = matches!(
             command,
-            Command::Submit(_)
-                | Command::Cancel { .. }
-                | Command::RegisterNode(_)
-                | Command::SetTeam(_)
+            Command::Submit(_) | Command::Cancel { .. } | Command::RegisterNode(_) | Command::SetTeam(_)
         );
         let store = Arc::clone(&self.store);
         let outcome = tokio::task::spawn_blocking(move || apply(&*store, command))
@@ -96,51 +93,30 @@ impl App {
 fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
     let now = app::now_ms();
     match command {
-        Command::Submit(job) => store
-            .submit(&job)
-            .map(|(id, created)| Outcome::Submitted { id, created })
-            .map_err(Into::into),
-        Command::Cancel { id, by } => cancel(store, id, &by, now),
-        Command::SetTeam(team) => store
-            .set_team(&team)
-            .map(|()| Outcome::Done)
-            .map_err(Into::into),
-        Command::CreateToken { role, team, name } => {
-            create_token(store, role, team.as_deref(), &name)
+        Command::Submit(job) => {
+            store.submit(&job).map(|(id, created)| Outcome::Submitted { id, created }).map_err(Into::into)
         }
-        Command::RegisterNode(reg) => store
-            .register_node(&reg)
-            .map(Outcome::Registered)
-            .map_err(Into::into),
-        Command::Heartbeat(hb) => store
-            .heartbeat(&Heartbeat { at: now, ..hb })
-            .map(Outcome::Assignments)
-            .map_err(Into::into),
-        Command::Place(placement) => store
-            .place(&placement)
-            .map(|()| Outcome::Done)
-            .map_err(Into::into),
-        Command::ExpireNodes { deadline } => store
-            .expire_nodes(deadline, now)
-            .map(Outcome::Expired)
-            .map_err(Into::into),
+        Command::Cancel { id, by } => cancel(store, id, &by, now),
+        Command::SetTeam(team) => store.set_team(&team).map(|()| Outcome::Done).map_err(Into::into),
+        Command::CreateToken { role, team, name } => create_token(store, role, team.as_deref(), &name),
+        Command::RegisterNode(reg) => store.register_node(&reg).map(Outcome::Registered).map_err(Into::into),
+        Command::Heartbeat(hb) => {
+            store.heartbeat(&Heartbeat { at: now, ..hb }).map(Outcome::Assignments).map_err(Into::into)
+        }
+        Command::Place(placement) => store.place(&placement).map(|()| Outcome::Done).map_err(Into::into),
+        Command::ExpireNodes { deadline } => {
+            store.expire_nodes(deadline, now).map(Outcome::Expired).map_err(Into::into)
+        }
     }
 }
 
 fn cancel(store: &dyn Store, id: JobId, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
-    let job = store
-        .job(id)?
-        .ok_or_else(|| ApiError::NotFound(format!("job {id} not found")))?;
+    let job = store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("job {id} not found")))?;
     by.require_team(&job.team)?;
     Ok(Outcome::Job(Box::new(store.cancel(id, now)?)))
 }
 
-fn create_token(
-    store: &dyn Store,
-    role: Role,
-    team: Option<&str>,
-    name: &str,
-) -> Result<Outcome, ApiError> {
+fn create_token(store: &dyn Store, role: Role, team: Option<&str>, name: &str) -> Result<Outcome, ApiError> {
     app::create_token(store, role, team, name)
         .map(Outcome::Token)
         .map_err(|e| ApiError::Internal(e.to_string()))

@@ -66,18 +66,10 @@ impl IntoResponse for ApiError {
             ApiError::Rejected(status, _) => *status,
             ApiError::Internal(cause) => {
                 tracing::error!(%cause, "request failed");
-                let body = ErrorBody {
-                    error: "internal error; see the server log".into(),
-                };
+                let body = ErrorBody { error: "internal error; see the server log".into() };
                 return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
             }
         };
-        (
-            status,
-            Json(ErrorBody {
-                error: self.to_string(),
-            }),
-        )
-            .into_response()
+        (status, Json(ErrorBody { error: self.to_string() })).into_response()
     }
 }

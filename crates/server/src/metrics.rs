@@ -45,11 +45,7 @@ impl Default for Metrics {
         let placement_latency = Histogram::new(exponential_buckets(0.005, 2.0, 16));
         let scheduling_pass = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         let submissions = Counter::default();
-        registry.register(
-            "queue_length",
-            "Pending jobs per team",
-            queue_length.clone(),
-        );
+        registry.register("queue_length", "Pending jobs per team", queue_length.clone());
         registry.register("jobs", "Jobs per state", jobs.clone());
         registry.register(
             "placement_latency_seconds",
@@ -61,19 +57,8 @@ impl Default for Metrics {
             "Seconds one scheduling pass took",
             scheduling_pass.clone(),
         );
-        registry.register(
-            "submissions",
-            "Accepted job submissions",
-            submissions.clone(),
-        );
-        Self {
-            registry,
-            queue_length,
-            jobs,
-            placement_latency,
-            scheduling_pass,
-            submissions,
-        }
+        registry.register("submissions", "Accepted job submissions", submissions.clone());
+        Self { registry, queue_length, jobs, placement_latency, scheduling_pass, submissions }
     }
 }
 

@@ -23,14 +23,7 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// Durable control-plane state. Every method is atomic; writes are durable when they return.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Stores a token's hash; returns its id.
-    fn create_token(
-        &self,
-        hash: &str,
-        role: Role,
-        team: Option<&str>,
-        name: &str,
-        at: i64,
-    ) -> Result<i64>;
+    fn create_token(&self, hash: &str, role: Role, team: Option<&str>, name: &str, at: i64) -> Result<i64>;
     /// Finds a token by the hex SHA-256 of its secret.
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
     /// Number of tokens with this role.

@@ -59,10 +59,7 @@ impl JobState {
     }
     /// Will never change again.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobState::Succeeded | JobState::Failed | JobState::Cancelled
-        )
+        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
     }
 }
 

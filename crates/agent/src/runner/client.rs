@@ -23,14 +23,8 @@ impl Client {
         // reqwest is built without a default crypto provider; ring is the workspace's choice.
         // Installing twice fails harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()?;
-        Ok(Self {
-            http,
-            base: base.trim_end_matches('/').to_owned(),
-            token: token.to_owned(),
-        })
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+        Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
     }
 
     /// Registers the node; returns its epoch.
@@ -41,34 +35,19 @@ impl Client {
     /// Sends a heartbeat; a 409 (stale epoch) or 404 (unknown node) means fenced.
     pub async fn heartbeat(&self, hb: &Heartbeat) -> Result<HeartbeatResponse, AgentError> {
         match self.post("/v1/agent/heartbeat", hb).await {
-            Err(AgentError::Status {
-                status: 404 | 409,
-                body,
-            }) => Err(AgentError::Fenced(body)),
+            Err(AgentError::Status { status: 404 | 409, body }) => Err(AgentError::Fenced(body)),
             other => other,
         }
     }
 
-    async fn post<B: Serialize, R: DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &B,
-    ) -> Result<R, AgentError> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await?;
+    async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, AgentError> {
+        let resp =
+            self.http.post(format!("{}{path}", self.base)).bearer_auth(&self.token).json(body).send().await?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp.json().await?);
         }
         let body = resp.text().await.unwrap_or_default();
-        Err(AgentError::Status {
-            status: status.as_u16(),
-            body,
-        })
+        Err(AgentError::Status { status: status.as_u16(), body })
     }
 }

@@ -7,8 +7,8 @@ use std::time::Instant;
 use gantry_gpu::findings::FindingsConfig;
 use gantry_gpu::health::{HealthConfig, HealthState};
 use gantry_gpu::{
-    Collector, FleetHandle, FleetSpec, GpuBackend, MIB, NvmlBackend, ProcessUsage,
-    SimulatedBackend, UtilProfile,
+    Collector, FleetHandle, FleetSpec, GpuBackend, MIB, NvmlBackend, ProcessUsage, SimulatedBackend,
+    UtilProfile,
 };
 use gantry_store::{GpuHealth, GpuInfo, GpuReport};
 
@@ -53,43 +53,19 @@ impl Gpus {
         let backend = SimulatedBackend::new(&FleetSpec::from_flag_or_file(fleet, seed)?)?;
         let sim = backend.handle();
         let description = format!("no NVIDIA GPU found: using a simulated fleet of {fleet}");
-        let collector = Collector::new(
-            Box::new(backend),
-            HealthConfig::default(),
-            FindingsConfig::default(),
-        );
-        Ok(Self {
-            collector: Mutex::new(collector),
-            sim: Some(sim),
-            opened: Instant::now(),
-            description,
-        })
+        let collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
+        Ok(Self { collector: Mutex::new(collector), sim: Some(sim), opened: Instant::now(), description })
     }
 
     fn nvml(backend: NvmlBackend) -> Self {
-        let description = format!(
-            "using {} NVIDIA GPU(s) through NVML",
-            backend.inventory().len()
-        );
-        let collector = Collector::new(
-            Box::new(backend),
-            HealthConfig::default(),
-            FindingsConfig::default(),
-        );
-        Self {
-            collector: Mutex::new(collector),
-            sim: None,
-            opened: Instant::now(),
-            description,
-        }
+        let description = format!("using {} NVIDIA GPU(s) through NVML", backend.inventory().len());
+        let collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
+        Self { collector: Mutex::new(collector), sim: None, opened: Instant::now(), description }
     }
 
     /// Inventory in the store's terms.
     pub fn inventory(&self) -> Vec<GpuInfo> {
-        let collector = self
-            .collector
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);
         collector
             .backend()
             .inventory()
@@ -105,10 +81,7 @@ impl Gpus {
 
     /// One collection cycle: health and samples per GPU, and the compute processes.
     pub fn collect(&self) -> (Vec<GpuReport>, Vec<ProcessUsage>) {
-        let mut collector = self
-            .collector
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);
         match collector.collect(self.opened.elapsed()) {
             Ok(c) => {
                 let reports = c
@@ -139,13 +112,7 @@ impl Gpus {
             // Pids stay below 2^22 on Linux, so the GPU's position above that keeps them distinct.
             let sim_pid = pid + ((i as u32) << 22);
             let profile = UtilProfile::Steady { percent: 90.0 };
-            match sim.start_process(
-                uuid.as_str(),
-                sim_pid,
-                Some(job_id.to_string()),
-                memory_mib,
-                profile,
-            ) {
+            match sim.start_process(uuid.as_str(), sim_pid, Some(job_id.to_string()), memory_mib, profile) {
                 Ok(()) => pids.push(sim_pid),
                 Err(e) => {
                     tracing::warn!(job = job_id, error = %e, "could not put simulated load on {uuid}")

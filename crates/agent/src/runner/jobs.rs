@@ -40,20 +40,8 @@ pub struct Jobs {
 
 impl Jobs {
     /// An empty table; ended processes are announced on `exits`.
-    pub fn new(
-        exits: mpsc::UnboundedSender<Exit>,
-        logs: PathBuf,
-        state: PathBuf,
-        grace: Duration,
-    ) -> Self {
-        Self {
-            local: HashMap::new(),
-            done: HashSet::new(),
-            exits,
-            logs,
-            state,
-            grace,
-        }
+    pub fn new(exits: mpsc::UnboundedSender<Exit>, logs: PathBuf, state: PathBuf, grace: Duration) -> Self {
+        Self { local: HashMap::new(), done: HashSet::new(), exits, logs, state, grace }
     }
 
     /// What to tell the server.
@@ -61,11 +49,7 @@ impl Jobs {
         let mut out: Vec<JobReport> = self
             .local
             .iter()
-            .map(|(id, l)| JobReport {
-                job_id: *id,
-                attempt: l.attempt,
-                exit: l.exit.clone(),
-            })
+            .map(|(id, l)| JobReport { job_id: *id, attempt: l.attempt, exit: l.exit.clone() })
             .collect();
         out.sort_by_key(|r| r.job_id);
         out
@@ -74,11 +58,7 @@ impl Jobs {
     /// The server has recorded these reports: ended jobs can be forgotten.
     pub fn acknowledged(&mut self, sent: &[JobReport]) {
         for r in sent.iter().filter(|r| r.exit.is_some()) {
-            if self
-                .local
-                .get(&r.job_id)
-                .is_some_and(|l| l.attempt == r.attempt && l.exit.is_some())
-            {
+            if self.local.get(&r.job_id).is_some_and(|l| l.attempt == r.attempt && l.exit.is_some()) {
                 self.local.remove(&r.job_id);
                 self.done.insert((r.job_id, r.attempt));
             }
@@ -87,8 +67,7 @@ impl Jobs {
 
     /// Brings the node in line with the server's list.
     pub fn reconcile(&mut self, wanted: Vec<Assignment>, gpus: &Gpus) {
-        let wanted_ids: HashMap<JobId, u32> =
-            wanted.iter().map(|a| (a.job_id, a.attempt)).collect();
+        let wanted_ids: HashMap<JobId, u32> = wanted.iter().map(|a| (a.job_id, a.attempt)).collect();
         let unwanted: Vec<JobId> = self
             .local
             .iter()
@@ -121,11 +100,7 @@ impl Jobs {
             Ok(mut child) => {
                 local.pgid = child.id();
                 if let Some(pid) = child.id() {
-                    let memory = if a.gpu_memory_mib > 0 {
-                        a.gpu_memory_mib
-                    } else {
-                        4096
-                    };
+                    let memory = if a.gpu_memory_mib > 0 { a.gpu_memory_mib } else { 4096 };
                     local.sim_pids = gpus.load(job_id, pid, &a.gpu_uuids, memory);
                 }
                 let exits = self.exits.clone();
@@ -137,10 +112,7 @@ impl Jobs {
             }
             Err(e) => {
                 tracing::warn!(job = job_id, error = %e, "job could not start");
-                local.exit = Some(JobExit {
-                    exit_code: None,
-                    reason: Some(format!("could not start: {e}")),
-                });
+                local.exit = Some(JobExit { exit_code: None, reason: Some(format!("could not start: {e}")) });
             }
         }
         self.local.insert(job_id, local);
@@ -190,10 +162,7 @@ impl Jobs {
             if used > l.grant_mib {
                 over.push((
                     *id,
-                    format!(
-                        "GPU memory grant exceeded: used {used} MiB of {} MiB",
-                        l.grant_mib
-                    ),
+                    format!("GPU memory grant exceeded: used {used} MiB of {} MiB", l.grant_mib),
                 ));
             }
         }
@@ -220,10 +189,7 @@ impl Jobs {
                     .clone()
                     .or_else(|| s.signal().map(|sig| format!("killed by signal {sig}"))),
             },
-            Err(e) => JobExit {
-                exit_code: None,
-                reason: Some(format!("lost track of the process: {e}")),
-            },
+            Err(e) => JobExit { exit_code: None, reason: Some(format!("lost track of the process: {e}")) },
         };
         tracing::info!(job = id, attempt, ?exit, "job ended");
         l.exit = Some(exit);
@@ -247,11 +213,7 @@ impl Jobs {
             self.stop(id, Some("agent shut down".into()));
         }
         let deadline = tokio::time::Instant::now() + self.grace;
-        while self
-            .local
-            .values()
-            .any(|l| l.exit.is_none() && l.pgid.is_some())
-        {
+        while self.local.values().any(|l| l.exit.is_none() && l.pgid.is_some()) {
             match tokio::time::timeout_at(deadline, exits.recv()).await {
                 Ok(Some(exit)) => self.exited(exit, gpus),
                 _ => break,

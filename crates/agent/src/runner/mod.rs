@@ -39,20 +39,11 @@ pub struct AgentConfig {
 }
 
 /// Runs the agent until `stop` turns true; then stops its jobs (SIGTERM, grace, SIGKILL).
-pub async fn run(
-    config: AgentConfig,
-    gpus: Gpus,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), AgentError> {
+pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
     let client = Client::new(&config.server, &config.token)?;
     process::kill_orphans(&config.state_dir);
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
-    let mut jobs = jobs::Jobs::new(
-        exit_tx,
-        config.logs_dir.clone(),
-        config.state_dir.clone(),
-        config.grace,
-    );
+    let mut jobs = jobs::Jobs::new(exit_tx, config.logs_dir.clone(), config.state_dir.clone(), config.grace);
     let register = RegisterRequest {
         node_id: config.node_id.clone(),
         hostname: hostname(),
@@ -64,10 +55,7 @@ pub async fn run(
         let (epoch, interval) = loop {
             match client.register(&register).await {
                 Ok(r) => {
-                    break (
-                        r.epoch,
-                        Duration::from_millis(r.heartbeat_interval_ms.max(50)),
-                    );
+                    break (r.epoch, Duration::from_millis(r.heartbeat_interval_ms.max(50)));
                 }
                 Err(e) => tracing::warn!(error = %e, "registration failed; retrying"),
             }

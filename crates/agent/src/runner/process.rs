@@ -20,10 +20,8 @@ pub fn spawn(a: &Assignment, logs: &Path, state: &Path) -> Result<Child, AgentEr
     let io = |what: String| move |source| AgentError::Io { what, source };
     let dir = log_dir(logs, a.job_id);
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-    let stdout =
-        std::fs::File::create(dir.join("stdout")).map_err(io("creating stdout log".into()))?;
-    let stderr =
-        std::fs::File::create(dir.join("stderr")).map_err(io("creating stderr log".into()))?;
+    let stdout = std::fs::File::create(dir.join("stdout")).map_err(io("creating stdout log".into()))?;
+    let stderr = std::fs::File::create(dir.join("stderr")).map_err(io("creating stderr log".into()))?;
     let (program, args) = a.command.split_first().ok_or_else(|| AgentError::Io {
         what: "starting the job".into(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
@@ -39,18 +37,12 @@ pub fn spawn(a: &Assignment, logs: &Path, state: &Path) -> Result<Child, AgentEr
     if a.gpu_memory_mib > 0 {
         cmd.env("GANTRY_GPU_MEMORY_LIMIT_MIB", a.gpu_memory_mib.to_string());
         if mps_in_use() {
-            let limits: Vec<String> = a
-                .gpu_uuids
-                .iter()
-                .map(|u| format!("{u}={}M", a.gpu_memory_mib))
-                .collect();
+            let limits: Vec<String> =
+                a.gpu_uuids.iter().map(|u| format!("{u}={}M", a.gpu_memory_mib)).collect();
             cmd.env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", limits.join(","));
         }
         if a.gpu_compute_pct > 0 && mps_in_use() {
-            cmd.env(
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                a.gpu_compute_pct.to_string(),
-            );
+            cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", a.gpu_compute_pct.to_string());
         }
     }
     let child = cmd.spawn().map_err(io(format!("starting {program}")))?;
@@ -69,8 +61,7 @@ pub fn forget(state: &Path, job_id: i64) {
 
 /// Whether an MPS control daemon's pipe directory is configured.
 fn mps_in_use() -> bool {
-    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").is_some()
-        || Path::new("/tmp/nvidia-mps/control").exists()
+    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").is_some() || Path::new("/tmp/nvidia-mps/control").exists()
 }
 
 /// Sends `signal` to the process group `pgid`.
@@ -95,10 +86,7 @@ pub fn kill_orphans(state: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        if let Some(pgid) = std::fs::read_to_string(entry.path())
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
+        if let Some(pgid) = std::fs::read_to_string(entry.path()).ok().and_then(|s| s.trim().parse().ok()) {
             tracing::info!(pgid, "killing a job left by a previous agent run");
             signal_group(pgid, libc::SIGKILL);
         }

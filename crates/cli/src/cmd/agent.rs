@@ -64,9 +64,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
         });
-        runner::run(config, gpus, stop_rx)
-            .await
-            .context("agent failed")
+        runner::run(config, gpus, stop_rx).await.context("agent failed")
     })
 }
 

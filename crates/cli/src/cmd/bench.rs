@@ -38,10 +38,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     let BenchCommand::Submit(args) = command;
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("gantry-bench-{}", std::process::id())),
-            true,
-        ),
+        None => (std::env::temp_dir().join(format!("gantry-bench-{}", std::process::id())), true),
     };
     let result = tokio::runtime::Runtime::new()?.block_on(bench(&args, &dir));
     if remove {
@@ -52,8 +49,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
 
 async fn bench(args: &SubmitBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir).context("opening the store")?);
-    let token = gantry_server::ensure_admin_token(&*store)?
-        .context("the bench store already has an admin token")?;
+    let token =
+        gantry_server::ensure_admin_token(&*store)?.context("the bench store already has an admin token")?;
     let mut config = ServerConfig::local(dir.join("logs"));
     config.listen = ([127, 0, 0, 1], 0).into();
     let server = Server::bind(config, store).await?;
@@ -67,9 +64,7 @@ async fn bench(args: &SubmitBenchArgs, dir: &std::path::Path) -> anyhow::Result<
     let mut tasks = Vec::new();
     for c in 0..args.clients.max(1) {
         let api = Api::new(&url, &token)?;
-        tasks.push(tokio::spawn(
-            async move { client(api, c, per_client).await },
-        ));
+        tasks.push(tokio::spawn(async move { client(api, c, per_client).await }));
     }
     let mut latencies = Vec::new();
     for t in tasks {
@@ -85,7 +80,8 @@ async fn bench(args: &SubmitBenchArgs, dir: &std::path::Path) -> anyhow::Result<
 async fn client(api: Api, c: usize, n: usize) -> anyhow::Result<Vec<Duration>> {
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
-        let body = serde_json::json!({ "command": ["true"], "gpus": 1, "request_id": format!("bench-{c}-{i}") });
+        let body =
+            serde_json::json!({ "command": ["true"], "gpus": 1, "request_id": format!("bench-{c}-{i}") });
         let t = Instant::now();
         let _: serde_json::Value = api.post("/v1/jobs", &body).await?;
         out.push(t.elapsed());

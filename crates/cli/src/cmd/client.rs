@@ -42,17 +42,16 @@ pub fn config_path() -> anyhow::Result<PathBuf> {
 
 /// `$HOME`.
 pub fn home() -> anyhow::Result<PathBuf> {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .ok_or_else(|| anyhow!("HOME is not set"))
+    std::env::var_os("HOME").map(PathBuf::from).ok_or_else(|| anyhow!("HOME is not set"))
 }
 
 /// Reads the config; a missing file is an empty config.
 pub fn load_config() -> anyhow::Result<ClientConfig> {
     let path = config_path()?;
     match std::fs::read_to_string(&path) {
-        Ok(text) => toml::from_str(&text)
-            .with_context(|| format!("client config {} is invalid", path.display())),
+        Ok(text) => {
+            toml::from_str(&text).with_context(|| format!("client config {} is invalid", path.display()))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ClientConfig::default()),
         Err(e) => Err(e).with_context(|| format!("cannot read client config {}", path.display())),
     }
@@ -89,20 +88,10 @@ impl Api {
     /// Resolves server and token from flags, environment and the client config.
     pub fn connect(args: &ServerArgs) -> anyhow::Result<Self> {
         let config = load_config()?;
-        let base = args
-            .server
-            .clone()
-            .or(config.server)
-            .unwrap_or_else(|| "http://127.0.0.1:7070".into());
-        let token = std::env::var("GANTRY_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty())
-            .or(config.token);
+        let base = args.server.clone().or(config.server).unwrap_or_else(|| "http://127.0.0.1:7070".into());
+        let token = std::env::var("GANTRY_TOKEN").ok().filter(|t| !t.is_empty()).or(config.token);
         let token = token.ok_or_else(|| {
-            anyhow!(
-                "no token: set GANTRY_TOKEN or run `gantry up` once to write {}",
-                path_text()
-            )
+            anyhow!("no token: set GANTRY_TOKEN or run `gantry up` once to write {}", path_text())
         })?;
         Self::new(&base, &token)
     }
@@ -110,14 +99,8 @@ impl Api {
     /// A client for `base` with `token`.
     pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()?;
-        Ok(Self {
-            http,
-            base: base.trim_end_matches('/').to_owned(),
-            token: token.to_owned(),
-        })
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+        Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
     }
 
     /// GET a JSON resource.
@@ -133,11 +116,7 @@ impl Api {
     }
 
     /// POST JSON, read JSON.
-    pub async fn post<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &B,
-    ) -> anyhow::Result<T> {
+    pub async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
         let resp = self.send(self.http.post(self.url(path)).json(body)).await?;
         Ok(resp.json().await?)
     }
@@ -149,10 +128,7 @@ impl Api {
     async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
         let resp = req.bearer_auth(&self.token).send().await.map_err(|e| {
             if e.is_connect() {
-                anyhow!(
-                    "cannot reach the Gantry server at {}; is `gantry up` running?",
-                    self.base
-                )
+                anyhow!("cannot reach the Gantry server at {}; is `gantry up` running?", self.base)
             } else {
                 anyhow!("request to {} failed: {e}", self.base)
             }
@@ -176,9 +152,7 @@ fn path_text() -> String {
 
 /// Runs a future on a fresh runtime (client commands are one request or a short loop).
 pub fn block_on<F: Future>(f: F) -> anyhow::Result<F::Output> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     Ok(rt.block_on(f))
 }
 

@@ -57,19 +57,7 @@ pub fn run(args: GpusArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    table::print(
-        &[
-            "NODE",
-            "GPU",
-            "UUID",
-            "MODEL",
-            "MEMORY_MIB",
-            "HEALTH",
-            "UTIL",
-            "JOBS",
-        ],
-        &rows,
-    );
+    table::print(&["NODE", "GPU", "UUID", "MODEL", "MEMORY_MIB", "HEALTH", "UTIL", "JOBS"], &rows);
     Ok(())
 }
 

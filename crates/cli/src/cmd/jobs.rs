@@ -38,21 +38,14 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
     if let Some(l) = args.limit {
         query.push(format!("limit={l}"));
     }
-    let path = if query.is_empty() {
-        "/v1/jobs".to_owned()
-    } else {
-        format!("/v1/jobs?{}", query.join("&"))
-    };
+    let path = if query.is_empty() { "/v1/jobs".to_owned() } else { format!("/v1/jobs?{}", query.join("&")) };
     let api = Api::connect(&args.server)?;
     let jobs: Vec<Job> = block_on(api.get(&path))??;
     match args.output {
         Output::Json => table::json(&jobs),
         Output::Table => {
             let rows: Vec<Vec<String>> = jobs.iter().map(row).collect();
-            table::print(
-                &["ID", "STATE", "TEAM", "NAME", "ASKED", "GPUS", "REASON"],
-                &rows,
-            );
+            table::print(&["ID", "STATE", "TEAM", "NAME", "ASKED", "GPUS", "REASON"], &rows);
             Ok(())
         }
     }
@@ -65,11 +58,7 @@ fn row(j: &Job) -> Vec<String> {
         j.team.clone(),
         j.name.clone(),
         asked(j),
-        if j.state.is_active() {
-            j.gpu_uuids.join(",")
-        } else {
-            String::new()
-        },
+        if j.state.is_active() { j.gpu_uuids.join(",") } else { String::new() },
         j.reason.clone().unwrap_or_default(),
     ]
 }
@@ -119,12 +108,7 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     }
     for t in &detail.transitions {
         let from = t.from.map_or("-".to_owned(), |f| f.to_string());
-        println!(
-            "  {}  {from} -> {}  {}",
-            t.at,
-            t.to,
-            t.reason.as_deref().unwrap_or("")
-        );
+        println!("  {}  {from} -> {}  {}", t.at, t.to, t.reason.as_deref().unwrap_or(""));
     }
     Ok(())
 }

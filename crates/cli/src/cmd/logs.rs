@@ -30,13 +30,7 @@ async fn follow(api: Api, id: i64, follow: bool) -> anyhow::Result<()> {
     let (mut out_at, mut err_at) = (0u64, 0u64);
     loop {
         // Read the state first: output written before the job ended is then already on disk.
-        let done = !follow
-            || api
-                .get::<JobDetail>(&format!("/v1/jobs/{id}"))
-                .await?
-                .job
-                .state
-                .is_terminal();
+        let done = !follow || api.get::<JobDetail>(&format!("/v1/jobs/{id}")).await?.job.state.is_terminal();
         let got_out = copy(&api, id, "stdout", &mut out_at, &mut std::io::stdout()).await?;
         let got_err = copy(&api, id, "stderr", &mut err_at, &mut std::io::stderr()).await?;
         if done && !got_out && !got_err {
@@ -48,16 +42,8 @@ async fn follow(api: Api, id: i64, follow: bool) -> anyhow::Result<()> {
     }
 }
 
-async fn copy(
-    api: &Api,
-    id: i64,
-    stream: &str,
-    at: &mut u64,
-    to: &mut dyn Write,
-) -> anyhow::Result<bool> {
-    let chunk = api
-        .get_bytes(&format!("/v1/jobs/{id}/logs?stream={stream}&offset={at}"))
-        .await?;
+async fn copy(api: &Api, id: i64, stream: &str, at: &mut u64, to: &mut dyn Write) -> anyhow::Result<bool> {
+    let chunk = api.get_bytes(&format!("/v1/jobs/{id}/logs?stream={stream}&offset={at}")).await?;
     to.write_all(&chunk)?;
     to.flush()?;
     *at += chunk.len() as u64;

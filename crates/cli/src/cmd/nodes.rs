@@ -36,9 +36,6 @@ pub fn run(args: NodesArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    table::print(
-        &["NODE", "HOST", "STATE", "EPOCH", "CPUS", "MEMORY_MIB"],
-        &rows,
-    );
+    table::print(&["NODE", "HOST", "STATE", "EPOCH", "CPUS", "MEMORY_MIB"], &rows);
     Ok(())
 }

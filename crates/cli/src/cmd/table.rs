@@ -11,11 +11,7 @@ pub fn print(header: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         println!("{}", padded.join("  ").trim_end());
     };
     line(header.to_vec());

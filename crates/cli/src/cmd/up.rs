@@ -59,8 +59,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     }
     let choice = backend_choice(&args.backend, &args.simulated_gpus)?;
     let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&data)
-            .with_context(|| format!("cannot open the store in {}", data.display()))?,
+        SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
     );
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(serve(args, data, store, choice))
@@ -95,10 +94,7 @@ async fn serve(
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     };
-    println!(
-        "gantry is up at {url} (data in {}); Ctrl-C stops it",
-        data.display()
-    );
+    println!("gantry is up at {url} (data in {}); Ctrl-C stops it", data.display());
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(server.serve(async move {
         let _ = server_stop_rx.await;
@@ -122,10 +118,7 @@ fn announce_tokens(store: &dyn Store, url: &str) -> anyhow::Result<()> {
         Some(token) => {
             saved.token = Some(token.clone());
             let path = client::save_config(&saved)?;
-            println!(
-                "created an admin token; it is saved in {} for this user:",
-                path.display()
-            );
+            println!("created an admin token; it is saved in {} for this user:", path.display());
             println!(
                 "  export GANTRY_SERVER={url} GANTRY_TOKEN={token}   # only needed on other accounts/machines"
             );
@@ -150,11 +143,7 @@ fn agent_token(store: &dyn Store, data: &Path) -> anyhow::Result<String> {
         return Ok(token.trim().to_owned());
     }
     let token = gantry_server::create_token(store, Role::Agent, None, "local agent")?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
     std::io::Write::write_all(&mut file, token.as_bytes())?;
     Ok(token)
 }
@@ -168,11 +157,8 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
 
 fn local_node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let id: String = host
-        .trim()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
-        .collect();
+    let id: String =
+        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).collect();
     if id.is_empty() { "local".into() } else { id }
 }
 

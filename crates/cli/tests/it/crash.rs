@@ -14,10 +14,7 @@ const CLIENTS: usize = 8;
 const PER_CLIENT: usize = 125;
 
 async fn client(url: String, token: String, c: usize, acked: Arc<Mutex<Vec<(String, i64)>>>) {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("client");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("client");
     let deadline = Instant::now() + Duration::from_secs(100);
     for i in 0..PER_CLIENT {
         let key = format!("crash-{c}-{i}");
@@ -25,16 +22,8 @@ async fn client(url: String, token: String, c: usize, acked: Arc<Mutex<Vec<(Stri
             "command": ["sleep", "0.2"], "gpus": 1, "request_id": key, "max_retries": 100
         });
         loop {
-            assert!(
-                Instant::now() < deadline,
-                "client {c} could not submit {key}"
-            );
-            let sent = http
-                .post(format!("{url}/v1/jobs"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await;
+            assert!(Instant::now() < deadline, "client {c} could not submit {key}");
+            let sent = http.post(format!("{url}/v1/jobs")).bearer_auth(&token).json(&body).send().await;
             if let Ok(resp) = sent
                 && resp.status().is_success()
                 && let Ok(v) = resp.json::<serde_json::Value>().await
@@ -64,19 +53,14 @@ fn acknowledged_submissions_survive_sigkill_exactly_once_and_no_gpu_is_double_al
     let mut cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB", "--grace", "1"]);
     let (url, token) = (cluster.url(), cluster.token());
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|c| rt.spawn(client(url.clone(), token.clone(), c, Arc::clone(&acked))))
-        .collect();
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(7, |d| d.as_nanos() as u64)
-        | 1;
+    let tasks: Vec<_> =
+        (0..CLIENTS).map(|c| rt.spawn(client(url.clone(), token.clone(), c, Arc::clone(&acked)))).collect();
+    let mut seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64)
+            | 1;
     let started = Instant::now();
     while acked.lock().expect("lock").len() < 50 && started.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(10));
@@ -101,11 +85,7 @@ fn acknowledged_submissions_survive_sigkill_exactly_once_and_no_gpu_is_double_al
     assert_eq!(acked.len(), CLIENTS * PER_CLIENT);
     let keys: HashSet<&str> = acked.iter().map(|(k, _)| k.as_str()).collect();
     let ids: HashSet<i64> = acked.iter().map(|(_, id)| *id).collect();
-    assert_eq!(
-        (keys.len(), ids.len()),
-        (acked.len(), acked.len()),
-        "one id per acknowledged key"
-    );
+    assert_eq!((keys.len(), ids.len()), (acked.len(), acked.len()), "one id per acknowledged key");
     let store = cluster.store();
     let jobs = store.jobs(&JobFilter::default()).expect("jobs");
     let stored: HashSet<i64> = jobs.iter().map(|j| j.id).collect();

@@ -42,22 +42,10 @@ impl Cluster {
     pub fn start(extra: &[&str]) -> Self {
         let home = tempfile::tempdir().expect("temp home");
         let port = free_port();
-        let mut args = vec![
-            "up".to_owned(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-        ];
-        args.extend([
-            "--data-dir".into(),
-            home.path().join("data").display().to_string(),
-        ]);
+        let mut args = vec!["up".to_owned(), "--listen".into(), format!("127.0.0.1:{port}")];
+        args.extend(["--data-dir".into(), home.path().join("data").display().to_string()]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let mut cluster = Self {
-            home,
-            port,
-            args,
-            child: None,
-        };
+        let mut cluster = Self { home, port, args, child: None };
         cluster.restart();
         cluster
     }
@@ -98,19 +86,12 @@ impl Cluster {
     /// Runs a client command as the same user; panics with its stderr if it fails.
     pub fn gantry(&self, args: &[&str]) -> String {
         let out = self.try_gantry(args);
-        assert!(
-            out.status.success(),
-            "gantry {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "gantry {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     pub fn try_gantry(&self, args: &[&str]) -> Output {
-        command(self.home.path())
-            .args(args)
-            .output()
-            .expect("run gantry")
+        command(self.home.path()).args(args).output().expect("run gantry")
     }
 
     /// The admin token `gantry up` saved in the client config.
@@ -168,9 +149,7 @@ pub fn wait_healthy(url: &str) {
             let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
             let mut answer = String::new();
             let asked = conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n");
-            if asked.is_ok()
-                && conn.read_to_string(&mut answer).is_ok()
-                && answer.starts_with("HTTP/1.0 200")
+            if asked.is_ok() && conn.read_to_string(&mut answer).is_ok() && answer.starts_with("HTTP/1.0 200")
             {
                 return;
             }

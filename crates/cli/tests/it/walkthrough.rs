@@ -8,32 +8,18 @@ use crate::harness::{Cluster, eventually};
 fn the_readme_walkthrough_runs_a_job_on_one_gpu_and_prints_its_output() {
     let cluster = Cluster::start(&[]);
     let log = std::fs::read_to_string(cluster.home.path().join("up.log")).unwrap_or_default();
-    let id = cluster
-        .gantry(&[
-            "submit",
-            "--gpus",
-            "1",
-            "--",
-            "sh",
-            "-c",
-            "echo hello; sleep 2",
-        ])
-        .trim()
-        .to_owned();
+    let id =
+        cluster.gantry(&["submit", "--gpus", "1", "--", "sh", "-c", "echo hello; sleep 2"]).trim().to_owned();
     assert!(id.parse::<i64>().is_ok(), "submit printed {id:?}");
     let running = eventually(Duration::from_secs(15), "the job to run", || {
         let jobs = cluster.jobs();
-        jobs.into_iter()
-            .find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "running")
+        jobs.into_iter().find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "running")
     });
     let uuids = running["gpu_uuids"].as_array().expect("gpu_uuids");
     assert_eq!(uuids.len(), 1);
     assert!(uuids[0].as_str().unwrap_or_default().starts_with("GPU-"));
     eventually(Duration::from_secs(20), "the job to succeed", || {
-        cluster
-            .jobs()
-            .into_iter()
-            .find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "succeeded")
+        cluster.jobs().into_iter().find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "succeeded")
     });
     assert_eq!(cluster.gantry(&["logs", &id]), "hello\n");
     assert_eq!(cluster.gantry(&["logs", "--follow", &id]), "hello\n");
@@ -47,33 +33,20 @@ fn the_readme_walkthrough_runs_a_job_on_one_gpu_and_prints_its_output() {
 #[test]
 fn a_second_gantry_up_on_the_same_data_dir_resumes_queued_jobs() {
     let mut cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
-    let first = cluster
-        .gantry(&["submit", "--gpus", "1", "--", "sleep", "30"])
-        .trim()
-        .to_owned();
-    let queued = cluster
-        .gantry(&["submit", "--gpus", "1", "--", "echo", "resumed"])
-        .trim()
-        .to_owned();
+    let first = cluster.gantry(&["submit", "--gpus", "1", "--", "sleep", "30"]).trim().to_owned();
+    let queued = cluster.gantry(&["submit", "--gpus", "1", "--", "echo", "resumed"]).trim().to_owned();
     eventually(Duration::from_secs(15), "the first job to run", || {
-        cluster
-            .jobs()
-            .into_iter()
-            .find(|j| j["id"].as_i64() == first.parse().ok() && j["state"] == "running")
+        cluster.jobs().into_iter().find(|j| j["id"].as_i64() == first.parse().ok() && j["state"] == "running")
     });
     cluster.gantry(&["cancel", &first]);
     cluster.kill();
     cluster.restart();
-    eventually(
-        Duration::from_secs(30),
-        "the queued job to succeed after the restart",
-        || {
-            cluster
-                .jobs()
-                .into_iter()
-                .find(|j| j["id"].as_i64() == queued.parse().ok() && j["state"] == "succeeded")
-        },
-    );
+    eventually(Duration::from_secs(30), "the queued job to succeed after the restart", || {
+        cluster
+            .jobs()
+            .into_iter()
+            .find(|j| j["id"].as_i64() == queued.parse().ok() && j["state"] == "succeeded")
+    });
     assert_eq!(cluster.gantry(&["logs", &queued]), "resumed\n");
     cluster.assert_no_double_allocation();
 }
@@ -82,29 +55,15 @@ fn a_second_gantry_up_on_the_same_data_dir_resumes_queued_jobs() {
 fn cancelling_a_running_job_stops_its_process_group() {
     let cluster = Cluster::start(&["--grace", "1"]);
     let id = cluster
-        .gantry(&[
-            "submit",
-            "--gpus",
-            "1",
-            "--",
-            "sh",
-            "-c",
-            "trap '' TERM; sleep 60 & wait",
-        ])
+        .gantry(&["submit", "--gpus", "1", "--", "sh", "-c", "trap '' TERM; sleep 60 & wait"])
         .trim()
         .to_owned();
     eventually(Duration::from_secs(15), "the job to run", || {
-        cluster
-            .jobs()
-            .into_iter()
-            .find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "running")
+        cluster.jobs().into_iter().find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "running")
     });
     cluster.gantry(&["cancel", &id]);
     let job = eventually(Duration::from_secs(15), "the job to be cancelled", || {
-        cluster
-            .jobs()
-            .into_iter()
-            .find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "cancelled")
+        cluster.jobs().into_iter().find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "cancelled")
     });
     assert!(job["finished_at"].is_number());
 }

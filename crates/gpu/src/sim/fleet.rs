@@ -57,10 +57,7 @@ impl Fleet {
     /// Moves the clock to `now`: integrates energy and traffic, fires due faults in time order.
     pub fn advance(&mut self, now: Duration) -> Result<(), GpuError> {
         if now < self.now {
-            return Err(GpuError::TimeWentBackwards {
-                now,
-                last: self.now,
-            });
+            return Err(GpuError::TimeWentBackwards { now, last: self.now });
         }
         let dt = (now - self.now).as_secs_f64();
         for i in 0..self.gpus.len() {
@@ -119,19 +116,12 @@ impl Fleet {
             }
         };
         if let Some(kind) = event {
-            self.events.push(GpuEvent {
-                gpu_index: f.gpu,
-                at: now,
-                kind,
-            });
+            self.events.push(GpuEvent { gpu_index: f.gpu, at: now, kind });
         }
     }
 
     fn util_percent(&self, gpu: usize, now: Duration) -> f64 {
-        let sum: f64 = self
-            .on_gpu(gpu)
-            .map(|p| p.profile.percent_at(now.saturating_sub(p.started_at)))
-            .sum();
+        let sum: f64 = self.on_gpu(gpu).map(|p| p.profile.percent_at(now.saturating_sub(p.started_at))).sum();
         if sum <= 0.0 {
             return 0.0;
         }
@@ -147,9 +137,7 @@ impl Fleet {
     }
 
     fn on_gpu(&self, gpu: usize) -> impl Iterator<Item = &SimProcess> {
-        self.processes
-            .values()
-            .filter(move |p| p.gpu as usize == gpu)
+        self.processes.values().filter(move |p| p.gpu as usize == gpu)
     }
 
     pub fn memory_used_bytes(&self, gpu: usize) -> u64 {
@@ -174,22 +162,13 @@ impl Fleet {
         let thermal = g.throttled_until.is_some_and(|until| now < until);
         let temp_noise = 0.5 * noise(self.seed, index, CH_TEMP, millis(now));
         let mut temp = 31.0 + 44.0 * busy + temp_noise;
-        let mut sm_clock = if util > 0.0 {
-            m.max_sm_clock_mhz
-        } else {
-            m.idle_sm_clock_mhz
-        };
+        let mut sm_clock = if util > 0.0 { m.max_sm_clock_mhz } else { m.idle_sm_clock_mhz };
         if thermal {
             temp = m.slowdown_celsius + 1.0 + temp_noise.abs();
             sm_clock = sm_clock * 3 / 5;
         }
-        let dram =
-            (busy * 0.45 + 0.02 * noise(self.seed, index, CH_DRAM, millis(now))).clamp(0.0, 1.0);
-        let pcie = if util > 0.0 {
-            Some(busy * 6.0e9)
-        } else {
-            Some(0.0)
-        };
+        let dram = (busy * 0.45 + 0.02 * noise(self.seed, index, CH_DRAM, millis(now))).clamp(0.0, 1.0);
+        let pcie = if util > 0.0 { Some(busy * 6.0e9) } else { Some(0.0) };
         Ok(GpuSample {
             index,
             gpu_util_percent: util.round(),
@@ -213,11 +192,7 @@ impl Fleet {
             remapped_rows_correctable: m.hbm.then_some(g.remapped_correctable),
             remapped_rows_uncorrectable: m.hbm.then_some(g.remapped_uncorrectable),
             row_remap_failure: m.hbm.then_some(g.remap_failure),
-            throttle: Throttle {
-                power: false,
-                thermal,
-                hardware: false,
-            },
+            throttle: Throttle { power: false, thermal, hardware: false },
             gr_engine_active: Some((busy * 0.98).clamp(0.0, 1.0)),
             tensor_active: Some((busy * m.tensor_share).clamp(0.0, 1.0)),
             dram_active: Some(dram),
@@ -244,20 +219,14 @@ impl Fleet {
         const BUSES: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
         let bus = |i: usize| BUSES.get(i).copied().unwrap_or(0x100 + i as u32);
         let bus_id = |i: usize| format!("00000000:{:02X}:00.0", bus(i));
-        let linked: Vec<usize> = (0..self.gpus.len())
-            .filter(|&i| self.gpus[i].model.nvlinks > 0)
-            .collect();
+        let linked: Vec<usize> = (0..self.gpus.len()).filter(|&i| self.gpus[i].model.nvlinks > 0).collect();
         (0..self.gpus.len())
             .map(|i| {
                 let m = self.gpus[i].model;
                 let h = mix(self.seed ^ mix(i as u64 + 1));
                 let h2 = mix(h);
                 let peers = if m.nvlinks > 0 {
-                    linked
-                        .iter()
-                        .filter(|&&j| j != i)
-                        .map(|&j| bus_id(j))
-                        .collect()
+                    linked.iter().filter(|&&j| j != i).map(|&j| bus_id(j)).collect()
                 } else {
                     Vec::new()
                 };

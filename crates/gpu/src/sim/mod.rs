@@ -42,8 +42,7 @@ impl From<u32> for GpuRef {
 
 impl From<&str> for GpuRef {
     fn from(s: &str) -> Self {
-        s.parse()
-            .map_or_else(|_| GpuRef::Uuid(s.to_owned()), GpuRef::Index)
+        s.parse().map_or_else(|_| GpuRef::Uuid(s.to_owned()), GpuRef::Index)
     }
 }
 
@@ -65,10 +64,7 @@ impl SimulatedBackend {
     pub fn new(spec: &FleetSpec) -> Result<Self, GpuError> {
         let fleet = Fleet::new(spec);
         let inventory: Arc<[GpuInfo]> = fleet.inventory().into();
-        let handle = FleetHandle {
-            fleet: Arc::new(Mutex::new(fleet)),
-            inventory,
-        };
+        let handle = FleetHandle { fleet: Arc::new(Mutex::new(fleet)), inventory };
         for p in &spec.processes {
             handle.start_process(p.gpu, p.pid, p.job.clone(), p.memory_mib, p.util)?;
         }
@@ -99,9 +95,7 @@ impl FleetHandle {
             GpuRef::Index(i) => self.inventory.iter().find(|g| g.index == *i),
             GpuRef::Uuid(u) => self.inventory.iter().find(|g| g.uuid == *u),
         };
-        found
-            .map(|g| g.index)
-            .ok_or_else(|| GpuError::UnknownGpu(format!("{gpu:?}")))
+        found.map(|g| g.index).ok_or_else(|| GpuError::UnknownGpu(format!("{gpu:?}")))
     }
 
     /// Starts a process holding `memory_mib` on `gpu` and loading it per `profile`, from the
@@ -121,31 +115,17 @@ impl FleetHandle {
         }
         let free_mib = fleet.memory_free_bytes(index as usize) / MIB;
         if memory_mib > free_mib {
-            return Err(GpuError::OutOfMemory {
-                index,
-                free_mib,
-                asked_mib: memory_mib,
-            });
+            return Err(GpuError::OutOfMemory { index, free_mib, asked_mib: memory_mib });
         }
         let started_at = fleet.now;
-        let process = SimProcess {
-            gpu: index,
-            job_id,
-            memory_bytes: memory_mib * MIB,
-            profile,
-            started_at,
-        };
+        let process = SimProcess { gpu: index, job_id, memory_bytes: memory_mib * MIB, profile, started_at };
         fleet.processes.insert(pid, process);
         Ok(())
     }
 
     /// Stops a process; its memory and load go away at once.
     pub fn stop_process(&self, pid: u32) -> Result<(), GpuError> {
-        self.lock()
-            .processes
-            .remove(&pid)
-            .map(|_| ())
-            .ok_or(GpuError::UnknownPid(pid))
+        self.lock().processes.remove(&pid).map(|_| ()).ok_or(GpuError::UnknownPid(pid))
     }
 
     /// Schedules a fault; one whose time has passed fires on the next read.

@@ -31,11 +31,7 @@ impl UtilProfile {
         let p = match *self {
             UtilProfile::Idle => 0.0,
             UtilProfile::Steady { percent } => percent,
-            UtilProfile::Bursty {
-                low,
-                high,
-                period_s,
-            } => {
+            UtilProfile::Bursty { low, high, period_s } => {
                 if period_s <= 0.0 {
                     return high.clamp(0.0, 100.0);
                 }

@@ -100,9 +100,7 @@ impl FleetSpec {
         for part in flag.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (count, key) = match part.split_once(['x', 'X']) {
                 Some((n, key)) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => {
-                    let n: usize = n
-                        .parse()
-                        .map_err(|_| bad(format!("bad count in {part:?}")))?;
+                    let n: usize = n.parse().map_err(|_| bad(format!("bad count in {part:?}")))?;
                     (n, key)
                 }
                 _ => (1, part),
@@ -113,12 +111,7 @@ impl FleetSpec {
         if gpus.is_empty() || gpus.len() > 64 {
             return Err(bad(format!("{flag:?} must describe 1 to 64 GPUs")));
         }
-        Ok(Self {
-            gpus,
-            seed,
-            processes: Vec::new(),
-            faults: Vec::new(),
-        })
+        Ok(Self { gpus, seed, processes: Vec::new(), faults: Vec::new() })
     }
 
     /// Parses the TOML form (`gpus = "8xH100"`, `[[process]]`, `[[fault]]`); see the crate docs.
@@ -128,11 +121,7 @@ impl FleetSpec {
         spec.processes = raw.processes;
         for f in raw.faults {
             let kind = f.kind()?;
-            spec.faults.push(Fault {
-                at: seconds(f.at_s)?,
-                gpu: f.gpu,
-                kind,
-            });
+            spec.faults.push(Fault { at: seconds(f.at_s)?, gpu: f.gpu, kind });
         }
         Ok(spec)
     }
@@ -140,10 +129,8 @@ impl FleetSpec {
     /// Reads a flag that is either a fleet spec or the path of a `.toml` file.
     pub fn from_flag_or_file(flag: &str, seed: u64) -> Result<Self, GpuError> {
         if flag.ends_with(".toml") || Path::new(flag).is_file() {
-            let text = std::fs::read_to_string(flag).map_err(|source| GpuError::FleetFile {
-                path: flag.to_owned(),
-                source,
-            })?;
+            let text = std::fs::read_to_string(flag)
+                .map_err(|source| GpuError::FleetFile { path: flag.to_owned(), source })?;
             return Self::from_toml(&text);
         }
         Self::parse(flag, seed)

@@ -13,10 +13,7 @@ fn collector() -> (Collector, gantry_gpu::FleetHandle) {
         probe_backoff_initial: Duration::from_secs(1),
         ..HealthConfig::default()
     };
-    (
-        Collector::new(Box::new(b), health, FindingsConfig::default()),
-        h,
-    )
+    (Collector::new(Box::new(b), health, FindingsConfig::default()), h)
 }
 
 fn at(c: &mut Collector, secs: f64) -> gantry_gpu::Collection {
@@ -36,11 +33,7 @@ fn xid_79_makes_the_gpu_unhealthy_in_the_same_cycle_and_it_recovers_after_the_qu
     assert_eq!(at(&mut c, 3.0).gpus[1].health, HealthState::Recovering);
     let col = at(&mut c, 3.5);
     assert_eq!(col.gpus[1].health, HealthState::Healthy);
-    assert_eq!(
-        col.gpus[0].health,
-        HealthState::Healthy,
-        "the other GPU never changed"
-    );
+    assert_eq!(col.gpus[0].health, HealthState::Healthy, "the other GPU never changed");
 }
 
 #[test]
@@ -48,10 +41,7 @@ fn xid_13_is_counted_but_does_not_change_health() {
     let (mut c, h) = collector();
     h.inject_now(0, FaultKind::Xid(13)).expect("inject");
     let col = at(&mut c, 1.0);
-    assert_eq!(
-        (col.gpus[0].health, col.gpus[0].xid_counts.get(&13)),
-        (HealthState::Healthy, Some(&1))
-    );
+    assert_eq!((col.gpus[0].health, col.gpus[0].xid_counts.get(&13)), (HealthState::Healthy, Some(&1)));
     assert!(col.transitions.is_empty());
 }
 
@@ -70,18 +60,14 @@ fn a_lost_gpu_stays_unhealthy_until_it_answers_probes_again() {
     let steps: Vec<_> = col.transitions.iter().map(|t| (t.from, t.to)).collect();
     assert_eq!(
         steps,
-        [
-            (HealthState::Unhealthy, HealthState::Recovering),
-            (HealthState::Recovering, HealthState::Healthy)
-        ]
+        [(HealthState::Unhealthy, HealthState::Recovering), (HealthState::Recovering, HealthState::Healthy)]
     );
 }
 
 #[test]
 fn findings_come_out_of_the_cycle_for_a_gpu_that_is_nearly_full() {
     let (mut c, h) = collector();
-    h.start_process(1, 77, None, 80_000, UtilProfile::Steady { percent: 50.0 })
-        .expect("start");
+    h.start_process(1, 77, None, 80_000, UtilProfile::Steady { percent: 50.0 }).expect("start");
     let col = at(&mut c, 1.0);
     assert_eq!(col.gpus[1].findings.len(), 1);
     assert!(col.gpus[0].findings.is_empty());

@@ -42,18 +42,10 @@ fn critical_events_turn_a_healthy_gpu_unhealthy_with_the_reason() {
         (Lost, "GPU lost"),
     ] {
         let mut h = GpuHealth::new(3);
-        let t = h
-            .on_signal(&cfg(), Signal::Event(kind), s(7))
-            .expect("a transition");
+        let t = h.on_signal(&cfg(), Signal::Event(kind), s(7)).expect("a transition");
         assert_eq!(
             (t.gpu, t.from, t.to, t.reason.as_str(), t.at),
-            (
-                3,
-                HealthState::Healthy,
-                HealthState::Unhealthy,
-                reason,
-                s(7)
-            )
+            (3, HealthState::Healthy, HealthState::Unhealthy, reason, s(7))
         );
     }
 }
@@ -61,13 +53,9 @@ fn critical_events_turn_a_healthy_gpu_unhealthy_with_the_reason() {
 #[test]
 fn a_warning_makes_a_healthy_gpu_suspect() {
     let mut h = GpuHealth::new(0);
-    let t = h
-        .on_signal(&cfg(), Signal::Event(SingleBitEcc), s(1))
-        .expect("a transition");
+    let t = h.on_signal(&cfg(), Signal::Event(SingleBitEcc), s(1)).expect("a transition");
     assert_eq!((t.from, t.to), (HealthState::Healthy, HealthState::Suspect));
-    let t = GpuHealth::new(0)
-        .on_signal(&cfg(), Signal::ReadFailed, s(1))
-        .expect("a transition");
+    let t = GpuHealth::new(0).on_signal(&cfg(), Signal::ReadFailed, s(1)).expect("a transition");
     assert_eq!(t.to, HealthState::Suspect);
 }
 
@@ -85,13 +73,8 @@ fn a_suspect_gpu_becomes_healthy_after_a_quiet_period_counted_from_the_last_warn
 fn a_critical_event_turns_a_suspect_gpu_unhealthy() {
     let mut h = GpuHealth::new(0);
     h.on_signal(&cfg(), Signal::Event(SingleBitEcc), s(0));
-    let t = h
-        .on_signal(&cfg(), Signal::Event(DoubleBitEcc), s(1))
-        .expect("a transition");
-    assert_eq!(
-        (t.from, t.to),
-        (HealthState::Suspect, HealthState::Unhealthy)
-    );
+    let t = h.on_signal(&cfg(), Signal::Event(DoubleBitEcc), s(1)).expect("a transition");
+    assert_eq!((t.from, t.to), (HealthState::Suspect, HealthState::Unhealthy));
 }
 
 #[test]
@@ -102,11 +85,7 @@ fn an_unhealthy_gpu_is_probed_only_after_the_back_off_and_recovers_when_the_prob
     let t = h.on_probe(&cfg(), true, s(15)).expect("a transition");
     assert_eq!(
         (t.from, t.to, t.reason.as_str()),
-        (
-            HealthState::Unhealthy,
-            HealthState::Recovering,
-            "probe passed"
-        )
+        (HealthState::Unhealthy, HealthState::Recovering, "probe passed")
     );
 }
 
@@ -129,23 +108,15 @@ fn a_recovering_gpu_becomes_healthy_once_no_critical_event_arrived_for_the_quiet
     h.on_probe(&cfg(), true, s(5));
     assert_eq!(h.on_tick(&cfg(), s(29)), None);
     let t = h.on_tick(&cfg(), s(30)).expect("a transition");
-    assert_eq!(
-        (t.from, t.to),
-        (HealthState::Recovering, HealthState::Healthy)
-    );
+    assert_eq!((t.from, t.to), (HealthState::Recovering, HealthState::Healthy));
 }
 
 #[test]
 fn a_critical_event_while_recovering_makes_the_gpu_unhealthy_again_with_a_longer_back_off() {
     let mut h = unhealthy_at(0);
     h.on_probe(&cfg(), true, s(5));
-    let t = h
-        .on_signal(&cfg(), Signal::Event(Xid(79)), s(20))
-        .expect("a transition");
-    assert_eq!(
-        (t.from, t.to),
-        (HealthState::Recovering, HealthState::Unhealthy)
-    );
+    let t = h.on_signal(&cfg(), Signal::Event(Xid(79)), s(20)).expect("a transition");
+    assert_eq!((t.from, t.to), (HealthState::Recovering, HealthState::Unhealthy));
     assert!(!h.probe_due(s(29)) && h.probe_due(s(30)));
 }
 
@@ -160,12 +131,8 @@ fn warnings_while_recovering_or_unhealthy_change_nothing() {
 
 #[test]
 fn the_health_metric_values_order_states_by_severity() {
-    let values = [
-        HealthState::Healthy,
-        HealthState::Suspect,
-        HealthState::Recovering,
-        HealthState::Unhealthy,
-    ]
-    .map(|h| h as u8);
+    let values =
+        [HealthState::Healthy, HealthState::Suspect, HealthState::Recovering, HealthState::Unhealthy]
+            .map(|h| h as u8);
     assert_eq!(values, [0, 1, 2, 3]);
 }

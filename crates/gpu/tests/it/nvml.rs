@@ -24,21 +24,15 @@ fn nvml_lists_gpus_and_reads_every_one_of_them() {
     assert!(!b.driver_version().is_empty());
     let gpus = b.inventory().to_vec();
     for g in &gpus {
-        assert!(
-            g.uuid.starts_with("GPU-") || g.uuid.starts_with("MIG-"),
-            "{}",
-            g.uuid
-        );
+        assert!(g.uuid.starts_with("GPU-") || g.uuid.starts_with("MIG-"), "{}", g.uuid);
         assert!(g.memory_total_bytes > 0 && !g.pci_bus_id.is_empty());
         let s = b.sample(g.index, Duration::ZERO).expect("sample");
         assert!(
-            s.memory_used_bytes + s.memory_free_bytes + s.memory_reserved_bytes
-                <= g.memory_total_bytes + 1
+            s.memory_used_bytes + s.memory_free_bytes + s.memory_reserved_bytes <= g.memory_total_bytes + 1
         );
         assert!(s.power_watts > 0.0 && s.gpu_temp_celsius > 0.0 && s.sm_clock_mhz > 0);
         println!("{g:?}\n{s:?}");
-        b.probe(g.index, Duration::ZERO)
-            .expect("probe passes on a healthy GPU");
+        b.probe(g.index, Duration::ZERO).expect("probe passes on a healthy GPU");
     }
     b.processes(Duration::ZERO).expect("process list");
     b.poll_events(Duration::ZERO).expect("event poll");
@@ -51,12 +45,7 @@ fn nvml_reads_tensor_pipe_activity_from_the_second_sample_on_hopper() {
     let mut b = NvmlBackend::open().expect("NVML opens");
     b.sample(0, Duration::ZERO).expect("first sample");
     std::thread::sleep(Duration::from_millis(200));
-    let s = b
-        .sample(0, Duration::from_millis(200))
-        .expect("second sample");
-    println!(
-        "gr={:?} tensor={:?} dram={:?}",
-        s.gr_engine_active, s.tensor_active, s.dram_active
-    );
+    let s = b.sample(0, Duration::from_millis(200)).expect("second sample");
+    println!("gr={:?} tensor={:?} dram={:?}", s.gr_engine_active, s.tensor_active, s.dram_active);
     assert!(s.tensor_active.is_some(), "GPM tensor activity missing");
 }

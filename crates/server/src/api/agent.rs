@@ -38,8 +38,7 @@ pub async fn register(
     match app.dispatch(Command::RegisterNode(registration)).await? {
         Outcome::Registered(epoch) => Ok(Json(RegisterResponse {
             epoch,
-            heartbeat_interval_ms: u64::try_from(app.config.heartbeat_interval.as_millis())
-                .unwrap_or(1000),
+            heartbeat_interval_ms: u64::try_from(app.config.heartbeat_interval.as_millis()).unwrap_or(1000),
         })),
         other => Err(ApiError::Internal(format!("register produced {other:?}"))),
     }
@@ -60,9 +59,9 @@ pub async fn heartbeat(
         app.wake.notify_one();
     }
     match outcome {
-        Outcome::Assignments(jobs) => Ok(Json(HeartbeatResponse {
-            assignments: jobs.into_iter().map(Into::into).collect(),
-        })),
+        Outcome::Assignments(jobs) => {
+            Ok(Json(HeartbeatResponse { assignments: jobs.into_iter().map(Into::into).collect() }))
+        }
         other => Err(ApiError::Internal(format!("heartbeat produced {other:?}"))),
     }
 }

@@ -36,11 +36,7 @@ pub async fn gpus(
     let (gpus, held) = blocking(&app, |s| Ok((s.gpus()?, s.allocations(true)?))).await?;
     let mut holders: HashMap<String, Vec<GpuHolder>> = HashMap::new();
     for a in held {
-        let holder = GpuHolder {
-            job_id: a.job_id,
-            share_milli: a.share_milli,
-            memory_mib: a.memory_mib,
-        };
+        let holder = GpuHolder { job_id: a.job_id, share_milli: a.share_milli, memory_mib: a.memory_mib };
         holders.entry(a.gpu_uuid).or_default().push(holder);
     }
     let views = gpus
@@ -63,17 +59,7 @@ pub async fn teams(
     let (teams, counts) = blocking(&app, |s| Ok((s.teams()?, s.job_counts()?))).await?;
     let mut views: HashMap<String, TeamView> = teams
         .into_iter()
-        .map(|t| {
-            (
-                t.name.clone(),
-                TeamView {
-                    name: t.name,
-                    gpu_quota: t.gpu_quota,
-                    pending: 0,
-                    active: 0,
-                },
-            )
-        })
+        .map(|t| (t.name.clone(), TeamView { name: t.name, gpu_quota: t.gpu_quota, pending: 0, active: 0 }))
         .collect();
     for (team, state, n) in counts {
         let view = views.entry(team.clone()).or_insert_with(|| TeamView {
@@ -104,11 +90,7 @@ pub async fn set_quota(
 ) -> Result<StatusCode, ApiError> {
     who.require_admin()?;
     validate::word("name", &name)?;
-    app.dispatch(Command::SetTeam(Team {
-        name,
-        gpu_quota: req.gpu_quota,
-    }))
-    .await?;
+    app.dispatch(Command::SetTeam(Team { name, gpu_quota: req.gpu_quota })).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -123,29 +105,15 @@ pub async fn create_token(
     who.require_admin()?;
     let role = req.role.unwrap_or(Role::User);
     if role == Role::User && req.team.is_none() {
-        return Err(ApiError::Unprocessable(
-            "team: a user token needs a team".into(),
-        ));
+        return Err(ApiError::Unprocessable("team: a user token needs a team".into()));
     }
     if let Some(team) = &req.team {
         validate::word("team", team)?;
     }
-    let name = req
-        .name
-        .or_else(|| req.team.clone())
-        .unwrap_or_else(|| role.to_string());
+    let name = req.name.or_else(|| req.team.clone()).unwrap_or_else(|| role.to_string());
     validate::label("name", &name)?;
-    match app
-        .dispatch(Command::CreateToken {
-            role,
-            team: req.team,
-            name,
-        })
-        .await?
-    {
+    match app.dispatch(Command::CreateToken { role, team: req.team, name }).await? {
         Outcome::Token(token) => Ok((StatusCode::CREATED, Json(TokenResponse { token }))),
-        other => Err(ApiError::Internal(format!(
-            "token creation produced {other:?}"
-        ))),
+        other => Err(ApiError::Internal(format!("token creation produced {other:?}"))),
     }
 }

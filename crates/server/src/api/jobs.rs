@@ -30,9 +30,7 @@ pub async fn submit(
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     let job = new_job(req, &who)?;
     match app.dispatch(Command::Submit(job)).await? {
-        Outcome::Submitted { id, created } => {
-            Ok((StatusCode::CREATED, Json(SubmitResponse { id, created })))
-        }
+        Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
         other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
     }
 }
@@ -40,22 +38,14 @@ pub async fn submit(
 fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
     validate::resources(&req)?;
-    let team = req
-        .team
-        .or_else(|| who.token.team.clone())
-        .unwrap_or_else(|| "default".into());
+    let team = req.team.or_else(|| who.token.team.clone()).unwrap_or_else(|| "default".into());
     validate::word("team", &team)?;
     who.require_team(&team)?;
-    let program = req
-        .command
-        .first()
-        .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned());
+    let program = req.command.first().map(|p| p.rsplit('/').next().unwrap_or(p).to_owned());
     let name = req.name.or(program).unwrap_or_default();
     validate::label("name", &name)?;
     if !(-1000..=1000).contains(&req.priority) {
-        return Err(ApiError::Unprocessable(
-            "priority: must be between -1000 and 1000".into(),
-        ));
+        return Err(ApiError::Unprocessable("priority: must be between -1000 and 1000".into()));
     }
     if let Some(key) = &req.request_id {
         validate::label("request_id", key)?;
@@ -90,15 +80,10 @@ pub async fn list(
     let state = match q.state.as_deref() {
         None => None,
         Some(s) => Some(
-            JobState::parse(s)
-                .ok_or_else(|| ApiError::BadRequest(format!("state: unknown state `{s}`")))?,
+            JobState::parse(s).ok_or_else(|| ApiError::BadRequest(format!("state: unknown state `{s}`")))?,
         ),
     };
-    let filter = JobFilter {
-        state,
-        team: q.team,
-        limit: q.limit,
-    };
+    let filter = JobFilter { state, team: q.team, limit: q.limit };
     Ok(Json(blocking(&app, move |s| s.jobs(&filter)).await?))
 }
 
@@ -111,9 +96,7 @@ pub async fn get(
     Path(id): Path<JobId>,
 ) -> Result<Json<JobDetail>, ApiError> {
     who.require_user()?;
-    let job = blocking(&app, move |s| s.job(id))
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    let job = blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
     let transitions = blocking(&app, move |s| s.transitions(id)).await?;
     Ok(Json(JobDetail { job, transitions }))
 }
@@ -145,14 +128,10 @@ pub async fn logs(
     let stream = match q.stream.as_deref().unwrap_or("stdout") {
         s @ ("stdout" | "stderr") => s.to_owned(),
         s => {
-            return Err(ApiError::BadRequest(format!(
-                "stream: must be stdout or stderr, not `{s}`"
-            )));
+            return Err(ApiError::BadRequest(format!("stream: must be stdout or stderr, not `{s}`")));
         }
     };
-    blocking(&app, move |s| s.job(id))
-        .await?
-        .ok_or_else(|| not_found(id))?;
+    blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
     let path = app.config.logs_dir.join(id.to_string()).join(stream);
     let offset = q.offset.unwrap_or(0);
     tokio::task::spawn_blocking(move || read_from(&path, offset))
@@ -165,10 +144,7 @@ fn read_from(path: &std::path::Path, offset: u64) -> Result<Vec<u8>, ApiError> {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {
-            return Err(ApiError::Internal(format!(
-                "reading {}: {e}",
-                path.display()
-            )));
+            return Err(ApiError::Internal(format!("reading {}: {e}", path.display())));
         }
     };
     let mut out = Vec::new();

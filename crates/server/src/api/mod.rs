@@ -41,10 +41,7 @@ struct BearerAuth;
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let components = doc.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
-        );
+        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
     }
 }
 
@@ -65,10 +62,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/agent/heartbeat", post(agent::heartbeat))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
-        .layer(middleware::from_fn_with_state(
-            Arc::clone(&app),
-            require_token,
-        ));
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), require_token));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(authed)
@@ -85,17 +79,8 @@ async fn healthz() -> &'static str {
 /// The server's Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", security(("bearer" = [])), responses((status = 200, body = String)))]
 async fn metrics(State(app): State<Arc<App>>) -> Result<impl IntoResponse, ApiError> {
-    let text = app
-        .metrics
-        .encode()
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok((
-        [(
-            CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    ))
+    let text = app.metrics.encode().map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text))
 }
 
 async fn openapi(Extension(_who): Extension<Principal>) -> Json<utoipa::openapi::OpenApi> {

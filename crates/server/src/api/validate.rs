@@ -25,19 +25,13 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
         return Err(bad("gpus", "at most 64"));
     }
     if r.gpu_memory_mib > 0 && r.gpus > 0 {
-        return Err(bad(
-            "gpu_memory_mib",
-            "a slice is part of one GPU; do not combine it with gpus",
-        ));
+        return Err(bad("gpu_memory_mib", "a slice is part of one GPU; do not combine it with gpus"));
     }
     if r.gpu_compute_pct > 100 {
         return Err(bad("gpu_compute_pct", "must be between 0 and 100"));
     }
     if r.gpu_compute_pct > 0 && r.gpu_memory_mib == 0 {
-        return Err(bad(
-            "gpu_compute_pct",
-            "needs gpu_memory_mib (it sizes a slice)",
-        ));
+        return Err(bad("gpu_compute_pct", "needs gpu_memory_mib (it sizes a slice)"));
     }
     Ok(())
 }
@@ -46,14 +40,8 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
 pub fn word(field: &str, value: &str) -> Result<(), ApiError> {
     let ok = !value.is_empty()
         && value.len() <= 64
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(field, "use 1 to 64 letters, digits, '-', '_' or '.'"))
-    }
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok { Ok(()) } else { Err(bad(field, "use 1 to 64 letters, digits, '-', '_' or '.'")) }
 }
 
 /// Free text up to 128 characters.

@@ -41,8 +41,7 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
 
 /// One pass: expire silent nodes, place what fits.
 pub async fn pass(app: &Arc<App>) -> Result<usize, ApiError> {
-    let deadline =
-        now_ms() - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
+    let deadline = now_ms() - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
     app.dispatch(Command::ExpireNodes { deadline }).await?;
     let store = Arc::clone(&app.store);
     let snapshot = tokio::task::spawn_blocking(move || load(&*store))
@@ -52,23 +51,15 @@ pub async fn pass(app: &Arc<App>) -> Result<usize, ApiError> {
     let snapshot = snapshot.0;
     let started = Instant::now();
     let decisions = plan(&snapshot, app.config.policy, 0x9a17);
-    app.metrics
-        .scheduling_pass
-        .observe(started.elapsed().as_secs_f64());
+    app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
     let mut placed = 0;
     for placement in decisions {
-        let submitted = snapshot
-            .pending
-            .iter()
-            .find(|j| j.id == placement.job_id)
-            .map(|j| j.submitted_at);
+        let submitted = snapshot.pending.iter().find(|j| j.id == placement.job_id).map(|j| j.submitted_at);
         match app.dispatch(Command::Place(placement)).await {
             Ok(_) => {
                 placed += 1;
                 if let Some(at) = submitted {
-                    app.metrics
-                        .placement_latency
-                        .observe((now_ms() - at).max(0) as f64 / 1000.0);
+                    app.metrics.placement_latency.observe((now_ms() - at).max(0) as f64 / 1000.0);
                 }
             }
             Err(ApiError::Conflict(why)) => tracing::debug!(%why, "placement refused by the store"),
@@ -81,23 +72,11 @@ pub async fn pass(app: &Arc<App>) -> Result<usize, ApiError> {
 type Counts = Vec<(String, JobState, u64)>;
 
 fn load(store: &dyn Store) -> Result<(Snapshot, Counts), gantry_store::StoreError> {
-    let by_state = |state| {
-        store.jobs(&JobFilter {
-            state: Some(state),
-            ..JobFilter::default()
-        })
-    };
+    let by_state = |state| store.jobs(&JobFilter { state: Some(state), ..JobFilter::default() });
     let nodes = store.nodes()?;
-    if !nodes
-        .iter()
-        .any(|n| n.state == gantry_store::NodeState::Ready)
-    {
+    if !nodes.iter().any(|n| n.state == gantry_store::NodeState::Ready) {
         // Nothing can be placed: skip reading the queue.
-        let snapshot = Snapshot {
-            nodes,
-            at: now_ms(),
-            ..Snapshot::default()
-        };
+        let snapshot = Snapshot { nodes, at: now_ms(), ..Snapshot::default() };
         return Ok((snapshot, store.job_counts()?));
     }
     let mut active = by_state(JobState::Scheduled)?;
@@ -119,23 +98,13 @@ fn record_gauges(app: &App, counts: &Counts) {
     m.queue_length.clear();
     m.jobs.clear();
     for state in JobState::ALL {
-        m.jobs
-            .get_or_create(&StateLabel {
-                state: state.as_str().into(),
-            })
-            .set(0);
+        m.jobs.get_or_create(&StateLabel { state: state.as_str().into() }).set(0);
     }
     for (team, state, n) in counts {
         let n = i64::try_from(*n).unwrap_or(i64::MAX);
-        m.jobs
-            .get_or_create(&StateLabel {
-                state: state.as_str().into(),
-            })
-            .inc_by(n);
+        m.jobs.get_or_create(&StateLabel { state: state.as_str().into() }).inc_by(n);
         if *state == JobState::Pending {
-            m.queue_length
-                .get_or_create(&TeamLabel { team: team.clone() })
-                .set(n);
+            m.queue_length.get_or_create(&TeamLabel { team: team.clone() }).set(n);
         }
     }
 }

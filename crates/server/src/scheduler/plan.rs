@@ -41,24 +41,15 @@ struct Layout<'a> {
 /// Decides placements for pending jobs. Deterministic for a snapshot and seed.
 pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Vec<Placement> {
     let mut layout = Layout::build(s);
-    let requests: Vec<Request> = s
-        .pending
-        .iter()
-        .chain(&s.active)
-        .filter_map(|j| to_request(j, layout.max_gpu_memory))
-        .collect();
+    let requests: Vec<Request> =
+        s.pending.iter().chain(&s.active).filter_map(|j| to_request(j, layout.max_gpu_memory)).collect();
     let mut policy = kind.build(Arc::new(TypicalPods::from_requests(&requests, 0.95)));
     let mut rng = SplitMix64::new(seed);
     let order: Vec<NodeId> = (0..layout.nodes.len()).collect();
     let quotas: HashMap<&str, u64> = s
         .teams
         .iter()
-        .filter_map(|t| {
-            Some((
-                t.name.as_str(),
-                u64::from(t.gpu_quota?) * u64::from(WHOLE_GPU),
-            ))
-        })
+        .filter_map(|t| Some((t.name.as_str(), u64::from(t.gpu_quota?) * u64::from(WHOLE_GPU))))
         .collect();
     let mut usage: HashMap<&str, u64> = HashMap::new();
     for job in &s.active {
@@ -74,9 +65,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Vec<Placement> {
             continue;
         };
         let used = usage.get(job.team.as_str()).copied().unwrap_or(0);
-        let over = quotas
-            .get(job.team.as_str())
-            .is_some_and(|q| used + req.gpu_milli_total() > *q);
+        let over = quotas.get(job.team.as_str()).is_some_and(|q| used + req.gpu_milli_total() > *q);
         if over && waiting.iter().any(|t| *t != job.team) {
             continue;
         }
@@ -98,26 +87,12 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Vec<Placement> {
 fn to_request(job: &Job, max_gpu_memory: u64) -> Option<Request> {
     let r = &job.request;
     let result = if r.gpus > 0 {
-        Request::new(
-            r.cpu_milli,
-            r.memory_mib,
-            r.gpus,
-            WHOLE_GPU,
-            0,
-            ModelSet::Any,
-        )
+        Request::new(r.cpu_milli, r.memory_mib, r.gpus, WHOLE_GPU, 0, ModelSet::Any)
     } else if r.gpu_memory_mib > 0 {
         let by_memory = (r.gpu_memory_mib * u64::from(WHOLE_GPU)).div_ceil(max_gpu_memory.max(1));
         let by_compute = u64::from(r.gpu_compute_pct) * 10;
         let share = by_memory.max(by_compute).clamp(1, u64::from(WHOLE_GPU)) as u32;
-        Request::new(
-            r.cpu_milli,
-            r.memory_mib,
-            1,
-            share,
-            r.gpu_memory_mib,
-            ModelSet::Any,
-        )
+        Request::new(r.cpu_milli, r.memory_mib, 1, share, r.gpu_memory_mib, ModelSet::Any)
     } else {
         Ok(Request::cpu_only(r.cpu_milli, r.memory_mib))
     };
@@ -168,49 +143,25 @@ impl<'a> Layout<'a> {
             let Some(allocs) = by_job.get(&job.id) else {
                 continue;
             };
-            let Some(node) = self
-                .nodes
-                .iter()
-                .position(|n| Some(&n.id) == job.node_id.as_ref())
-            else {
+            let Some(node) = self.nodes.iter().position(|n| Some(&n.id) == job.node_id.as_ref()) else {
                 continue;
             };
             let indices: Vec<u32> = allocs
                 .iter()
-                .filter_map(|a| {
-                    self.gpus[node]
-                        .iter()
-                        .position(|g| g.info.uuid == a.gpu_uuid)
-                })
+                .filter_map(|a| self.gpus[node].iter().position(|g| g.info.uuid == a.gpu_uuid))
                 .map(|i| i as u32)
                 .collect();
-            let share = allocs
-                .iter()
-                .map(|a| a.share_milli)
-                .max()
-                .unwrap_or(WHOLE_GPU)
-                .clamp(1, WHOLE_GPU);
-            let memory = if share < WHOLE_GPU {
-                allocs.iter().map(|a| a.memory_mib).max().unwrap_or(0)
-            } else {
-                0
-            };
+            let share = allocs.iter().map(|a| a.share_milli).max().unwrap_or(WHOLE_GPU).clamp(1, WHOLE_GPU);
+            let memory =
+                if share < WHOLE_GPU { allocs.iter().map(|a| a.memory_mib).max().unwrap_or(0) } else { 0 };
             let r = &job.request;
-            let Ok(req) = Request::new(
-                r.cpu_milli,
-                r.memory_mib,
-                indices.len() as u32,
-                share,
-                memory,
-                ModelSet::Any,
-            ) else {
+            let Ok(req) =
+                Request::new(r.cpu_milli, r.memory_mib, indices.len() as u32, share, memory, ModelSet::Any)
+            else {
                 continue;
             };
             self.next_id += 1;
-            let placement = gantry_core::Placement {
-                node,
-                gpus: indices,
-            };
+            let placement = gantry_core::Placement { node, gpus: indices };
             if let Err(e) = self.cluster.allocate(self.next_id, &req, &placement) {
                 tracing::warn!(job = job.id, error = %e, "held allocation does not fit the ledger");
             }
@@ -235,22 +186,13 @@ impl<'a> Layout<'a> {
                 let _ = self.cluster.allocate(
                     self.next_id,
                     &req,
-                    &gantry_core::Placement {
-                        node,
-                        gpus: vec![i as u32],
-                    },
+                    &gantry_core::Placement { node, gpus: vec![i as u32] },
                 );
             }
         }
     }
 
-    fn placement(
-        &self,
-        job: &Job,
-        req: &Request,
-        p: &gantry_core::Placement,
-        at: i64,
-    ) -> Placement {
+    fn placement(&self, job: &Job, req: &Request, p: &gantry_core::Placement, at: i64) -> Placement {
         let node = self.nodes[p.node];
         let grants = p
             .gpus
@@ -259,19 +201,9 @@ impl<'a> Layout<'a> {
             .map(|g| Grant {
                 uuid: g.info.uuid.clone(),
                 share_milli: req.gpu_milli,
-                memory_mib: if req.gpu_milli < WHOLE_GPU {
-                    req.gpu_memory_mib
-                } else {
-                    g.info.memory_mib
-                },
+                memory_mib: if req.gpu_milli < WHOLE_GPU { req.gpu_memory_mib } else { g.info.memory_mib },
             })
             .collect();
-        Placement {
-            job_id: job.id,
-            node_id: node.id.clone(),
-            epoch: node.epoch,
-            grants,
-            at,
-        }
+        Placement { job_id: job.id, node_id: node.id.clone(), epoch: node.epoch, grants, at }
     }
 }

@@ -11,27 +11,11 @@ async fn error_of(resp: reqwest::Response) -> String {
 #[tokio::test]
 async fn a_request_without_a_token_gets_401_and_healthz_needs_none() {
     let s = TestServer::start().await;
-    let resp = s
-        .http
-        .get(format!("{}/v1/jobs", s.url))
-        .send()
-        .await
-        .expect("send");
+    let resp = s.http.get(format!("{}/v1/jobs", s.url)).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
-    let resp = s
-        .http
-        .get(format!("{}/v1/jobs", s.url))
-        .bearer_auth("gty_wrong")
-        .send()
-        .await
-        .expect("send");
+    let resp = s.http.get(format!("{}/v1/jobs", s.url)).bearer_auth("gty_wrong").send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
-    let resp = s
-        .http
-        .get(format!("{}/healthz", s.url))
-        .send()
-        .await
-        .expect("send");
+    let resp = s.http.get(format!("{}/healthz", s.url)).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
@@ -52,28 +36,14 @@ async fn malformed_json_gets_400_with_a_message() {
 #[tokio::test]
 async fn a_wrongly_typed_or_unknown_field_gets_422_naming_the_field() {
     let s = TestServer::start().await;
-    let resp = s
-        .post("/v1/jobs")
-        .json(&json!({"command": ["true"], "gpus": "two"}))
-        .send()
-        .await
-        .expect("send");
+    let resp =
+        s.post("/v1/jobs").json(&json!({"command": ["true"], "gpus": "two"})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(error_of(resp).await.contains("gpus"));
-    let resp = s
-        .post("/v1/jobs")
-        .json(&json!({"command": ["true"], "gpu": 1}))
-        .send()
-        .await
-        .expect("send");
+    let resp = s.post("/v1/jobs").json(&json!({"command": ["true"], "gpu": 1})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(error_of(resp).await.contains("gpu"));
-    let resp = s
-        .post("/v1/jobs")
-        .json(&json!({"command": []}))
-        .send()
-        .await
-        .expect("send");
+    let resp = s.post("/v1/jobs").json(&json!({"command": []})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(error_of(resp).await.starts_with("command:"));
     let body = json!({"command": ["true"], "gpus": 1, "gpu_memory_mib": 1000});
@@ -97,12 +67,7 @@ async fn an_unknown_job_gets_404() {
 async fn a_body_over_the_limit_is_refused() {
     let s = TestServer::start().await;
     let huge = "x".repeat(2 << 20);
-    let resp = s
-        .post("/v1/jobs")
-        .json(&json!({"command": [huge]}))
-        .send()
-        .await
-        .expect("send");
+    let resp = s.post("/v1/jobs").json(&json!({"command": [huge]})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
 
@@ -110,64 +75,24 @@ async fn a_body_over_the_limit_is_refused() {
 async fn a_submission_is_listed_and_a_retry_with_the_same_request_id_is_the_same_job() {
     let s = TestServer::start().await;
     let body = json!({"command": ["echo", "hi"], "gpus": 1, "request_id": "r-1"});
-    let first: Value = s
-        .post("/v1/jobs")
-        .json(&body)
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
-    let again: Value = s
-        .post("/v1/jobs")
-        .json(&body)
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let first: Value = s.post("/v1/jobs").json(&body).send().await.expect("send").json().await.expect("json");
+    let again: Value = s.post("/v1/jobs").json(&body).send().await.expect("send").json().await.expect("json");
     assert_eq!(first["id"], again["id"]);
-    assert_eq!(
-        (first["created"].as_bool(), again["created"].as_bool()),
-        (Some(true), Some(false))
-    );
-    let jobs: Vec<Value> = s
-        .get("/v1/jobs")
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    assert_eq!((first["created"].as_bool(), again["created"].as_bool()), (Some(true), Some(false)));
+    let jobs: Vec<Value> = s.get("/v1/jobs").send().await.expect("send").json().await.expect("json");
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0]["state"], "pending");
-    let detail: Value = s
-        .get(&format!("/v1/jobs/{}", first["id"]))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let detail: Value =
+        s.get(&format!("/v1/jobs/{}", first["id"])).send().await.expect("send").json().await.expect("json");
     assert_eq!(detail["job"]["name"], "echo");
 }
 
 #[tokio::test]
 async fn a_user_token_is_bound_to_its_team_and_cannot_create_tokens() {
     let s = TestServer::start().await;
-    let resp = s
-        .post("/v1/tokens")
-        .json(&json!({"team": "vision"}))
-        .send()
-        .await
-        .expect("send");
+    let resp = s.post("/v1/tokens").json(&json!({"team": "vision"})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::CREATED);
-    let token = resp.json::<Value>().await.expect("json")["token"]
-        .as_str()
-        .expect("token")
-        .to_owned();
+    let token = resp.json::<Value>().await.expect("json")["token"].as_str().expect("token").to_owned();
     let as_user = |path: &str| s.http.post(format!("{}{path}", s.url)).bearer_auth(&token);
     let ok: Value = as_user("/v1/jobs")
         .json(&json!({"command": ["true"]}))
@@ -178,40 +103,19 @@ async fn a_user_token_is_bound_to_its_team_and_cannot_create_tokens() {
         .await
         .expect("json");
     let id = ok["id"].as_i64().expect("id");
-    let job: Value = s
-        .get(&format!("/v1/jobs/{id}"))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let job: Value = s.get(&format!("/v1/jobs/{id}")).send().await.expect("send").json().await.expect("json");
     assert_eq!(job["job"]["team"], "vision");
-    let resp = as_user("/v1/jobs")
-        .json(&json!({"command": ["true"], "team": "nlp"}))
-        .send()
-        .await
-        .expect("send");
+    let resp =
+        as_user("/v1/jobs").json(&json!({"command": ["true"], "team": "nlp"})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
-    let resp = as_user("/v1/tokens")
-        .json(&json!({"team": "vision"}))
-        .send()
-        .await
-        .expect("send");
+    let resp = as_user("/v1/tokens").json(&json!({"team": "vision"})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
 }
 
 #[tokio::test]
 async fn the_openapi_document_and_metrics_are_served() {
     let s = TestServer::start().await;
-    let doc: Value = s
-        .get("/openapi.json")
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let doc: Value = s.get("/openapi.json").send().await.expect("send").json().await.expect("json");
     for path in [
         "/v1/jobs",
         "/v1/jobs/{id}",
@@ -221,31 +125,14 @@ async fn the_openapi_document_and_metrics_are_served() {
         "/v1/gpus",
         "/v1/agent/heartbeat",
     ] {
-        assert!(
-            doc["paths"][path].is_object(),
-            "{path} missing from the OpenAPI document"
-        );
+        assert!(doc["paths"][path].is_object(), "{path} missing from the OpenAPI document");
     }
-    s.post("/v1/jobs")
-        .json(&json!({"command": ["true"], "team": "a"}))
-        .send()
-        .await
-        .expect("send");
+    s.post("/v1/jobs").json(&json!({"command": ["true"], "team": "a"})).send().await.expect("send");
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    let text = s
-        .get("/metrics")
-        .send()
-        .await
-        .expect("send")
-        .text()
-        .await
-        .expect("text");
-    for name in [
-        "gantry_queue_length",
-        "gantry_jobs",
-        "gantry_placement_latency_seconds",
-        "gantry_submissions_total",
-    ] {
+    let text = s.get("/metrics").send().await.expect("send").text().await.expect("text");
+    for name in
+        ["gantry_queue_length", "gantry_jobs", "gantry_placement_latency_seconds", "gantry_submissions_total"]
+    {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     assert!(text.contains("gantry_queue_length{team=\"a\"} 1"), "{text}");

@@ -23,14 +23,10 @@ impl TestServer {
     pub async fn start() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).expect("store"));
-        let token = gantry_server::ensure_admin_token(&*store)
-            .expect("token")
-            .expect("new store");
+        let token = gantry_server::ensure_admin_token(&*store).expect("token").expect("new store");
         let mut config = ServerConfig::local(dir.path().join("logs"));
         config.listen = ([127, 0, 0, 1], 0).into();
-        let server = Server::bind(config, Arc::clone(&store))
-            .await
-            .expect("bind");
+        let server = Server::bind(config, Arc::clone(&store)).await.expect("bind");
         let url = format!("http://{}", server.local_addr().expect("addr"));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(server.serve(async move {
@@ -38,26 +34,15 @@ impl TestServer {
         }));
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();
-        Self {
-            url,
-            token,
-            store,
-            http,
-            _dir: dir,
-            stop: Some(tx),
-        }
+        Self { url, token, store, http, _dir: dir, stop: Some(tx) }
     }
 
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
+        self.http.post(format!("{}{path}", self.url)).bearer_auth(&self.token)
     }
 
     pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
+        self.http.get(format!("{}{path}", self.url)).bearer_auth(&self.token)
     }
 }
 

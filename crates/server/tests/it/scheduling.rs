@@ -35,11 +35,7 @@ fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> Job {
         name: format!("j{id}"),
         priority,
         command: vec!["true".into()],
-        request: JobRequest {
-            gpus,
-            gpu_memory_mib: slice_mib,
-            ..JobRequest::default()
-        },
+        request: JobRequest { gpus, gpu_memory_mib: slice_mib, ..JobRequest::default() },
         state: JobState::Pending,
         attempt: 0,
         max_retries: 3,
@@ -57,26 +53,15 @@ fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> Job {
 
 fn snapshot(gpus: u32, pending: Vec<Job>) -> Snapshot {
     let (n, g) = node(gpus);
-    Snapshot {
-        nodes: vec![n],
-        gpus: g,
-        pending,
-        ..Snapshot::default()
-    }
+    Snapshot { nodes: vec![n], gpus: g, pending, ..Snapshot::default() }
 }
 
 #[test]
 fn five_two_gpu_jobs_on_four_gpus_place_two_on_distinct_gpus() {
     let s = snapshot(4, (1..=5).map(|i| job(i, "t", 0, 2, 0)).collect());
     let placed = plan(&s, PolicyKind::Gantry, 1);
-    assert_eq!(
-        placed.iter().map(|p| p.job_id).collect::<Vec<_>>(),
-        vec![1, 2]
-    );
-    let mut uuids: Vec<&str> = placed
-        .iter()
-        .flat_map(|p| p.grants.iter().map(|g| g.uuid.as_str()))
-        .collect();
+    assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![1, 2]);
+    let mut uuids: Vec<&str> = placed.iter().flat_map(|p| p.grants.iter().map(|g| g.uuid.as_str())).collect();
     uuids.sort();
     uuids.dedup();
     assert_eq!(uuids.len(), 4);
@@ -88,56 +73,25 @@ fn four_twenty_gigabyte_slices_fit_on_one_eighty_gigabyte_gpu_and_the_fifth_wait
     let s = snapshot(1, (1..=5).map(|i| job(i, "t", 0, 0, 20_000)).collect());
     let placed = plan(&s, PolicyKind::Gantry, 1);
     assert_eq!(placed.len(), 4);
-    assert!(
-        placed
-            .iter()
-            .all(|p| p.grants.len() == 1 && p.grants[0].memory_mib == 20_000)
-    );
+    assert!(placed.iter().all(|p| p.grants.len() == 1 && p.grants[0].memory_mib == 20_000));
 }
 
 #[test]
 fn higher_priority_goes_first_then_submission_order() {
-    let s = snapshot(
-        1,
-        vec![
-            job(1, "t", 0, 1, 0),
-            job(2, "t", 5, 1, 0),
-            job(3, "t", 5, 1, 0),
-        ],
-    );
+    let s = snapshot(1, vec![job(1, "t", 0, 1, 0), job(2, "t", 5, 1, 0), job(3, "t", 5, 1, 0)]);
     let placed = plan(&s, PolicyKind::Gantry, 1);
     assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![2]);
 }
 
 #[test]
 fn a_team_at_its_quota_waits_while_another_team_waits_but_not_when_alone() {
-    let mut s = snapshot(
-        4,
-        vec![
-            job(1, "a", 9, 1, 0),
-            job(2, "a", 9, 1, 0),
-            job(3, "b", 0, 1, 0),
-        ],
-    );
-    s.teams = vec![Team {
-        name: "a".into(),
-        gpu_quota: Some(1),
-    }];
-    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1)
-        .iter()
-        .map(|p| p.job_id)
-        .collect();
+    let mut s = snapshot(4, vec![job(1, "a", 9, 1, 0), job(2, "a", 9, 1, 0), job(3, "b", 0, 1, 0)]);
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(1) }];
+    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).iter().map(|p| p.job_id).collect();
     assert_eq!(placed, vec![1, 3]);
     s.pending.retain(|j| j.team == "a");
-    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1)
-        .iter()
-        .map(|p| p.job_id)
-        .collect();
-    assert_eq!(
-        placed,
-        vec![1, 2],
-        "no other team waits, so the quota does not hold work back"
-    );
+    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).iter().map(|p| p.job_id).collect();
+    assert_eq!(placed, vec![1, 2], "no other team waits, so the quota does not hold work back");
 }
 
 #[test]

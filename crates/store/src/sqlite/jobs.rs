@@ -43,9 +43,7 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
 
 pub(super) fn get(c: &Connection, id: JobId) -> Result<Option<Job>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
-    Ok(c.prepare_cached(&sql)?
-        .query_row([id], rows::job)
-        .optional()?)
+    Ok(c.prepare_cached(&sql)?.query_row([id], rows::job).optional()?)
 }
 
 fn require(c: &Connection, id: JobId) -> Result<Job> {
@@ -53,48 +51,35 @@ fn require(c: &Connection, id: JobId) -> Result<Job> {
 }
 
 pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
-    let order = if filter.limit.is_some() {
-        "DESC"
-    } else {
-        "ASC"
-    };
+    let order = if filter.limit.is_some() { "DESC" } else { "ASC" };
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR team = ?2) \
          ORDER BY id {order} LIMIT ?3"
     );
     let limit = filter.limit.map_or(-1, i64::from);
     let mut stmt = c.prepare_cached(&sql)?;
-    let rows = stmt.query_map(
-        params![filter.state.map(JobState::as_str), filter.team, limit],
-        rows::job,
-    )?;
+    let rows = stmt.query_map(params![filter.state.map(JobState::as_str), filter.team, limit], rows::job)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 pub(super) fn counts(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
-    let mut stmt =
-        c.prepare_cached("SELECT team, state, COUNT(*) FROM jobs GROUP BY team, state")?;
+    let mut stmt = c.prepare_cached("SELECT team, state, COUNT(*) FROM jobs GROUP BY team, state")?;
     let rows = stmt.query_map([], |r| {
         let state: String = r.get(1)?;
-        Ok((
-            r.get(0)?,
-            rows::parse_enum("job state", &state, JobState::parse)?,
-            r.get(2)?,
-        ))
+        Ok((r.get(0)?, rows::parse_enum("job state", &state, JobState::parse)?, r.get(2)?))
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> {
-    let mut stmt =
-        c.prepare_cached("SELECT from_state, to_state, reason, at FROM job_transitions WHERE job_id = ?1 ORDER BY id")?;
+    let mut stmt = c.prepare_cached(
+        "SELECT from_state, to_state, reason, at FROM job_transitions WHERE job_id = ?1 ORDER BY id",
+    )?;
     let rows = stmt.query_map([id], |r| {
         let from: Option<String> = r.get(0)?;
         let to: String = r.get(1)?;
         Ok(Transition {
-            from: from
-                .map(|f| rows::parse_enum("job state", &f, JobState::parse))
-                .transpose()?,
+            from: from.map(|f| rows::parse_enum("job state", &f, JobState::parse)).transpose()?,
             to: rows::parse_enum("job state", &to, JobState::parse)?,
             reason: r.get(2)?,
             at: r.get(3)?,
@@ -111,29 +96,21 @@ fn record_transition(
     reason: Option<&str>,
     at: i64,
 ) -> Result<()> {
-    c.prepare_cached("INSERT INTO job_transitions (job_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(params![id, from.map(JobState::as_str), to.as_str(), reason, at])?;
+    c.prepare_cached(
+        "INSERT INTO job_transitions (job_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![id, from.map(JobState::as_str), to.as_str(), reason, at])?;
     Ok(())
 }
 
 /// Moves a job to `to`, recording the transition; a job leaving `scheduled`/`running` gives
 /// back its allocations in the same transaction.
-fn transition(
-    c: &Connection,
-    job: &Job,
-    to: JobState,
-    reason: Option<&str>,
-    at: i64,
-) -> Result<()> {
+fn transition(c: &Connection, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
     if job.state.is_active() && !to.is_active() {
         release(c, job.id, at)?;
     }
     let finished = to.is_terminal().then_some(at);
-    let (node, epoch) = if to == JobState::Pending {
-        (None, None)
-    } else {
-        (job.node_id.clone(), job.epoch)
-    };
+    let (node, epoch) = if to == JobState::Pending { (None, None) } else { (job.node_id.clone(), job.epoch) };
     c.prepare_cached(
         "UPDATE jobs SET state = ?2, reason = ?3, finished_at = COALESCE(?4, finished_at), stop = NULL, \
          node_id = ?5, epoch = ?6 WHERE id = ?1",
@@ -169,8 +146,7 @@ pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
     match job.state {
         JobState::Pending => transition(c, &job, JobState::Cancelled, Some("cancelled"), at)?,
         s if s.is_active() => {
-            c.prepare_cached("UPDATE jobs SET stop = 'cancel' WHERE id = ?1")?
-                .execute([id])?;
+            c.prepare_cached("UPDATE jobs SET stop = 'cancel' WHERE id = ?1")?.execute([id])?;
         }
         s => return Err(StoreError::Conflict(format!("job {id} already {s}"))),
     }
@@ -180,10 +156,7 @@ pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
 pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
     let job = require(c, p.job_id)?;
     if job.state != JobState::Pending {
-        return Err(StoreError::Conflict(format!(
-            "job {} is {}, not pending",
-            job.id, job.state
-        )));
+        return Err(StoreError::Conflict(format!("job {} is {}, not pending", job.id, job.state)));
     }
     let node: Option<(String, u64)> = c
         .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
@@ -213,14 +186,7 @@ pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
          reason = NULL, exit_code = NULL, started_at = NULL WHERE id = ?1",
     )?
     .execute(params![job.id, attempt, p.node_id, p.epoch, rows::to_json(&uuids)?])?;
-    record_transition(
-        c,
-        job.id,
-        Some(JobState::Pending),
-        JobState::Scheduled,
-        None,
-        p.at,
-    )
+    record_transition(c, job.id, Some(JobState::Pending), JobState::Scheduled, None, p.at)
 }
 
 /// The last line of defence against double allocation: the grant must fit beside what is held.
@@ -233,10 +199,7 @@ fn check_fits(c: &Connection, node_id: &str, g: &Grant) -> Result<()> {
         return Err(StoreError::NotFound(format!("gpu {}", g.uuid)));
     };
     if gpu_node != node_id || health != "healthy" {
-        return Err(StoreError::Conflict(format!(
-            "gpu {} is {health} on {gpu_node}",
-            g.uuid
-        )));
+        return Err(StoreError::Conflict(format!("gpu {} is {health} on {gpu_node}", g.uuid)));
     }
     let (share, memory): (u32, u64) = c
         .prepare_cached(
@@ -245,10 +208,7 @@ fn check_fits(c: &Connection, node_id: &str, g: &Grant) -> Result<()> {
         )?
         .query_row([&g.uuid], |r| Ok((r.get(0)?, r.get(1)?)))?;
     if share + g.share_milli > 1000 || memory + g.memory_mib > capacity {
-        return Err(StoreError::Conflict(format!(
-            "gpu {} has no room left",
-            g.uuid
-        )));
+        return Err(StoreError::Conflict(format!("gpu {} has no room left", g.uuid)));
     }
     Ok(())
 }
@@ -259,32 +219,18 @@ pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Resul
     if job.state == JobState::Scheduled && job.attempt == attempt {
         c.prepare_cached("UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1")?
             .execute(params![id, at])?;
-        record_transition(
-            c,
-            id,
-            Some(JobState::Scheduled),
-            JobState::Running,
-            None,
-            at,
-        )?;
+        record_transition(c, id, Some(JobState::Scheduled), JobState::Running, None, at)?;
     }
     Ok(())
 }
 
 /// An agent reports the process of `attempt` ended. Reports of older attempts are ignored.
-pub(super) fn exited(
-    c: &Connection,
-    id: JobId,
-    attempt: u32,
-    exit: &JobExit,
-    at: i64,
-) -> Result<()> {
+pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at: i64) -> Result<()> {
     let job = require(c, id)?;
     if !job.state.is_active() || job.attempt != attempt {
         return Ok(());
     }
-    c.prepare_cached("UPDATE jobs SET exit_code = ?2 WHERE id = ?1")?
-        .execute(params![id, exit.exit_code])?;
+    c.prepare_cached("UPDATE jobs SET exit_code = ?2 WHERE id = ?1")?.execute(params![id, exit.exit_code])?;
     match job.stop.as_deref() {
         Some("cancel") => transition(c, &job, JobState::Cancelled, Some("cancelled"), at),
         Some(_) => requeue_or_fail(c, &job, job.reason.as_deref().unwrap_or("requeued"), at),
@@ -300,11 +246,7 @@ pub(super) fn exited(
 }
 
 /// Active jobs on a node (optionally only those of older epochs).
-pub(super) fn active_on_node(
-    c: &Connection,
-    node_id: &str,
-    before_epoch: Option<u64>,
-) -> Result<Vec<Job>> {
+pub(super) fn active_on_node(c: &Connection, node_id: &str, before_epoch: Option<u64>) -> Result<Vec<Job>> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE node_id = ?1 AND state IN ('scheduled', 'running') \
          AND (?2 IS NULL OR epoch < ?2) ORDER BY id"

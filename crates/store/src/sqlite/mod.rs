@@ -35,20 +35,13 @@ const READERS: usize = 2;
 impl SqliteStore {
     /// Opens (creating if needed) the store in `dir` and applies pending migrations.
     pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Open {
-            path: dir.display().to_string(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir)
+            .map_err(|source| StoreError::Open { path: dir.display().to_string(), source })?;
         let path = dir.join("gantry.db");
         let mut conn = connect(&path)?;
         migrate::apply(&mut conn)?;
-        let readers = (0..READERS)
-            .map(|_| connect(&path).map(Mutex::new))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            writer: Writer::start(conn)?,
-            readers,
-        })
+        let readers = (0..READERS).map(|_| connect(&path).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
+        Ok(Self { writer: Writer::start(conn)?, readers })
     }
 
     fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
@@ -71,17 +64,9 @@ fn connect(path: &Path) -> Result<Connection> {
 }
 
 impl Store for SqliteStore {
-    fn create_token(
-        &self,
-        hash: &str,
-        role: Role,
-        team: Option<&str>,
-        name: &str,
-        at: i64,
-    ) -> Result<i64> {
+    fn create_token(&self, hash: &str, role: Role, team: Option<&str>, name: &str, at: i64) -> Result<i64> {
         let (hash, team, name) = (hash.to_owned(), team.map(str::to_owned), name.to_owned());
-        self.writer
-            .write(move |c| tokens::create(c, &hash, role, team.as_deref(), &name, at))
+        self.writer.write(move |c| tokens::create(c, &hash, role, team.as_deref(), &name, at))
     }
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
         self.read(|c| tokens::by_hash(c, hash))
@@ -121,8 +106,7 @@ impl Store for SqliteStore {
     }
     fn register_node(&self, registration: &NodeRegistration) -> Result<u64> {
         let registration = registration.clone();
-        self.writer
-            .write(move |c| nodes::register(c, &registration))
+        self.writer.write(move |c| nodes::register(c, &registration))
     }
     fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Job>> {
         let heartbeat = heartbeat.clone();

@@ -31,12 +31,7 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
     }
     // Whatever ran under an older epoch is gone (the agent restarted or was fenced off).
     for job in jobs::active_on_node(c, &reg.node_id, Some(epoch))? {
-        jobs::requeue_or_fail(
-            c,
-            &job,
-            "node registered again; its previous run was lost",
-            reg.at,
-        )?;
+        jobs::requeue_or_fail(c, &job, "node registered again; its previous run was lost", reg.at)?;
     }
     let message = format!("registered at epoch {epoch} with {} GPUs", reg.gpus.len());
     tokens::event(c, reg.at, "node.registered", &reg.node_id, &message)?;
@@ -52,11 +47,7 @@ pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat) -> Result<Vec<Job>> {
         return Err(StoreError::NotFound(format!("node {}", hb.node_id)));
     };
     if state != "ready" || current != hb.epoch {
-        return Err(StoreError::StaleEpoch {
-            node: hb.node_id.clone(),
-            got: hb.epoch,
-            current,
-        });
+        return Err(StoreError::StaleEpoch { node: hb.node_id.clone(), got: hb.epoch, current });
     }
     c.prepare_cached("UPDATE nodes SET last_heartbeat = ?2 WHERE id = ?1")?
         .execute(params![hb.node_id, hb.at])?;
@@ -79,10 +70,7 @@ fn finish_unreported_stops(c: &Connection, hb: &Heartbeat) -> Result<()> {
     let reported: HashSet<JobId> = hb.jobs.iter().map(|r| r.job_id).collect();
     for job in jobs::active_on_node(c, &hb.node_id, None)? {
         if job.stop.is_some() && !reported.contains(&job.id) {
-            let exit = JobExit {
-                exit_code: None,
-                reason: Some("stopped before it started".into()),
-            };
+            let exit = JobExit { exit_code: None, reason: Some("stopped before it started".into()) };
             jobs::exited(c, job.id, job.attempt, &exit, hb.at)?;
         }
     }
@@ -99,13 +87,7 @@ fn update_gpu(c: &Connection, node_id: &str, g: &GpuReport, at: i64) -> Result<(
     c.prepare_cached("UPDATE gpus SET health = ?2, sample = ?3, updated_at = ?4 WHERE uuid = ?1")?
         .execute(params![g.uuid, g.health.as_str(), sample, at])?;
     if old != g.health.as_str() {
-        tokens::event(
-            c,
-            at,
-            "gpu.health",
-            &g.uuid,
-            &format!("{old} -> {}", g.health),
-        )?;
+        tokens::event(c, at, "gpu.health", &g.uuid, &format!("{old} -> {}", g.health))?;
     }
     if g.health == GpuHealth::Unhealthy {
         let reason = format!("gpu {} turned unhealthy", g.uuid);
@@ -135,18 +117,11 @@ pub(super) fn expire(c: &Connection, deadline: i64, at: i64) -> Result<Vec<Strin
         .query_map([deadline], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for node in &lost {
-        c.prepare_cached("UPDATE nodes SET state = 'lost' WHERE id = ?1")?
-            .execute([node])?;
+        c.prepare_cached("UPDATE nodes SET state = 'lost' WHERE id = ?1")?.execute([node])?;
         for job in jobs::active_on_node(c, node, None)? {
             jobs::requeue_or_fail(c, &job, &format!("node {node} was lost"), at)?;
         }
-        tokens::event(
-            c,
-            at,
-            "node.lost",
-            node,
-            "missed heartbeats; its jobs were requeued",
-        )?;
+        tokens::event(c, at, "node.lost", node, "missed heartbeats; its jobs were requeued")?;
     }
     Ok(lost)
 }
@@ -158,9 +133,7 @@ pub(super) fn list(c: &Connection) -> Result<Vec<Node>> {
 }
 
 pub(super) fn gpus(c: &Connection) -> Result<Vec<Gpu>> {
-    let mut stmt = c.prepare_cached(&format!(
-        "SELECT {GPU_COLUMNS} FROM gpus ORDER BY node_id, idx"
-    ))?;
+    let mut stmt = c.prepare_cached(&format!("SELECT {GPU_COLUMNS} FROM gpus ORDER BY node_id, idx"))?;
     let rows = stmt.query_map([], rows::gpu)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

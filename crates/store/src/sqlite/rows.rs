@@ -11,20 +11,14 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!(
-        "{what}: {value:?}"
-    ))))
+    rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
 }
 
 fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> rusqlite::Result<T> {
     serde_json::from_str(text).map_err(|_| corrupt(what, text))
 }
 
-pub(super) fn parse_enum<T>(
-    what: &str,
-    text: &str,
-    parse: fn(&str) -> Option<T>,
-) -> rusqlite::Result<T> {
+pub(super) fn parse_enum<T>(what: &str, text: &str, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
     parse(text).ok_or_else(|| corrupt(what, text))
 }
 
@@ -77,8 +71,7 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
     })
 }
 
-pub(super) const NODE_COLUMNS: &str =
-    "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat";
+pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat";
 
 pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
     let state: String = r.get(2)?;
@@ -99,12 +92,7 @@ pub(super) fn gpu(r: &Row<'_>) -> rusqlite::Result<Gpu> {
     let health: String = r.get(5)?;
     let sample: Option<String> = r.get(6)?;
     Ok(Gpu {
-        info: GpuInfo {
-            uuid: r.get(0)?,
-            index: r.get(1)?,
-            model: r.get(2)?,
-            memory_mib: r.get(3)?,
-        },
+        info: GpuInfo { uuid: r.get(0)?, index: r.get(1)?, model: r.get(2)?, memory_mib: r.get(3)? },
         node_id: r.get(4)?,
         health: parse_enum("gpu health", &health, GpuHealth::parse)?,
         sample: sample.map(|s| json("gpu sample", &s)).transpose()?,

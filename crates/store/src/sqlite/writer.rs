@@ -27,14 +27,8 @@ impl Writer {
         let thread = std::thread::Builder::new()
             .name("gantry-store-writer".into())
             .spawn(move || run(conn, receiver))
-            .map_err(|source| StoreError::Open {
-                path: "writer thread".into(),
-                source,
-            })?;
-        Ok(Self {
-            sender: Mutex::new(Some(sender)),
-            thread: Mutex::new(Some(thread)),
-        })
+            .map_err(|source| StoreError::Open { path: "writer thread".into(), source })?;
+        Ok(Self { sender: Mutex::new(Some(sender)), thread: Mutex::new(Some(thread)) })
     }
 
     /// Runs `f` in the next group transaction; returns once that transaction is committed.
@@ -53,19 +47,14 @@ impl Writer {
                 let result = match (result, commit) {
                     (Ok(value), Ok(())) => Ok(value),
                     (Err(e), _) => Err(e),
-                    (Ok(_), Err(message)) => {
-                        Err(StoreError::Conflict(format!("commit failed: {message}")))
-                    }
+                    (Ok(_), Err(message)) => Err(StoreError::Conflict(format!("commit failed: {message}"))),
                 };
                 // The caller may have given up waiting; nothing to do then.
                 let _ = tx.send(result);
             })
         });
         let sender = self.sender.lock().map_err(|_| StoreError::Closed)?.clone();
-        sender
-            .ok_or(StoreError::Closed)?
-            .send(op)
-            .map_err(|_| StoreError::Closed)?;
+        sender.ok_or(StoreError::Closed)?.send(op).map_err(|_| StoreError::Closed)?;
         rx.recv().map_err(|_| StoreError::Closed)?
     }
 }
@@ -106,13 +95,10 @@ fn run(conn: Connection, receiver: mpsc::Receiver<Op>) {
                 Err(_) => break,
             }
         }
-        let began = conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| e.to_string());
+        let began = conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| e.to_string());
         let target = began.is_ok().then_some(&conn);
         let replies: Vec<Reply> = batch.into_iter().map(|op| op(target)).collect();
-        let committed =
-            began.and_then(|()| conn.execute_batch("COMMIT").map_err(|e| e.to_string()));
+        let committed = began.and_then(|()| conn.execute_batch("COMMIT").map_err(|e| e.to_string()));
         if let Err(message) = &committed {
             tracing::error!(%message, "store commit failed");
             let _ = conn.execute_batch("ROLLBACK");

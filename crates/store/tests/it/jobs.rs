@@ -30,17 +30,10 @@ fn a_gpu_held_by_one_job_cannot_be_placed_for_another() {
     let epoch = register(&store, 1);
     let (a, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     let (b, _) = store.submit(&new_job("b", 1, 0)).expect("submit");
-    store
-        .place(&whole(a, epoch, &["GPU-0"]))
-        .expect("first placement fits");
-    let err = store
-        .place(&whole(b, epoch, &["GPU-0"]))
-        .expect_err("second must not fit");
+    store.place(&whole(a, epoch, &["GPU-0"])).expect("first placement fits");
+    let err = store.place(&whole(b, epoch, &["GPU-0"])).expect_err("second must not fit");
     assert!(matches!(err, StoreError::Conflict(_)), "{err}");
-    assert_eq!(
-        store.job(b).expect("get").map(|j| j.state),
-        Some(JobState::Pending)
-    );
+    assert_eq!(store.job(b).expect("get").map(|j| j.state), Some(JobState::Pending));
 }
 
 #[test]
@@ -51,17 +44,11 @@ fn four_slices_of_twenty_gigabytes_share_one_eighty_gigabyte_gpu_and_a_fifth_doe
         job_id: id,
         node_id: "n1".into(),
         epoch,
-        grants: vec![Grant {
-            uuid: "GPU-0".into(),
-            share_milli: 0,
-            memory_mib: 20000,
-        }],
+        grants: vec![Grant { uuid: "GPU-0".into(), share_milli: 0, memory_mib: 20000 }],
         at: 5,
     };
     for i in 0..4 {
-        let (id, _) = store
-            .submit(&new_job(&format!("s{i}"), 0, 20000))
-            .expect("submit");
+        let (id, _) = store.submit(&new_job(&format!("s{i}"), 0, 20000)).expect("submit");
         store.place(&slice(id)).expect("slice fits");
     }
     let (fifth, _) = store.submit(&new_job("s4", 0, 20000)).expect("submit");
@@ -76,61 +63,26 @@ fn a_job_runs_and_succeeds_through_agent_reports_and_releases_its_gpu() {
     let epoch = register(&store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
-    let mut hb = Heartbeat {
-        node_id: "n1".into(),
-        epoch,
-        gpus: vec![],
-        jobs: vec![],
-        at: 30,
-    };
+    let mut hb = Heartbeat { node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![], at: 30 };
     let assigned = store.heartbeat(&hb).expect("heartbeat");
     assert_eq!(assigned.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
-    hb.jobs = vec![JobReport {
-        job_id: id,
-        attempt: 1,
-        exit: None,
-    }];
+    hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
     store.heartbeat(&hb).expect("heartbeat");
-    assert_eq!(
-        store.job(id).expect("get").map(|j| j.state),
-        Some(JobState::Running)
-    );
-    hb.jobs[0].exit = Some(JobExit {
-        exit_code: Some(0),
-        reason: None,
-    });
+    assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Running));
+    hb.jobs[0].exit = Some(JobExit { exit_code: Some(0), reason: None });
     assert!(store.heartbeat(&hb).expect("heartbeat").is_empty());
     let job = store.job(id).expect("get").expect("exists");
-    assert_eq!(
-        (job.state, job.gpu_uuids),
-        (JobState::Succeeded, vec!["GPU-0".to_owned()])
-    );
+    assert_eq!((job.state, job.gpu_uuids), (JobState::Succeeded, vec!["GPU-0".to_owned()]));
     assert!(store.allocations(true).expect("held").is_empty());
-    let states: Vec<JobState> = store
-        .transitions(id)
-        .expect("transitions")
-        .iter()
-        .map(|t| t.to)
-        .collect();
-    assert_eq!(
-        states,
-        [
-            JobState::Pending,
-            JobState::Scheduled,
-            JobState::Running,
-            JobState::Succeeded
-        ]
-    );
+    let states: Vec<JobState> = store.transitions(id).expect("transitions").iter().map(|t| t.to).collect();
+    assert_eq!(states, [JobState::Pending, JobState::Scheduled, JobState::Running, JobState::Succeeded]);
 }
 
 #[test]
 fn cancelling_a_pending_job_ends_it_and_a_finished_job_cannot_be_cancelled() {
     let (_dir, store) = open();
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
-    assert_eq!(
-        store.cancel(id, 2).expect("cancel").state,
-        JobState::Cancelled
-    );
+    assert_eq!(store.cancel(id, 2).expect("cancel").state, JobState::Cancelled);
     assert!(matches!(store.cancel(id, 3), Err(StoreError::Conflict(_))));
     assert!(matches!(store.cancel(999, 3), Err(StoreError::NotFound(_))));
 }

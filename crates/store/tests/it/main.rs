@@ -18,11 +18,7 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         name: key.into(),
         priority: 0,
         command: vec!["true".into()],
-        request: JobRequest {
-            gpus,
-            gpu_memory_mib: memory,
-            ..JobRequest::default()
-        },
+        request: JobRequest { gpus, gpu_memory_mib: memory, ..JobRequest::default() },
         max_retries: 1,
         submitted_at: 1,
     }
@@ -30,12 +26,7 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
 
 pub fn register(store: &SqliteStore, gpus: u32) -> u64 {
     let gpus = (0..gpus)
-        .map(|i| GpuInfo {
-            uuid: format!("GPU-{i}"),
-            index: i,
-            model: "A100-80GB".into(),
-            memory_mib: 81920,
-        })
+        .map(|i| GpuInfo { uuid: format!("GPU-{i}"), index: i, model: "A100-80GB".into(), memory_mib: 81920 })
         .collect();
     let reg = NodeRegistration {
         node_id: "n1".into(),
@@ -55,11 +46,7 @@ pub fn whole(job_id: JobId, epoch: u64, uuids: &[&str]) -> Placement {
         epoch,
         grants: uuids
             .iter()
-            .map(|u| Grant {
-                uuid: (*u).into(),
-                share_milli: 1000,
-                memory_mib: 81920,
-            })
+            .map(|u| Grant { uuid: (*u).into(), share_milli: 1000, memory_mib: 81920 })
             .collect(),
         at: 20,
     }
