@@ -195,9 +195,12 @@ impl GpuBackend for NvmlBackend {
 
     fn sample(&mut self, index: u32, _now: Duration) -> Result<GpuSample, GpuError> {
         let d = self.device(index)?;
-        let util = d
-            .utilization_rates()
-            .map_err(|e| lost_or(index, "nvmlDeviceGetUtilizationRates", e))?;
+        // Utilisation is not supported in MIG mode (dcgm-exporter#216): report none, not zero.
+        let util = match d.utilization_rates() {
+            Ok(u) => Some(u),
+            Err(NvmlError::NotSupported) => None,
+            Err(e) => return Err(lost_or(index, "nvmlDeviceGetUtilizationRates", e)),
+        };
         let mem = d
             .memory_info()
             .map_err(|e| lost_or(index, "nvmlDeviceGetMemoryInfo", e))?;
@@ -217,8 +220,8 @@ impl GpuBackend for NvmlBackend {
         let pcie = |c| d.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
         Ok(GpuSample {
             index,
-            gpu_util_percent: f64::from(util.gpu),
-            mem_copy_util_percent: f64::from(util.memory),
+            gpu_util_percent: util.as_ref().map(|u| f64::from(u.gpu)),
+            mem_copy_util_percent: util.as_ref().map(|u| f64::from(u.memory)),
             encoder_util_percent: d
                 .encoder_utilization()
                 .map(|u| f64::from(u.utilization))

@@ -111,13 +111,13 @@ pub const DCGM_METRICS: &[GpuMetric] = &[
         "DCGM_FI_DEV_GPU_UTIL",
         Gauge,
         "GPU utilization (in %).",
-        |s| Some(s.gpu_util_percent)
+        |s| s.gpu_util_percent
     ),
     m!(
         "DCGM_FI_DEV_MEM_COPY_UTIL",
         Gauge,
         "Memory utilization (in %).",
-        |s| Some(s.mem_copy_util_percent)
+        |s| s.mem_copy_util_percent
     ),
     m!(
         "DCGM_FI_DEV_ENC_UTIL",

@@ -70,7 +70,8 @@ pub fn table(c: &Collection) -> String {
     for g in &c.gpus {
         let (util, mem, temp, power) = match &g.sample {
             Some(s) => (
-                format!("{:.0}", s.gpu_util_percent),
+                s.gpu_util_percent
+                    .map_or("-".to_owned(), |u| format!("{u:.0}")),
                 format!(
                     "{}/{}",
                     s.memory_used_bytes / MIB,
