@@ -115,7 +115,9 @@ impl Collector {
             let findings = match &sample {
                 Some(s) => {
                     let has_process = processes.iter().any(|p| p.gpu_index == info.index);
-                    self.windows[i].push(&self.findings_cfg, now, s.gpu_util_percent, has_process);
+                    if let Some(util) = s.gpu_util_percent {
+                        self.windows[i].push(&self.findings_cfg, now, util, has_process);
+                    }
                     self.windows[i].judge(&self.findings_cfg, s, info.memory_total_bytes)
                 }
                 None => Vec::new(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     /// The NVIDIA management library (`libnvidia-ml.so.1`) could not be loaded.
-    #[error("the NVIDIA library (libnvidia-ml.so.1) was not found: {detail}")]
+    #[error("the NVIDIA library was not found ({detail})")]
     LibraryNotFound {
         /// What the dynamic loader said.
         detail: String,

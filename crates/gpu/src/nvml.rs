@@ -170,7 +170,12 @@ impl GpuBackend for NvmlBackend {
 
     fn sample(&mut self, index: u32, _now: Duration) -> Result<GpuSample, GpuError> {
         let d = self.device(index)?;
-        let util = d.utilization_rates().map_err(|e| lost_or(index, "nvmlDeviceGetUtilizationRates", e))?;
+        // Utilisation is not supported in MIG mode (dcgm-exporter#216): report none, not zero.
+        let util = match d.utilization_rates() {
+            Ok(u) => Some(u),
+            Err(NvmlError::NotSupported) => None,
+            Err(e) => return Err(lost_or(index, "nvmlDeviceGetUtilizationRates", e)),
+        };
         let mem = d.memory_info().map_err(|e| lost_or(index, "nvmlDeviceGetMemoryInfo", e))?;
         let ids = [
             fi::NVML_FI_DEV_MEMORY_TEMP,
@@ -186,8 +191,8 @@ impl GpuBackend for NvmlBackend {
         let pcie = |c| d.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
         Ok(GpuSample {
             index,
-            gpu_util_percent: f64::from(util.gpu),
-            mem_copy_util_percent: f64::from(util.memory),
+            gpu_util_percent: util.as_ref().map(|u| f64::from(u.gpu)),
+            mem_copy_util_percent: util.as_ref().map(|u| f64::from(u.memory)),
             encoder_util_percent: d.encoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
             decoder_util_percent: d.decoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
             sm_clock_mhz: d.clock_info(Clock::SM).unwrap_or(0),

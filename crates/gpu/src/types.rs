@@ -52,10 +52,10 @@ impl Throttle {
 pub struct GpuSample {
     /// NVML index.
     pub index: u32,
-    /// Percent of time a kernel ran.
-    pub gpu_util_percent: f64,
+    /// Percent of time a kernel ran (`None` where NVML cannot say, e.g. in MIG mode).
+    pub gpu_util_percent: Option<f64>,
     /// Percent of time memory was read or written.
-    pub mem_copy_util_percent: f64,
+    pub mem_copy_util_percent: Option<f64>,
     /// Encoder utilisation, percent.
     pub encoder_util_percent: f64,
     /// Decoder utilisation, percent.

@@ -76,6 +76,11 @@ pub fn save_config(config: &ClientConfig) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Whether a server was named by flag, environment or the client config.
+pub fn server_configured(args: &ServerArgs) -> bool {
+    args.server.is_some() || load_config().is_ok_and(|c| c.server.is_some())
+}
+
 /// An authenticated connection to the server.
 #[derive(Debug, Clone)]
 pub struct Api {

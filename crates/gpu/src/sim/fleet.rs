@@ -171,8 +171,8 @@ impl Fleet {
         let pcie = if util > 0.0 { Some(busy * 6.0e9) } else { Some(0.0) };
         Ok(GpuSample {
             index,
-            gpu_util_percent: util.round(),
-            mem_copy_util_percent: (dram * 100.0).round(),
+            gpu_util_percent: Some(util.round()),
+            mem_copy_util_percent: Some((dram * 100.0).round()),
             encoder_util_percent: 0.0,
             decoder_util_percent: 0.0,
             sm_clock_mhz: sm_clock,

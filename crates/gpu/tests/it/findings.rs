@@ -14,7 +14,7 @@ fn cfg() -> FindingsConfig {
 
 fn sample(util: f64, used_mib: u64) -> GpuSample {
     GpuSample {
-        gpu_util_percent: util,
+        gpu_util_percent: Some(util),
         memory_used_bytes: used_mib * MIB,
         memory_reserved_bytes: 0,
         ..GpuSample::default()

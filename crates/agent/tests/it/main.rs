@@ -1,0 +1,7 @@
+//! Integration tests of the agent (one binary, one module per area).
+
+mod attribution;
+mod dcgm_names;
+mod prometheus;
+mod server;
+mod support;
