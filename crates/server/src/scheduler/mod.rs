@@ -5,7 +5,7 @@
 mod plan;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gantry_store::{JobFilter, JobState, Store};
 use tokio::sync::watch;
@@ -18,10 +18,28 @@ use crate::error::ApiError;
 use crate::metrics::{StateLabel, TeamLabel};
 
 /// Least time between two passes.
-const MIN_GAP: std::time::Duration = std::time::Duration::from_millis(20);
+const MIN_GAP: Duration = Duration::from_millis(20);
+/// Least time between two checks for silent nodes (a write) and two gauge refreshes (a scan).
+const HOUSEKEEPING: Duration = Duration::from_millis(250);
+
+/// When the periodic side jobs of a pass last ran.
+#[derive(Debug, Default)]
+pub struct Housekeeping {
+    expired: Option<Instant>,
+    gauges: Option<Instant>,
+}
+
+fn due(last: &mut Option<Instant>) -> bool {
+    if last.is_some_and(|t| t.elapsed() < HOUSEKEEPING) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
+}
 
 /// Runs until `stop` turns true.
 pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut housekeeping = Housekeeping::default();
     loop {
         tokio::select! {
             _ = stop.changed() => {}
@@ -31,7 +49,7 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         if *stop.borrow() || stop.has_changed().is_err() {
             break;
         }
-        if let Err(e) = pass(&app).await {
+        if let Err(e) = pass(&app, &mut housekeeping).await {
             tracing::warn!(error = %e, "scheduling pass failed");
         }
         // Submissions wake the loop; a short pause lets a burst of them share one pass.
@@ -40,15 +58,19 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
 }
 
 /// One pass: expire silent nodes, place what fits.
-pub async fn pass(app: &Arc<App>) -> Result<usize, ApiError> {
-    let deadline = now_ms() - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
-    app.dispatch(Command::ExpireNodes { deadline }).await?;
+pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usize, ApiError> {
+    if due(&mut housekeeping.expired) {
+        let timeout = i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
+        app.dispatch(Command::ExpireNodes { deadline: now_ms() - timeout }).await?;
+    }
+    let with_counts = due(&mut housekeeping.gauges);
     let store = Arc::clone(&app.store);
-    let snapshot = tokio::task::spawn_blocking(move || load(&*store))
+    let (snapshot, counts) = tokio::task::spawn_blocking(move || load(&*store, with_counts))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
-    record_gauges(app, &snapshot.1);
-    let snapshot = snapshot.0;
+    if let Some(counts) = counts {
+        record_gauges(app, &counts);
+    }
     let started = Instant::now();
     let decisions = plan(&snapshot, app.config.policy, 0x9a17);
     app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
@@ -71,13 +93,17 @@ pub async fn pass(app: &Arc<App>) -> Result<usize, ApiError> {
 
 type Counts = Vec<(String, JobState, u64)>;
 
-fn load(store: &dyn Store) -> Result<(Snapshot, Counts), gantry_store::StoreError> {
+fn load(
+    store: &dyn Store,
+    with_counts: bool,
+) -> Result<(Snapshot, Option<Counts>), gantry_store::StoreError> {
+    let counts = if with_counts { Some(store.job_counts()?) } else { None };
     let by_state = |state| store.jobs(&JobFilter { state: Some(state), ..JobFilter::default() });
     let nodes = store.nodes()?;
     if !nodes.iter().any(|n| n.state == gantry_store::NodeState::Ready) {
         // Nothing can be placed: skip reading the queue.
         let snapshot = Snapshot { nodes, at: now_ms(), ..Snapshot::default() };
-        return Ok((snapshot, store.job_counts()?));
+        return Ok((snapshot, counts));
     }
     let mut active = by_state(JobState::Scheduled)?;
     active.extend(by_state(JobState::Running)?);
@@ -90,7 +116,7 @@ fn load(store: &dyn Store) -> Result<(Snapshot, Counts), gantry_store::StoreErro
         teams: store.teams()?,
         at: now_ms(),
     };
-    Ok((snapshot, store.job_counts()?))
+    Ok((snapshot, counts))
 }
 
 fn record_gauges(app: &App, counts: &Counts) {

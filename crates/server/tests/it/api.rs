@@ -128,7 +128,7 @@ async fn the_openapi_document_and_metrics_are_served() {
         assert!(doc["paths"][path].is_object(), "{path} missing from the OpenAPI document");
     }
     s.post("/v1/jobs").json(&json!({"command": ["true"], "team": "a"})).send().await.expect("send");
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     let text = s.get("/metrics").send().await.expect("send").text().await.expect("text");
     for name in
         ["gantry_queue_length", "gantry_jobs", "gantry_placement_latency_seconds", "gantry_submissions_total"]
