@@ -3,5 +3,6 @@
 mod attribution;
 mod dcgm_names;
 mod prometheus;
+mod runner;
 mod server;
 mod support;
