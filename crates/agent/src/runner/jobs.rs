@@ -77,6 +77,8 @@ impl Jobs {
         for id in unwanted {
             self.stop(id, None);
         }
+        // An attempt the server no longer lists will never be listed again.
+        self.done.retain(|(id, attempt)| wanted_ids.get(id) == Some(attempt));
         for a in wanted {
             if self.local.contains_key(&a.job_id) || self.done.contains(&(a.job_id, a.attempt)) {
                 continue;
