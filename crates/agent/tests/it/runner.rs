@@ -135,3 +135,32 @@ async fn cancelling_a_job_that_ignores_sigterm_kills_it_after_the_grace_period()
     assert!(asked.elapsed() >= Duration::from_millis(900), "SIGKILL only after the grace period");
     let _ = h.stop.send(true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_reason() {
+    let h = start("1xA100-80GB").await;
+    let job_spec = NewJob {
+        request_id: None,
+        team: "t".into(),
+        name: "greedy".into(),
+        priority: 0,
+        command: vec!["sleep".into(), "60".into()],
+        request: JobRequest { gpu_memory_mib: 10_000, ..JobRequest::default() },
+        max_retries: 0,
+        submitted_at: gantry_server::now_ms(),
+    };
+    let id = h.store.submit(&job_spec).expect("submit").0;
+    let running =
+        until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+    // A second process of the job grabs 20 GB more than the slice allows.
+    let profile = gantry_gpu::UtilProfile::Steady { percent: 50.0 };
+    h.gpus_fleet
+        .start_process(running.gpu_uuids[0].as_str(), 4_000_000, Some(id.to_string()), 20_000, profile)
+        .expect("extra process");
+    let ended =
+        until("the job to be stopped", || Some(job(&*h.store, id)).filter(|j| j.state.is_terminal())).await;
+    assert_eq!(ended.state, JobState::Failed);
+    let reason = ended.reason.unwrap_or_default();
+    assert!(reason.contains("GPU memory grant exceeded"), "{reason}");
+    let _ = h.stop.send(true);
+}
