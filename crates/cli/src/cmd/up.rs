@@ -58,6 +58,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         anyhow::bail!("--heartbeat-timeout must be between 0.5 and 3600 seconds");
     }
     let choice = backend_choice(&args.backend, &args.simulated_gpus)?;
+    let _lock = lock_data_dir(&data)?;
     let store: Arc<dyn Store> = Arc::new(
         SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
     );
@@ -146,6 +147,20 @@ fn agent_token(store: &dyn Store, data: &Path) -> anyhow::Result<String> {
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
     std::io::Write::write_all(&mut file, token.as_bytes())?;
     Ok(token)
+}
+
+/// Holds an exclusive lock on `<data>/gantry.lock` for the life of the process (released by the
+/// kernel even on SIGKILL), so two `gantry up` never share a store.
+fn lock_data_dir(data: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    let file = std::fs::File::create(data.join("gantry.lock"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            anyhow::bail!("another gantry up is already using {}", data.display())
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    }
 }
 
 fn default_data_dir() -> anyhow::Result<PathBuf> {
