@@ -137,3 +137,18 @@ async fn the_openapi_document_and_metrics_are_served() {
     }
     assert!(text.contains("gantry_queue_length{team=\"a\"} 1"), "{text}");
 }
+
+#[test]
+fn the_checked_in_openapi_document_is_current() {
+    use utoipa::OpenApi;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
+    let generated = gantry_server::api::ApiDoc::openapi().to_pretty_json().expect("serialise") + "\n";
+    if std::env::var_os("GANTRY_UPDATE_OPENAPI").is_some() {
+        std::fs::write(&path, &generated).expect("write openapi.json");
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "crates/server/openapi.json is stale; rerun with GANTRY_UPDATE_OPENAPI=1"
+    );
+}
