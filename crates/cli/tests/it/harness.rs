@@ -83,6 +83,20 @@ impl Cluster {
         }
     }
 
+    /// Sends SIGINT (Ctrl-C) and waits for the process to exit.
+    pub fn interrupt(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "gantry up did not exit after Ctrl-C");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs a client command as the same user; panics with its stderr if it fails.
     pub fn gantry(&self, args: &[&str]) -> String {
         let out = self.try_gantry(args);
