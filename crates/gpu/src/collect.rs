@@ -52,6 +52,7 @@ pub struct Collector {
     health: Vec<GpuHealth>,
     windows: Vec<GpuWindow>,
     xids: Vec<BTreeMap<u32, u64>>,
+    remap_failed: Vec<bool>,
 }
 
 impl std::fmt::Debug for Collector {
@@ -68,6 +69,7 @@ impl Collector {
             health: (0..n as u32).map(GpuHealth::new).collect(),
             windows: vec![GpuWindow::default(); n],
             xids: vec![BTreeMap::new(); n],
+            remap_failed: vec![false; n],
             backend,
             health_cfg,
             findings_cfg,
@@ -96,22 +98,7 @@ impl Collector {
         let inventory = self.backend.inventory().to_vec();
         let mut gpus = Vec::with_capacity(inventory.len());
         for (i, info) in inventory.into_iter().enumerate() {
-            let (sample, error) = match self.backend.sample(info.index, now) {
-                Ok(s) => (Some(s), None),
-                Err(e) => {
-                    let signal = match e {
-                        GpuError::Lost { .. } => Signal::Event(GpuEventKind::Lost),
-                        _ => Signal::ReadFailed,
-                    };
-                    transitions.extend(self.health[i].on_signal(&self.health_cfg, signal, now));
-                    (None, Some(e.to_string()))
-                }
-            };
-            if self.health[i].probe_due(now) {
-                let passed = self.backend.probe(info.index, now).is_ok();
-                transitions.extend(self.health[i].on_probe(&self.health_cfg, passed, now));
-            }
-            transitions.extend(self.health[i].on_tick(&self.health_cfg, now));
+            let (sample, error) = self.check(i, info.index, now, &mut transitions);
             let findings = match &sample {
                 Some(s) => {
                     let has_process = processes.iter().any(|p| p.gpu_index == info.index);
@@ -133,5 +120,41 @@ impl Collector {
             processes,
             transitions,
         })
+    }
+
+    /// Reads GPU `i`, feeds the result to its health machine and probes it when due.
+    fn check(
+        &mut self,
+        i: usize,
+        index: u32,
+        now: Duration,
+        transitions: &mut Vec<Transition>,
+    ) -> (Option<GpuSample>, Option<String>) {
+        let cfg = &self.health_cfg;
+        let (sample, error) = match self.backend.sample(index, now) {
+            Ok(s) => (Some(s), None),
+            Err(e) => {
+                let signal = match e {
+                    GpuError::Lost { .. } => Signal::Event(GpuEventKind::Lost),
+                    _ => Signal::ReadFailed,
+                };
+                transitions.extend(self.health[i].on_signal(cfg, signal, now));
+                (None, Some(e.to_string()))
+            }
+        };
+        // NVML has no event for a failed row remap: it shows in the reading, and it lasts until
+        // the GPU is reset, so it is critical when it appears and fails every probe after.
+        let remap_failed = sample.as_ref().is_some_and(|s| s.row_remap_failure == Some(true));
+        if remap_failed && !self.remap_failed[i] {
+            let signal = Signal::Event(GpuEventKind::RowRemapFailure);
+            transitions.extend(self.health[i].on_signal(cfg, signal, now));
+        }
+        self.remap_failed[i] = remap_failed;
+        if self.health[i].probe_due(now) {
+            let passed = self.backend.probe(index, now).is_ok() && !remap_failed;
+            transitions.extend(self.health[i].on_probe(cfg, passed, now));
+        }
+        transitions.extend(self.health[i].on_tick(cfg, now));
+        (sample, error)
     }
 }

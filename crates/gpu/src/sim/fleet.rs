@@ -99,8 +99,9 @@ impl Fleet {
                 Some(GpuEventKind::DoubleBitEcc)
             }
             FaultKind::RowRemapFailure => {
+                // Like NVML: no event, the failure shows in the readings.
                 g.remap_failure = true;
-                Some(GpuEventKind::RowRemapFailure)
+                None
             }
             FaultKind::ThermalThrottle(d) => {
                 g.throttled_until = Some(f.at + d);

@@ -121,6 +121,13 @@ impl FleetSpec {
         spec.processes = raw.processes;
         for f in raw.faults {
             let kind = f.kind()?;
+            if f.gpu as usize >= spec.gpus.len() {
+                return Err(bad(format!(
+                    "fault on GPU {} but the fleet has {} GPUs",
+                    f.gpu,
+                    spec.gpus.len()
+                )));
+            }
             spec.faults.push(Fault { at: seconds(f.at_s)?, gpu: f.gpu, kind });
         }
         Ok(spec)

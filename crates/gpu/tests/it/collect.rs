@@ -72,3 +72,15 @@ fn findings_come_out_of_the_cycle_for_a_gpu_that_is_nearly_full() {
     assert_eq!(col.gpus[1].findings.len(), 1);
     assert!(col.gpus[0].findings.is_empty());
 }
+
+#[test]
+fn a_failed_row_remap_makes_the_gpu_unhealthy_and_keeps_failing_its_probes() {
+    let (mut c, h) = collector();
+    h.inject_now(0, FaultKind::RowRemapFailure).expect("inject");
+    let col = at(&mut c, 1.0);
+    assert_eq!(col.gpus[0].health, HealthState::Unhealthy);
+    assert_eq!(col.transitions[0].reason, "row remap failure");
+    for t in 2..60 {
+        assert_eq!(at(&mut c, f64::from(t)).gpus[0].health, HealthState::Unhealthy, "at {t} s");
+    }
+}

@@ -35,6 +35,20 @@ fn bad_fleet_specs_are_refused_with_the_reason() {
 }
 
 #[test]
+fn bad_fleet_files_are_refused_with_the_reason() {
+    for (toml, words) in [
+        ("gpus = \"T4\"\n[[fault]]\nat_s = 1\ngpu = 3\nxid = 79\n", "fleet has 1 GPUs"),
+        ("gpus = \"T4\"\n[[fault]]\nat_s = 1\ngpu = 0\n", "exactly one of xid or event"),
+        ("gpus = \"T4\"\n[[fault]]\nat_s = -1\ngpu = 0\nxid = 1\n", "non-negative"),
+        ("gpus = \"T4\"\ncolour = 1\n", "unknown field"),
+        ("gpus = \"T4\"\n[[fault]]\nat_s = 1\ngpu = 0\nevent = \"thermal_throttle\"\n", "duration_s"),
+    ] {
+        let err = FleetSpec::from_toml(toml).expect_err("must fail").to_string();
+        assert!(err.contains(words), "{toml:?}: {err}");
+    }
+}
+
+#[test]
 fn every_model_has_consistent_specs() {
     for m in MODELS {
         assert!(m.idle_watts < m.power_limit_watts && m.idle_sm_clock_mhz < m.max_sm_clock_mhz, "{}", m.key);
