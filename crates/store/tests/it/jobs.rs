@@ -86,3 +86,28 @@ fn cancelling_a_pending_job_ends_it_and_a_finished_job_cannot_be_cancelled() {
     assert!(matches!(store.cancel(id, 3), Err(StoreError::Conflict(_))));
     assert!(matches!(store.cancel(999, 3), Err(StoreError::NotFound(_))));
 }
+
+#[test]
+fn the_history_check_flags_two_whole_gpu_holders_at_once_but_not_one_after_the_other() {
+    let gpu = Gpu {
+        info: GpuInfo { uuid: "GPU-0".into(), index: 0, model: "m".into(), memory_mib: 81920 },
+        node_id: "n1".into(),
+        health: GpuHealth::Healthy,
+        sample: None,
+    };
+    let alloc = |id, job_id, released_after| Allocation {
+        id,
+        job_id,
+        attempt: 1,
+        node_id: "n1".into(),
+        epoch: 1,
+        gpu_uuid: "GPU-0".into(),
+        share_milli: 1000,
+        memory_mib: 81920,
+        released_after,
+    };
+    let sequential = [alloc(1, 10, Some(1)), alloc(2, 11, None)];
+    assert!(history::conflicts(&sequential, std::slice::from_ref(&gpu)).is_empty());
+    let overlapping = [alloc(1, 10, Some(2)), alloc(2, 11, None)];
+    assert_eq!(history::conflicts(&overlapping, &[gpu]).len(), 1);
+}

@@ -2,6 +2,7 @@
 
 mod jobs;
 mod nodes;
+mod props;
 
 use gantry_store::*;
 
