@@ -164,3 +164,27 @@ async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_re
     assert!(reason.contains("GPU memory grant exceeded"), "{reason}");
     let _ = h.stop.send(true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_fenced_off_while_alive_kills_its_jobs_and_registers_under_a_new_epoch() {
+    let h = start("1xA100-80GB").await;
+    let marker = h.dir.path().join("first-attempt-survived");
+    let script = format!(
+        "if [ ! -e {m}.started ]; then touch {m}.started; sleep 3; touch {m}; else sleep 30; fi",
+        m = marker.display()
+    );
+    let id = submit(&*h.store, &script, 1);
+    until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+    // The node looks silent to the server (a partition): it is marked lost while the agent lives.
+    h.store.expire_nodes(i64::MAX, gantry_server::now_ms()).expect("expire");
+    let again = until("the job to run again under a new epoch", || {
+        Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running && j.attempt == 2)
+    })
+    .await;
+    assert_eq!(again.epoch, Some(2));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!marker.exists(), "the fenced-off first attempt kept running");
+    let held = h.store.allocations(false).expect("history");
+    assert!(history::conflicts(&held, &h.store.gpus().expect("gpus")).is_empty());
+    let _ = h.stop.send(true);
+}
