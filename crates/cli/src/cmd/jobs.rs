@@ -108,7 +108,8 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     }
     for t in &detail.transitions {
         let from = t.from.map_or("-".to_owned(), |f| f.to_string());
-        println!("  {}  {from} -> {}  {}", t.at, t.to, t.reason.as_deref().unwrap_or(""));
+        let after = (t.at - j.submitted_at) as f64 / 1000.0;
+        println!("  +{after:>8.3}s  {from} -> {}  {}", t.to, t.reason.as_deref().unwrap_or(""));
     }
     Ok(())
 }
