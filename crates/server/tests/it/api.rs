@@ -152,3 +152,19 @@ fn the_checked_in_openapi_document_is_current() {
         "crates/server/openapi.json is stale; rerun with GANTRY_UPDATE_OPENAPI=1"
     );
 }
+
+#[tokio::test]
+async fn an_admin_sets_a_team_quota_and_teams_list_their_queues() {
+    let s = TestServer::start().await;
+    let put = s.http.put(format!("{}/v1/teams/vision", s.url)).bearer_auth(&s.token);
+    let resp = put.json(&json!({"gpu_quota": 2})).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    s.post("/v1/jobs").json(&json!({"command": ["true"], "team": "vision"})).send().await.expect("send");
+    let teams: Vec<Value> = s.get("/v1/teams").send().await.expect("send").json().await.expect("json");
+    assert_eq!(teams.len(), 1);
+    assert_eq!((teams[0]["name"].as_str(), teams[0]["gpu_quota"].as_u64()), (Some("vision"), Some(2)));
+    assert_eq!(teams[0]["pending"], 1);
+    let bad = s.http.put(format!("{}/v1/teams/no%20spaces", s.url)).bearer_auth(&s.token);
+    let resp = bad.json(&json!({"gpu_quota": 1})).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}
