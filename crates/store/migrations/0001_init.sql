@@ -50,7 +50,8 @@ CREATE TABLE jobs (
     cpu_milli       INTEGER NOT NULL,
     memory_mib      INTEGER NOT NULL,
     state           TEXT NOT NULL,
-    attempt         INTEGER NOT NULL DEFAULT 0,
+    attempt         INTEGER NOT NULL DEFAULT 0,  -- placements so far
+    lost_runs       INTEGER NOT NULL DEFAULT 0,  -- runs lost to node or GPU failures (the retry budget)
     max_retries     INTEGER NOT NULL,
     stop            TEXT,              -- cancel | requeue: asked of the agent, applied when it reports
     node_id         TEXT,

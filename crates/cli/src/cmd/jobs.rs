@@ -96,7 +96,10 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     println!("team      {}  priority {}", j.team, j.priority);
     println!("command   {}", j.command.join(" "));
     println!("asked     {}", asked(j));
-    println!("attempt   {} of at most {}", j.attempt, j.max_retries + 1);
+    println!(
+        "attempt   {}  (runs lost to node or GPU failures are retried {} times)",
+        j.attempt, j.max_retries
+    );
     if let Some(node) = &j.node_id {
         println!("node      {node}  gpus {}", j.gpu_uuids.join(","));
     }

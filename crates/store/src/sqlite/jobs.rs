@@ -129,12 +129,19 @@ fn release(c: &Connection, id: JobId, at: i64) -> Result<()> {
 }
 
 /// An active job lost its placement: back to `pending`, or `failed` once retries are spent
-/// (`cancelled` if a cancel was pending).
+/// (`cancelled` if a cancel was pending). Only a lost *run* spends the budget: a placement whose
+/// process never started (say, `gantry up` restarted before its agent picked it up) does not.
 pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) -> Result<()> {
     if job.stop.as_deref() == Some("cancel") {
         return transition(c, job, JobState::Cancelled, Some("cancelled"), at);
     }
-    if job.attempt > job.max_retries {
+    let spent: u32 = if job.state == JobState::Running {
+        c.prepare_cached("UPDATE jobs SET lost_runs = lost_runs + 1 WHERE id = ?1 RETURNING lost_runs")?
+            .query_row([job.id], |r| r.get(0))?
+    } else {
+        c.prepare_cached("SELECT lost_runs FROM jobs WHERE id = ?1")?.query_row([job.id], |r| r.get(0))?
+    };
+    if spent > job.max_retries {
         let reason = format!("{reason}; retry budget of {} spent", job.max_retries);
         return transition(c, job, JobState::Failed, Some(&reason), at);
     }

@@ -8,14 +8,30 @@ fn a_lost_node_requeues_its_jobs_and_fails_them_once_retries_are_spent() {
     let mut epoch = register(&store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     // max_retries = 1: the first loss requeues, the second spends the budget.
-    for _ in 0..2 {
+    for attempt in 1..=2 {
         store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+        let running = JobReport { job_id: id, attempt, exit: None };
+        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![running], at: 20 };
+        store.heartbeat(&hb).expect("heartbeat");
         assert_eq!(store.expire_nodes(1_000, 1_000).expect("expire"), vec!["n1".to_owned()]);
         epoch = register(&store, 1);
     }
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!(job.state, JobState::Failed);
     assert!(job.reason.unwrap_or_default().contains("retry budget"));
+}
+
+#[test]
+fn a_placement_that_never_started_does_not_spend_the_retry_budget() {
+    let (_dir, store) = open();
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    for _ in 0..5 {
+        let epoch = register(&store, 1);
+        store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    }
+    register(&store, 1);
+    let job = store.job(id).expect("get").expect("exists");
+    assert_eq!((job.state, job.attempt), (JobState::Pending, 5));
 }
 
 #[test]
