@@ -44,7 +44,8 @@ fn a_lost_agent_requeues_or_fails_its_jobs_and_coming_back_does_not_double_alloc
         let (a, b) = (state_of(&cluster, &retried), state_of(&cluster, &spent));
         (a["state"] == "pending" && b["state"] == "failed").then_some(())
     });
-    assert!(killed.elapsed() < Duration::from_secs(2 + 3), "took {:?}", killed.elapsed());
+    // The timeout is 2 s; passes and polling add at most a few seconds even on a loaded machine.
+    assert!(killed.elapsed() < Duration::from_secs(2 + 6), "took {:?}", killed.elapsed());
     let nodes = cluster.gantry(&["nodes"]);
     assert!(nodes.contains("lost"), "{nodes}");
     let failed = state_of(&cluster, &spent);
