@@ -60,6 +60,20 @@ pub struct App {
     pub wake: Notify,
     /// Verified tokens.
     pub tokens: TokenCache,
+    /// Why pending jobs wait, as of the last scheduling pass (not stored: it changes every pass).
+    pub waiting: std::sync::RwLock<std::collections::HashMap<gantry_store::JobId, String>>,
+}
+
+impl App {
+    /// Fills in why a pending job waits, from the last pass.
+    pub fn explain(&self, job: &mut gantry_store::Job) {
+        if job.state == gantry_store::JobState::Pending
+            && job.reason.is_none()
+            && let Ok(waiting) = self.waiting.read()
+        {
+            job.reason = waiting.get(&job.id).cloned();
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -106,6 +120,7 @@ impl Server {
             metrics: Metrics::default(),
             wake: Notify::new(),
             tokens: TokenCache::default(),
+            waiting: Default::default(),
         });
         Ok(Self { app, listener })
     }

@@ -84,7 +84,9 @@ pub async fn list(
         ),
     };
     let filter = JobFilter { state, team: q.team, limit: q.limit };
-    Ok(Json(blocking(&app, move |s| s.jobs(&filter)).await?))
+    let mut jobs = blocking(&app, move |s| s.jobs(&filter)).await?;
+    jobs.iter_mut().for_each(|j| app.explain(j));
+    Ok(Json(jobs))
 }
 
 /// One job and its history.
@@ -96,7 +98,8 @@ pub async fn get(
     Path(id): Path<JobId>,
 ) -> Result<Json<JobDetail>, ApiError> {
     who.require_user()?;
-    let job = blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
+    let mut job = blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
+    app.explain(&mut job);
     let transitions = blocking(&app, move |s| s.transitions(id)).await?;
     Ok(Json(JobDetail { job, transitions }))
 }

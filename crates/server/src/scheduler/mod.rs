@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use gantry_store::{JobFilter, JobState, Store};
 use tokio::sync::watch;
 
-pub use plan::{Snapshot, plan};
+pub use plan::{Plan, Snapshot, plan};
 
 use crate::app::{App, now_ms};
 use crate::command::Command;
@@ -74,8 +74,11 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let started = Instant::now();
     let decisions = plan(&snapshot, app.config.policy, 0x9a17);
     app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
+    if let Ok(mut waiting) = app.waiting.write() {
+        *waiting = decisions.waiting.into_iter().collect();
+    }
     let mut placed = 0;
-    for placement in decisions {
+    for placement in decisions.placements {
         let submitted = snapshot.pending.iter().find(|j| j.id == placement.job_id).map(|j| j.submitted_at);
         match app.dispatch(Command::Place(placement)).await {
             Ok(_) => {

@@ -38,8 +38,17 @@ struct Layout<'a> {
     next_id: u64,
 }
 
+/// What a pass decided.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Placements, in queue order.
+    pub placements: Vec<Placement>,
+    /// Why each pending job that was not placed waits.
+    pub waiting: Vec<(i64, String)>,
+}
+
 /// Decides placements for pending jobs. Deterministic for a snapshot and seed.
-pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Vec<Placement> {
+pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let mut layout = Layout::build(s);
     let requests: Vec<Request> =
         s.pending.iter().chain(&s.active).filter_map(|j| to_request(j, layout.max_gpu_memory)).collect();
@@ -59,25 +68,26 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Vec<Placement> {
     let waiting: HashSet<&str> = s.pending.iter().map(|j| j.team.as_str()).collect();
     let mut queue: Vec<&Job> = s.pending.iter().collect();
     queue.sort_by_key(|j| (-i64::from(j.priority), j.id));
-    let mut out = Vec::new();
+    let mut out = Plan::default();
     for job in queue {
         let Some(req) = to_request(job, layout.max_gpu_memory) else {
+            out.waiting.push((job.id, "the request is not valid for the scheduler".into()));
             continue;
         };
         let used = usage.get(job.team.as_str()).copied().unwrap_or(0);
         let over = quotas.get(job.team.as_str()).is_some_and(|q| used + req.gpu_milli_total() > *q);
         if over && waiting.iter().any(|t| *t != job.team) {
+            out.waiting.push((job.id, format!("team {} is at its GPU quota while others wait", job.team)));
             continue;
         }
-        let Some(p) = policy.place(&layout.cluster, &req, &order, &mut rng) else {
+        let placed = policy.place(&layout.cluster, &req, &order, &mut rng);
+        layout.next_id += 1;
+        let Some(p) = placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) else {
+            out.waiting.push((job.id, layout.why_not(&req)));
             continue;
         };
-        layout.next_id += 1;
-        if layout.cluster.allocate(layout.next_id, &req, &p).is_err() {
-            continue;
-        }
         *usage.entry(job.team.as_str()).or_default() += req.gpu_milli_total();
-        out.push(layout.placement(job, &req, &p, s.at));
+        out.placements.push(layout.placement(job, &req, &p, s.at));
     }
     out
 }
@@ -189,6 +199,19 @@ impl<'a> Layout<'a> {
                     &gantry_core::Placement { node, gpus: vec![i as u32] },
                 );
             }
+        }
+    }
+
+    /// Why no node takes the request right now.
+    fn why_not(&self, req: &Request) -> String {
+        let nodes = self.cluster.nodes();
+        if nodes.is_empty() {
+            return "waiting for a node to join".into();
+        }
+        match nodes.iter().find_map(|n| n.why_not(req)) {
+            Some(why) if nodes.len() == 1 => format!("waiting: {why}"),
+            Some(why) => format!("waiting: no node fits (e.g. {why})"),
+            None => "waiting for room".into(),
         }
     }
 

@@ -59,7 +59,7 @@ fn snapshot(gpus: u32, pending: Vec<Job>) -> Snapshot {
 #[test]
 fn five_two_gpu_jobs_on_four_gpus_place_two_on_distinct_gpus() {
     let s = snapshot(4, (1..=5).map(|i| job(i, "t", 0, 2, 0)).collect());
-    let placed = plan(&s, PolicyKind::Gantry, 1);
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
     assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![1, 2]);
     let mut uuids: Vec<&str> = placed.iter().flat_map(|p| p.grants.iter().map(|g| g.uuid.as_str())).collect();
     uuids.sort();
@@ -71,7 +71,7 @@ fn five_two_gpu_jobs_on_four_gpus_place_two_on_distinct_gpus() {
 #[test]
 fn four_twenty_gigabyte_slices_fit_on_one_eighty_gigabyte_gpu_and_the_fifth_waits() {
     let s = snapshot(1, (1..=5).map(|i| job(i, "t", 0, 0, 20_000)).collect());
-    let placed = plan(&s, PolicyKind::Gantry, 1);
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
     assert_eq!(placed.len(), 4);
     assert!(placed.iter().all(|p| p.grants.len() == 1 && p.grants[0].memory_mib == 20_000));
 }
@@ -79,7 +79,7 @@ fn four_twenty_gigabyte_slices_fit_on_one_eighty_gigabyte_gpu_and_the_fifth_wait
 #[test]
 fn higher_priority_goes_first_then_submission_order() {
     let s = snapshot(1, vec![job(1, "t", 0, 1, 0), job(2, "t", 5, 1, 0), job(3, "t", 5, 1, 0)]);
-    let placed = plan(&s, PolicyKind::Gantry, 1);
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
     assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![2]);
 }
 
@@ -87,10 +87,10 @@ fn higher_priority_goes_first_then_submission_order() {
 fn a_team_at_its_quota_waits_while_another_team_waits_but_not_when_alone() {
     let mut s = snapshot(4, vec![job(1, "a", 9, 1, 0), job(2, "a", 9, 1, 0), job(3, "b", 0, 1, 0)]);
     s.teams = vec![Team { name: "a".into(), gpu_quota: Some(1) }];
-    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).iter().map(|p| p.job_id).collect();
+    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).placements.iter().map(|p| p.job_id).collect();
     assert_eq!(placed, vec![1, 3]);
     s.pending.retain(|j| j.team == "a");
-    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).iter().map(|p| p.job_id).collect();
+    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).placements.iter().map(|p| p.job_id).collect();
     assert_eq!(placed, vec![1, 2], "no other team waits, so the quota does not hold work back");
 }
 
@@ -98,11 +98,11 @@ fn a_team_at_its_quota_waits_while_another_team_waits_but_not_when_alone() {
 fn an_unhealthy_gpu_and_a_lost_node_get_no_new_work() {
     let mut s = snapshot(2, vec![job(1, "t", 0, 1, 0), job(2, "t", 0, 1, 0)]);
     s.gpus[0].health = GpuHealth::Unhealthy;
-    let placed = plan(&s, PolicyKind::Gantry, 1);
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
     assert_eq!(placed.len(), 1);
     assert_eq!(placed[0].grants[0].uuid, "GPU-1");
     s.nodes[0].state = NodeState::Lost;
-    assert!(plan(&s, PolicyKind::Gantry, 1).is_empty());
+    assert!(plan(&s, PolicyKind::Gantry, 1).placements.is_empty());
 }
 
 #[test]
@@ -124,7 +124,18 @@ fn held_allocations_are_respected() {
         memory_mib: 81920,
         released_after: None,
     }];
-    let placed = plan(&s, PolicyKind::Gantry, 1);
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
     assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![3]);
     assert_eq!(placed[0].grants[0].uuid, "GPU-1");
+}
+
+#[test]
+fn a_job_that_does_not_fit_says_why_it_waits() {
+    let mut s = snapshot(2, vec![job(1, "t", 0, 4, 0), job(2, "a", 0, 1, 0), job(3, "b", 0, 1, 0)]);
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(0) }];
+    let waiting: std::collections::HashMap<JobId, String> =
+        plan(&s, PolicyKind::Gantry, 1).waiting.into_iter().collect();
+    assert!(waiting[&1].contains("not enough idle GPUs"), "{waiting:?}");
+    assert!(waiting[&2].contains("quota"), "{waiting:?}");
+    assert!(!waiting.contains_key(&3));
 }
