@@ -233,6 +233,10 @@ pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Resul
 
 /// An agent reports the process of `attempt` ended. Reports of older attempts are ignored.
 pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at: i64) -> Result<()> {
+    // A process that started and ended between two heartbeats still ran: record that first.
+    if exit.exit_code.is_some() {
+        started(c, id, attempt, at)?;
+    }
     let job = require(c, id)?;
     if !job.state.is_active() || job.attempt != attempt {
         return Ok(());

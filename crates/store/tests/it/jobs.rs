@@ -111,3 +111,23 @@ fn the_history_check_flags_two_whole_gpu_holders_at_once_but_not_one_after_the_o
     let overlapping = [alloc(1, 10, Some(2)), alloc(2, 11, None)];
     assert_eq!(history::conflicts(&overlapping, &[gpu]).len(), 1);
 }
+
+#[test]
+fn a_job_that_ends_between_two_heartbeats_is_recorded_as_having_run() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    let exit = Some(JobExit { exit_code: Some(0), reason: None });
+    let hb = Heartbeat {
+        node_id: "n1".into(),
+        epoch,
+        gpus: vec![],
+        jobs: vec![JobReport { job_id: id, attempt: 1, exit }],
+        at: 40,
+    };
+    store.heartbeat(&hb).expect("heartbeat");
+    let states: Vec<JobState> = store.transitions(id).expect("transitions").iter().map(|t| t.to).collect();
+    assert_eq!(states, [JobState::Pending, JobState::Scheduled, JobState::Running, JobState::Succeeded]);
+    assert_eq!(store.job(id).expect("get").and_then(|j| j.started_at), Some(40));
+}
