@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_store::{JobState, Node, Role, Team};
+use gantry_store::{Event, JobState, Node, Role, Team};
 
 use super::extract::Body;
 use super::types::*;
@@ -116,4 +116,17 @@ pub async fn create_token(
         Outcome::Token(token) => Ok((StatusCode::CREATED, Json(TokenResponse { token }))),
         other => Err(ApiError::Internal(format!("token creation produced {other:?}"))),
     }
+}
+
+/// Recent events (node registered or lost, GPU health changes, tokens created), newest first.
+#[utoipa::path(get, path = "/v1/events", params(EventQuery), security(("bearer" = [])),
+    responses((status = 200, body = Vec<Event>)))]
+pub async fn events(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Query(q): Query<EventQuery>,
+) -> Result<Json<Vec<Event>>, ApiError> {
+    who.require_user()?;
+    let limit = q.limit.unwrap_or(100).min(10_000);
+    Ok(Json(blocking(&app, move |s| s.events(limit)).await?))
 }

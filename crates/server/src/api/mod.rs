@@ -28,7 +28,7 @@ use crate::error::ApiError;
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
-        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::create_token,
+        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::create_token, cluster::events,
         agent::register, agent::heartbeat, healthz, metrics
     ),
     modifiers(&BearerAuth)
@@ -58,6 +58,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/teams", get(cluster::teams))
         .route("/v1/teams/{name}", put(cluster::set_quota))
         .route("/v1/tokens", post(cluster::create_token))
+        .route("/v1/events", get(cluster::events))
         .route("/v1/agent/register", post(agent::register))
         .route("/v1/agent/heartbeat", post(agent::heartbeat))
         .route("/metrics", get(metrics))

@@ -67,6 +67,13 @@ pub struct ListQuery {
     pub limit: Option<u32>,
 }
 
+/// How many events.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+pub struct EventQuery {
+    /// At most this many (default 100).
+    pub limit: Option<u32>,
+}
+
 /// Which log and from where.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 pub struct LogQuery {

@@ -136,6 +136,9 @@ async fn the_openapi_document_and_metrics_are_served() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     assert!(text.contains("gantry_queue_length{team=\"a\"} 1"), "{text}");
+    let events: Vec<Value> =
+        s.get("/v1/events?limit=5").send().await.expect("send").json().await.expect("json");
+    assert_eq!(events[0]["kind"], "token.created", "the admin token's creation is an event");
 }
 
 #[test]
