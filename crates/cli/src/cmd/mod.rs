@@ -1,3 +1,20 @@
-//! One module per subcommand.
+//! One module per subcommand; `backend` holds the GPU backend flags `gpus` and `exporter` share,
+//! `client` and `table` what the client commands share.
 
+pub mod agent;
+pub mod backend;
+pub mod bench;
+pub mod bench_submit;
+pub mod cancel;
+pub mod client;
+pub mod cluster_gpus;
+pub mod exporter;
+pub mod gpus;
+pub mod jobs;
+pub mod logs;
+pub mod nodes;
 pub mod sim;
+pub mod submit;
+pub mod table;
+pub mod token;
+pub mod up;

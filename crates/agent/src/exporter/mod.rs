@@ -1,0 +1,20 @@
+//! The GPU exporter: sampler → snapshot → `/metrics`.
+//!
+//! - [`metrics`] declares every exported metric once (name, type, help, how to read it);
+//! - [`encode`] turns one [`Collection`](gantry_gpu::Collection) into Prometheus text;
+//! - [`attribution`] maps a pid to a job id (`GANTRY_JOB_ID` in `/proc/<pid>/environ` of the
+//!   process or an ancestor, else a `gantry-job-<id>` cgroup, else `unknown`);
+//! - [`sampler`] runs collections on a fixed cadence on its own thread (NVML calls block) and
+//!   publishes each encoded result as the latest [`Snapshot`](sampler::Snapshot);
+//! - [`server`] serves the snapshot; a scrape only clones bytes, so its cost does not depend on
+//!   NVML latency or the number of GPUs;
+//! - [`client`] is a tiny loopback HTTP/1.0 client for the benchmark and tests.
+
+pub mod attribution;
+pub mod client;
+pub mod encode;
+pub mod metrics;
+pub mod sampler;
+pub mod server;
+
+pub use sampler::{Exporter, ExporterConfig};

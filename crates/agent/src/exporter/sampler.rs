@@ -1,0 +1,160 @@
+//! The sampler thread and the snapshot it publishes.
+
+use super::attribution::Attributor;
+use super::encode::{self, Counters};
+use axum::body::Bytes;
+use gantry_gpu::{Collection, Collector};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the exporter needs besides a collector.
+#[derive(Debug, Clone)]
+pub struct ExporterConfig {
+    /// Time between collections.
+    pub interval: Duration,
+    /// `hostname` label.
+    pub hostname: String,
+    /// Where to read process environments and cgroups (normally `/proc`).
+    pub proc_root: PathBuf,
+}
+
+impl ExporterConfig {
+    /// Defaults: 1 s cadence, this machine's hostname, `/proc`.
+    pub fn new() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            hostname: local_hostname(),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+impl Default for ExporterConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// This machine's hostname, `localhost` if it cannot be read.
+pub fn local_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The latest encoded collection.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Prometheus text.
+    pub body: Bytes,
+    /// When it was published; `None` until the first collection succeeded.
+    pub collected_at: Option<Instant>,
+}
+
+/// Holds the latest snapshot; readers clone an `Arc`, the writer swaps it.
+#[derive(Debug)]
+pub struct SnapshotCell(RwLock<Arc<Snapshot>>);
+
+impl SnapshotCell {
+    fn new() -> Self {
+        let mut body = String::new();
+        encode::encode_counters(&mut body, &Counters::default());
+        Self(RwLock::new(Arc::new(Snapshot { body: Bytes::from(body), collected_at: None })))
+    }
+
+    /// The latest snapshot.
+    pub fn latest(&self) -> Arc<Snapshot> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn publish(&self, s: Snapshot) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(s);
+    }
+}
+
+/// A running sampler; dropping it stops the thread.
+#[derive(Debug)]
+pub struct Exporter {
+    cell: Arc<SnapshotCell>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    interval: Duration,
+}
+
+impl Exporter {
+    /// Starts collecting at once, then every `cfg.interval`.
+    pub fn start(collector: Collector, cfg: ExporterConfig) -> std::io::Result<Self> {
+        let cell = Arc::new(SnapshotCell::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let interval = cfg.interval;
+        let (c, s) = (cell.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("gantry-sampler".to_owned())
+            .spawn(move || run(collector, cfg, &c, &s))?;
+        Ok(Self { cell, stop, thread: Some(thread), interval })
+    }
+
+    /// The snapshot cell the server reads.
+    pub fn cell(&self) -> Arc<SnapshotCell> {
+        self.cell.clone()
+    }
+
+    /// Collection cadence.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(mut collector: Collector, cfg: ExporterConfig, cell: &SnapshotCell, stop: &AtomicBool) {
+    let origin = Instant::now();
+    let mut attributor = Attributor::new(&cfg.proc_root);
+    let mut counters = Counters::default();
+    let mut last: Option<(Collection, Vec<Arc<str>>)> = None;
+    let mut next = origin;
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        counters.collections += 1;
+        match collector.collect(started - origin) {
+            Ok(c) => {
+                for t in &c.transitions {
+                    tracing::warn!(gpu = t.gpu, from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, "GPU health changed");
+                }
+                let jobs = attributor.attribute(&c.processes);
+                last = Some((c, jobs));
+            }
+            Err(e) => {
+                counters.errors += 1;
+                tracing::warn!(error = %e, "GPU collection failed; serving the previous one");
+            }
+        }
+        counters.last_duration = started.elapsed();
+        if let Some((c, jobs)) = &last {
+            let body = encode::encode(c, &cfg.hostname, jobs, &counters);
+            cell.publish(Snapshot { body: Bytes::from(body), collected_at: Some(Instant::now()) });
+        }
+        next += cfg.interval;
+        let now = Instant::now();
+        if next < now {
+            // Fell behind (slow NVML): skip the missed ticks instead of bursting.
+            next = now + cfg.interval;
+        }
+        while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+            std::thread::park_timeout(next.saturating_duration_since(Instant::now()));
+        }
+    }
+}

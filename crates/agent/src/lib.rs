@@ -1,0 +1,13 @@
+//! Gantry's node daemon as a library.
+//!
+//! - [`exporter`]: the GPU exporter. A sampler thread reads GPUs through `gantry-gpu` on its own
+//!   cadence into a snapshot, and an axum server serves that snapshot on `/metrics` in
+//!   dcgm-exporter's names and labels (so NVIDIA's Grafana dashboards work unchanged), plus
+//!   `gantry_*` series for health, findings and per-process memory by job.
+//! - [`runner`]: the job runner. It registers the node with the control plane, reports GPU
+//!   inventory, health and samples, and runs the jobs it is assigned as process groups (start
+//!   with [`runner::run`]). It is not the scheduler: it runs exactly what the server's heartbeat
+//!   answer lists and stops everything else.
+
+pub mod exporter;
+pub mod runner;

@@ -1,0 +1,147 @@
+//! The agent's view of its GPUs through the GPU layer: inventory for registration, health and
+//! samples for heartbeats, and simulated load for jobs on a simulated fleet.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use gantry_gpu::findings::FindingsConfig;
+use gantry_gpu::health::{HealthConfig, HealthState};
+use gantry_gpu::{
+    Collector, FleetHandle, FleetSpec, GpuBackend, MIB, NvmlBackend, ProcessUsage, SimulatedBackend,
+    UtilProfile,
+};
+use gantry_store::{GpuHealth, GpuInfo, GpuReport};
+
+use super::error::AgentError;
+
+/// Which GPUs to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// NVML when it initialises, else this simulated fleet (e.g. `4xA100-80GB`).
+    Auto(String),
+    /// NVML only.
+    Nvml,
+    /// A simulated fleet.
+    Simulated(String),
+}
+
+/// Sampled GPUs and, for a simulated fleet, the handle that puts job load on them.
+#[derive(Debug)]
+pub struct Gpus {
+    // A mutex makes the agent's futures `Send` (backends are `Send` but not `Sync`).
+    collector: Mutex<Collector>,
+    sim: Option<FleetHandle>,
+    opened: Instant,
+    /// One line saying which GPUs these are.
+    pub description: String,
+}
+
+impl Gpus {
+    /// Opens the chosen backend.
+    pub fn open(choice: &BackendChoice, seed: u64) -> Result<Self, AgentError> {
+        let fleet = match choice {
+            BackendChoice::Simulated(spec) => spec.as_str(),
+            BackendChoice::Nvml => return Ok(Self::nvml(NvmlBackend::open()?)),
+            BackendChoice::Auto(spec) => match NvmlBackend::open() {
+                Ok(nvml) => return Ok(Self::nvml(nvml)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "NVML unavailable");
+                    spec.as_str()
+                }
+            },
+        };
+        let backend = SimulatedBackend::new(&FleetSpec::from_flag_or_file(fleet, seed)?)?;
+        let sim = backend.handle();
+        let description = format!("no NVIDIA GPU found: using a simulated fleet of {fleet}");
+        let collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
+        Ok(Self { collector: Mutex::new(collector), sim: Some(sim), opened: Instant::now(), description })
+    }
+
+    fn nvml(backend: NvmlBackend) -> Self {
+        let description = format!("using {} NVIDIA GPU(s) through NVML", backend.inventory().len());
+        let collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
+        Self { collector: Mutex::new(collector), sim: None, opened: Instant::now(), description }
+    }
+
+    /// Inventory in the store's terms.
+    pub fn inventory(&self) -> Vec<GpuInfo> {
+        let collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);
+        collector
+            .backend()
+            .inventory()
+            .iter()
+            .map(|g| GpuInfo {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                model: g.name.clone(),
+                memory_mib: g.memory_total_bytes / MIB,
+            })
+            .collect()
+    }
+
+    /// One collection cycle: health and samples per GPU, and the compute processes.
+    pub fn collect(&self) -> (Vec<GpuReport>, Vec<ProcessUsage>) {
+        let mut collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);
+        match collector.collect(self.opened.elapsed()) {
+            Ok(c) => {
+                let reports = c
+                    .gpus
+                    .iter()
+                    .map(|g| GpuReport {
+                        uuid: g.info.uuid.clone(),
+                        health: health(g.health),
+                        sample: serde_json::to_value(g).ok(),
+                    })
+                    .collect();
+                (reports, c.processes)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "GPU collection failed");
+                (Vec::new(), Vec::new())
+            }
+        }
+    }
+
+    /// On a simulated fleet, loads each GPU of a job with a process; returns the simulated pids.
+    pub fn load(&self, job_id: i64, pid: u32, uuids: &[String], memory_mib: u64) -> Vec<u32> {
+        let Some(sim) = &self.sim else {
+            return Vec::new();
+        };
+        let mut pids = Vec::new();
+        for (i, uuid) in uuids.iter().enumerate() {
+            // Pids stay below 2^22 on Linux, so the GPU's position above that keeps them distinct.
+            let sim_pid = pid + ((i as u32) << 22);
+            let profile = UtilProfile::Steady { percent: 90.0 };
+            match sim.start_process(uuid.as_str(), sim_pid, Some(job_id.to_string()), memory_mib, profile) {
+                Ok(()) => pids.push(sim_pid),
+                Err(e) => {
+                    tracing::warn!(job = job_id, error = %e, "could not put simulated load on {uuid}")
+                }
+            }
+        }
+        pids
+    }
+
+    /// Removes a job's simulated load.
+    pub fn unload(&self, pids: &[u32]) {
+        if let Some(sim) = &self.sim {
+            for pid in pids {
+                let _ = sim.stop_process(*pid);
+            }
+        }
+    }
+
+    /// The simulated fleet's handle, for injecting faults in tests.
+    pub fn fleet(&self) -> Option<FleetHandle> {
+        self.sim.clone()
+    }
+}
+
+fn health(state: HealthState) -> GpuHealth {
+    match state {
+        HealthState::Healthy => GpuHealth::Healthy,
+        HealthState::Suspect => GpuHealth::Suspect,
+        HealthState::Recovering => GpuHealth::Recovering,
+        HealthState::Unhealthy => GpuHealth::Unhealthy,
+    }
+}

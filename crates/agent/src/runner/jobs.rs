@@ -1,0 +1,226 @@
+//! The agent's jobs: start what the server lists, stop what it does not, report how each ended.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gantry_gpu::{MIB, ProcessUsage};
+use gantry_server::api::types::Assignment;
+use gantry_store::{JobExit, JobId, JobReport};
+use tokio::sync::mpsc;
+
+use super::gpus::Gpus;
+use super::process;
+
+/// A process ended: job, attempt, status (or why waiting failed).
+pub type Exit = (JobId, u32, std::io::Result<std::process::ExitStatus>);
+
+#[derive(Debug)]
+struct Local {
+    attempt: u32,
+    pgid: Option<u32>,
+    grant_mib: u64,
+    sim_pids: Vec<u32>,
+    stopping_since: Option<Instant>,
+    stop_reason: Option<String>,
+    exit: Option<JobExit>,
+}
+
+/// The jobs of this node.
+#[derive(Debug)]
+pub struct Jobs {
+    local: HashMap<JobId, Local>,
+    done: HashSet<(JobId, u32)>,
+    exits: mpsc::UnboundedSender<Exit>,
+    logs: PathBuf,
+    state: PathBuf,
+    grace: Duration,
+}
+
+impl Jobs {
+    /// An empty table; ended processes are announced on `exits`.
+    pub fn new(exits: mpsc::UnboundedSender<Exit>, logs: PathBuf, state: PathBuf, grace: Duration) -> Self {
+        Self { local: HashMap::new(), done: HashSet::new(), exits, logs, state, grace }
+    }
+
+    /// What to tell the server.
+    pub fn reports(&self) -> Vec<JobReport> {
+        let mut out: Vec<JobReport> = self
+            .local
+            .iter()
+            .map(|(id, l)| JobReport { job_id: *id, attempt: l.attempt, exit: l.exit.clone() })
+            .collect();
+        out.sort_by_key(|r| r.job_id);
+        out
+    }
+
+    /// The server has recorded these reports: ended jobs can be forgotten.
+    pub fn acknowledged(&mut self, sent: &[JobReport]) {
+        for r in sent.iter().filter(|r| r.exit.is_some()) {
+            if self.local.get(&r.job_id).is_some_and(|l| l.attempt == r.attempt && l.exit.is_some()) {
+                self.local.remove(&r.job_id);
+                self.done.insert((r.job_id, r.attempt));
+            }
+        }
+    }
+
+    /// Brings the node in line with the server's list.
+    pub fn reconcile(&mut self, wanted: Vec<Assignment>, gpus: &Gpus) {
+        let wanted_ids: HashMap<JobId, u32> = wanted.iter().map(|a| (a.job_id, a.attempt)).collect();
+        let unwanted: Vec<JobId> = self
+            .local
+            .iter()
+            .filter(|(id, l)| l.exit.is_none() && wanted_ids.get(id) != Some(&l.attempt))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in unwanted {
+            self.stop(id, None);
+        }
+        // An attempt the server no longer lists will never be listed again.
+        self.done.retain(|(id, attempt)| wanted_ids.get(id) == Some(attempt));
+        for a in wanted {
+            if self.local.contains_key(&a.job_id) || self.done.contains(&(a.job_id, a.attempt)) {
+                continue;
+            }
+            self.start(a, gpus);
+        }
+    }
+
+    fn start(&mut self, a: Assignment, gpus: &Gpus) {
+        let (job_id, attempt) = (a.job_id, a.attempt);
+        let mut local = Local {
+            attempt,
+            pgid: None,
+            grant_mib: a.gpu_memory_mib,
+            sim_pids: Vec::new(),
+            stopping_since: None,
+            stop_reason: None,
+            exit: None,
+        };
+        match process::spawn(&a, &self.logs, &self.state) {
+            Ok(mut child) => {
+                local.pgid = child.id();
+                if let Some(pid) = child.id() {
+                    let memory = if a.gpu_memory_mib > 0 { a.gpu_memory_mib } else { 4096 };
+                    local.sim_pids = gpus.load(job_id, pid, &a.gpu_uuids, memory);
+                }
+                let exits = self.exits.clone();
+                tokio::spawn(async move {
+                    let status = child.wait().await;
+                    let _ = exits.send((job_id, attempt, status));
+                });
+                tracing::info!(job = job_id, attempt, gpus = ?a.gpu_uuids, "job started");
+            }
+            Err(e) => {
+                tracing::warn!(job = job_id, error = %e, "job could not start");
+                local.exit = Some(JobExit { exit_code: None, reason: Some(format!("could not start: {e}")) });
+            }
+        }
+        self.local.insert(job_id, local);
+    }
+
+    /// Asks a job's process group to stop (SIGTERM now, SIGKILL after the grace period).
+    pub fn stop(&mut self, id: JobId, reason: Option<String>) {
+        let Some(l) = self.local.get_mut(&id) else {
+            return;
+        };
+        if l.exit.is_some() || l.stopping_since.is_some() {
+            return;
+        }
+        l.stopping_since = Some(Instant::now());
+        l.stop_reason = reason.or(l.stop_reason.take());
+        if let Some(pgid) = l.pgid {
+            process::signal_group(pgid, libc::SIGTERM);
+        }
+    }
+
+    /// SIGKILLs groups whose grace period ran out.
+    pub fn enforce_grace(&mut self) {
+        for l in self.local.values() {
+            if let (Some(since), Some(pgid), None) = (l.stopping_since, l.pgid, &l.exit)
+                && since.elapsed() >= self.grace
+            {
+                process::signal_group(pgid, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Stops slice jobs whose processes hold more GPU memory than their grant.
+    pub fn enforce_grants(&mut self, processes: &[ProcessUsage]) {
+        let mut over = Vec::new();
+        for (id, l) in &self.local {
+            if l.grant_mib == 0 || l.exit.is_some() {
+                continue;
+            }
+            let used: u64 = processes
+                .iter()
+                .filter(|p| {
+                    p.job_id.as_deref() == Some(&id.to_string())
+                        || (l.pgid.is_some() && process::pgid_of(p.pid) == l.pgid)
+                })
+                .map(|p| p.memory_used_bytes / MIB)
+                .sum();
+            if used > l.grant_mib {
+                over.push((
+                    *id,
+                    format!("GPU memory grant exceeded: used {used} MiB of {} MiB", l.grant_mib),
+                ));
+            }
+        }
+        for (id, reason) in over {
+            self.stop(id, Some(reason));
+        }
+    }
+
+    /// Records a process's end.
+    pub fn exited(&mut self, (id, attempt, status): Exit, gpus: &Gpus) {
+        let Some(l) = self.local.get_mut(&id) else {
+            return;
+        };
+        if l.attempt != attempt {
+            return;
+        }
+        gpus.unload(&l.sim_pids);
+        process::forget(&self.state, id);
+        let exit = match status {
+            Ok(s) => JobExit {
+                exit_code: s.code(),
+                reason: l
+                    .stop_reason
+                    .clone()
+                    .or_else(|| s.signal().map(|sig| format!("killed by signal {sig}"))),
+            },
+            Err(e) => JobExit { exit_code: None, reason: Some(format!("lost track of the process: {e}")) },
+        };
+        tracing::info!(job = id, attempt, ?exit, "job ended");
+        l.exit = Some(exit);
+    }
+
+    /// Kills every process at once (fenced: the server already gave the GPUs away) and forgets all.
+    pub fn kill_all(&mut self, gpus: &Gpus) {
+        for (id, l) in self.local.drain() {
+            if let (Some(pgid), None) = (l.pgid, &l.exit) {
+                process::signal_group(pgid, libc::SIGKILL);
+            }
+            gpus.unload(&l.sim_pids);
+            process::forget(&self.state, id);
+        }
+    }
+
+    /// SIGTERMs everything, waits up to the grace period, then SIGKILLs what is left.
+    pub async fn shutdown(&mut self, exits: &mut mpsc::UnboundedReceiver<Exit>, gpus: &Gpus) {
+        let ids: Vec<JobId> = self.local.keys().copied().collect();
+        for id in ids {
+            self.stop(id, Some("agent shut down".into()));
+        }
+        let deadline = tokio::time::Instant::now() + self.grace;
+        while self.local.values().any(|l| l.exit.is_none() && l.pgid.is_some()) {
+            match tokio::time::timeout_at(deadline, exits.recv()).await {
+                Ok(Some(exit)) => self.exited(exit, gpus),
+                _ => break,
+            }
+        }
+        self.kill_all(gpus);
+    }
+}

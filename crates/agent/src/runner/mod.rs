@@ -1,0 +1,114 @@
+//! The job runner: register, then heartbeat on the interval the server gives. Each heartbeat
+//! carries GPU health and samples and the state of every local job; the answer lists the jobs
+//! this node must run, and [`jobs::Jobs::reconcile`] starts and stops processes to match.
+//! A 409 answer (stale epoch) means the server fenced this agent off: everything is killed at
+//! once and the node registers again under a new epoch.
+
+pub mod client;
+pub mod error;
+pub mod gpus;
+pub mod jobs;
+pub mod process;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gantry_server::api::types::RegisterRequest;
+use gantry_store::Heartbeat;
+use tokio::sync::{mpsc, watch};
+
+pub use client::Client;
+pub use error::AgentError;
+pub use gpus::{BackendChoice, Gpus};
+
+/// Validated agent settings.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Server base URL, e.g. `http://127.0.0.1:7070`.
+    pub server: String,
+    /// Join token (role `agent`).
+    pub token: String,
+    /// Stable node id.
+    pub node_id: String,
+    /// Where job output goes (`<job id>/stdout`, `stderr`).
+    pub logs_dir: PathBuf,
+    /// Where the agent keeps pid files.
+    pub state_dir: PathBuf,
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+}
+
+/// Runs the agent until `stop` turns true; then stops its jobs (SIGTERM, grace, SIGKILL).
+pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
+    let client = Client::new(&config.server, &config.token)?;
+    process::kill_orphans(&config.state_dir);
+    let (exit_tx, mut exits) = mpsc::unbounded_channel();
+    let mut jobs = jobs::Jobs::new(exit_tx, config.logs_dir.clone(), config.state_dir.clone(), config.grace);
+    let register = RegisterRequest {
+        node_id: config.node_id.clone(),
+        hostname: hostname(),
+        cpu_milli: std::thread::available_parallelism().map_or(1, |n| n.get() as u64) * 1000,
+        memory_mib: memory_mib(),
+        gpus: gpus.inventory(),
+    };
+    'register: loop {
+        let (epoch, interval) = loop {
+            match client.register(&register).await {
+                Ok(r) => {
+                    break (r.epoch, Duration::from_millis(r.heartbeat_interval_ms.max(50)));
+                }
+                Err(e) => tracing::warn!(error = %e, "registration failed; retrying"),
+            }
+            tokio::select! {
+                _ = stop.changed() => {
+                    jobs.shutdown(&mut exits, &gpus).await;
+                    return Ok(());
+                }
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        };
+        tracing::info!(node = %config.node_id, epoch, "registered");
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    jobs.shutdown(&mut exits, &gpus).await;
+                    return Ok(());
+                }
+                Some(exit) = exits.recv() => jobs.exited(exit, &gpus),
+                _ = tick.tick() => {
+                    jobs.enforce_grace();
+                    let (reports, processes) = gpus.collect();
+                    jobs.enforce_grants(&processes);
+                    let hb = Heartbeat { node_id: config.node_id.clone(), epoch, gpus: reports, jobs: jobs.reports(), at: 0 };
+                    match client.heartbeat(&hb).await {
+                        Ok(resp) => {
+                            jobs.acknowledged(&hb.jobs);
+                            jobs.reconcile(resp.assignments, &gpus);
+                        }
+                        Err(AgentError::Fenced(why)) => {
+                            tracing::warn!(%why, "fenced by the server; stopping all jobs and registering again");
+                            jobs.kill_all(&gpus);
+                            continue 'register;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "localhost".into(), |h| h.trim().to_owned())
+}
+
+fn memory_mib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
+}

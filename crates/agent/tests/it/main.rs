@@ -1,0 +1,8 @@
+//! Integration tests of the agent (one binary, one module per area).
+
+mod attribution;
+mod dcgm_names;
+mod prometheus;
+mod runner;
+mod server;
+mod support;

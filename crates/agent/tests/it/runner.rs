@@ -1,0 +1,190 @@
+//! The job runner against an in-process control plane on a simulated fleet.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus};
+use gantry_gpu::FaultKind;
+use gantry_server::{Server, ServerConfig};
+use gantry_store::{
+    GpuHealth, Job, JobFilter, JobRequest, JobState, NewJob, Role, SqliteStore, Store, history,
+};
+
+struct Harness {
+    store: Arc<dyn Store>,
+    gpus_fleet: gantry_gpu::FleetHandle,
+    dir: tempfile::TempDir,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn start(fleet: &str) -> Harness {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("store")).expect("store"));
+    let mut config = ServerConfig::local(dir.path().join("logs"));
+    config.listen = ([127, 0, 0, 1], 0).into();
+    config.schedule_interval = Duration::from_millis(100);
+    let server = Server::bind(config, Arc::clone(&store)).await.expect("bind");
+    let url = format!("http://{}", server.local_addr().expect("addr"));
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut server_stop = stop_rx.clone();
+    tokio::spawn(server.serve(async move {
+        let _ = server_stop.changed().await;
+    }));
+    let token = gantry_server::create_token(&*store, Role::Agent, None, "test agent").expect("token");
+    let gpus = Gpus::open(&BackendChoice::Simulated(fleet.into()), 3).expect("fleet");
+    let gpus_fleet = gpus.fleet().expect("simulated");
+    let config = AgentConfig {
+        server: url,
+        token,
+        node_id: "n1".into(),
+        logs_dir: dir.path().join("logs"),
+        state_dir: dir.path().join("agent"),
+        grace: Duration::from_secs(1),
+    };
+    tokio::spawn(runner::run(config, gpus, stop_rx));
+    Harness { store, gpus_fleet, dir, stop }
+}
+
+fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
+    let job = NewJob {
+        request_id: None,
+        team: "t".into(),
+        name: "test".into(),
+        priority: 0,
+        command: vec!["sh".into(), "-c".into(), command.into()],
+        request: JobRequest { gpus, ..JobRequest::default() },
+        max_retries: 3,
+        submitted_at: gantry_server::now_ms(),
+    };
+    store.submit(&job).expect("submit").0
+}
+
+async fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn job(store: &dyn Store, id: i64) -> Job {
+    store.job(id).expect("read").expect("exists")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_sees_its_gpu_and_id_and_puts_simulated_load_on_the_gpu() {
+    let h = start("2xA100-80GB").await;
+    let id = submit(&*h.store, "echo \"$CUDA_VISIBLE_DEVICES $GANTRY_JOB_ID\"; sleep 3", 1);
+    let running =
+        until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+    let uuid = running.gpu_uuids[0].clone();
+    let used = until("simulated memory to show in the GPU's sample", || {
+        let gpus = h.store.gpus().ok()?;
+        let gpu = gpus.into_iter().find(|g| g.info.uuid == uuid)?;
+        let used = gpu.sample?.pointer("/sample/memory_used_bytes")?.as_u64()?;
+        (used >= 4096 * 1024 * 1024).then_some(used)
+    })
+    .await;
+    assert!(used > 0);
+    until("the job to succeed", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Succeeded)).await;
+    let out =
+        std::fs::read_to_string(h.dir.path().join("logs").join(id.to_string()).join("stdout")).expect("log");
+    assert_eq!(out, format!("{uuid} {id}\n"));
+    let _ = h.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_xid_79_makes_the_gpu_unhealthy_and_its_job_is_requeued_onto_another_gpu() {
+    let h = start("2xA100-80GB").await;
+    let id = submit(&*h.store, "sleep 30", 1);
+    let first =
+        until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+    let bad = first.gpu_uuids[0].clone();
+    h.gpus_fleet.inject_now(bad.as_str(), FaultKind::Xid(79)).expect("inject");
+    let again = until("the job to run again elsewhere", || {
+        Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running && j.attempt == 2)
+    })
+    .await;
+    assert_ne!(again.gpu_uuids[0], bad);
+    let health = h.store.gpus().expect("gpus").into_iter().find(|g| g.info.uuid == bad).map(|g| g.health);
+    assert_eq!(health, Some(GpuHealth::Unhealthy));
+    let other = submit(&*h.store, "sleep 30", 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(job(&*h.store, other).state, JobState::Pending, "no new work on the unhealthy GPU");
+    let held = h.store.allocations(false).expect("history");
+    assert!(history::conflicts(&held, &h.store.gpus().expect("gpus")).is_empty());
+    let all = h.store.jobs(&JobFilter::default()).expect("jobs");
+    assert_eq!(all.len(), 2);
+    let _ = h.stop.send(true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_job_that_ignores_sigterm_kills_it_after_the_grace_period() {
+    let h = start("1xA100-80GB").await;
+    let id = submit(&*h.store, "trap '' TERM; sleep 60 & wait; sleep 60", 1);
+    until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+    let asked = Instant::now();
+    h.store.cancel(id, gantry_server::now_ms()).expect("cancel");
+    let done =
+        until("the job to be cancelled", || Some(job(&*h.store, id)).filter(|j| j.state.is_terminal())).await;
+    assert_eq!(done.state, JobState::Cancelled);
+    assert!(asked.elapsed() >= Duration::from_millis(900), "SIGKILL only after the grace period");
+    let _ = h.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_reason() {
+    let h = start("1xA100-80GB").await;
+    let job_spec = NewJob {
+        request_id: None,
+        team: "t".into(),
+        name: "greedy".into(),
+        priority: 0,
+        command: vec!["sleep".into(), "60".into()],
+        request: JobRequest { gpu_memory_mib: 10_000, ..JobRequest::default() },
+        max_retries: 0,
+        submitted_at: gantry_server::now_ms(),
+    };
+    let id = h.store.submit(&job_spec).expect("submit").0;
+    let running =
+        until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+    // A second process of the job grabs 20 GB more than the slice allows.
+    let profile = gantry_gpu::UtilProfile::Steady { percent: 50.0 };
+    h.gpus_fleet
+        .start_process(running.gpu_uuids[0].as_str(), 4_000_000, Some(id.to_string()), 20_000, profile)
+        .expect("extra process");
+    let ended =
+        until("the job to be stopped", || Some(job(&*h.store, id)).filter(|j| j.state.is_terminal())).await;
+    assert_eq!(ended.state, JobState::Failed);
+    let reason = ended.reason.unwrap_or_default();
+    assert!(reason.contains("GPU memory grant exceeded"), "{reason}");
+    let _ = h.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_fenced_off_while_alive_kills_its_jobs_and_registers_under_a_new_epoch() {
+    let h = start("1xA100-80GB").await;
+    let marker = h.dir.path().join("first-attempt-survived");
+    let script = format!(
+        "if [ ! -e {m}.started ]; then touch {m}.started; sleep 3; touch {m}; else sleep 30; fi",
+        m = marker.display()
+    );
+    let id = submit(&*h.store, &script, 1);
+    until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+    // The node looks silent to the server (a partition): it is marked lost while the agent lives.
+    h.store.expire_nodes(i64::MAX, gantry_server::now_ms()).expect("expire");
+    let again = until("the job to run again under a new epoch", || {
+        Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running && j.attempt == 2)
+    })
+    .await;
+    assert_eq!(again.epoch, Some(2));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!marker.exists(), "the fenced-off first attempt kept running");
+    let held = h.store.allocations(false).expect("history");
+    assert!(history::conflicts(&held, &h.store.gpus().expect("gpus")).is_empty());
+    let _ = h.stop.send(true);
+}

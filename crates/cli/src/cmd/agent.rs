@@ -1,0 +1,79 @@
+//! `gantry agent`: the node daemon on its own, joining a server with a join token.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus};
+
+use super::client::home;
+use super::up::shutdown_signal;
+
+/// Arguments of `gantry agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Server URL.
+    #[arg(long, env = "GANTRY_SERVER")]
+    server: String,
+    /// Join token (an `agent` token).
+    #[arg(long, env = "GANTRY_JOIN_TOKEN", hide_env_values = true)]
+    join_token: String,
+    /// Node id (default: the host name).
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Where job output and pid files go.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// `auto`, `nvml` or `simulated`.
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// Simulated fleet when NVML is absent (or with `--backend simulated`).
+    #[arg(long, default_value = "4xA100-80GB")]
+    simulated_gpus: String,
+    /// Seconds between SIGTERM and SIGKILL when a job is stopped.
+    #[arg(long, default_value_t = 10)]
+    grace: u64,
+}
+
+/// Runs the agent until Ctrl-C or SIGTERM.
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let choice = backend_choice(&args.backend, &args.simulated_gpus)?;
+    let data = match args.data_dir {
+        Some(d) => d,
+        None => home()?.join(".local/share/gantry-agent"),
+    };
+    let node_id = args.node_id.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map_or_else(|_| "node".into(), |h| h.trim().to_owned())
+    });
+    let config = AgentConfig {
+        server: args.server,
+        token: args.join_token,
+        node_id,
+        logs_dir: data.join("logs"),
+        state_dir: data.join("agent"),
+        grace: Duration::from_secs(args.grace),
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let gpus = Gpus::open(&choice, 1).context("opening GPUs")?;
+        eprintln!("{}", gpus.description);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+        runner::run(config, gpus, stop_rx).await.context("agent failed")
+    })
+}
+
+/// Parses `--backend`.
+pub fn backend_choice(backend: &str, fleet: &str) -> anyhow::Result<BackendChoice> {
+    match backend {
+        "auto" => Ok(BackendChoice::Auto(fleet.to_owned())),
+        "nvml" => Ok(BackendChoice::Nvml),
+        "simulated" => Ok(BackendChoice::Simulated(fleet.to_owned())),
+        other => anyhow::bail!("--backend must be auto, nvml or simulated, not {other}"),
+    }
+}

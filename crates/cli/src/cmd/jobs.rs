@@ -1,0 +1,118 @@
+//! `gantry jobs` and `gantry job <id>`.
+
+use clap::Args;
+use gantry_server::api::types::JobDetail;
+use gantry_store::Job;
+
+use super::client::{Api, Output, ServerArgs, block_on};
+use super::table;
+
+/// Arguments of `gantry jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    output: Output,
+    /// Only jobs in this state.
+    #[arg(long)]
+    state: Option<String>,
+    /// Only this team's jobs.
+    #[arg(long)]
+    team: Option<String>,
+    /// At most this many, newest first.
+    #[arg(long)]
+    limit: Option<u32>,
+}
+
+/// Lists jobs.
+pub fn list(args: JobsArgs) -> anyhow::Result<()> {
+    let mut query = Vec::new();
+    if let Some(s) = &args.state {
+        query.push(format!("state={s}"));
+    }
+    if let Some(t) = &args.team {
+        query.push(format!("team={t}"));
+    }
+    if let Some(l) = args.limit {
+        query.push(format!("limit={l}"));
+    }
+    let path = if query.is_empty() { "/v1/jobs".to_owned() } else { format!("/v1/jobs?{}", query.join("&")) };
+    let api = Api::connect(&args.server)?;
+    let jobs: Vec<Job> = block_on(api.get(&path))??;
+    match args.output {
+        Output::Json => table::json(&jobs),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = jobs.iter().map(row).collect();
+            table::print(&["ID", "STATE", "TEAM", "NAME", "ASKED", "GPUS", "REASON"], &rows);
+            Ok(())
+        }
+    }
+}
+
+fn row(j: &Job) -> Vec<String> {
+    vec![
+        j.id.to_string(),
+        j.state.to_string(),
+        j.team.clone(),
+        j.name.clone(),
+        asked(j),
+        if j.state.is_active() { j.gpu_uuids.join(",") } else { String::new() },
+        j.reason.clone().unwrap_or_default(),
+    ]
+}
+
+fn asked(j: &Job) -> String {
+    let r = &j.request;
+    match (r.gpus, r.gpu_memory_mib) {
+        (0, 0) => "cpu".into(),
+        (0, mib) => format!("{mib} MiB slice"),
+        (n, _) => format!("{n} GPU"),
+    }
+}
+
+/// Arguments of `gantry job <id>`.
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Job id.
+    id: i64,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    output: Output,
+}
+
+/// Shows one job and its history.
+pub fn show(args: JobArgs) -> anyhow::Result<()> {
+    let api = Api::connect(&args.server)?;
+    let detail: JobDetail = block_on(api.get(&format!("/v1/jobs/{}", args.id)))??;
+    if args.output == Output::Json {
+        return table::json(&detail);
+    }
+    let j = &detail.job;
+    println!("job {}  {}  ({})", j.id, j.state, j.name);
+    println!("team      {}  priority {}", j.team, j.priority);
+    println!("command   {}", j.command.join(" "));
+    println!("asked     {}", asked(j));
+    println!(
+        "attempt   {}  (runs lost to node or GPU failures are retried {} times)",
+        j.attempt, j.max_retries
+    );
+    if let Some(node) = &j.node_id {
+        println!("node      {node}  gpus {}", j.gpu_uuids.join(","));
+    }
+    if let Some(code) = j.exit_code {
+        println!("exit      {code}");
+    }
+    if let Some(reason) = &j.reason {
+        println!("reason    {reason}");
+    }
+    for t in &detail.transitions {
+        let from = t.from.map_or("-".to_owned(), |f| f.to_string());
+        let after = (t.at - j.submitted_at) as f64 / 1000.0;
+        println!("  +{after:>8.3}s  {from} -> {}  {}", t.to, t.reason.as_deref().unwrap_or(""));
+    }
+    Ok(())
+}

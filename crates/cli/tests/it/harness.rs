@@ -1,0 +1,186 @@
+//! Starting `gantry up` (and `gantry agent`) as child processes in a private HOME.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gantry_store::{SqliteStore, Store, history};
+
+pub const GANTRY: &str = env!("CARGO_BIN_EXE_gantry");
+
+/// A `gantry up` process on a private port, HOME and data dir.
+#[derive(Debug)]
+pub struct Cluster {
+    pub home: tempfile::TempDir,
+    pub port: u16,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A `Command` for the binary with an isolated environment.
+pub fn command(home: &Path) -> Command {
+    let mut cmd = Command::new(GANTRY);
+    cmd.env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("GANTRY_CONFIG")
+        .env_remove("GANTRY_SERVER")
+        .env_remove("GANTRY_TOKEN")
+        .env_remove("GANTRY_DATA_DIR")
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
+impl Cluster {
+    /// Starts `gantry up` with extra arguments and waits until it answers.
+    pub fn start(extra: &[&str]) -> Self {
+        let home = tempfile::tempdir().expect("temp home");
+        let port = free_port();
+        let mut args = vec!["up".to_owned(), "--listen".into(), format!("127.0.0.1:{port}")];
+        args.extend(["--data-dir".into(), home.path().join("data").display().to_string()]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let mut cluster = Self { home, port, args, child: None };
+        cluster.restart();
+        cluster
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.home.path().join("data")
+    }
+
+    /// (Re)starts the process and waits for `/healthz`.
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.home.path().join("up.log"))
+            .expect("log file");
+        let child = command(self.home.path())
+            .args(&self.args)
+            .stdout(Stdio::from(log.try_clone().expect("clone log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start gantry up");
+        self.child = Some(child);
+        wait_healthy(&self.url());
+    }
+
+    /// SIGKILLs the process.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGINT (Ctrl-C) and waits for the process to exit.
+    pub fn interrupt(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "gantry up did not exit after Ctrl-C");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs a client command as the same user; panics with its stderr if it fails.
+    pub fn gantry(&self, args: &[&str]) -> String {
+        let out = self.try_gantry(args);
+        assert!(out.status.success(), "gantry {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn try_gantry(&self, args: &[&str]) -> Output {
+        command(self.home.path()).args(args).output().expect("run gantry")
+    }
+
+    /// The admin token `gantry up` saved in the client config.
+    pub fn token(&self) -> String {
+        let text = std::fs::read_to_string(self.home.path().join(".config/gantry/config.toml"))
+            .expect("client config");
+        let config: toml::Value = toml::from_str(&text).expect("config toml");
+        config["token"].as_str().expect("token").to_owned()
+    }
+
+    /// Jobs as `gantry jobs -o json` prints them.
+    pub fn jobs(&self) -> Vec<serde_json::Value> {
+        serde_json::from_str(&self.gantry(&["jobs", "-o", "json"])).expect("jobs json")
+    }
+
+    /// Opens the store beside the running server (WAL allows a second reader).
+    pub fn store(&self) -> SqliteStore {
+        SqliteStore::open(&self.data_dir()).expect("open store")
+    }
+
+    /// Panics if the allocation history ever gave a GPU beyond its capacity.
+    pub fn assert_no_double_allocation(&self) {
+        let store = self.store();
+        let history_rows = store.allocations(false).expect("history");
+        let conflicts = history::conflicts(&history_rows, &store.gpus().expect("gpus"));
+        assert!(conflicts.is_empty(), "double allocation: {conflicts:#?}");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGTERM first so the agent stops its jobs; SIGKILL if it hangs.
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits until `/healthz` answers 200 (the listener is bound a moment before serving starts).
+pub fn wait_healthy(url: &str) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(mut conn) = std::net::TcpStream::connect(&addr) {
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut answer = String::new();
+            let asked = conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n");
+            if asked.is_ok() && conn.read_to_string(&mut answer).is_ok() && answer.starts_with("HTTP/1.0 200")
+            {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("gantry up did not start listening on {url}");
+}
+
+/// Polls `check` until it returns `Some` or the timeout passes.
+pub fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

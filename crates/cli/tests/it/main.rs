@@ -1,0 +1,30 @@
+//! Tests of the `gantry` binary (one test binary, one module per subcommand or scenario):
+//! the exporter and local `gpus`, and end to end `gantry up` with the client commands, crashes
+//! and agent loss.
+
+mod agent_loss;
+mod crash;
+mod exporter;
+mod gpus;
+mod harness;
+mod sharing;
+mod walkthrough;
+
+use std::process::{Command, Output};
+
+/// Runs `gantry` with `args`, away from any server a developer may have configured (without
+/// `--backend`, `gantry gpus` would otherwise show that cluster).
+pub fn gantry(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("GANTRY_SERVER")
+        .env("GANTRY_CONFIG", "/nonexistent/gantry/config.toml")
+        .output()
+        .expect("gantry runs")
+}
+
+/// Whether NVML can be loaded here (decides what `--backend nvml` must do).
+pub fn nvml_present() -> bool {
+    gantry_gpu::NvmlBackend::open().is_ok()
+}

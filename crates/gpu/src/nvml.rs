@@ -1,0 +1,289 @@
+//! The NVML backend: real GPUs through `nvml-wrapper`, which loads `libnvidia-ml.so.1` at run
+//! time. Fields a GPU does not support come back as `None` rather than failing the read.
+
+use crate::{GpuBackend, GpuError, GpuEvent, GpuEventKind, GpuInfo, GpuSample, ProcessUsage, Throttle};
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
+};
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id as fi;
+use nvml_wrapper::{Device, EventSet, GpmSample, Nvml};
+use std::time::Duration;
+
+/// NVLink links NVML can report per GPU.
+const MAX_NVLINKS: u32 = 18;
+
+/// GPUs read through NVML.
+pub struct NvmlBackend {
+    nvml: &'static Nvml,
+    driver: String,
+    inventory: Vec<GpuInfo>,
+    events: Option<EventSet<'static>>,
+    gpm_prev: Vec<Option<GpmSample<'static>>>,
+    last_xid: Vec<u32>,
+}
+
+impl std::fmt::Debug for NvmlBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlBackend").field("gpus", &self.inventory.len()).finish_non_exhaustive()
+    }
+}
+
+fn nv<T>(call: &'static str, r: Result<T, NvmlError>) -> Result<T, GpuError> {
+    r.map_err(|e| GpuError::from_nvml(call, e))
+}
+
+impl NvmlBackend {
+    /// Loads the library, lists the GPUs and registers for XID and ECC events.
+    ///
+    /// The `Nvml` handle is leaked on purpose: event sets and GPM samples borrow it, and a
+    /// backend lives as long as the process. Open one per process.
+    pub fn open() -> Result<Self, GpuError> {
+        let nvml: &'static Nvml = Box::leak(Box::new(nv("nvmlInit", Nvml::init())?));
+        let driver = nv("nvmlSystemGetDriverVersion", nvml.sys_driver_version())?;
+        let count = nv("nvmlDeviceGetCount", nvml.device_count())?;
+        let mut inventory = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let d = nv("nvmlDeviceGetHandleByIndex", nvml.device_by_index(i))?;
+            inventory.push(describe(&d, i)?);
+        }
+        let events = register_events(nvml, count);
+        Ok(Self {
+            nvml,
+            driver,
+            inventory,
+            events,
+            gpm_prev: (0..count).map(|_| None).collect(),
+            last_xid: vec![0; count as usize],
+        })
+    }
+
+    fn device(&self, index: u32) -> Result<Device<'static>, GpuError> {
+        self.nvml.device_by_index(index).map_err(|e| lost_or(index, "nvmlDeviceGetHandleByIndex", e))
+    }
+
+    /// GR engine, tensor and DRAM activity from GPM (Hopper and newer) between two samples.
+    fn gpm(&mut self, index: u32, d: &Device<'static>) -> [Option<f64>; 3] {
+        if !d.gpm_support().unwrap_or(false) {
+            return [None; 3];
+        }
+        let Ok(cur) = d.gpm_sample() else {
+            return [None; 3];
+        };
+        let slot = &mut self.gpm_prev[index as usize];
+        let ids = [GpmMetricId::GraphicsUtil, GpmMetricId::AnyTensorUtil, GpmMetricId::DramBwUtil];
+        let out = match slot.as_ref() {
+            Some(prev) => match nvml_wrapper::gpm::gpm_metrics_get(self.nvml, prev, &cur, &ids) {
+                Ok(vals) => {
+                    let v = |k: usize| {
+                        vals.get(k).and_then(|r| r.as_ref().ok()).map(|m| (m.value / 100.0).clamp(0.0, 1.0))
+                    };
+                    [v(0), v(1), v(2)]
+                }
+                Err(_) => [None; 3],
+            },
+            None => [None; 3],
+        };
+        *slot = Some(cur);
+        out
+    }
+}
+
+fn lost_or(index: u32, call: &'static str, e: NvmlError) -> GpuError {
+    match e {
+        NvmlError::GpuLost => GpuError::Lost { index },
+        other => GpuError::from_nvml(call, other),
+    }
+}
+
+fn describe(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
+    let nvlink_peers = (0..MAX_NVLINKS)
+        .filter_map(|l| {
+            let link = d.link_wrapper_for(l);
+            link.is_active().ok().filter(|a| *a).and_then(|_| link.remote_pci_info().ok()).map(|p| p.bus_id)
+        })
+        .collect();
+    Ok(GpuInfo {
+        index,
+        uuid: nv("nvmlDeviceGetUUID", d.uuid())?,
+        name: nv("nvmlDeviceGetName", d.name())?,
+        pci_bus_id: nv("nvmlDeviceGetPciInfo", d.pci_info())?.bus_id,
+        memory_total_bytes: nv("nvmlDeviceGetMemoryInfo", d.memory_info())?.total,
+        power_limit_watts: d.enforced_power_limit().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
+        max_sm_clock_mhz: d.max_clock_info(Clock::SM).unwrap_or(0),
+        nvlink_peers,
+        mig_enabled: d.mig_mode().map(|m| m.current == 1).unwrap_or(false),
+    })
+}
+
+fn register_events(nvml: &'static Nvml, count: u32) -> Option<EventSet<'static>> {
+    let wanted =
+        EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR | EventTypes::SINGLE_BIT_ECC_ERROR;
+    let mut set = nvml.create_event_set().ok()?;
+    for i in 0..count {
+        let Ok(d) = nvml.device_by_index(i) else {
+            continue;
+        };
+        // GPUs too old for health events answer NotSupported; they are simply not watched.
+        let types = d.supported_event_types().map(|t| t & wanted).unwrap_or(EventTypes::empty());
+        if types.is_empty() {
+            continue;
+        }
+        match d.register_events(types, set) {
+            Ok(s) => set = s,
+            Err(e) => {
+                tracing::warn!(gpu = i, error = %e.error, "could not register for GPU health events");
+                return None;
+            }
+        }
+    }
+    Some(set)
+}
+
+fn field_u64(v: &Result<nvml_wrapper::struct_wrappers::device::FieldValueSample, NvmlError>) -> Option<u64> {
+    match v.as_ref().ok()?.value.as_ref().ok()? {
+        SampleValue::U32(x) => Some(u64::from(*x)),
+        SampleValue::U64(x) => Some(*x),
+        SampleValue::I64(x) => u64::try_from(*x).ok(),
+        SampleValue::F64(x) => Some(*x as u64),
+    }
+}
+
+impl GpuBackend for NvmlBackend {
+    fn kind(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn driver_version(&self) -> &str {
+        &self.driver
+    }
+
+    fn inventory(&self) -> &[GpuInfo] {
+        &self.inventory
+    }
+
+    fn sample(&mut self, index: u32, _now: Duration) -> Result<GpuSample, GpuError> {
+        let d = self.device(index)?;
+        // Utilisation is not supported in MIG mode (dcgm-exporter#216): report none, not zero.
+        let util = match d.utilization_rates() {
+            Ok(u) => Some(u),
+            Err(NvmlError::NotSupported) => None,
+            Err(e) => return Err(lost_or(index, "nvmlDeviceGetUtilizationRates", e)),
+        };
+        let mem = d.memory_info().map_err(|e| lost_or(index, "nvmlDeviceGetMemoryInfo", e))?;
+        let ids = [
+            fi::NVML_FI_DEV_MEMORY_TEMP,
+            fi::NVML_FI_DEV_REMAPPED_COR,
+            fi::NVML_FI_DEV_REMAPPED_UNC,
+            fi::NVML_FI_DEV_REMAPPED_FAILURE,
+            fi::NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL,
+        ];
+        let fields = d.field_values_for(&ids.map(FieldId)).unwrap_or_default();
+        let f = |k: usize| fields.get(k).and_then(field_u64);
+        let reasons = d.current_throttle_reasons().unwrap_or(ThrottleReasons::empty());
+        let [gr, tensor, dram] = self.gpm(index, &d);
+        let pcie = |c| d.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
+        Ok(GpuSample {
+            index,
+            gpu_util_percent: util.as_ref().map(|u| f64::from(u.gpu)),
+            mem_copy_util_percent: util.as_ref().map(|u| f64::from(u.memory)),
+            encoder_util_percent: d.encoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
+            decoder_util_percent: d.decoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
+            sm_clock_mhz: d.clock_info(Clock::SM).unwrap_or(0),
+            mem_clock_mhz: d.clock_info(Clock::Memory).unwrap_or(0),
+            power_watts: d.power_usage().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
+            energy_millijoules: d.total_energy_consumption().unwrap_or(0),
+            gpu_temp_celsius: d.temperature(TemperatureSensor::Gpu).map(f64::from).unwrap_or(0.0),
+            memory_temp_celsius: f(0).filter(|t| *t > 0).map(|t| t as f64),
+            memory_used_bytes: mem.used,
+            memory_free_bytes: mem.free,
+            memory_reserved_bytes: mem.reserved,
+            pcie_replay_count: d.pcie_replay_counter().map(u64::from).unwrap_or(0),
+            pcie_tx_bytes_per_second: pcie(PcieUtilCounter::Send),
+            pcie_rx_bytes_per_second: pcie(PcieUtilCounter::Receive),
+            ecc_single_bit_volatile: d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile).ok(),
+            ecc_double_bit_volatile: d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
+            remapped_rows_correctable: f(1),
+            remapped_rows_uncorrectable: f(2),
+            row_remap_failure: f(3).map(|v| v != 0),
+            throttle: Throttle {
+                power: reasons
+                    .intersects(ThrottleReasons::SW_POWER_CAP | ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN),
+                thermal: reasons
+                    .intersects(ThrottleReasons::SW_THERMAL_SLOWDOWN | ThrottleReasons::HW_THERMAL_SLOWDOWN),
+                hardware: reasons.contains(ThrottleReasons::HW_SLOWDOWN),
+            },
+            gr_engine_active: gr,
+            tensor_active: tensor,
+            dram_active: dram,
+            // NVML counts NVLink traffic in KiB.
+            nvlink_bytes_total: f(4).map(|kib| kib * 1024),
+            last_xid: self.last_xid.get(index as usize).copied().unwrap_or(0),
+        })
+    }
+
+    fn processes(&mut self, _now: Duration) -> Result<Vec<ProcessUsage>, GpuError> {
+        let mut out = Vec::new();
+        for info in &self.inventory {
+            let Ok(d) = self.nvml.device_by_index(info.index) else {
+                continue;
+            };
+            let Ok(procs) = d.running_compute_processes() else {
+                continue;
+            };
+            out.extend(procs.into_iter().map(|p| ProcessUsage {
+                pid: p.pid,
+                gpu_index: info.index,
+                memory_used_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => b,
+                    UsedGpuMemory::Unavailable => 0,
+                },
+                job_id: None,
+            }));
+        }
+        Ok(out)
+    }
+
+    fn poll_events(&mut self, now: Duration) -> Result<Vec<GpuEvent>, GpuError> {
+        let Some(set) = &self.events else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        loop {
+            let data = match set.wait(0) {
+                Ok(d) => d,
+                Err(NvmlError::Timeout) => break,
+                Err(e) => return Err(GpuError::from_nvml("nvmlEventSetWait", e)),
+            };
+            let Ok(gpu_index) = data.device.index() else {
+                continue;
+            };
+            let kind = if data.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+                GpuEventKind::Xid(match data.event_data {
+                    Some(XidError::Value(n)) => u32::try_from(n).unwrap_or(u32::MAX),
+                    _ => 999,
+                })
+            } else if data.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
+                GpuEventKind::DoubleBitEcc
+            } else {
+                GpuEventKind::SingleBitEcc
+            };
+            if let (GpuEventKind::Xid(n), Some(slot)) = (kind, self.last_xid.get_mut(gpu_index as usize)) {
+                *slot = n;
+            }
+            out.push(GpuEvent { gpu_index, at: now, kind });
+        }
+        Ok(out)
+    }
+
+    fn probe(&mut self, index: u32, _now: Duration) -> Result<(), GpuError> {
+        let d = self.device(index)?;
+        d.uuid().map(|_| ()).map_err(|e| lost_or(index, "nvmlDeviceGetUUID", e))
+    }
+}

@@ -1,0 +1,54 @@
+//! Simulated processes: memory held and a utilisation profile over time.
+
+use serde::Deserialize;
+use std::time::Duration;
+
+/// How busy a simulated process keeps its GPU over time.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum UtilProfile {
+    /// Holds memory, runs nothing (an allocated but idle GPU).
+    Idle,
+    /// Constant utilisation, percent.
+    Steady {
+        /// Percent, 0–100.
+        percent: f64,
+    },
+    /// `high` for the first half of each period, `low` for the second: a job waiting on its input.
+    Bursty {
+        /// Percent while waiting.
+        low: f64,
+        /// Percent while computing.
+        high: f64,
+        /// Length of one cycle, seconds.
+        period_s: f64,
+    },
+}
+
+impl UtilProfile {
+    /// Utilisation in percent `elapsed` after the process started.
+    pub fn percent_at(&self, elapsed: Duration) -> f64 {
+        let p = match *self {
+            UtilProfile::Idle => 0.0,
+            UtilProfile::Steady { percent } => percent,
+            UtilProfile::Bursty { low, high, period_s } => {
+                if period_s <= 0.0 {
+                    return high.clamp(0.0, 100.0);
+                }
+                let phase = (elapsed.as_secs_f64() / period_s).fract();
+                if phase < 0.5 { high } else { low }
+            }
+        };
+        p.clamp(0.0, 100.0)
+    }
+}
+
+/// A process placed on a simulated GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SimProcess {
+    pub gpu: u32,
+    pub job_id: Option<String>,
+    pub memory_bytes: u64,
+    pub profile: UtilProfile,
+    pub started_at: Duration,
+}

@@ -1,0 +1,162 @@
+//! Job endpoints: submit, list, get, cancel, logs. Handlers parse and validate, then hand a
+//! [`Command`] to the dispatcher (reads go straight to the store).
+
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use gantry_store::{Job, JobFilter, JobId, JobRequest, JobState, NewJob};
+
+use super::extract::Body;
+use super::types::*;
+use super::{blocking, validate};
+use crate::app::{App, now_ms};
+use crate::auth::Principal;
+use crate::command::{Command, Outcome};
+use crate::error::{ApiError, ErrorBody};
+
+/// Largest log chunk returned at once.
+const LOG_CHUNK: u64 = 1 << 20;
+
+/// Submit a job.
+#[utoipa::path(post, path = "/v1/jobs", request_body = SubmitRequest, security(("bearer" = [])),
+    responses((status = 201, body = SubmitResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn submit(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Body(req): Body<SubmitRequest>,
+) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    let job = new_job(req, &who)?;
+    match app.dispatch(Command::Submit(job)).await? {
+        Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
+        other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
+    }
+}
+
+fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
+    validate::command(&req.command)?;
+    validate::resources(&req)?;
+    let team = req.team.or_else(|| who.token.team.clone()).unwrap_or_else(|| "default".into());
+    validate::word("team", &team)?;
+    who.require_team(&team)?;
+    let program = req.command.first().map(|p| p.rsplit('/').next().unwrap_or(p).to_owned());
+    let name = req.name.or(program).unwrap_or_default();
+    validate::label("name", &name)?;
+    if !(-1000..=1000).contains(&req.priority) {
+        return Err(ApiError::Unprocessable("priority: must be between -1000 and 1000".into()));
+    }
+    if let Some(key) = &req.request_id {
+        validate::label("request_id", key)?;
+    }
+    Ok(NewJob {
+        request_id: req.request_id,
+        team,
+        name,
+        priority: req.priority,
+        command: req.command,
+        request: JobRequest {
+            gpus: req.gpus,
+            gpu_memory_mib: req.gpu_memory_mib,
+            gpu_compute_pct: req.gpu_compute_pct,
+            cpu_milli: req.cpu_milli,
+            memory_mib: req.memory_mib,
+        },
+        max_retries: req.max_retries.unwrap_or(3).min(100),
+        submitted_at: now_ms(),
+    })
+}
+
+/// List jobs.
+#[utoipa::path(get, path = "/v1/jobs", params(ListQuery), security(("bearer" = [])),
+    responses((status = 200, body = Vec<Job>), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Vec<Job>>, ApiError> {
+    who.require_user()?;
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(
+            JobState::parse(s).ok_or_else(|| ApiError::BadRequest(format!("state: unknown state `{s}`")))?,
+        ),
+    };
+    let filter = JobFilter { state, team: q.team, limit: q.limit };
+    let mut jobs = blocking(&app, move |s| s.jobs(&filter)).await?;
+    jobs.iter_mut().for_each(|j| app.explain(j));
+    Ok(Json(jobs))
+}
+
+/// One job and its history.
+#[utoipa::path(get, path = "/v1/jobs/{id}", params(("id" = i64, Path, description = "job id")), security(("bearer" = [])),
+    responses((status = 200, body = JobDetail), (status = 404, body = ErrorBody)))]
+pub async fn get(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<JobId>,
+) -> Result<Json<JobDetail>, ApiError> {
+    who.require_user()?;
+    let mut job = blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
+    app.explain(&mut job);
+    let transitions = blocking(&app, move |s| s.transitions(id)).await?;
+    Ok(Json(JobDetail { job, transitions }))
+}
+
+/// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL).
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", params(("id" = i64, Path, description = "job id")),
+    security(("bearer" = [])), responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn cancel(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<JobId>,
+) -> Result<Json<Job>, ApiError> {
+    match app.dispatch(Command::Cancel { id, by: who }).await? {
+        Outcome::Job(job) => Ok(Json(*job)),
+        other => Err(ApiError::Internal(format!("cancel produced {other:?}"))),
+    }
+}
+
+/// A job's output from `offset` (the agent writes it; this serves the file).
+#[utoipa::path(get, path = "/v1/jobs/{id}/logs", params(("id" = i64, Path, description = "job id"), LogQuery),
+    security(("bearer" = [])), responses((status = 200, body = String, content_type = "text/plain"), (status = 404, body = ErrorBody)))]
+pub async fn logs(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<JobId>,
+    Query(q): Query<LogQuery>,
+) -> Result<Vec<u8>, ApiError> {
+    who.require_user()?;
+    let stream = match q.stream.as_deref().unwrap_or("stdout") {
+        s @ ("stdout" | "stderr") => s.to_owned(),
+        s => {
+            return Err(ApiError::BadRequest(format!("stream: must be stdout or stderr, not `{s}`")));
+        }
+    };
+    blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
+    let path = app.config.logs_dir.join(id.to_string()).join(stream);
+    let offset = q.offset.unwrap_or(0);
+    tokio::task::spawn_blocking(move || read_from(&path, offset))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+}
+
+fn read_from(path: &std::path::Path, offset: u64) -> Result<Vec<u8>, ApiError> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(ApiError::Internal(format!("reading {}: {e}", path.display())));
+        }
+    };
+    let mut out = Vec::new();
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.take(LOG_CHUNK).read_to_end(&mut out))
+        .map_err(|e| ApiError::Internal(format!("reading {}: {e}", path.display())))?;
+    Ok(out)
+}
+
+fn not_found(id: JobId) -> ApiError {
+    ApiError::NotFound(format!("job {id} not found"))
+}

@@ -1,0 +1,101 @@
+//! The HTTP API: routes, the OpenAPI document, health and metrics.
+
+mod agent;
+mod cluster;
+mod extract;
+mod jobs;
+pub mod types;
+mod validate;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::{get, post, put};
+use axum::{Extension, Json, Router, middleware};
+use gantry_store::{Store, StoreError};
+use utoipa::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+
+use crate::app::App;
+use crate::auth::{Principal, require_token};
+use crate::error::ApiError;
+
+/// The OpenAPI document, generated from the handlers and types.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
+    paths(
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
+        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::create_token, cluster::events,
+        agent::register, agent::heartbeat, healthz, metrics
+    ),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+#[derive(Debug)]
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// Every route; all but `/healthz` need a bearer token.
+pub fn router(app: Arc<App>) -> Router {
+    let limit = app.config.body_limit;
+    let authed = Router::new()
+        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/jobs/{id}/logs", get(jobs::logs))
+        .route("/v1/nodes", get(cluster::nodes))
+        .route("/v1/gpus", get(cluster::gpus))
+        .route("/v1/teams", get(cluster::teams))
+        .route("/v1/teams/{name}", put(cluster::set_quota))
+        .route("/v1/tokens", post(cluster::create_token))
+        .route("/v1/events", get(cluster::events))
+        .route("/v1/agent/register", post(agent::register))
+        .route("/v1/agent/heartbeat", post(agent::heartbeat))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), require_token));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(authed)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(app)
+}
+
+/// Liveness: answers `ok` without a token.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = String)))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// The server's Prometheus metrics (OpenMetrics text).
+#[utoipa::path(get, path = "/metrics", security(("bearer" = [])), responses((status = 200, body = String)))]
+async fn metrics(State(app): State<Arc<App>>) -> Result<impl IntoResponse, ApiError> {
+    let text = app.metrics.encode().map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text))
+}
+
+async fn openapi(Extension(_who): Extension<Principal>) -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// Runs a store read on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    app: &Arc<App>,
+    f: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = Arc::clone(&app.store);
+    tokio::task::spawn_blocking(move || f(&*store))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(Into::into)
+}

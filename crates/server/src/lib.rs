@@ -1,0 +1,21 @@
+//! Gantry's control plane as a library.
+//!
+//! - [`api`]: axum handlers that parse and validate requests into [`command::Command`]s, plus the
+//!   OpenAPI document ([`api::ApiDoc`]), `/healthz` and `/metrics`;
+//! - [`command`]: the one dispatcher that applies every mutation to the [`gantry_store::Store`];
+//! - [`scheduler`]: the loop that turns a store snapshot into placements through the core's
+//!   policies ([`scheduler::plan`] is pure) and records them before agents act on them;
+//! - [`auth`]: bearer tokens (hashed at rest) and the role checks.
+//!
+//! It is not the agent (see `gantry-agent`) and holds no state of its own beyond caches:
+//! restart it on the same store and it carries on.
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod command;
+pub mod error;
+pub mod metrics;
+pub mod scheduler;
+
+pub use app::{App, Server, ServerConfig, ServerError, create_token, ensure_admin_token, now_ms};

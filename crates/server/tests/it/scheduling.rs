@@ -1,0 +1,141 @@
+use gantry_core::PolicyKind;
+use gantry_server::scheduler::{Snapshot, plan};
+use gantry_store::*;
+
+fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
+    let node = gantry_store::Node {
+        id: "n1".into(),
+        hostname: "h".into(),
+        state: NodeState::Ready,
+        epoch: 3,
+        cpu_milli: 64_000,
+        memory_mib: 512_000,
+        last_heartbeat: 0,
+    };
+    let gpus = (0..gpus)
+        .map(|i| Gpu {
+            info: GpuInfo {
+                uuid: format!("GPU-{i}"),
+                index: i,
+                model: "A100-80GB".into(),
+                memory_mib: 81920,
+            },
+            node_id: "n1".into(),
+            health: GpuHealth::Healthy,
+            sample: None,
+        })
+        .collect();
+    (node, gpus)
+}
+
+fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> Job {
+    Job {
+        id,
+        team: team.into(),
+        name: format!("j{id}"),
+        priority,
+        command: vec!["true".into()],
+        request: JobRequest { gpus, gpu_memory_mib: slice_mib, ..JobRequest::default() },
+        state: JobState::Pending,
+        attempt: 0,
+        max_retries: 3,
+        stop: None,
+        node_id: None,
+        epoch: None,
+        gpu_uuids: vec![],
+        exit_code: None,
+        reason: None,
+        submitted_at: id,
+        started_at: None,
+        finished_at: None,
+    }
+}
+
+fn snapshot(gpus: u32, pending: Vec<Job>) -> Snapshot {
+    let (n, g) = node(gpus);
+    Snapshot { nodes: vec![n], gpus: g, pending, ..Snapshot::default() }
+}
+
+#[test]
+fn five_two_gpu_jobs_on_four_gpus_place_two_on_distinct_gpus() {
+    let s = snapshot(4, (1..=5).map(|i| job(i, "t", 0, 2, 0)).collect());
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
+    assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![1, 2]);
+    let mut uuids: Vec<&str> = placed.iter().flat_map(|p| p.grants.iter().map(|g| g.uuid.as_str())).collect();
+    uuids.sort();
+    uuids.dedup();
+    assert_eq!(uuids.len(), 4);
+    assert!(placed.iter().all(|p| p.epoch == 3));
+}
+
+#[test]
+fn four_twenty_gigabyte_slices_fit_on_one_eighty_gigabyte_gpu_and_the_fifth_waits() {
+    let s = snapshot(1, (1..=5).map(|i| job(i, "t", 0, 0, 20_000)).collect());
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
+    assert_eq!(placed.len(), 4);
+    assert!(placed.iter().all(|p| p.grants.len() == 1 && p.grants[0].memory_mib == 20_000));
+}
+
+#[test]
+fn higher_priority_goes_first_then_submission_order() {
+    let s = snapshot(1, vec![job(1, "t", 0, 1, 0), job(2, "t", 5, 1, 0), job(3, "t", 5, 1, 0)]);
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
+    assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![2]);
+}
+
+#[test]
+fn a_team_at_its_quota_waits_while_another_team_waits_but_not_when_alone() {
+    let mut s = snapshot(4, vec![job(1, "a", 9, 1, 0), job(2, "a", 9, 1, 0), job(3, "b", 0, 1, 0)]);
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(1) }];
+    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).placements.iter().map(|p| p.job_id).collect();
+    assert_eq!(placed, vec![1, 3]);
+    s.pending.retain(|j| j.team == "a");
+    let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).placements.iter().map(|p| p.job_id).collect();
+    assert_eq!(placed, vec![1, 2], "no other team waits, so the quota does not hold work back");
+}
+
+#[test]
+fn an_unhealthy_gpu_and_a_lost_node_get_no_new_work() {
+    let mut s = snapshot(2, vec![job(1, "t", 0, 1, 0), job(2, "t", 0, 1, 0)]);
+    s.gpus[0].health = GpuHealth::Unhealthy;
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
+    assert_eq!(placed.len(), 1);
+    assert_eq!(placed[0].grants[0].uuid, "GPU-1");
+    s.nodes[0].state = NodeState::Lost;
+    assert!(plan(&s, PolicyKind::Gantry, 1).placements.is_empty());
+}
+
+#[test]
+fn held_allocations_are_respected() {
+    let mut s = snapshot(2, vec![job(2, "t", 0, 2, 0), job(3, "t", 0, 1, 0)]);
+    let mut running = job(1, "t", 0, 1, 0);
+    running.state = JobState::Running;
+    running.node_id = Some("n1".into());
+    running.gpu_uuids = vec!["GPU-0".into()];
+    s.active = vec![running];
+    s.held = vec![Allocation {
+        id: 1,
+        job_id: 1,
+        attempt: 1,
+        node_id: "n1".into(),
+        epoch: 3,
+        gpu_uuid: "GPU-0".into(),
+        share_milli: 1000,
+        memory_mib: 81920,
+        released_after: None,
+    }];
+    let placed = plan(&s, PolicyKind::Gantry, 1).placements;
+    assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(placed[0].grants[0].uuid, "GPU-1");
+}
+
+#[test]
+fn a_job_that_does_not_fit_says_why_it_waits() {
+    let mut s = snapshot(2, vec![job(1, "t", 0, 4, 0), job(2, "a", 0, 1, 0), job(3, "b", 0, 1, 0)]);
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(0) }];
+    let waiting: std::collections::HashMap<JobId, String> =
+        plan(&s, PolicyKind::Gantry, 1).waiting.into_iter().collect();
+    assert!(waiting[&1].contains("not enough idle GPUs"), "{waiting:?}");
+    assert!(waiting[&2].contains("quota"), "{waiting:?}");
+    assert!(!waiting.contains_key(&3));
+}

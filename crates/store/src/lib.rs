@@ -1,0 +1,66 @@
+//! Gantry's durable state.
+//!
+//! [`Store`] is the seam: every read and write the control plane makes goes through it, and each
+//! method is one transaction, so a PostgreSQL implementation can sit beside [`SqliteStore`] later.
+//! The store decides nothing about scheduling; it only refuses writes that would break an
+//! invariant (a GPU over-allocated, a stale agent epoch, a job in the wrong state).
+//!
+//! Start reading at [`Store`], then [`sqlite`] (writer thread with group commit, WAL, migrations
+//! under `migrations/`).
+
+pub mod error;
+pub mod history;
+pub mod model;
+pub mod sqlite;
+
+pub use error::StoreError;
+pub use model::*;
+pub use sqlite::SqliteStore;
+
+/// Result of a store call.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Durable control-plane state. Every method is atomic; writes are durable when they return.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Stores a token's hash; returns its id.
+    fn create_token(&self, hash: &str, role: Role, team: Option<&str>, name: &str, at: i64) -> Result<i64>;
+    /// Finds a token by the hex SHA-256 of its secret.
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
+    /// Number of tokens with this role.
+    fn token_count(&self, role: Role) -> Result<u64>;
+    /// Creates or updates a team.
+    fn set_team(&self, team: &Team) -> Result<()>;
+    /// All teams.
+    fn teams(&self) -> Result<Vec<Team>>;
+
+    /// Records a submission; returns the id and whether it is new (false: same `request_id` seen).
+    fn submit(&self, job: &NewJob) -> Result<(JobId, bool)>;
+    /// One job.
+    fn job(&self, id: JobId) -> Result<Option<Job>>;
+    /// Jobs matching the filter, by id.
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
+    /// Number of jobs per (team, state).
+    fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>>;
+    /// A job's state changes, oldest first.
+    fn transitions(&self, id: JobId) -> Result<Vec<Transition>>;
+    /// Cancels a pending job now, or asks the agent to stop an active one.
+    fn cancel(&self, id: JobId, at: i64) -> Result<Job>;
+    /// Records a scheduling decision: allocations and the job's move to `scheduled`.
+    fn place(&self, placement: &Placement) -> Result<()>;
+
+    /// Registers a node (again); returns its new epoch. Jobs of older epochs are requeued.
+    fn register_node(&self, registration: &NodeRegistration) -> Result<u64>;
+    /// Applies a heartbeat; returns the jobs the node must run now.
+    fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Job>>;
+    /// Marks ready nodes silent since before `deadline` as lost and requeues their jobs.
+    fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>>;
+    /// All nodes.
+    fn nodes(&self) -> Result<Vec<Node>>;
+    /// All GPUs.
+    fn gpus(&self) -> Result<Vec<Gpu>>;
+
+    /// Allocation history (or only what is held now).
+    fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>>;
+    /// Latest events, newest first.
+    fn events(&self, limit: u32) -> Result<Vec<Event>>;
+}

@@ -1,0 +1,277 @@
+//! Jobs, their transitions and allocations.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::rows::{self, ALLOCATION_COLUMNS, JOB_COLUMNS};
+use crate::model::*;
+use crate::{Result, StoreError};
+
+pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
+    if let Some(key) = &job.request_id {
+        let existing = c
+            .prepare_cached("SELECT id FROM jobs WHERE request_id = ?1")?
+            .query_row([key], |r| r.get(0))
+            .optional()?;
+        if let Some(id) = existing {
+            return Ok((id, false));
+        }
+    }
+    let r = &job.request;
+    c.prepare_cached(
+        "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
+         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12)",
+    )?
+    .execute(params![
+        job.request_id,
+        job.team,
+        job.name,
+        job.priority,
+        rows::to_json(&job.command)?,
+        r.gpus,
+        r.gpu_memory_mib,
+        r.gpu_compute_pct,
+        r.cpu_milli,
+        r.memory_mib,
+        job.max_retries,
+        job.submitted_at
+    ])?;
+    let id = c.last_insert_rowid();
+    record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
+    Ok((id, true))
+}
+
+pub(super) fn get(c: &Connection, id: JobId) -> Result<Option<Job>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
+    Ok(c.prepare_cached(&sql)?.query_row([id], rows::job).optional()?)
+}
+
+fn require(c: &Connection, id: JobId) -> Result<Job> {
+    get(c, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))
+}
+
+pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
+    let order = if filter.limit.is_some() { "DESC" } else { "ASC" };
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR team = ?2) \
+         ORDER BY id {order} LIMIT ?3"
+    );
+    let limit = filter.limit.map_or(-1, i64::from);
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![filter.state.map(JobState::as_str), filter.team, limit], rows::job)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn counts(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
+    let mut stmt = c.prepare_cached("SELECT team, state, COUNT(*) FROM jobs GROUP BY team, state")?;
+    let rows = stmt.query_map([], |r| {
+        let state: String = r.get(1)?;
+        Ok((r.get(0)?, rows::parse_enum("job state", &state, JobState::parse)?, r.get(2)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT from_state, to_state, reason, at FROM job_transitions WHERE job_id = ?1 ORDER BY id",
+    )?;
+    let rows = stmt.query_map([id], |r| {
+        let from: Option<String> = r.get(0)?;
+        let to: String = r.get(1)?;
+        Ok(Transition {
+            from: from.map(|f| rows::parse_enum("job state", &f, JobState::parse)).transpose()?,
+            to: rows::parse_enum("job state", &to, JobState::parse)?,
+            reason: r.get(2)?,
+            at: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn record_transition(
+    c: &Connection,
+    id: JobId,
+    from: Option<JobState>,
+    to: JobState,
+    reason: Option<&str>,
+    at: i64,
+) -> Result<()> {
+    c.prepare_cached(
+        "INSERT INTO job_transitions (job_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![id, from.map(JobState::as_str), to.as_str(), reason, at])?;
+    Ok(())
+}
+
+/// Moves a job to `to`, recording the transition; a job leaving `scheduled`/`running` gives
+/// back its allocations in the same transaction.
+fn transition(c: &Connection, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
+    if job.state.is_active() && !to.is_active() {
+        release(c, job.id, at)?;
+    }
+    let finished = to.is_terminal().then_some(at);
+    let (node, epoch) = if to == JobState::Pending { (None, None) } else { (job.node_id.clone(), job.epoch) };
+    c.prepare_cached(
+        "UPDATE jobs SET state = ?2, reason = ?3, finished_at = COALESCE(?4, finished_at), stop = NULL, \
+         node_id = ?5, epoch = ?6 WHERE id = ?1",
+    )?
+    .execute(params![job.id, to.as_str(), reason, finished, node, epoch])?;
+    record_transition(c, job.id, Some(job.state), to, reason, at)
+}
+
+fn release(c: &Connection, id: JobId, at: i64) -> Result<()> {
+    c.prepare_cached(
+        "UPDATE allocations SET released_at = ?2, released_after = (SELECT MAX(id) FROM allocations) \
+         WHERE job_id = ?1 AND released_at IS NULL",
+    )?
+    .execute(params![id, at])?;
+    Ok(())
+}
+
+/// An active job lost its placement: back to `pending`, or `failed` once retries are spent
+/// (`cancelled` if a cancel was pending). Only a lost *run* spends the budget: a placement whose
+/// process never started (say, `gantry up` restarted before its agent picked it up) does not.
+pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) -> Result<()> {
+    if job.stop.as_deref() == Some("cancel") {
+        return transition(c, job, JobState::Cancelled, Some("cancelled"), at);
+    }
+    let spent: u32 = if job.state == JobState::Running {
+        c.prepare_cached("UPDATE jobs SET lost_runs = lost_runs + 1 WHERE id = ?1 RETURNING lost_runs")?
+            .query_row([job.id], |r| r.get(0))?
+    } else {
+        c.prepare_cached("SELECT lost_runs FROM jobs WHERE id = ?1")?.query_row([job.id], |r| r.get(0))?
+    };
+    if spent > job.max_retries {
+        let reason = format!("{reason}; retry budget of {} spent", job.max_retries);
+        return transition(c, job, JobState::Failed, Some(&reason), at);
+    }
+    transition(c, job, JobState::Pending, Some(reason), at)
+}
+
+pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
+    let job = require(c, id)?;
+    match job.state {
+        JobState::Pending => transition(c, &job, JobState::Cancelled, Some("cancelled"), at)?,
+        s if s.is_active() => {
+            c.prepare_cached("UPDATE jobs SET stop = 'cancel' WHERE id = ?1")?.execute([id])?;
+        }
+        s => return Err(StoreError::Conflict(format!("job {id} already {s}"))),
+    }
+    require(c, id)
+}
+
+pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
+    let job = require(c, p.job_id)?;
+    if job.state != JobState::Pending {
+        return Err(StoreError::Conflict(format!("job {} is {}, not pending", job.id, job.state)));
+    }
+    let node: Option<(String, u64)> = c
+        .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
+        .query_row([&p.node_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match node {
+        Some((state, epoch)) if state == "ready" && epoch == p.epoch => {}
+        _ => {
+            return Err(StoreError::Conflict(format!(
+                "node {} is not ready at epoch {}",
+                p.node_id, p.epoch
+            )));
+        }
+    }
+    let attempt = job.attempt + 1;
+    for g in &p.grants {
+        check_fits(c, &p.node_id, g)?;
+        c.prepare_cached(
+            "INSERT INTO allocations (job_id, attempt, node_id, epoch, gpu_uuid, share_milli, memory_mib, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![job.id, attempt, p.node_id, p.epoch, g.uuid, g.share_milli, g.memory_mib, p.at])?;
+    }
+    let uuids: Vec<&str> = p.grants.iter().map(|g| g.uuid.as_str()).collect();
+    c.prepare_cached(
+        "UPDATE jobs SET state = 'scheduled', attempt = ?2, node_id = ?3, epoch = ?4, gpu_uuids = ?5, \
+         reason = NULL, exit_code = NULL, started_at = NULL WHERE id = ?1",
+    )?
+    .execute(params![job.id, attempt, p.node_id, p.epoch, rows::to_json(&uuids)?])?;
+    record_transition(c, job.id, Some(JobState::Pending), JobState::Scheduled, None, p.at)
+}
+
+/// The last line of defence against double allocation: the grant must fit beside what is held.
+fn check_fits(c: &Connection, node_id: &str, g: &Grant) -> Result<()> {
+    let gpu: Option<(String, String, u64)> = c
+        .prepare_cached("SELECT node_id, health, memory_mib FROM gpus WHERE uuid = ?1")?
+        .query_row([&g.uuid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((gpu_node, health, capacity)) = gpu else {
+        return Err(StoreError::NotFound(format!("gpu {}", g.uuid)));
+    };
+    if gpu_node != node_id || health != "healthy" {
+        return Err(StoreError::Conflict(format!("gpu {} is {health} on {gpu_node}", g.uuid)));
+    }
+    let (share, memory): (u32, u64) = c
+        .prepare_cached(
+            "SELECT COALESCE(SUM(share_milli), 0), COALESCE(SUM(memory_mib), 0) FROM allocations \
+             WHERE gpu_uuid = ?1 AND released_at IS NULL",
+        )?
+        .query_row([&g.uuid], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if share + g.share_milli > 1000 || memory + g.memory_mib > capacity {
+        return Err(StoreError::Conflict(format!("gpu {} has no room left", g.uuid)));
+    }
+    Ok(())
+}
+
+/// An agent reports the process of `attempt` started.
+pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Result<()> {
+    let job = require(c, id)?;
+    if job.state == JobState::Scheduled && job.attempt == attempt {
+        c.prepare_cached("UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1")?
+            .execute(params![id, at])?;
+        record_transition(c, id, Some(JobState::Scheduled), JobState::Running, None, at)?;
+    }
+    Ok(())
+}
+
+/// An agent reports the process of `attempt` ended. Reports of older attempts are ignored.
+pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at: i64) -> Result<()> {
+    // A process that started and ended between two heartbeats still ran: record that first.
+    if exit.exit_code.is_some() {
+        started(c, id, attempt, at)?;
+    }
+    let job = require(c, id)?;
+    if !job.state.is_active() || job.attempt != attempt {
+        return Ok(());
+    }
+    c.prepare_cached("UPDATE jobs SET exit_code = ?2 WHERE id = ?1")?.execute(params![id, exit.exit_code])?;
+    match job.stop.as_deref() {
+        Some("cancel") => transition(c, &job, JobState::Cancelled, Some("cancelled"), at),
+        Some(_) => requeue_or_fail(c, &job, job.reason.as_deref().unwrap_or("requeued"), at),
+        None if exit.exit_code == Some(0) => transition(c, &job, JobState::Succeeded, None, at),
+        None => {
+            let reason = exit.reason.clone().unwrap_or_else(|| match exit.exit_code {
+                Some(code) => format!("exited with status {code}"),
+                None => "ended without an exit status".to_owned(),
+            });
+            transition(c, &job, JobState::Failed, Some(&reason), at)
+        }
+    }
+}
+
+/// Active jobs on a node (optionally only those of older epochs).
+pub(super) fn active_on_node(c: &Connection, node_id: &str, before_epoch: Option<u64>) -> Result<Vec<Job>> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE node_id = ?1 AND state IN ('scheduled', 'running') \
+         AND (?2 IS NULL OR epoch < ?2) ORDER BY id"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![node_id, before_epoch], rows::job)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn allocations(c: &Connection, held_only: bool) -> Result<Vec<Allocation>> {
+    let sql = format!(
+        "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE (?1 = 0 OR released_at IS NULL) ORDER BY id"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map([held_only], rows::allocation)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

@@ -1,0 +1,130 @@
+//! The embedded SQLite store.
+//!
+//! One writer thread owns the only writing connection and commits in groups: it takes every
+//! request that queued up while the previous commit was syncing, runs each under its own
+//! savepoint inside one transaction, commits once and only then answers. With WAL and
+//! `synchronous = FULL` the commit is on disk (WAL fsynced) before any caller hears "ok", so an
+//! acknowledged write survives `kill -9` and power loss; grouping makes that one fsync per batch
+//! instead of per request. Reads use separate connections, which WAL lets run beside the writer.
+
+mod jobs;
+mod migrate;
+mod nodes;
+mod rows;
+mod tokens;
+mod writer;
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::Connection;
+
+use crate::model::*;
+use crate::{Result, Store, StoreError};
+use writer::Writer;
+
+/// The SQLite store: a file `gantry.db` (+ WAL) in a directory.
+#[derive(Debug)]
+pub struct SqliteStore {
+    writer: Writer,
+    readers: Vec<Mutex<Connection>>,
+}
+
+const READERS: usize = 2;
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `dir` and applies pending migrations.
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| StoreError::Open { path: dir.display().to_string(), source })?;
+        let path = dir.join("gantry.db");
+        let mut conn = connect(&path)?;
+        migrate::apply(&mut conn)?;
+        let readers = (0..READERS).map(|_| connect(&path).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
+        Ok(Self { writer: Writer::start(conn)?, readers })
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let slot = self.readers.iter().find_map(|m| m.try_lock().ok());
+        let guard = match slot {
+            Some(guard) => guard,
+            None => self.readers[0].lock().map_err(|_| StoreError::Closed)?,
+        };
+        f(&guard)
+    }
+}
+
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+impl Store for SqliteStore {
+    fn create_token(&self, hash: &str, role: Role, team: Option<&str>, name: &str, at: i64) -> Result<i64> {
+        let (hash, team, name) = (hash.to_owned(), team.map(str::to_owned), name.to_owned());
+        self.writer.write(move |c| tokens::create(c, &hash, role, team.as_deref(), &name, at))
+    }
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        self.read(|c| tokens::by_hash(c, hash))
+    }
+    fn token_count(&self, role: Role) -> Result<u64> {
+        self.read(|c| tokens::count(c, role))
+    }
+    fn set_team(&self, team: &Team) -> Result<()> {
+        let team = team.clone();
+        self.writer.write(move |c| tokens::set_team(c, &team))
+    }
+    fn teams(&self) -> Result<Vec<Team>> {
+        self.read(tokens::teams)
+    }
+    fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
+        let job = job.clone();
+        self.writer.write(move |c| jobs::submit(c, &job))
+    }
+    fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.read(|c| jobs::get(c, id))
+    }
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        self.read(|c| jobs::list(c, filter))
+    }
+    fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>> {
+        self.read(jobs::counts)
+    }
+    fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
+        self.read(|c| jobs::transitions(c, id))
+    }
+    fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
+        self.writer.write(move |c| jobs::cancel(c, id, at))
+    }
+    fn place(&self, placement: &Placement) -> Result<()> {
+        let placement = placement.clone();
+        self.writer.write(move |c| jobs::place(c, &placement))
+    }
+    fn register_node(&self, registration: &NodeRegistration) -> Result<u64> {
+        let registration = registration.clone();
+        self.writer.write(move |c| nodes::register(c, &registration))
+    }
+    fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Job>> {
+        let heartbeat = heartbeat.clone();
+        self.writer.write(move |c| nodes::heartbeat(c, &heartbeat))
+    }
+    fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
+        self.writer.write(move |c| nodes::expire(c, deadline, at))
+    }
+    fn nodes(&self) -> Result<Vec<Node>> {
+        self.read(nodes::list)
+    }
+    fn gpus(&self) -> Result<Vec<Gpu>> {
+        self.read(nodes::gpus)
+    }
+    fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>> {
+        self.read(|c| jobs::allocations(c, held_only))
+    }
+    fn events(&self, limit: u32) -> Result<Vec<Event>> {
+        self.read(|c| tokens::events(c, limit))
+    }
+}

@@ -1,0 +1,139 @@
+//! Nodes, their GPUs, heartbeats and loss.
+
+use std::collections::HashSet;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::rows::{self, GPU_COLUMNS, JOB_COLUMNS, NODE_COLUMNS};
+use super::{jobs, tokens};
+use crate::model::*;
+use crate::{Result, StoreError};
+
+pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
+    let old: Option<u64> = c
+        .prepare_cached("SELECT epoch FROM nodes WHERE id = ?1")?
+        .query_row([&reg.node_id], |r| r.get(0))
+        .optional()?;
+    let epoch = old.map_or(1, |e| e + 1);
+    c.prepare_cached(
+        "INSERT INTO nodes (id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, registered_at) \
+         VALUES (?1, ?2, 'ready', ?3, ?4, ?5, ?6, ?6) ON CONFLICT(id) DO UPDATE SET hostname = ?2, state = 'ready', \
+         epoch = ?3, cpu_milli = ?4, memory_mib = ?5, last_heartbeat = ?6, registered_at = ?6",
+    )?
+    .execute(params![reg.node_id, reg.hostname, epoch, reg.cpu_milli, reg.memory_mib, reg.at])?;
+    for g in &reg.gpus {
+        c.prepare_cached(
+            "INSERT INTO gpus (uuid, node_id, idx, model, memory_mib, health, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 'healthy', ?6) ON CONFLICT(uuid) DO UPDATE SET node_id = ?2, idx = ?3, \
+             model = ?4, memory_mib = ?5, updated_at = ?6",
+        )?
+        .execute(params![g.uuid, reg.node_id, g.index, g.model, g.memory_mib, reg.at])?;
+    }
+    // Whatever ran under an older epoch is gone (the agent restarted or was fenced off).
+    for job in jobs::active_on_node(c, &reg.node_id, Some(epoch))? {
+        jobs::requeue_or_fail(c, &job, "node registered again; its previous run was lost", reg.at)?;
+    }
+    let message = format!("registered at epoch {epoch} with {} GPUs", reg.gpus.len());
+    tokens::event(c, reg.at, "node.registered", &reg.node_id, &message)?;
+    Ok(epoch)
+}
+
+pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat) -> Result<Vec<Job>> {
+    let node: Option<(String, u64)> = c
+        .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
+        .query_row([&hb.node_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((state, current)) = node else {
+        return Err(StoreError::NotFound(format!("node {}", hb.node_id)));
+    };
+    if state != "ready" || current != hb.epoch {
+        return Err(StoreError::StaleEpoch { node: hb.node_id.clone(), got: hb.epoch, current });
+    }
+    c.prepare_cached("UPDATE nodes SET last_heartbeat = ?2 WHERE id = ?1")?
+        .execute(params![hb.node_id, hb.at])?;
+    for g in &hb.gpus {
+        update_gpu(c, &hb.node_id, g, hb.at)?;
+    }
+    for report in &hb.jobs {
+        match &report.exit {
+            None => jobs::started(c, report.job_id, report.attempt, hb.at)?,
+            Some(exit) => jobs::exited(c, report.job_id, report.attempt, exit, hb.at)?,
+        }
+    }
+    finish_unreported_stops(c, hb)?;
+    assignments(c, &hb.node_id, hb.epoch)
+}
+
+/// A job told to stop that the agent no longer reports never started there (the assignment and
+/// the stop crossed): it ends without a process to wait for.
+fn finish_unreported_stops(c: &Connection, hb: &Heartbeat) -> Result<()> {
+    let reported: HashSet<JobId> = hb.jobs.iter().map(|r| r.job_id).collect();
+    for job in jobs::active_on_node(c, &hb.node_id, None)? {
+        if job.stop.is_some() && !reported.contains(&job.id) {
+            let exit = JobExit { exit_code: None, reason: Some("stopped before it started".into()) };
+            jobs::exited(c, job.id, job.attempt, &exit, hb.at)?;
+        }
+    }
+    Ok(())
+}
+
+fn update_gpu(c: &Connection, node_id: &str, g: &GpuReport, at: i64) -> Result<()> {
+    let old: Option<String> = c
+        .prepare_cached("SELECT health FROM gpus WHERE uuid = ?1 AND node_id = ?2")?
+        .query_row([&g.uuid, node_id], |r| r.get(0))
+        .optional()?;
+    let Some(old) = old else { return Ok(()) };
+    let sample = g.sample.as_ref().map(rows::to_json).transpose()?;
+    c.prepare_cached("UPDATE gpus SET health = ?2, sample = ?3, updated_at = ?4 WHERE uuid = ?1")?
+        .execute(params![g.uuid, g.health.as_str(), sample, at])?;
+    if old != g.health.as_str() {
+        tokens::event(c, at, "gpu.health", &g.uuid, &format!("{old} -> {}", g.health))?;
+    }
+    if g.health == GpuHealth::Unhealthy {
+        let reason = format!("gpu {} turned unhealthy", g.uuid);
+        c.prepare_cached(
+            "UPDATE jobs SET stop = 'requeue', reason = ?2 WHERE stop IS NULL AND state IN ('scheduled', 'running') \
+             AND id IN (SELECT job_id FROM allocations WHERE gpu_uuid = ?1 AND released_at IS NULL)",
+        )?
+        .execute(params![g.uuid, reason])?;
+    }
+    Ok(())
+}
+
+/// Jobs the node must run: active, placed under this epoch, not asked to stop.
+fn assignments(c: &Connection, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE node_id = ?1 AND epoch = ?2 AND stop IS NULL \
+         AND state IN ('scheduled', 'running') ORDER BY id"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![node_id, epoch], rows::job)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn expire(c: &Connection, deadline: i64, at: i64) -> Result<Vec<String>> {
+    let lost: Vec<String> = c
+        .prepare_cached("SELECT id FROM nodes WHERE state = 'ready' AND last_heartbeat < ?1")?
+        .query_map([deadline], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for node in &lost {
+        c.prepare_cached("UPDATE nodes SET state = 'lost' WHERE id = ?1")?.execute([node])?;
+        for job in jobs::active_on_node(c, node, None)? {
+            jobs::requeue_or_fail(c, &job, &format!("node {node} was lost"), at)?;
+        }
+        tokens::event(c, at, "node.lost", node, "missed heartbeats; its jobs were requeued")?;
+    }
+    Ok(lost)
+}
+
+pub(super) fn list(c: &Connection) -> Result<Vec<Node>> {
+    let mut stmt = c.prepare_cached(&format!("SELECT {NODE_COLUMNS} FROM nodes ORDER BY id"))?;
+    let rows = stmt.query_map([], rows::node)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn gpus(c: &Connection) -> Result<Vec<Gpu>> {
+    let mut stmt = c.prepare_cached(&format!("SELECT {GPU_COLUMNS} FROM gpus ORDER BY node_id, idx"))?;
+    let rows = stmt.query_map([], rows::gpu)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

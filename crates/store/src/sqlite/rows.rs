@@ -1,0 +1,105 @@
+//! Mapping rows to model types.
+
+use rusqlite::Row;
+
+use crate::StoreError;
+use crate::model::*;
+
+/// Columns read by [`job`], in order.
+pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, gpu_memory_mib, \
+     gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
+     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at";
+
+fn corrupt(what: &str, value: &str) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
+}
+
+fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> rusqlite::Result<T> {
+    serde_json::from_str(text).map_err(|_| corrupt(what, text))
+}
+
+pub(super) fn parse_enum<T>(what: &str, text: &str, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+    parse(text).ok_or_else(|| corrupt(what, text))
+}
+
+pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
+    let command: String = r.get(4)?;
+    let state: String = r.get(10)?;
+    let gpu_uuids: String = r.get(16)?;
+    Ok(Job {
+        id: r.get(0)?,
+        team: r.get(1)?,
+        name: r.get(2)?,
+        priority: r.get(3)?,
+        command: json("command", &command)?,
+        request: JobRequest {
+            gpus: r.get(5)?,
+            gpu_memory_mib: r.get(6)?,
+            gpu_compute_pct: r.get(7)?,
+            cpu_milli: r.get(8)?,
+            memory_mib: r.get(9)?,
+        },
+        state: parse_enum("job state", &state, JobState::parse)?,
+        attempt: r.get(11)?,
+        max_retries: r.get(12)?,
+        stop: r.get(13)?,
+        node_id: r.get(14)?,
+        epoch: r.get(15)?,
+        gpu_uuids: json("gpu uuids", &gpu_uuids)?,
+        exit_code: r.get(17)?,
+        reason: r.get(18)?,
+        submitted_at: r.get(19)?,
+        started_at: r.get(20)?,
+        finished_at: r.get(21)?,
+    })
+}
+
+pub(super) const ALLOCATION_COLUMNS: &str =
+    "id, job_id, attempt, node_id, epoch, gpu_uuid, share_milli, memory_mib, released_after";
+
+pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
+    Ok(Allocation {
+        id: r.get(0)?,
+        job_id: r.get(1)?,
+        attempt: r.get(2)?,
+        node_id: r.get(3)?,
+        epoch: r.get(4)?,
+        gpu_uuid: r.get(5)?,
+        share_milli: r.get(6)?,
+        memory_mib: r.get(7)?,
+        released_after: r.get(8)?,
+    })
+}
+
+pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat";
+
+pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
+    let state: String = r.get(2)?;
+    Ok(Node {
+        id: r.get(0)?,
+        hostname: r.get(1)?,
+        state: parse_enum("node state", &state, NodeState::parse)?,
+        epoch: r.get(3)?,
+        cpu_milli: r.get(4)?,
+        memory_mib: r.get(5)?,
+        last_heartbeat: r.get(6)?,
+    })
+}
+
+pub(super) const GPU_COLUMNS: &str = "uuid, idx, model, memory_mib, node_id, health, sample";
+
+pub(super) fn gpu(r: &Row<'_>) -> rusqlite::Result<Gpu> {
+    let health: String = r.get(5)?;
+    let sample: Option<String> = r.get(6)?;
+    Ok(Gpu {
+        info: GpuInfo { uuid: r.get(0)?, index: r.get(1)?, model: r.get(2)?, memory_mib: r.get(3)? },
+        node_id: r.get(4)?,
+        health: parse_enum("gpu health", &health, GpuHealth::parse)?,
+        sample: sample.map(|s| json("gpu sample", &s)).transpose()?,
+    })
+}
+
+/// Serialises a value that cannot fail to serialise (plain data, string keys).
+pub(super) fn to_json<T: serde::Serialize>(value: &T) -> crate::Result<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}

@@ -1,0 +1,133 @@
+use gantry_store::*;
+
+use crate::{new_job, open, register, whole};
+
+#[test]
+fn a_retried_submission_with_the_same_key_is_one_job() {
+    let (_dir, store) = open();
+    let (a, new_a) = store.submit(&new_job("k1", 1, 0)).expect("submit");
+    let (b, new_b) = store.submit(&new_job("k1", 1, 0)).expect("submit");
+    assert_eq!((a, new_a, new_b), (b, true, false));
+    assert_eq!(store.jobs(&JobFilter::default()).expect("list").len(), 1);
+}
+
+#[test]
+fn submissions_survive_reopening_the_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = SqliteStore::open(dir.path()).expect("open");
+        store.submit(&new_job("k1", 1, 0)).expect("submit");
+    }
+    let store = SqliteStore::open(dir.path()).expect("reopen");
+    let jobs = store.jobs(&JobFilter::default()).expect("list");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, JobState::Pending);
+}
+
+#[test]
+fn a_gpu_held_by_one_job_cannot_be_placed_for_another() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (a, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    let (b, _) = store.submit(&new_job("b", 1, 0)).expect("submit");
+    store.place(&whole(a, epoch, &["GPU-0"])).expect("first placement fits");
+    let err = store.place(&whole(b, epoch, &["GPU-0"])).expect_err("second must not fit");
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    assert_eq!(store.job(b).expect("get").map(|j| j.state), Some(JobState::Pending));
+}
+
+#[test]
+fn four_slices_of_twenty_gigabytes_share_one_eighty_gigabyte_gpu_and_a_fifth_does_not_fit() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let slice = |id| Placement {
+        job_id: id,
+        node_id: "n1".into(),
+        epoch,
+        grants: vec![Grant { uuid: "GPU-0".into(), share_milli: 0, memory_mib: 20000 }],
+        at: 5,
+    };
+    for i in 0..4 {
+        let (id, _) = store.submit(&new_job(&format!("s{i}"), 0, 20000)).expect("submit");
+        store.place(&slice(id)).expect("slice fits");
+    }
+    let (fifth, _) = store.submit(&new_job("s4", 0, 20000)).expect("submit");
+    assert!(store.place(&slice(fifth)).is_err());
+    let history = store.allocations(false).expect("history");
+    assert!(history::conflicts(&history, &store.gpus().expect("gpus")).is_empty());
+}
+
+#[test]
+fn a_job_runs_and_succeeds_through_agent_reports_and_releases_its_gpu() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    let mut hb = Heartbeat { node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![], at: 30 };
+    let assigned = store.heartbeat(&hb).expect("heartbeat");
+    assert_eq!(assigned.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+    hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
+    store.heartbeat(&hb).expect("heartbeat");
+    assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Running));
+    hb.jobs[0].exit = Some(JobExit { exit_code: Some(0), reason: None });
+    assert!(store.heartbeat(&hb).expect("heartbeat").is_empty());
+    let job = store.job(id).expect("get").expect("exists");
+    assert_eq!((job.state, job.gpu_uuids), (JobState::Succeeded, vec!["GPU-0".to_owned()]));
+    assert!(store.allocations(true).expect("held").is_empty());
+    let states: Vec<JobState> = store.transitions(id).expect("transitions").iter().map(|t| t.to).collect();
+    assert_eq!(states, [JobState::Pending, JobState::Scheduled, JobState::Running, JobState::Succeeded]);
+}
+
+#[test]
+fn cancelling_a_pending_job_ends_it_and_a_finished_job_cannot_be_cancelled() {
+    let (_dir, store) = open();
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    assert_eq!(store.cancel(id, 2).expect("cancel").state, JobState::Cancelled);
+    assert!(matches!(store.cancel(id, 3), Err(StoreError::Conflict(_))));
+    assert!(matches!(store.cancel(999, 3), Err(StoreError::NotFound(_))));
+}
+
+#[test]
+fn the_history_check_flags_two_whole_gpu_holders_at_once_but_not_one_after_the_other() {
+    let gpu = Gpu {
+        info: GpuInfo { uuid: "GPU-0".into(), index: 0, model: "m".into(), memory_mib: 81920 },
+        node_id: "n1".into(),
+        health: GpuHealth::Healthy,
+        sample: None,
+    };
+    let alloc = |id, job_id, released_after| Allocation {
+        id,
+        job_id,
+        attempt: 1,
+        node_id: "n1".into(),
+        epoch: 1,
+        gpu_uuid: "GPU-0".into(),
+        share_milli: 1000,
+        memory_mib: 81920,
+        released_after,
+    };
+    let sequential = [alloc(1, 10, Some(1)), alloc(2, 11, None)];
+    assert!(history::conflicts(&sequential, std::slice::from_ref(&gpu)).is_empty());
+    let overlapping = [alloc(1, 10, Some(2)), alloc(2, 11, None)];
+    assert_eq!(history::conflicts(&overlapping, &[gpu]).len(), 1);
+}
+
+#[test]
+fn a_job_that_ends_between_two_heartbeats_is_recorded_as_having_run() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    let exit = Some(JobExit { exit_code: Some(0), reason: None });
+    let hb = Heartbeat {
+        node_id: "n1".into(),
+        epoch,
+        gpus: vec![],
+        jobs: vec![JobReport { job_id: id, attempt: 1, exit }],
+        at: 40,
+    };
+    store.heartbeat(&hb).expect("heartbeat");
+    let states: Vec<JobState> = store.transitions(id).expect("transitions").iter().map(|t| t.to).collect();
+    assert_eq!(states, [JobState::Pending, JobState::Scheduled, JobState::Running, JobState::Succeeded]);
+    assert_eq!(store.job(id).expect("get").and_then(|j| j.started_at), Some(40));
+}

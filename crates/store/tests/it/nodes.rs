@@ -1,0 +1,71 @@
+use gantry_store::*;
+
+use crate::{new_job, open, register, whole};
+
+#[test]
+fn a_lost_node_requeues_its_jobs_and_fails_them_once_retries_are_spent() {
+    let (_dir, store) = open();
+    let mut epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    // max_retries = 1: the first loss requeues, the second spends the budget.
+    for attempt in 1..=2 {
+        store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+        let running = JobReport { job_id: id, attempt, exit: None };
+        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![running], at: 20 };
+        store.heartbeat(&hb).expect("heartbeat");
+        assert_eq!(store.expire_nodes(1_000, 1_000).expect("expire"), vec!["n1".to_owned()]);
+        epoch = register(&store, 1);
+    }
+    let job = store.job(id).expect("get").expect("exists");
+    assert_eq!(job.state, JobState::Failed);
+    assert!(job.reason.unwrap_or_default().contains("retry budget"));
+}
+
+#[test]
+fn a_placement_that_never_started_does_not_spend_the_retry_budget() {
+    let (_dir, store) = open();
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    for _ in 0..5 {
+        let epoch = register(&store, 1);
+        store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    }
+    register(&store, 1);
+    let job = store.job(id).expect("get").expect("exists");
+    assert_eq!((job.state, job.attempt), (JobState::Pending, 5));
+}
+
+#[test]
+fn a_stale_epoch_heartbeat_is_refused_and_registering_again_requeues_old_work() {
+    let (_dir, store) = open();
+    let old = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, old, &["GPU-0"])).expect("place");
+    let new = register(&store, 1);
+    assert_eq!(new, old + 1);
+    let hb = Heartbeat { node_id: "n1".into(), epoch: old, gpus: vec![], jobs: vec![], at: 50 };
+    assert!(matches!(store.heartbeat(&hb), Err(StoreError::StaleEpoch { .. })));
+    assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Pending));
+    assert!(store.allocations(true).expect("held").is_empty());
+}
+
+#[test]
+fn an_unhealthy_gpu_asks_its_jobs_to_stop_and_requeues_them_when_they_end() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    let report = GpuReport { uuid: "GPU-0".into(), health: GpuHealth::Unhealthy, sample: None };
+    let mut hb = Heartbeat {
+        node_id: "n1".into(),
+        epoch,
+        gpus: vec![report],
+        jobs: vec![JobReport { job_id: id, attempt: 1, exit: None }],
+        at: 60,
+    };
+    assert!(store.heartbeat(&hb).expect("heartbeat").is_empty(), "job is no longer assigned");
+    hb.jobs[0].exit = Some(JobExit { exit_code: None, reason: Some("killed".into()) });
+    store.heartbeat(&hb).expect("heartbeat");
+    assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Pending));
+    let (other, _) = store.submit(&new_job("b", 1, 0)).expect("submit");
+    assert!(store.place(&whole(other, epoch, &["GPU-0"])).is_err(), "unhealthy GPU takes no work");
+}
