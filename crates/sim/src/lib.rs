@@ -13,5 +13,5 @@ pub mod runner;
 pub mod trace;
 
 pub use experiment::{Experiment, RunCurve};
-pub use runner::{PolicyResult, Stat, run_all};
+pub use runner::{PolicyResult, Stat, paired, run_all};
 pub use trace::{PodRow, TraceError, read_nodes, read_pods};

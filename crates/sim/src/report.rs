@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value, json};
 
 use crate::experiment::MAX_BIN;
-use crate::runner::PolicyResult;
+use gantry_core::PolicyKind;
+
+use crate::runner::{PolicyResult, paired};
 
 /// Arrived-% points shown in the table and the JSON.
 pub const POINTS: [usize; 5] = [90, 95, 100, 110, 130];
@@ -28,7 +30,10 @@ pub fn json(trace: &str, total_gpus: u64, wall_seconds: f64, results: &[PolicyRe
                 fragmentation.insert(p.to_string(), json!({"mean": round4(f.mean), "std": round4(f.std)}));
             }
             let failed: usize = r.runs.iter().map(|c| c.failed).sum();
+            let vs_fgd = versus_fgd(results, r)
+                .map(|(mean, se)| json!({"mean_diff_pp": round4(mean), "std_error_pp": round4(se)}));
             json!({
+                "paired_vs_fgd_at_100": vs_fgd,
                 "policy": r.policy.as_str(),
                 "seeds": r.runs.len(),
                 "unallocated_pct": unallocated,
@@ -38,6 +43,15 @@ pub fn json(trace: &str, total_gpus: u64, wall_seconds: f64, results: &[PolicyRe
         })
         .collect();
     json!({"trace": trace, "total_gpus": total_gpus, "wall_seconds": round4(wall_seconds), "policies": policies})
+}
+
+/// The paired difference at 100 % arrived between `r` and FGD in the same results, if both ran.
+fn versus_fgd(results: &[PolicyResult], r: &PolicyResult) -> Option<(f64, f64)> {
+    if r.policy == PolicyKind::Fgd {
+        return None;
+    }
+    let fgd = results.iter().find(|x| x.policy == PolicyKind::Fgd)?;
+    paired(r, fgd, 100)
 }
 
 fn round4(v: f64) -> f64 {
@@ -64,6 +78,15 @@ pub fn table(trace: &str, total_gpus: u64, results: &[PolicyResult]) -> String {
             let _ = write!(out, "{:>16}", format!("{:.2} ± {:.2}", s.mean, s.std));
         }
         let _ = writeln!(out, "{:>14}", format!("{:.2}", r.fragmentation(100).mean));
+    }
+    for r in results {
+        if let Some((mean, se)) = versus_fgd(results, r) {
+            let _ = writeln!(
+                out,
+                "{} − fgd at 100% arrived, paired over seeds: {mean:+.3} pp (standard error {se:.3})",
+                r.policy.as_str()
+            );
+        }
     }
     out
 }

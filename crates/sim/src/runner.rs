@@ -77,6 +77,19 @@ impl PolicyResult {
     }
 }
 
+/// Paired difference of two policies' unallocated GPU % at arrived % `bin` over the same seeds
+/// (`a − b`): mean and its standard error. `None` when the seeds differ or fewer than two.
+pub fn paired(a: &PolicyResult, b: &PolicyResult, bin: usize) -> Option<(f64, f64)> {
+    if a.seeds != b.seeds || a.runs.len() != b.runs.len() || a.runs.len() < 2 {
+        return None;
+    }
+    let bin = bin.min(MAX_BIN);
+    let diffs: Vec<f64> =
+        a.runs.iter().zip(&b.runs).map(|(x, y)| y.alloc_pct[bin] - x.alloc_pct[bin]).collect();
+    let s = Stat::of(&diffs);
+    Some((s.mean, s.std / (diffs.len() as f64).sqrt()))
+}
+
 /// Runs every policy with every seed on `threads` threads; `progress` is called after each run
 /// with the number of runs finished so far.
 pub fn run_all(

@@ -8,6 +8,7 @@ mod exporter;
 mod gpus;
 mod harness;
 mod sharing;
+mod sim;
 mod walkthrough;
 
 use std::process::{Command, Output};
