@@ -143,7 +143,7 @@ const COLORS: [&str; 8] =
 /// (median over seeds) with its 25–75 % band.
 pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
     let (x0, x1) = (75usize, 120usize);
-    let (w, h, left, right, top, bottom) = (760.0, 460.0, 70.0, 150.0, 40.0, 60.0);
+    let (w, h, left, right, top, bottom) = (780.0, 480.0, 70.0, 170.0, 40.0, 78.0);
     let pw = w - left - right;
     let ph = h - top - bottom;
     let y_max =
@@ -188,7 +188,7 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
         s,
         r#"<text x="{}" y="{}" text-anchor="middle">Arrived workload (% of GPU capacity)</text>"#,
         left + pw / 2.0,
-        h - 18.0
+        top + ph + 38.0
     );
     let _ = writeln!(
         s,
@@ -230,7 +230,7 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
         s,
         r##"<text x="{}" y="{}" font-size="10" fill="#555">lines: median over seeds; bands: 25–75 %; legend: median at 100 %</text>"##,
         left,
-        top + ph + 34.0
+        h - 8.0
     );
     s.push_str("</svg>\n");
     s

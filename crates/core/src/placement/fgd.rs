@@ -61,8 +61,17 @@ fn fgd_score(frag: &mut FragState, node: &Node, req: &Request) -> Option<Score> 
 }
 
 /// FGD's integer score of a fragmentation decrease `delta` (milli-GPU): ⌊100·σ(delta/1000)⌋.
+///
+/// Computed without `exp`: the score is k exactly when delta has passed the k-th threshold
+/// 1000·ln(k / (100 − k)), so a binary search over the 99 thresholds gives the same integer.
 pub(super) fn points(delta: f64) -> i64 {
-    (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64
+    static THRESHOLDS: std::sync::LazyLock<[f64; 99]> = std::sync::LazyLock::new(|| {
+        std::array::from_fn(|i| {
+            let k = (i + 1) as f64;
+            1000.0 * (k / (100.0 - k)).ln()
+        })
+    });
+    THRESHOLDS.partition_point(|t| *t <= delta) as i64
 }
 
 /// Per-node cache shared by the fragmentation-aware policies: one table per distinct request
@@ -166,5 +175,19 @@ impl FragState {
             }
         }
         f(None, self.typical.fragment(cpu_after, node.model, &self.scratch));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::points;
+
+    #[test]
+    fn points_match_the_truncated_logistic() {
+        for i in -20_000..20_000 {
+            let delta = f64::from(i) * 0.37;
+            let exact = (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64;
+            assert_eq!(points(delta), exact, "delta {delta}");
+        }
     }
 }

@@ -82,6 +82,23 @@ pub struct Gantry {
     cpu_per_gpu_milli: f64,
     prices: Vec<f64>,
     scarcity: Vec<f64>,
+    /// Per node: the version seen, its idle GPUs and its k-blocks per block shape.
+    nodes: Vec<NodeBlocks>,
+    /// k-blocks left per block shape, summed over nodes.
+    blocks_left: Vec<u64>,
+}
+
+/// For one (idle GPUs taken, CPU taken): the (block shape, milli-GPU) of k-blocks destroyed.
+type LostBlocks = (u32, u64, Vec<(usize, f64)>);
+
+/// What Gantry remembers of one node between decisions (valid while its version is unchanged).
+#[derive(Debug, Clone, Default)]
+struct NodeBlocks {
+    version: u64,
+    idle: u32,
+    blocks: Vec<u64>,
+    /// Per (idle GPUs taken, CPU taken): the (block shape, milli-GPU) that would destroy.
+    lost: Vec<LostBlocks>,
 }
 
 impl Gantry {
@@ -124,6 +141,8 @@ impl Gantry {
             cpu_per_gpu_milli,
             prices: Vec::new(),
             scarcity: Vec::new(),
+            nodes: Vec::new(),
+            blocks_left: Vec::new(),
         }
     }
 
@@ -154,17 +173,31 @@ impl Gantry {
     /// How scarce each block shape's k-blocks are now: min(1, expected future k-GPU requests /
     /// k-blocks left).
     fn compute_scarcity(&mut self, cluster: &Cluster) {
+        let nb = self.blocks.len();
+        self.nodes.resize(cluster.nodes().len(), NodeBlocks::default());
+        self.blocks_left.resize(nb, 0);
+        for (memo, n) in self.nodes.iter_mut().zip(cluster.nodes()) {
+            if memo.version == n.version && memo.blocks.len() == nb {
+                continue;
+            }
+            memo.blocks.resize(nb, 0);
+            memo.version = n.version;
+            memo.idle = n.idle_gpus() as u32;
+            memo.lost.clear();
+            for (b, (shape, left)) in self.blocks.iter().zip(self.blocks_left.iter_mut()).enumerate() {
+                let now = if n.schedulable && shape.models.allows(n.model) {
+                    blocks_of(shape, memo.idle, n.cpu_free)
+                } else {
+                    0
+                };
+                *left = *left - memo.blocks[b] + now;
+                memo.blocks[b] = now;
+            }
+        }
         let free_gpus = (cluster.capacity_milli() - cluster.used_milli()) as f64 / f64::from(WHOLE_GPU);
-        self.scarcity.clear();
-        for b in &self.blocks {
-            let left: u64 = cluster
-                .nodes()
-                .iter()
-                .filter(|n| n.schedulable && b.models.allows(n.model))
-                .map(|n| blocks_of(b, n.idle_gpus() as u32, n.cpu_free))
-                .sum();
+        for (b, left) in self.blocks.iter().zip(&self.blocks_left) {
             let expected = free_gpus * b.demand_share / f64::from(b.gpus);
-            self.scarcity.push((expected / left.max(1) as f64).min(1.0));
+            self.scarcity.push((expected / (*left).max(1) as f64).min(1.0));
         }
     }
 }
@@ -196,12 +229,14 @@ impl Policy for Gantry {
         if self.prices.len() != cluster.models().len() {
             self.compute_prices(cluster);
         }
-        if req.gpus > 0 && self.params.reservation_weight > 0.0 {
+        self.scarcity.clear();
+        if req.gpus > 0 && self.params.reservation_weight > 0.0 && !self.blocks.is_empty() {
             self.compute_scarcity(cluster);
         }
         let shape = self.frag.shape_id(req, cluster.nodes().len());
         let (params, ratio) = (self.params, self.cpu_per_gpu_milli);
         let (prices, blocks, scarcity) = (&self.prices, &self.blocks, &self.scarcity);
+        let memos = &mut self.nodes;
         let frag = &mut self.frag;
         pick(cluster, req, order, false, |id, node| {
             let outcomes = frag.cached(shape, id, node, |f, node| {
@@ -220,19 +255,14 @@ impl Policy for Gantry {
                 });
                 outcomes
             });
-            let idle = if scarcity.is_empty() { 0 } else { node.idle_gpus() as u32 };
             let mut best: Option<Score> = None;
             for o in outcomes {
-                let mut cost = 0.0;
-                if o.idle_taken > 0 {
-                    for (b, s) in blocks.iter().zip(scarcity) {
-                        if *s > 0.0 && b.models.allows(node.model) {
-                            let lost = blocks_of(b, idle, node.cpu_free)
-                                - blocks_of(b, idle - o.idle_taken, node.cpu_free - req.cpu_milli);
-                            cost += s * lost as f64 * f64::from(b.gpus * WHOLE_GPU);
-                        }
-                    }
-                }
+                let cost = if o.idle_taken == 0 || scarcity.is_empty() {
+                    0.0
+                } else {
+                    let lost = lost_blocks(&mut memos[id], blocks, node, req, o.idle_taken);
+                    lost.iter().map(|(b, milli)| scarcity[*b] * milli).sum()
+                };
                 let value = points(o.delta - params.reservation_weight * cost);
                 if best.is_none_or(|b| value > b.value) {
                     best = Some(Score { value, gpu: o.gpu });
@@ -241,6 +271,36 @@ impl Policy for Gantry {
             best
         })
     }
+}
+
+/// The k-blocks (block shape, milli-GPU) the node loses if it gives up `taken` idle GPUs and
+/// the request's CPU; remembered per node until the node changes.
+fn lost_blocks<'a>(
+    memo: &'a mut NodeBlocks,
+    blocks: &[BlockShape],
+    node: &Node,
+    req: &Request,
+    taken: u32,
+) -> &'a [(usize, f64)] {
+    let i = match memo.lost.iter().position(|(t, c, _)| *t == taken && *c == req.cpu_milli) {
+        Some(i) => i,
+        None => {
+            let cpu_after = node.cpu_free - req.cpu_milli;
+            let lost = blocks
+                .iter()
+                .enumerate()
+                .filter(|(b, _)| memo.blocks[*b] > 0)
+                .filter_map(|(b, shape)| {
+                    let after = blocks_of(shape, memo.idle.saturating_sub(taken), cpu_after);
+                    let lost = memo.blocks[b] - after.min(memo.blocks[b]);
+                    (lost > 0).then(|| (b, lost as f64 * f64::from(shape.gpus * WHOLE_GPU)))
+                })
+                .collect();
+            memo.lost.push((taken, req.cpu_milli, lost));
+            memo.lost.len() - 1
+        }
+    };
+    &memo.lost[i].2
 }
 
 /// Change in the node's CPU-stranded GPU share if it takes `req`.
