@@ -56,3 +56,16 @@ fn twenty_gigabyte_slices_share_one_eighty_gigabyte_gpu_four_at_a_time() {
     assert_eq!(cluster.gantry(&["logs", &id]), format!("{gpu} 20000 {id}\n"));
     cluster.assert_no_double_allocation();
 }
+
+#[test]
+fn slices_pack_onto_one_gpu_and_leave_the_other_gpus_idle() {
+    let cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB"]);
+    for _ in 0..4 {
+        cluster.gantry(&["submit", "--gpu-memory", "20000", "--", "sleep", "1"]);
+    }
+    let (_, _, jobs) = watch_until_done(&cluster, 4);
+    let gpus: HashSet<String> =
+        jobs.iter().map(|j| j["gpu_uuids"][0].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(gpus.len(), 1, "four 20 GB slices fit one 80 GB GPU: {jobs:#?}");
+    cluster.assert_no_double_allocation();
+}

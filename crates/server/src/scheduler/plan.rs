@@ -50,8 +50,12 @@ pub struct Plan {
 /// Decides placements for pending jobs. Deterministic for a snapshot and seed.
 pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let mut layout = Layout::build(s);
-    let requests: Vec<Request> =
+    let mut requests: Vec<Request> =
         s.pending.iter().chain(&s.active).filter_map(|j| to_request(j, layout.max_gpu_memory)).collect();
+    // The queue is a small sample of the workload: mix in as many whole-GPU requests, so an idle
+    // GPU keeps its value and slices pack onto GPUs already in use instead of opening new ones.
+    let whole = Request::new(0, 0, 1, WHOLE_GPU, 0, ModelSet::Any).expect("one whole GPU is a valid request");
+    requests.extend(std::iter::repeat_n(whole, requests.len().max(1)));
     let mut policy = kind.build(Arc::new(TypicalPods::from_requests(&requests, 0.95)));
     let mut rng = SplitMix64::new(seed);
     let order: Vec<NodeId> = (0..layout.nodes.len()).collect();
@@ -207,6 +211,14 @@ impl<'a> Layout<'a> {
         let nodes = self.cluster.nodes();
         if nodes.is_empty() {
             return "waiting for a node to join".into();
+        }
+        let (most_gpus, most_cpu) =
+            nodes.iter().fold((0, 0), |(g, c), n| (g.max(n.gpu_free.len() as u32), c.max(n.spec.cpu_milli)));
+        if req.gpus > most_gpus {
+            return format!("waiting: no node has {} GPUs (the largest has {most_gpus})", req.gpus);
+        }
+        if req.cpu_milli > most_cpu {
+            return format!("waiting: no node has {} milli-CPU (the largest has {most_cpu})", req.cpu_milli);
         }
         match nodes.iter().find_map(|n| n.why_not(req)) {
             Some(why) if nodes.len() == 1 => format!("waiting: {why}"),
