@@ -60,8 +60,15 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct SnapshotCell(RwLock<Arc<Snapshot>>);
 
+impl Default for SnapshotCell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl SnapshotCell {
-    fn new() -> Self {
+    /// An empty cell: only the exporter's own counters until the first collection.
+    pub fn new() -> Self {
         let mut body = String::new();
         encode::encode_counters(&mut body, &Counters::default());
         Self(RwLock::new(Arc::new(Snapshot { body: Bytes::from(body), collected_at: None })))
@@ -72,7 +79,8 @@ impl SnapshotCell {
         self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    fn publish(&self, s: Snapshot) {
+    /// Replaces the latest snapshot.
+    pub fn publish(&self, s: Snapshot) {
         *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(s);
     }
 }
@@ -89,13 +97,14 @@ pub struct Exporter {
 impl Exporter {
     /// Starts collecting at once, then every `cfg.interval`.
     pub fn start(collector: Collector, cfg: ExporterConfig) -> std::io::Result<Self> {
-        let cell = Arc::new(SnapshotCell::new());
+        let publisher = Publisher::new(&cfg);
+        let cell = publisher.cell();
         let stop = Arc::new(AtomicBool::new(false));
         let interval = cfg.interval;
-        let (c, s) = (cell.clone(), stop.clone());
+        let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("gantry-sampler".to_owned())
-            .spawn(move || run(collector, cfg, &c, &s))?;
+            .spawn(move || run(collector, cfg.interval, publisher, &s))?;
         Ok(Self { cell, stop, thread: Some(thread), interval })
     }
 
@@ -120,38 +129,72 @@ impl Drop for Exporter {
     }
 }
 
-fn run(mut collector: Collector, cfg: ExporterConfig, cell: &SnapshotCell, stop: &AtomicBool) {
-    let origin = Instant::now();
-    let mut attributor = Attributor::new(&cfg.proc_root);
-    let mut counters = Counters::default();
-    let mut last: Option<(Collection, Vec<Arc<str>>)> = None;
-    let mut next = origin;
-    while !stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
-        counters.collections += 1;
-        match collector.collect(started - origin) {
+/// Turns collections into published snapshots: attribution, counters, encoding. The sampler
+/// thread uses one; so does the agent of `gantry up`, which serves the collections it already
+/// makes for its heartbeats instead of opening the GPUs twice.
+#[derive(Debug)]
+pub struct Publisher {
+    cell: Arc<SnapshotCell>,
+    attributor: Attributor,
+    hostname: String,
+    counters: Counters,
+    last: Option<(Collection, Vec<Arc<str>>)>,
+}
+
+impl Publisher {
+    /// A publisher into a new cell.
+    pub fn new(cfg: &ExporterConfig) -> Self {
+        Self {
+            cell: Arc::new(SnapshotCell::new()),
+            attributor: Attributor::new(&cfg.proc_root),
+            hostname: cfg.hostname.clone(),
+            counters: Counters::default(),
+            last: None,
+        }
+    }
+
+    /// The cell the `/metrics` route serves.
+    pub fn cell(&self) -> Arc<SnapshotCell> {
+        self.cell.clone()
+    }
+
+    /// Records one collection attempt that took `took`; on failure the previous collection is
+    /// served again, with the error counted.
+    pub fn record(&mut self, result: Result<&Collection, &gantry_gpu::GpuError>, took: Duration) {
+        self.counters.collections += 1;
+        match result {
             Ok(c) => {
                 for t in &c.transitions {
                     tracing::warn!(gpu = t.gpu, from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, "GPU health changed");
                 }
-                let jobs = attributor.attribute(&c.processes);
-                last = Some((c, jobs));
+                let jobs = self.attributor.attribute(&c.processes);
+                self.last = Some((c.clone(), jobs));
             }
             Err(e) => {
-                counters.errors += 1;
+                self.counters.errors += 1;
                 tracing::warn!(error = %e, "GPU collection failed; serving the previous one");
             }
         }
-        counters.last_duration = started.elapsed();
-        if let Some((c, jobs)) = &last {
-            let body = encode::encode(c, &cfg.hostname, jobs, &counters);
-            cell.publish(Snapshot { body: Bytes::from(body), collected_at: Some(Instant::now()) });
+        self.counters.last_duration = took;
+        if let Some((c, jobs)) = &self.last {
+            let body = encode::encode(c, &self.hostname, jobs, &self.counters);
+            self.cell.publish(Snapshot { body: Bytes::from(body), collected_at: Some(Instant::now()) });
         }
-        next += cfg.interval;
+    }
+}
+
+fn run(mut collector: Collector, interval: Duration, mut publisher: Publisher, stop: &AtomicBool) {
+    let origin = Instant::now();
+    let mut next = origin;
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let result = collector.collect(started - origin);
+        publisher.record(result.as_ref(), started.elapsed());
+        next += interval;
         let now = Instant::now();
         if next < now {
             // Fell behind (slow NVML): skip the missed ticks instead of bursting.
-            next = now + cfg.interval;
+            next = now + interval;
         }
         while !stop.load(Ordering::Relaxed) && Instant::now() < next {
             std::thread::park_timeout(next.saturating_duration_since(Instant::now()));

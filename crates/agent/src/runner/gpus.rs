@@ -13,6 +13,7 @@ use gantry_gpu::{
 use gantry_store::{GpuHealth, GpuInfo, GpuReport};
 
 use super::error::AgentError;
+use crate::exporter::{ExporterConfig, sampler::Publisher, sampler::SnapshotCell};
 
 /// Which GPUs to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub struct Gpus {
     collector: Mutex<Collector>,
     sim: Option<FleetHandle>,
     opened: Instant,
+    /// Publishes each collection for `/metrics` when the node serves GPU metrics.
+    metrics: Option<Mutex<Publisher>>,
     /// One line saying which GPUs these are.
     pub description: String,
 }
@@ -54,13 +57,34 @@ impl Gpus {
         let sim = backend.handle();
         let description = format!("no NVIDIA GPU found: using a simulated fleet of {fleet}");
         let collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
-        Ok(Self { collector: Mutex::new(collector), sim: Some(sim), opened: Instant::now(), description })
+        Ok(Self {
+            collector: Mutex::new(collector),
+            sim: Some(sim),
+            opened: Instant::now(),
+            metrics: None,
+            description,
+        })
     }
 
     fn nvml(backend: NvmlBackend) -> Self {
         let description = format!("using {} NVIDIA GPU(s) through NVML", backend.inventory().len());
         let collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
-        Self { collector: Mutex::new(collector), sim: None, opened: Instant::now(), description }
+        Self {
+            collector: Mutex::new(collector),
+            sim: None,
+            opened: Instant::now(),
+            metrics: None,
+            description,
+        }
+    }
+
+    /// Also publishes every collection (the heartbeat's) as exporter metrics; returns the cell
+    /// to serve with [`crate::exporter::server::router`].
+    pub fn publish_metrics(&mut self, cfg: &ExporterConfig) -> std::sync::Arc<SnapshotCell> {
+        let publisher = Publisher::new(cfg);
+        let cell = publisher.cell();
+        self.metrics = Some(Mutex::new(publisher));
+        cell
     }
 
     /// Inventory in the store's terms.
@@ -82,7 +106,13 @@ impl Gpus {
     /// One collection cycle: health and samples per GPU, and the compute processes.
     pub fn collect(&self) -> (Vec<GpuReport>, Vec<ProcessUsage>) {
         let mut collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);
-        match collector.collect(self.opened.elapsed()) {
+        let started = Instant::now();
+        let result = collector.collect(self.opened.elapsed());
+        if let Some(metrics) = &self.metrics {
+            let took = started.elapsed();
+            metrics.lock().unwrap_or_else(PoisonError::into_inner).record(result.as_ref(), took);
+        }
+        match result {
             Ok(c) => {
                 let reports = c
                     .gpus

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use gantry_agent::exporter::{self, ExporterConfig};
 use gantry_agent::runner::{self, AgentConfig, Gpus};
 use gantry_core::PolicyKind;
 use gantry_server::{Server, ServerConfig};
@@ -46,6 +47,13 @@ pub struct UpArgs {
     /// Node id of the local agent (default: the host name).
     #[arg(long)]
     node_id: Option<String>,
+    /// Where the local agent serves its GPUs' metrics (dcgm-exporter's names, port and labels,
+    /// plus per-job attribution); if the address is taken, `up` runs without them and says so.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    metrics_listen: SocketAddr,
+    /// Do not serve GPU metrics.
+    #[arg(long)]
+    no_metrics: bool,
 }
 
 /// Runs until Ctrl-C or SIGTERM.
@@ -83,8 +91,11 @@ async fn serve(
     let agent = if args.no_agent {
         None
     } else {
-        let gpus = Gpus::open(&choice, 1).context("opening GPUs")?;
+        let mut gpus = Gpus::open(&choice, 1).context("opening GPUs")?;
         println!("{}", gpus.description);
+        if !args.no_metrics {
+            serve_metrics(&mut gpus, args.metrics_listen, stop_rx.clone()).await;
+        }
         let agent_config = AgentConfig {
             server: url.clone(),
             token: agent_token(&*store, &data)?,
@@ -109,6 +120,32 @@ async fn serve(
     let _ = server_stop_tx.send(());
     serving.await??;
     Ok(())
+}
+
+/// Serves the agent's GPU collections on `/metrics`; a taken address is a warning, not a failure
+/// (another exporter may already own dcgm-exporter's port).
+async fn serve_metrics(gpus: &mut Gpus, listen: SocketAddr, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "warning: GPU metrics are not served: cannot listen on {listen}: {e} (see --metrics-listen)"
+            );
+            return;
+        }
+    };
+    let cell = gpus.publish_metrics(&ExporterConfig::new());
+    let router = exporter::server::router(cell, Duration::from_secs(30));
+    let addr = listener.local_addr().map_or_else(|_| listen.to_string(), |a| a.to_string());
+    println!("GPU metrics (dcgm-exporter names) at http://{addr}/metrics");
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.changed().await;
+        };
+        if let Err(e) = exporter::server::serve(listener, router, shutdown).await {
+            tracing::warn!(error = %e, "GPU metrics server stopped");
+        }
+    });
 }
 
 /// On a fresh store, creates the admin token, prints it and saves it to the client config.

@@ -14,6 +14,8 @@ pub const GANTRY: &str = env!("CARGO_BIN_EXE_gantry");
 pub struct Cluster {
     pub home: tempfile::TempDir,
     pub port: u16,
+    /// Where the local agent serves GPU metrics.
+    pub metrics_port: u16,
     args: Vec<String>,
     child: Option<Child>,
 }
@@ -42,10 +44,12 @@ impl Cluster {
     pub fn start(extra: &[&str]) -> Self {
         let home = tempfile::tempdir().expect("temp home");
         let port = free_port();
+        let metrics_port = free_port();
         let mut args = vec!["up".to_owned(), "--listen".into(), format!("127.0.0.1:{port}")];
+        args.extend(["--metrics-listen".into(), format!("127.0.0.1:{metrics_port}")]);
         args.extend(["--data-dir".into(), home.path().join("data").display().to_string()]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let mut cluster = Self { home, port, args, child: None };
+        let mut cluster = Self { home, port, metrics_port, args, child: None };
         cluster.restart();
         cluster
     }

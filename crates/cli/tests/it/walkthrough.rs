@@ -102,3 +102,38 @@ fn ctrl_c_stops_the_jobs_and_exits_cleanly() {
     std::thread::sleep(Duration::from_secs(4));
     assert!(!marker.exists(), "the job's process outlived gantry up");
 }
+
+#[test]
+fn gantry_up_serves_gpu_metrics_that_follow_the_jobs_it_runs() {
+    let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB"]);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", cluster.metrics_port).parse().expect("address");
+    let scrape = || {
+        gantry_agent::exporter::client::get(addr, "/metrics", Duration::from_secs(5))
+            .map(|r| r.body)
+            .unwrap_or_default()
+    };
+    let up_log = std::fs::read_to_string(cluster.home.path().join("up.log")).expect("up log");
+    assert!(
+        up_log.contains(&format!("GPU metrics (dcgm-exporter names) at http://{addr}/metrics")),
+        "{up_log}"
+    );
+    let id = cluster.gantry(&["submit", "--gpus", "1", "--", "sleep", "30"]).trim().to_owned();
+    let label = format!("job_id=\"{id}\"");
+    let busy = eventually(Duration::from_secs(15), "the job's GPU process in /metrics", || {
+        let body = scrape();
+        body.lines()
+            .any(|l| l.starts_with("gantry_gpu_process_memory_used_bytes{") && l.contains(&label))
+            .then_some(body)
+    });
+    let utils: Vec<f64> = busy
+        .lines()
+        .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(utils.len(), 2, "{busy}");
+    assert!(utils.iter().any(|u| *u > 50.0), "the job's GPU is busy: {utils:?}");
+    cluster.gantry(&["cancel", &id]);
+    eventually(Duration::from_secs(20), "the job's process to leave /metrics", || {
+        (!scrape().contains(&label)).then_some(())
+    });
+}
