@@ -45,13 +45,20 @@ impl Policy for RandomPolicy {
     }
 }
 
-/// Prefers the node whose remaining capacity is least aligned with the demand.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DotProduct;
+/// A policy that scores each feasible node on its own; [`pick`] does the rest.
+trait NodeScore: Send + std::fmt::Debug {
+    /// The CLI spelling.
+    const NAME: &'static str;
+    /// Whether scores are min–max normalised across the feasible nodes.
+    const NORMALISE: bool = false;
 
-impl Policy for DotProduct {
+    /// The node's score for `req` (the node has passed the filter).
+    fn score(&self, node: &Node, req: &Request) -> Score;
+}
+
+impl<T: NodeScore> Policy for T {
     fn name(&self) -> &'static str {
-        "dotprod"
+        T::NAME
     }
 
     fn place(
@@ -61,12 +68,22 @@ impl Policy for DotProduct {
         order: &[NodeId],
         _: &mut dyn RandomSource,
     ) -> Option<Placement> {
+        pick(cluster, req, order, T::NORMALISE, |_, node| Some(self.score(node, req)))
+    }
+}
+
+/// Prefers the node whose remaining capacity is least aligned with the demand.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DotProduct;
+
+impl NodeScore for DotProduct {
+    const NAME: &'static str = "dotprod";
+
+    fn score(&self, node: &Node, req: &Request) -> Score {
         let p = (req.cpu_milli as f64 / MAX_SPEC_CPU, req.gpu_milli_total() as f64 / MAX_SPEC_GPU);
-        pick(cluster, req, order, false, |_, node| {
-            let n = (node.cpu_free as f64 / MAX_SPEC_CPU, node.gpu_free_total() as f64 / MAX_SPEC_GPU);
-            let dot = n.0 * p.0 + n.1 * p.1;
-            Some(Score { value: (100.0 * (1.0 - dot / 2.0)) as i64, gpu: best_fit_gpu(node, req) })
-        })
+        let n = (node.cpu_free as f64 / MAX_SPEC_CPU, node.gpu_free_total() as f64 / MAX_SPEC_GPU);
+        let dot = n.0 * p.0 + n.1 * p.1;
+        Score { value: (100.0 * (1.0 - dot / 2.0)) as i64, gpu: best_fit_gpu(node, req) }
     }
 }
 
@@ -74,25 +91,15 @@ impl Policy for DotProduct {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BestFit;
 
-impl Policy for BestFit {
-    fn name(&self) -> &'static str {
-        "bestfit"
-    }
+impl NodeScore for BestFit {
+    const NAME: &'static str = "bestfit";
+    const NORMALISE: bool = true;
 
-    fn place(
-        &mut self,
-        cluster: &Cluster,
-        req: &Request,
-        order: &[NodeId],
-        _: &mut dyn RandomSource,
-    ) -> Option<Placement> {
-        pick(cluster, req, order, true, |_, node| {
-            let cpu_left = (node.cpu_free - req.cpu_milli) as f64 / MAX_SPEC_CPU;
-            let gpu_left =
-                (node.gpu_free_total().saturating_sub(req.gpu_milli_total())) as f64 / MAX_SPEC_GPU;
-            let raw = 0.5 * cpu_left + 0.5 * gpu_left;
-            Some(Score { value: (100.0 * (1.0 - raw)).floor() as i64, gpu: best_fit_gpu(node, req) })
-        })
+    fn score(&self, node: &Node, req: &Request) -> Score {
+        let cpu_left = (node.cpu_free - req.cpu_milli) as f64 / MAX_SPEC_CPU;
+        let gpu_left = (node.gpu_free_total().saturating_sub(req.gpu_milli_total())) as f64 / MAX_SPEC_GPU;
+        let raw = 0.5 * cpu_left + 0.5 * gpu_left;
+        Score { value: (100.0 * (1.0 - raw)).floor() as i64, gpu: best_fit_gpu(node, req) }
     }
 }
 
@@ -100,19 +107,11 @@ impl Policy for BestFit {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Packing;
 
-impl Policy for Packing {
-    fn name(&self) -> &'static str {
-        "packing"
-    }
+impl NodeScore for Packing {
+    const NAME: &'static str = "packing";
 
-    fn place(
-        &mut self,
-        cluster: &Cluster,
-        req: &Request,
-        order: &[NodeId],
-        _: &mut dyn RandomSource,
-    ) -> Option<Placement> {
-        pick(cluster, req, order, false, |_, node| Some(packing_score(node, req)))
+    fn score(&self, node: &Node, req: &Request) -> Score {
+        packing_score(node, req)
     }
 }
 
@@ -147,35 +146,25 @@ fn packing_score(node: &Node, req: &Request) -> Score {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Clustering;
 
-impl Policy for Clustering {
-    fn name(&self) -> &'static str {
-        "clustering"
-    }
+impl NodeScore for Clustering {
+    const NAME: &'static str = "clustering";
 
-    fn place(
-        &mut self,
-        cluster: &Cluster,
-        req: &Request,
-        order: &[NodeId],
-        _: &mut dyn RandomSource,
-    ) -> Option<Placement> {
+    fn score(&self, node: &Node, req: &Request) -> Score {
+        let gpu = best_fit_gpu(node, req);
+        if req.gpus == 0 {
+            return Score { value: 0, gpu };
+        }
         let bit = req.class().bit();
-        pick(cluster, req, order, false, |_, node| {
-            let gpu = best_fit_gpu(node, req);
-            if req.gpus == 0 {
-                return Some(Score { value: 0, gpu });
-            }
-            let g = 25.0 * (MAX_SPEC_GPU - node.gpu_free_total() as f64) / MAX_SPEC_GPU;
-            let base = if node.classes == 0 {
-                25.0
-            } else if node.classes == bit {
-                75.0
-            } else if node.classes & bit != 0 {
-                50.0
-            } else {
-                0.0
-            };
-            Some(Score { value: (base + g) as i64, gpu })
-        })
+        let g = 25.0 * (MAX_SPEC_GPU - node.gpu_free_total() as f64) / MAX_SPEC_GPU;
+        let base = if node.classes == 0 {
+            25.0
+        } else if node.classes == bit {
+            75.0
+        } else if node.classes & bit != 0 {
+            50.0
+        } else {
+            0.0
+        };
+        Score { value: (base + g) as i64, gpu }
     }
 }
