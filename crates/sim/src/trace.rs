@@ -12,12 +12,12 @@ use gantry_core::NodeSpec;
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened or read.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {error}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (part of the message, so it is said once).
+        error: std::io::Error,
     },
     /// The file has no header line.
     #[error("{path}:1: empty file, expected a CSV header line")]
@@ -146,7 +146,7 @@ struct Table {
 
 impl Table {
     fn open(path: &Path, required: &[&'static str]) -> Result<Self, TraceError> {
-        let file = File::open(path).map_err(|source| TraceError::Io { path: path.into(), source })?;
+        let file = File::open(path).map_err(|error| TraceError::Io { path: path.into(), error })?;
         let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(file);
         let headers = reader.headers().map_err(|e| csv_error(path, &e))?.clone();
         if headers.iter().all(|h| h.trim().is_empty()) {

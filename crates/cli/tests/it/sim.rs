@@ -115,3 +115,14 @@ fn a_small_cluster_runs_and_prints_the_json_contract_and_files() {
     let svg = std::fs::read_to_string(out_dir.join("chart.svg")).expect("svg");
     assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.trim_end().ends_with("</svg>"));
 }
+
+#[test]
+fn a_missing_file_is_named_once_with_the_reason() {
+    let out = gantry(&["sim", "fgd", "--nodes", "/nonexistent/nodes.csv", "--pods", "/nonexistent/pods.csv"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        err.trim(),
+        "error: /nonexistent/nodes.csv: cannot read: No such file or directory (os error 2)"
+    );
+}
