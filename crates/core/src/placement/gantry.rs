@@ -2,7 +2,7 @@
 //! cannot see.
 //!
 //! FGD measures how much free GPU share the *next* typical pod could not use. Where its idle
-//! GPUs go at the end of the benchmark (see `docs/scheduling.md`) shows three blind spots, and
+//! GPUs go at the end of the benchmark (see `docs/scheduling.md`) shows four blind spots, and
 //! Gantry adds one term for each, all in FGD's unit (milli-GPU) and inside FGD's integer score,
 //! so FGD's "ties go to the earliest node" packing is kept:
 //!
@@ -20,6 +20,12 @@
 //!    a node's last k-block costs k GPUs × how scarce k-blocks are: min(1, expected future
 //!    k-GPU requests / k-blocks left), with the expectation taken from the free capacity and the
 //!    workload's share of k-GPU demand.
+//! 4. **Terminal waste of a gap.** FGD calls a 350 gap "usable" by a 320 slice, but what it
+//!    will finally waste is the 30 left after that. W(r), the waste a gap r is expected to end
+//!    with as fitting slices from the workload keep landing in it (a dynamic programme over
+//!    slice sizes, with the chance of another slice arriving shrinking as fewer sizes fit), is
+//!    computed once; a slice scores `waste_weight` × (W(gap before) − W(gap after)), an idle
+//!    GPU counting as no waste because whole-GPU requests use it.
 
 use std::sync::Arc;
 
@@ -42,6 +48,10 @@ pub struct GantryParams {
     pub multi_gpu_weight: f64,
     /// Weight of the k-block reservation cost.
     pub reservation_weight: f64,
+    /// Weight of the change in a slice's GPU's expected terminal waste.
+    pub waste_weight: f64,
+    /// How many requests' worth of arrivals a gap sees before the cluster is full (φ in W(r)).
+    pub fill_rate: f64,
 }
 
 impl Default for GantryParams {
@@ -51,6 +61,8 @@ impl Default for GantryParams {
             model_price_weight: 1.0,
             multi_gpu_weight: 1.0,
             reservation_weight: 0.05,
+            waste_weight: 3.0,
+            fill_rate: 30.0,
         }
     }
 }
@@ -76,6 +88,8 @@ struct BlockShape {
 #[derive(Debug)]
 pub struct Gantry {
     params: GantryParams,
+    /// Expected terminal waste of a gap, indexed by its free milli-GPU.
+    waste: Vec<f64>,
     frag: FragCache<Vec<Outcome>>,
     all_shapes: Vec<Shape>,
     blocks: Vec<BlockShape>,
@@ -133,7 +147,9 @@ impl Gantry {
                 }),
             }
         }
+        let waste = terminal_waste(&all_shapes, params.fill_rate);
         Self {
+            waste,
             params,
             frag: FragCache::new(Arc::new(TypicalPods::from_shapes(shapes))),
             all_shapes,
@@ -202,6 +218,40 @@ impl Gantry {
     }
 }
 
+/// How much expected terminal waste a slice of `milli` saves by going into a GPU with `free`
+/// (negative: it creates waste). An idle GPU wastes nothing, since whole-GPU requests use it.
+fn waste_saved(waste: &[f64], free: u32, milli: u32) -> f64 {
+    let was = if free == WHOLE_GPU { 0.0 } else { waste[free as usize] };
+    was - waste[(free - milli) as usize]
+}
+
+/// W(r), the waste a gap of r milli-GPU is expected to end with: each step, with probability
+/// φ = min(1, `fill_rate` × share of the workload's requests that fit), a fitting slice drawn
+/// from the workload's slice sizes lands in it and W(r − s) follows; otherwise r stays unused.
+fn terminal_waste(shapes: &[Shape], fill_rate: f64) -> Vec<f64> {
+    let n = WHOLE_GPU as usize;
+    let total: f64 = shapes.iter().map(|t| t.p).sum();
+    let mut sizes: Vec<(usize, f64)> = Vec::new();
+    for t in shapes.iter().filter(|t| t.gpus == 1 && t.gpu_milli < WHOLE_GPU) {
+        match sizes.iter_mut().find(|s| s.0 == t.gpu_milli as usize) {
+            Some(s) => s.1 += t.p,
+            None => sizes.push((t.gpu_milli as usize, t.p)),
+        }
+    }
+    let mut w = vec![0.0; n + 1];
+    for r in 1..=n {
+        let fit: f64 = sizes.iter().filter(|s| s.0 <= r).map(|s| s.1).sum();
+        if fit <= 0.0 || total <= 0.0 {
+            w[r] = r as f64;
+            continue;
+        }
+        let phi = (fill_rate * fit / total).min(1.0);
+        let next: f64 = sizes.iter().filter(|s| s.0 <= r).map(|s| s.1 / fit * w[r - s.0]).sum();
+        w[r] = (1.0 - phi) * r as f64 + phi * next;
+    }
+    w
+}
+
 fn blocks_of(b: &BlockShape, idle: u32, cpu_free: u64) -> u64 {
     if cpu_free < b.cpu_milli { 0 } else { u64::from(idle / b.gpus) }
 }
@@ -235,6 +285,7 @@ impl Policy for Gantry {
         }
         let shape = self.frag.shape_id(req, cluster.nodes().len());
         let (params, ratio) = (self.params, self.cpu_per_gpu_milli);
+        let waste = &self.waste;
         let (prices, blocks, scarcity) = (&self.prices, &self.blocks, &self.scarcity);
         let memos = &mut self.nodes;
         let frag = &mut self.frag;
@@ -251,7 +302,10 @@ impl Policy for Gantry {
                         Some(g) => u32::from(node.gpu_free[g as usize] == WHOLE_GPU),
                         None => req.gpus,
                     };
-                    outcomes.push(Outcome { gpu, delta: before - after - fixed, idle_taken });
+                    let saved =
+                        gpu.map_or(0.0, |g| waste_saved(waste, node.gpu_free[g as usize], req.gpu_milli));
+                    let delta = before - after - fixed + params.waste_weight * saved;
+                    outcomes.push(Outcome { gpu, delta, idle_taken });
                 });
                 outcomes
             });
