@@ -367,3 +367,30 @@ fn stranding_change(node: &Node, req: &Request, cpu_per_gpu_milli: f64) -> f64 {
     stranded(node.cpu_free - req.cpu_milli, gpu_free - req.gpu_milli_total())
         - stranded(node.cpu_free, gpu_free)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice_shape(milli: u32, p: f64) -> Shape {
+        Shape { cpu_milli: 1000, gpus: 1, gpu_milli: milli, models: ModelSet::Any, p }
+    }
+
+    #[test]
+    fn a_gap_no_slice_fits_is_all_waste_and_a_gap_slices_fill_exactly_is_none() {
+        let w = terminal_waste(&[slice_shape(500, 1.0)], 1000.0);
+        assert_eq!(w[499], 499.0);
+        assert_eq!(w[500], 0.0);
+        assert_eq!(w[700], 200.0);
+        assert_eq!(w[1000], 0.0);
+    }
+
+    #[test]
+    fn rarely_fitting_slices_leave_most_of_a_small_gap_wasted() {
+        // A 100-milli slice is 1 % of the workload: a 190 gap is mostly wasted, not 90.
+        let w = terminal_waste(&[slice_shape(100, 0.01), slice_shape(810, 0.99)], 30.0);
+        assert!(w[190] > 150.0 && w[190] < 190.0, "{}", w[190]);
+        assert!(waste_saved(&w, 1000, 810) < 0.0, "opening a GPU for 810 creates waste");
+        assert!(waste_saved(&w, 190, 100) > 0.0, "filling a sliver saves waste");
+    }
+}
