@@ -22,8 +22,6 @@ pub const TYPICAL_COVERAGE: f64 = 0.95;
 /// A cluster and a workload, ready to be run with any policy and seed.
 #[derive(Debug)]
 pub struct Experiment {
-    nodes: Vec<NodeSpec>,
-    pods: Vec<PodRow>,
     requests: Vec<Request>,
     typical: Arc<TypicalPods>,
     template: Cluster,
@@ -49,10 +47,10 @@ impl Experiment {
     pub fn new(mut nodes: Vec<NodeSpec>, mut pods: Vec<PodRow>, tune: f64) -> Result<Self, LedgerError> {
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         pods.sort_by(|a, b| a.name.cmp(&b.name));
-        let template = Cluster::new(nodes.clone())?;
+        let template = Cluster::new(nodes)?;
         let requests: Vec<Request> = pods.iter().map(|p| request_of(&template, p)).collect();
         let typical = Arc::new(TypicalPods::from_requests(&requests, TYPICAL_COVERAGE));
-        Ok(Self { nodes, pods, requests, typical, template, tune })
+        Ok(Self { requests, typical, template, tune })
     }
 
     /// Total GPUs of the cluster.
@@ -67,12 +65,12 @@ impl Experiment {
 
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.template.nodes().len()
     }
 
     /// Number of pods in the (untuned) trace.
     pub fn pod_count(&self) -> usize {
-        self.pods.len()
+        self.requests.len()
     }
 
     /// The pod order of one seed: shuffled, then tuned to `tune` × capacity.
@@ -105,9 +103,10 @@ impl Experiment {
     pub fn run(&self, policy: PolicyKind, seed: u64) -> RunCurve {
         let mut rng = SplitMix64::new(seed);
         let arrivals = self.arrivals(&mut rng);
-        let perm = permutation(self.nodes.len(), &mut rng);
+        let nodes = self.template.nodes().len();
+        let perm = permutation(nodes, &mut rng);
         // perm[i] is node i's priority; ties go to the lowest priority number.
-        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+        let mut order: Vec<usize> = (0..nodes).collect();
         order.sort_by_key(|i| perm[*i]);
         let mut cluster = self.template.clone();
         let mut policy = policy.build(self.typical.clone());
