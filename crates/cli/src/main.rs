@@ -42,6 +42,8 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(cmd::token::TokenCommand),
+    /// Read the audit log of every change (admin); `audit verify` checks its hash chain.
+    Audit(cmd::audit::AuditArgs),
     /// Control-plane benchmarks.
     #[command(subcommand)]
     Bench(cmd::bench_submit::BenchCommand),
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Cancel(a) => cmd::cancel::run(a),
         Command::Nodes(a) => cmd::nodes::run(a),
         Command::Token(c) => cmd::token::run(c),
+        Command::Audit(a) => cmd::audit::run(a),
         Command::Bench(c) => cmd::bench_submit::run(c),
     };
     match result {

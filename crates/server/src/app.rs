@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_core::PolicyKind;
-use gantry_store::{Role, Store};
+use gantry_store::Store;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-use crate::auth::{self, TokenCache};
+use crate::auth::{FailureLimiter, TokenCache};
 use crate::metrics::Metrics;
 
 /// Validated server settings.
@@ -60,6 +60,8 @@ pub struct App {
     pub wake: Notify,
     /// Verified tokens.
     pub tokens: TokenCache,
+    /// Failed authentications per address.
+    pub failures: FailureLimiter,
     /// Why pending jobs wait, as of the last scheduling pass (not stored: it changes every pass).
     pub waiting: std::sync::RwLock<std::collections::HashMap<gantry_store::JobId, String>>,
 }
@@ -99,6 +101,9 @@ pub enum ServerError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] gantry_store::StoreError),
+    /// A store call answered something it should not have.
+    #[error("unexpected store answer: {0}")]
+    Unexpected(String),
 }
 
 /// A bound, not yet serving control plane.
@@ -120,6 +125,7 @@ impl Server {
             metrics: Metrics::default(),
             wake: Notify::new(),
             tokens: TokenCache::default(),
+            failures: FailureLimiter::default(),
             waiting: Default::default(),
         });
         Ok(Self { app, listener })
@@ -140,29 +146,10 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
-        let served = axum::serve(self.listener, router).with_graceful_shutdown(shutdown).await;
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(self.listener, service).with_graceful_shutdown(shutdown).await;
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         Ok(served?)
     }
-}
-
-/// Creates a token; returns its secret (shown once, never stored).
-pub fn create_token(
-    store: &dyn Store,
-    role: Role,
-    team: Option<&str>,
-    name: &str,
-) -> Result<String, ServerError> {
-    let secret = auth::new_secret()?;
-    store.create_token(&auth::hash(&secret), role, team, name, now_ms())?;
-    Ok(secret)
-}
-
-/// On a store without an admin token, creates one and returns its secret.
-pub fn ensure_admin_token(store: &dyn Store) -> Result<Option<String>, ServerError> {
-    if store.token_count(Role::Admin)? > 0 {
-        return Ok(None);
-    }
-    create_token(store, Role::Admin, None, "admin").map(Some)
 }

@@ -1,60 +1,152 @@
-//! Bearer tokens: 32 random bytes, base64url; only their SHA-256 is stored. Every request but
-//! `/healthz` carries one. Roles are checked in [`Principal`]'s methods, the one place later
-//! role and audit work will extend.
+//! Who is calling and what they may do.
+//!
+//! Bearer tokens are 32 random bytes, base64url; only their SHA-256 is stored. A token is one of
+//! three kinds: a user's `api` token (the user's role and teams decide what it may do), a
+//! one-time `join` token an agent trades for its node credential, and a `node` credential that
+//! acts for one node only (Kubernetes' node authorizer: a kubelet may touch only its own node).
+//! Every request but `/healthz` and `/v1/ca.pem` carries one; expired, revoked and used tokens
+//! get 401, and repeated failures from one address get 429 for a while.
+//!
+//! The rules live in [`Principal`]'s methods, next to each other, so that every endpoint's
+//! "who may call this" is one call here.
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::{Arc, RwLock};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine;
-use gantry_store::{Role, Store, TokenRecord};
+use gantry_store::{Actor, Role, Store, TokenKind, TokenRecord};
 use sha2::{Digest, Sha256};
 
-use crate::app::App;
+use crate::app::{App, now_ms};
 use crate::error::ApiError;
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
-    /// The token's record.
+    /// The token's record, with its owner's role and teams.
     pub token: TokenRecord,
+    /// The peer's address, when known.
+    pub peer: Option<SocketAddr>,
+    /// The common name of the verified client certificate, when the peer presented one.
+    pub cert_name: Option<String>,
 }
 
 impl Principal {
-    /// Admins and users act on jobs; agents do not.
+    /// The caller's role.
+    pub fn role(&self) -> Role {
+        self.token.role
+    }
+
+    /// The caller as the audit log names it.
+    pub fn actor(&self, team: Option<&str>) -> Actor {
+        let name = match (&self.token.user, &self.token.node, self.token.kind) {
+            (Some(user), _, _) => user.clone(),
+            (None, Some(node), TokenKind::Node) => format!("node:{node}"),
+            _ => format!("token:{}", self.token.id),
+        };
+        Actor {
+            name,
+            role: self.token.role.to_string(),
+            team: team.map(str::to_owned),
+            peer: self.peer.map(|p| p.to_string()),
+        }
+    }
+
+    fn is_user(&self) -> bool {
+        self.token.kind == TokenKind::Api
+    }
+
+    /// Teams whose jobs, logs and events the caller sees; `None` means every team.
+    pub fn visible_teams(&self) -> Option<Vec<String>> {
+        match (self.is_user(), self.token.role) {
+            (true, Role::Admin | Role::Operator) => None,
+            (true, _) => Some(self.token.teams.clone()),
+            (false, _) => Some(Vec::new()),
+        }
+    }
+
+    /// Whether the caller sees this team's jobs.
+    pub fn sees_team(&self, team: &str) -> bool {
+        self.visible_teams().is_none_or(|teams| teams.iter().any(|t| t == team))
+    }
+
+    /// Any user (not an agent): reads of the cluster, scoped by [`Self::visible_teams`].
     pub fn require_user(&self) -> Result<(), ApiError> {
-        match self.token.role {
-            Role::Admin | Role::User => Ok(()),
-            Role::Agent => Err(ApiError::Forbidden("agent tokens cannot manage jobs".into())),
+        if self.is_user() { Ok(()) } else { Err(forbidden("agent credentials cannot use this endpoint")) }
+    }
+
+    /// Admins and operators: cluster-wide reads and node and quota changes.
+    pub fn require_operator(&self) -> Result<(), ApiError> {
+        match (self.is_user(), self.token.role) {
+            (true, Role::Admin | Role::Operator) => Ok(()),
+            _ => Err(forbidden("this needs an operator or admin token")),
         }
     }
-    /// Only admins.
+
+    /// Only admins: users, tokens, the audit log.
     pub fn require_admin(&self) -> Result<(), ApiError> {
-        match self.token.role {
-            Role::Admin => Ok(()),
-            _ => Err(ApiError::Forbidden("this needs an admin token".into())),
+        match (self.is_user(), self.token.role) {
+            (true, Role::Admin) => Ok(()),
+            _ => Err(forbidden("this needs an admin token")),
         }
     }
-    /// Agents (and admins, for tests and `gantry up`).
-    pub fn require_agent(&self) -> Result<(), ApiError> {
-        match self.token.role {
-            Role::Admin | Role::Agent => Ok(()),
-            Role::User => Err(ApiError::Forbidden("this needs an agent join token".into())),
+
+    /// Changing a team's jobs: admins, and members of that team.
+    pub fn require_member_of(&self, team: &str) -> Result<(), ApiError> {
+        match (self.is_user(), self.token.role) {
+            (true, Role::Admin) => Ok(()),
+            (true, Role::Member) if self.token.teams.iter().any(|t| t == team) => Ok(()),
+            (true, Role::Member) => Err(forbidden(&format!("you are not a member of team {team}"))),
+            (true, role) => Err(forbidden(&format!("the {role} role cannot change jobs"))),
+            (false, _) => Err(forbidden("agent credentials cannot change jobs")),
         }
     }
-    /// A user may act on its own team's jobs only.
-    pub fn require_team(&self, team: &str) -> Result<(), ApiError> {
-        self.require_user()?;
-        match (&self.token.role, &self.token.team) {
-            (Role::User, Some(own)) if own != team => {
-                Err(ApiError::Forbidden(format!("token of team {own} cannot act for team {team}")))
+
+    /// Acting as a node's agent: only that node's credential (and, over mutual TLS, a client
+    /// certificate issued to that node).
+    pub fn require_node(&self, node_id: &str) -> Result<(), ApiError> {
+        if self.token.kind != TokenKind::Node {
+            return Err(forbidden("this needs a node credential (agents get one with a join token)"));
+        }
+        if self.token.node.as_deref() != Some(node_id) {
+            let own = self.token.node.as_deref().unwrap_or("?");
+            return Err(forbidden(&format!("the credential of node {own} cannot act for node {node_id}")));
+        }
+        match &self.cert_name {
+            Some(cn) if cn != node_id => {
+                Err(forbidden(&format!("the client certificate of {cn} cannot act for node {node_id}")))
             }
             _ => Ok(()),
         }
     }
+
+    /// Trading a join token for a node credential.
+    pub fn require_join(&self, node_id: &str) -> Result<(), ApiError> {
+        if self.token.kind != TokenKind::Join {
+            return Err(forbidden("this needs a join token"));
+        }
+        match &self.token.node {
+            Some(bound) if bound != node_id => {
+                Err(forbidden(&format!("this join token is for node {bound}, not {node_id}")))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The common name of a verified client certificate, put on each request of a mutual-TLS
+/// connection by the listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerName(pub String);
+
+fn forbidden(why: &str) -> ApiError {
+    ApiError::Forbidden(why.to_owned())
 }
 
 /// A fresh random token secret.
@@ -69,44 +161,109 @@ pub fn hash(secret: &str) -> String {
     Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Verified tokens by hash; tokens are not revoked yet, so a hit never goes stale.
+/// Verified tokens by hash. Any change to tokens or users clears it, so a revocation or a role
+/// change takes effect on the next request; expiry is checked on every hit.
 #[derive(Debug, Default)]
 pub struct TokenCache(RwLock<HashMap<String, TokenRecord>>);
+
+/// Cached tokens at most; past it the cache starts over.
+const CACHE_LIMIT: usize = 10_000;
 
 impl TokenCache {
     async fn lookup(&self, store: &Arc<dyn Store>, secret: &str) -> Result<TokenRecord, ApiError> {
         let hash = hash(secret);
-        if let Some(hit) = self.0.read().ok().and_then(|m| m.get(&hash).cloned()) {
-            return Ok(hit);
+        let hit = self.0.read().ok().and_then(|m| m.get(&hash).cloned());
+        let record = match hit {
+            Some(hit) => hit,
+            None => {
+                let store = Arc::clone(store);
+                let key = hash.clone();
+                let found = tokio::task::spawn_blocking(move || store.token_by_hash(&key))
+                    .await
+                    .map_err(|e| ApiError::Internal(e.to_string()))??;
+                let record = found.ok_or(ApiError::Unauthorized)?;
+                if let Ok(mut m) = self.0.write() {
+                    if m.len() >= CACHE_LIMIT {
+                        m.clear();
+                    }
+                    m.insert(hash, record.clone());
+                }
+                record
+            }
+        };
+        match record.refusal(now_ms()) {
+            Some(why) => Err(ApiError::TokenRefused(why)),
+            None => Ok(record),
         }
-        let store = Arc::clone(store);
-        let key = hash.clone();
-        let found = tokio::task::spawn_blocking(move || store.token_by_hash(&key))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))??;
-        let record = found.ok_or(ApiError::Unauthorized)?;
+    }
+
+    /// Forgets every cached token.
+    pub fn clear(&self) {
         if let Ok(mut m) = self.0.write() {
-            m.insert(hash, record.clone());
+            m.clear();
         }
-        Ok(record)
     }
 }
 
-/// Middleware: resolves the bearer token into a [`Principal`] extension, or answers 401.
+/// Failed authentications per client address: past [`FAILURE_LIMIT`] in a window, 429.
+#[derive(Debug, Default)]
+pub struct FailureLimiter(Mutex<HashMap<IpAddr, (Instant, u32)>>);
+
+/// Failures allowed per address per window.
+pub const FAILURE_LIMIT: u32 = 20;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+
+impl FailureLimiter {
+    fn blocked(&self, ip: IpAddr) -> bool {
+        let Ok(m) = self.0.lock() else { return false };
+        m.get(&ip).is_some_and(|(since, n)| *n >= FAILURE_LIMIT && since.elapsed() < FAILURE_WINDOW)
+    }
+
+    fn failed(&self, ip: IpAddr) {
+        let Ok(mut m) = self.0.lock() else { return };
+        if m.len() > 100_000 {
+            m.retain(|_, (since, _)| since.elapsed() < FAILURE_WINDOW);
+        }
+        let entry = m.entry(ip).or_insert((Instant::now(), 0));
+        if entry.0.elapsed() >= FAILURE_WINDOW {
+            *entry = (Instant::now(), 0);
+        }
+        entry.1 += 1;
+    }
+}
+
+/// The secret of an `Authorization: Bearer …` header (the scheme in any case, RFC 7235).
+fn bearer(req: &Request) -> Option<String> {
+    let value = req.headers().get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, secret) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| secret.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+/// Middleware: resolves the bearer token into a [`Principal`] extension, or answers 401 (429
+/// once an address has failed too often).
 pub async fn require_token(
     State(app): State<Arc<App>>,
     mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let secret = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(ApiError::Unauthorized)?
-        .trim()
-        .to_owned();
-    let token = app.tokens.lookup(&app.store, &secret).await?;
-    req.extensions_mut().insert(Principal { token });
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let ip = peer.map_or(IpAddr::from([0, 0, 0, 0]), |p| p.ip());
+    if app.failures.blocked(ip) {
+        return Err(ApiError::TooManyFailures);
+    }
+    let looked_up = match bearer(&req) {
+        Some(secret) => app.tokens.lookup(&app.store, &secret).await,
+        None => Err(ApiError::Unauthorized),
+    };
+    let token = match looked_up {
+        Ok(token) => token,
+        Err(e @ (ApiError::Unauthorized | ApiError::TokenRefused(_))) => {
+            app.failures.failed(ip);
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let cert_name = req.extensions().get::<PeerName>().map(|p| p.0.clone());
+    req.extensions_mut().insert(Principal { token, peer, cert_name });
     Ok(next.run(req).await)
 }

@@ -1,9 +1,19 @@
 //! Every mutation of the control plane is a [`Command`]; [`App::dispatch`] is the one place
 //! that applies them. HTTP handlers and the scheduler only build commands.
+//!
+//! A command made for a caller carries the caller's [`Principal`]: the dispatcher checks what
+//! the caller may do, then hands the store one audited [`Change`], which is applied and appended
+//! to the audit log in the same transaction. A refusal is audited too (`denied: …`). Heartbeats
+//! are checked but not audited (they arrive several times a second per node; the job
+//! transitions they cause are recorded with the job), and the scheduler's own commands have no
+//! caller.
 
 use std::sync::Arc;
 
-use gantry_store::{Heartbeat, Job, JobId, NewJob, NodeRegistration, Placement, Role, Store, Team};
+use gantry_store::{
+    AuditEntry, Change, Changed, Heartbeat, Job, JobId, NewJob, NewToken, NodeRegistration, Placement, Store,
+    Team, User,
+};
 
 use crate::app::{self, App};
 use crate::auth::Principal;
@@ -13,8 +23,13 @@ use crate::error::ApiError;
 #[derive(Debug, Clone)]
 pub enum Command {
     /// Queue a job.
-    Submit(NewJob),
-    /// Cancel a job on behalf of a caller.
+    Submit {
+        /// The job.
+        job: NewJob,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Cancel a job.
     Cancel {
         /// The job.
         id: JobId,
@@ -22,20 +37,54 @@ pub enum Command {
         by: Principal,
     },
     /// Create or change a team's quota.
-    SetTeam(Team),
-    /// Create an API token.
+    SetTeam {
+        /// The team.
+        team: Team,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Create or replace a user.
+    SetUser {
+        /// The user.
+        user: User,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Store a token (its secret stays with the caller).
     CreateToken {
-        /// Its role.
-        role: Role,
-        /// Its team.
-        team: Option<String>,
-        /// Label.
-        name: String,
+        /// The token.
+        token: NewToken,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Revoke a token.
+    RevokeToken {
+        /// The token's id.
+        id: i64,
+        /// Who asks.
+        by: Principal,
+    },
+    /// An agent trades its join token for a node credential.
+    Join {
+        /// The credential to store (bound to the node).
+        credential: NewToken,
+        /// The join token's holder.
+        by: Principal,
     },
     /// A node (re)registers.
-    RegisterNode(NodeRegistration),
+    RegisterNode {
+        /// What it reports.
+        registration: NodeRegistration,
+        /// Its agent.
+        by: Principal,
+    },
     /// An agent reports.
-    Heartbeat(Heartbeat),
+    Heartbeat {
+        /// The report.
+        heartbeat: Heartbeat,
+        /// Its agent.
+        by: Principal,
+    },
     /// Record a scheduling decision.
     Place(Placement),
     /// Mark silent nodes lost.
@@ -48,7 +97,7 @@ pub enum Command {
 /// What a command produced.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    /// A job id; `created` is false when the request id was seen before.
+    /// A job id; `created` is false when the team's request id was seen before.
     Submitted {
         /// The job.
         id: JobId,
@@ -59,8 +108,8 @@ pub enum Outcome {
     Job(Box<Job>),
     /// Nothing to return.
     Done,
-    /// A new token's secret.
-    Token(String),
+    /// A stored token's id.
+    Token(i64),
     /// A node's new epoch.
     Registered(u64),
     /// Jobs a node must run.
@@ -74,12 +123,26 @@ impl App {
     pub async fn dispatch(self: &Arc<Self>, command: Command) -> Result<Outcome, ApiError> {
         let wakes = matches!(
             command,
-            Command::Submit(_) | Command::Cancel { .. } | Command::RegisterNode(_) | Command::SetTeam(_)
+            Command::Submit { .. }
+                | Command::Cancel { .. }
+                | Command::RegisterNode { .. }
+                | Command::SetTeam { .. }
+        );
+        let credentials_change = matches!(
+            command,
+            Command::SetUser { .. }
+                | Command::CreateToken { .. }
+                | Command::RevokeToken { .. }
+                | Command::Join { .. }
         );
         let store = Arc::clone(&self.store);
         let outcome = tokio::task::spawn_blocking(move || apply(&*store, command))
             .await
-            .map_err(|e| ApiError::Internal(e.to_string()))??;
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if credentials_change {
+            self.tokens.clear();
+        }
+        let outcome = outcome?;
         if let Outcome::Submitted { created: true, .. } = outcome {
             self.metrics.submissions.inc();
         }
@@ -93,15 +156,42 @@ impl App {
 fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
     let now = app::now_ms();
     match command {
-        Command::Submit(job) => {
-            store.submit(&job).map(|(id, created)| Outcome::Submitted { id, created }).map_err(Into::into)
+        Command::Submit { job, by } => {
+            let team = job.team.clone();
+            let check = by.require_member_of(&team);
+            let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
+            audited(store, check, Change::Submit(job), entry)
         }
         Command::Cancel { id, by } => cancel(store, id, &by, now),
-        Command::SetTeam(team) => store.set_team(&team).map(|()| Outcome::Done).map_err(Into::into),
-        Command::CreateToken { role, team, name } => create_token(store, role, team.as_deref(), &name),
-        Command::RegisterNode(reg) => store.register_node(&reg).map(Outcome::Registered).map_err(Into::into),
-        Command::Heartbeat(hb) => {
-            store.heartbeat(&Heartbeat { at: now, ..hb }).map(Outcome::Assignments).map_err(Into::into)
+        Command::SetTeam { team, by } => {
+            let entry = entry(&by, "team.set", format!("team/{}", team.name), Some(&team.name), now);
+            audited(store, by.require_operator(), Change::SetTeam(team), entry)
+        }
+        Command::SetUser { user, by } => {
+            let entry = entry(&by, "user.set", format!("user/{}", user.name), None, now);
+            audited(store, by.require_admin(), Change::SetUser(user), entry)
+        }
+        Command::CreateToken { token, by } => {
+            let entry = entry(&by, "token.create", String::new(), None, now);
+            audited(store, by.require_admin(), Change::CreateToken(token), entry)
+        }
+        Command::RevokeToken { id, by } => revoke(store, id, &by, now),
+        Command::Join { credential, by } => {
+            let node = credential.node.clone().unwrap_or_default();
+            let entry = entry(&by, "node.join", format!("node/{node}"), None, now);
+            let change = Change::Join { join_token: by.token.id, credential };
+            audited(store, by.require_join(&node), change, entry)
+        }
+        Command::RegisterNode { registration, by } => {
+            let node = registration.node_id.clone();
+            let entry = entry(&by, "node.register", format!("node/{node}"), None, now);
+            audited(store, by.require_node(&node), Change::RegisterNode(registration), entry)
+        }
+        Command::Heartbeat { heartbeat, by } => {
+            let node = heartbeat.node_id.clone();
+            let entry = entry(&by, "node.heartbeat", format!("node/{node}"), None, now);
+            refuse_unless(store, by.require_node(&node), entry)?;
+            Ok(Outcome::Assignments(store.heartbeat(&Heartbeat { at: now, ..heartbeat })?))
         }
         Command::Place(placement) => store.place(&placement).map(|()| Outcome::Done).map_err(Into::into),
         Command::ExpireNodes { deadline } => {
@@ -110,14 +200,58 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
     }
 }
 
-fn cancel(store: &dyn Store, id: JobId, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
-    let job = store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("job {id} not found")))?;
-    by.require_team(&job.team)?;
-    Ok(Outcome::Job(Box::new(store.cancel(id, now)?)))
+fn entry(by: &Principal, action: &str, target: String, team: Option<&str>, at: i64) -> AuditEntry {
+    AuditEntry { actor: by.actor(team), action: action.to_owned(), target, at }
 }
 
-fn create_token(store: &dyn Store, role: Role, team: Option<&str>, name: &str) -> Result<Outcome, ApiError> {
-    app::create_token(store, role, team, name)
-        .map(Outcome::Token)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+/// Passes `check`'s error on after recording it as a refusal.
+fn refuse_unless(store: &dyn Store, check: Result<(), ApiError>, entry: AuditEntry) -> Result<(), ApiError> {
+    let Err(e) = check else { return Ok(()) };
+    let outcome = match &e {
+        ApiError::NotFound(_) => "denied: not visible to the caller".to_owned(),
+        other => format!("denied: {other}"),
+    };
+    if let Err(audit) = store.audit_refusal(entry, outcome) {
+        tracing::warn!(error = %audit, "could not record a refusal in the audit log");
+    }
+    Err(e)
+}
+
+fn audited(
+    store: &dyn Store,
+    check: Result<(), ApiError>,
+    change: Change,
+    entry: AuditEntry,
+) -> Result<Outcome, ApiError> {
+    refuse_unless(store, check, entry.clone())?;
+    Ok(match store.apply(change, entry)? {
+        Changed::Submitted { id, created } => Outcome::Submitted { id, created },
+        Changed::Job(job) => Outcome::Job(job),
+        Changed::Token(id) => Outcome::Token(id),
+        Changed::Registered(epoch) => Outcome::Registered(epoch),
+        Changed::Done => Outcome::Done,
+    })
+}
+
+fn cancel(store: &dyn Store, id: JobId, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
+    let job = store.job(id)?;
+    let team = job.as_ref().map(|j| j.team.clone());
+    let entry = entry(by, "job.cancel", format!("job/{id}"), team.as_deref(), now);
+    let check = match &job {
+        Some(job) if by.sees_team(&job.team) => by.require_member_of(&job.team),
+        _ => Err(ApiError::NotFound(format!("job {id} not found"))),
+    };
+    audited(store, check, Change::Cancel(id), entry)
+}
+
+fn revoke(store: &dyn Store, id: i64, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
+    let token = store.token(id)?;
+    let entry = entry(by, "token.revoke", format!("token/{id}"), None, now);
+    let own = token.as_ref().is_some_and(|t| t.user.is_some() && t.user == by.token.user);
+    let check = match token {
+        None => Err(ApiError::NotFound(format!("token {id} not found"))),
+        Some(_) if own && by.token.kind == gantry_store::TokenKind::Api => Ok(()),
+        Some(_) => by.require_admin().map_err(|_| ApiError::NotFound(format!("token {id} not found"))),
+    };
+    audited(store, check, Change::RevokeToken(id), entry)
 }

@@ -13,6 +13,12 @@ pub enum ApiError {
     /// No or unknown bearer token.
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// The token is known but expired, revoked or (a join token) already used.
+    #[error("token {0}")]
+    TokenRefused(&'static str),
+    /// Too many failed authentications from this address; wait.
+    #[error("too many failed authentications from this address; try again in a minute")]
+    TooManyFailures,
     /// The token may not do this.
     #[error("{0}")]
     Forbidden(String),
@@ -57,7 +63,8 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = match &self {
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::TokenRefused(_) => StatusCode::UNAUTHORIZED,
+            ApiError::TooManyFailures => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,

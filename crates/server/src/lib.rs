@@ -14,8 +14,10 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod command;
+pub mod credentials;
 pub mod error;
 pub mod metrics;
 pub mod scheduler;
 
-pub use app::{App, Server, ServerConfig, ServerError, create_token, ensure_admin_token, now_ms};
+pub use app::{App, Server, ServerConfig, ServerError, now_ms};
+pub use credentials::{create_join_token, create_node_credential, create_user_token, ensure_admin_token};

@@ -8,6 +8,7 @@
 //! Start reading at [`Store`], then [`sqlite`] (writer thread with group commit, WAL, migrations
 //! under `migrations/`).
 
+pub mod audit;
 pub mod error;
 pub mod history;
 pub mod model;
@@ -22,18 +23,39 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Durable control-plane state. Every method is atomic; writes are durable when they return.
 pub trait Store: Send + Sync + std::fmt::Debug {
-    /// Stores a token's hash; returns its id.
-    fn create_token(&self, hash: &str, role: Role, team: Option<&str>, name: &str, at: i64) -> Result<i64>;
+    /// Applies a change made for a caller and appends it to the audit log, in one transaction.
+    /// A change that fails is still recorded, with `error: …` as its outcome.
+    fn apply(&self, change: Change, audit: AuditEntry) -> Result<Changed>;
+    /// Records a refused request (`denied: …`) in the audit log.
+    fn audit_refusal(&self, audit: AuditEntry, outcome: String) -> Result<()>;
+    /// Audit rows after id `after`, oldest first, at most `limit`, none before `since` (ms).
+    fn audit_rows(&self, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>>;
+    /// The audit log's head: the last row's id and hash.
+    fn audit_head(&self) -> Result<Option<(i64, String)>>;
+
+    /// Stores a token's hash without an audit row (bootstrap and tests); returns its id.
+    fn create_token(&self, token: &NewToken) -> Result<i64>;
     /// Finds a token by the hex SHA-256 of its secret.
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
-    /// Number of tokens with this role.
-    fn token_count(&self, role: Role) -> Result<u64>;
+    /// One token.
+    fn token(&self, id: i64) -> Result<Option<TokenRecord>>;
+    /// Tokens, newest first (only one user's when given).
+    fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>>;
+    /// Usable admin tokens at `now`.
+    fn admin_token_count(&self, now: i64) -> Result<u64>;
+    /// Creates or replaces a user without an audit row (bootstrap and tests).
+    fn set_user(&self, user: &User, at: i64) -> Result<()>;
+    /// One user.
+    fn user(&self, name: &str) -> Result<Option<User>>;
+    /// All users.
+    fn users(&self) -> Result<Vec<User>>;
     /// Creates or updates a team.
     fn set_team(&self, team: &Team) -> Result<()>;
     /// All teams.
     fn teams(&self) -> Result<Vec<Team>>;
 
-    /// Records a submission; returns the id and whether it is new (false: same `request_id` seen).
+    /// Records a submission; returns the id and whether it is new (false: same `request_id`
+    /// seen before in the same team).
     fn submit(&self, job: &NewJob) -> Result<(JobId, bool)>;
     /// One job.
     fn job(&self, id: JobId) -> Result<Option<Job>>;
@@ -48,9 +70,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
 
-    /// Registers a node (again); returns its new epoch. Jobs of older epochs are requeued.
+    /// Registers a node (again); returns its new epoch. Jobs of older epochs are requeued. A GPU
+    /// that a ready node holds cannot be claimed by another.
     fn register_node(&self, registration: &NodeRegistration) -> Result<u64>;
-    /// Applies a heartbeat; returns the jobs the node must run now.
+    /// Applies a heartbeat; returns the jobs the node must run now. Reports of jobs not placed
+    /// on this node under this epoch change nothing.
     fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Job>>;
     /// Marks ready nodes silent since before `deadline` as lost and requeues their jobs.
     fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>>;
@@ -61,6 +85,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Allocation history (or only what is held now).
     fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>>;
-    /// Latest events, newest first.
-    fn events(&self, limit: u32) -> Result<Vec<Event>>;
+    /// Events, newest first.
+    fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
 }

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use gantry_server::api::types::{HeartbeatResponse, RegisterRequest, RegisterResponse};
+use gantry_server::api::types::{
+    HeartbeatResponse, JoinRequest, JoinResponse, RegisterRequest, RegisterResponse,
+};
 use gantry_store::Heartbeat;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -25,6 +27,11 @@ impl Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
         Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
+    }
+
+    /// Trades the join token this client holds for the node's credential.
+    pub async fn join(&self, node_id: &str) -> Result<JoinResponse, AgentError> {
+        self.post("/v1/agent/join", &JoinRequest { node_id: node_id.to_owned() }).await
     }
 
     /// Registers the node; returns its epoch.

@@ -14,6 +14,9 @@ pub enum AgentError {
         /// Its message.
         body: String,
     },
+    /// The join token or the stored credential was refused.
+    #[error("the server refused this node's credentials: {0}")]
+    Refused(String),
     /// The server no longer accepts this agent's epoch: stop everything and register again.
     #[error("fenced by the server: {0}")]
     Fenced(String),

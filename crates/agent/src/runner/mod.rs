@@ -5,6 +5,7 @@
 //! once and the node registers again under a new epoch.
 
 pub mod client;
+pub mod credential;
 pub mod error;
 pub mod gpus;
 pub mod jobs;
@@ -26,7 +27,8 @@ pub use gpus::{BackendChoice, Gpus};
 pub struct AgentConfig {
     /// Server base URL, e.g. `http://127.0.0.1:7070`.
     pub server: String,
-    /// Join token (role `agent`).
+    /// A one-time join token, used when `<state_dir>/credential` does not exist yet (the node's
+    /// credential is stored there after joining).
     pub token: String,
     /// Stable node id.
     pub node_id: String,
@@ -40,8 +42,19 @@ pub struct AgentConfig {
 
 /// Runs the agent until `stop` turns true; then stops its jobs (SIGTERM, grace, SIGKILL).
 pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
-    let client = Client::new(&config.server, &config.token)?;
     process::kill_orphans(&config.state_dir);
+    let credential = loop {
+        match credential::obtain(&config).await {
+            Ok(credential) => break credential,
+            Err(AgentError::Status { status: 401 | 403, body }) => return Err(AgentError::Refused(body)),
+            Err(e) => tracing::warn!(error = %e, "joining failed; retrying"),
+        }
+        tokio::select! {
+            _ = stop.changed() => return Ok(()),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    };
+    let client = Client::new(&config.server, &credential)?;
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
     let mut jobs = jobs::Jobs::new(exit_tx, config.logs_dir.clone(), config.state_dir.clone(), config.grace);
     let register = RegisterRequest {
@@ -56,6 +69,10 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             match client.register(&register).await {
                 Ok(r) => {
                     break (r.epoch, Duration::from_millis(r.heartbeat_interval_ms.max(50)));
+                }
+                Err(AgentError::Status { status: 401, body }) => {
+                    tracing::error!(%body, "the node credential was refused (revoked?); remove {} and join with a new join token",
+                        credential::path(&config.state_dir).display());
                 }
                 Err(e) => tracing::warn!(error = %e, "registration failed; retrying"),
             }

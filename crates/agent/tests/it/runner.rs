@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus};
 use gantry_gpu::FaultKind;
 use gantry_server::{Server, ServerConfig};
-use gantry_store::{
-    GpuHealth, Job, JobFilter, JobRequest, JobState, NewJob, Role, SqliteStore, Store, history,
-};
+use gantry_store::{GpuHealth, Job, JobFilter, JobRequest, JobState, NewJob, SqliteStore, Store, history};
 
 struct Harness {
     store: Arc<dyn Store>,
@@ -30,7 +28,8 @@ async fn start(fleet: &str) -> Harness {
     tokio::spawn(server.serve(async move {
         let _ = server_stop.changed().await;
     }));
-    let token = gantry_server::create_token(&*store, Role::Agent, None, "test agent").expect("token");
+    let ttl = std::time::Duration::from_secs(3600);
+    let token = gantry_server::create_join_token(&*store, Some("n1"), ttl).expect("join token");
     let gpus = Gpus::open(&BackendChoice::Simulated(fleet.into()), 3).expect("fleet");
     let gpus_fleet = gpus.fleet().expect("simulated");
     let config = AgentConfig {

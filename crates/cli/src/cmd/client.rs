@@ -72,6 +72,8 @@ pub fn save_config(config: &ClientConfig) -> anyhow::Result<PathBuf> {
         .mode(0o600)
         .open(&path)
         .with_context(|| format!("cannot write {}", path.display()))?;
+    // `mode` applies only when the file is created: tighten one that existed too.
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     std::io::Write::write_all(&mut file, text.as_bytes())?;
     Ok(path)
 }
@@ -108,6 +110,11 @@ impl Api {
         Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
     }
 
+    /// The server's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// GET a JSON resource.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         let resp = self.send(self.http.get(self.url(path))).await?;
@@ -118,6 +125,19 @@ impl Api {
     pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
         let resp = self.send(self.http.get(self.url(path))).await?;
         Ok(resp.bytes().await?.to_vec())
+    }
+
+    /// GET a JSON page and the `x-next-before` cursor of the next one.
+    pub async fn get_page<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<(T, Option<i64>)> {
+        let resp = self.send(self.http.get(self.url(path))).await?;
+        let next =
+            resp.headers().get("x-next-before").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        Ok((resp.json().await?, next))
+    }
+
+    /// DELETE a resource.
+    pub async fn delete(&self, path: &str) -> anyhow::Result<()> {
+        self.send(self.http.delete(self.url(path))).await.map(drop)
     }
 
     /// POST JSON, read JSON.

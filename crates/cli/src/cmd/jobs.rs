@@ -21,10 +21,13 @@ pub struct JobsArgs {
     /// Only this team's jobs.
     #[arg(long)]
     team: Option<String>,
-    /// At most this many, newest first.
+    /// At most this many (up to 1000), newest first; without it every job, oldest first.
     #[arg(long)]
     limit: Option<u32>,
 }
+
+/// Jobs per request when listing them all.
+const PAGE: u32 = 1000;
 
 /// Lists jobs.
 pub fn list(args: JobsArgs) -> anyhow::Result<()> {
@@ -35,12 +38,16 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
     if let Some(t) = &args.team {
         query.push(format!("team={t}"));
     }
-    if let Some(l) = args.limit {
-        query.push(format!("limit={l}"));
-    }
-    let path = if query.is_empty() { "/v1/jobs".to_owned() } else { format!("/v1/jobs?{}", query.join("&")) };
+    query.push(format!("limit={}", args.limit.unwrap_or(PAGE)));
+    let path = format!("/v1/jobs?{}", query.join("&"));
     let api = Api::connect(&args.server)?;
-    let jobs: Vec<Job> = block_on(api.get(&path))??;
+    let jobs = if args.limit.is_some() {
+        block_on(api.get::<Vec<Job>>(&path))??
+    } else {
+        let mut all = block_on(all_pages(&api, &path))??;
+        all.reverse();
+        all
+    };
     match args.output {
         Output::Json => table::json(&jobs),
         Output::Table => {
@@ -49,6 +56,17 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Follows `x-next-before` until the last page; newest first.
+async fn all_pages(api: &Api, path: &str) -> anyhow::Result<Vec<Job>> {
+    let (mut all, mut next): (Vec<Job>, _) = api.get_page(path).await?;
+    while let Some(before) = next {
+        let (page, after): (Vec<Job>, _) = api.get_page(&format!("{path}&before={before}")).await?;
+        all.extend(page);
+        next = after;
+    }
+    Ok(all)
 }
 
 fn row(j: &Job) -> Vec<String> {

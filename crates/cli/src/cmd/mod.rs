@@ -2,6 +2,7 @@
 //! `client` and `table` what the client commands share.
 
 pub mod agent;
+pub mod audit;
 pub mod backend;
 pub mod bench;
 pub mod bench_submit;

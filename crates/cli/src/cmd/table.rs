@@ -25,3 +25,30 @@ pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
+
+/// A time (ms since the Unix epoch) as `YYYY-MM-DD HH:MM UTC`.
+pub fn when(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", rest / 3600, rest % 3600 / 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn times_print_as_utc_dates() {
+        assert_eq!(super::when(0), "1970-01-01 00:00 UTC");
+        assert_eq!(super::when(1_796_037_262_716), "2026-11-30 11:14 UTC");
+        assert_eq!(super::when(951_827_696_000), "2000-02-29 12:34 UTC");
+    }
+}

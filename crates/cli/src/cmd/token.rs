@@ -1,15 +1,21 @@
-//! `gantry token create --team T`.
+//! `gantry token create|list|revoke`.
 
 use clap::{Args, Subcommand};
 use gantry_server::api::types::TokenResponse;
+use gantry_store::{TokenKind, TokenRecord};
 
-use super::client::{Api, ServerArgs, block_on};
+use super::client::{Api, Output, ServerArgs, block_on};
+use super::table;
 
 /// Token subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
-    /// Create a token (needs an admin token); prints the secret once.
+    /// Create a token (needs an admin token); prints the secret once, alone on stdout.
     Create(CreateArgs),
+    /// List tokens (an admin sees all, others their own); never shows secrets.
+    List(ListArgs),
+    /// Revoke a token by id; it stops working on its next request.
+    Revoke(RevokeArgs),
 }
 
 /// Arguments of `gantry token create`.
@@ -17,23 +23,122 @@ pub enum TokenCommand {
 pub struct CreateArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// Team the token acts for.
+    /// Team the user belongs to (added to its teams).
     #[arg(long)]
     team: Option<String>,
-    /// `user`, `admin` or `agent`.
-    #[arg(long, default_value = "user")]
+    /// The user the token is for (default: the team's name).
+    #[arg(long)]
+    user: Option<String>,
+    /// `member` (alias `user`), `viewer`, `operator`, `admin`, or `agent` for a one-time join token.
+    #[arg(long, default_value = "member")]
     role: String,
+    /// Join tokens: the only node that may join with it.
+    #[arg(long)]
+    node: Option<String>,
+    /// Lifetime, e.g. `90d`, `12h`, `30m` (default 90 days; 1 hour for join tokens).
+    #[arg(long)]
+    ttl: Option<String>,
     /// Label.
     #[arg(long)]
     name: Option<String>,
 }
 
+/// Arguments of `gantry token list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    output: Output,
+}
+
+/// Arguments of `gantry token revoke`.
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The token's id (see `gantry token list`).
+    id: i64,
+}
+
 /// Runs a token subcommand.
 pub fn run(command: TokenCommand) -> anyhow::Result<()> {
-    let TokenCommand::Create(args) = command;
+    match command {
+        TokenCommand::Create(args) => create(args),
+        TokenCommand::List(args) => list(args),
+        TokenCommand::Revoke(args) => {
+            let api = Api::connect(&args.server)?;
+            block_on(api.delete(&format!("/v1/tokens/{}", args.id)))??;
+            eprintln!("token {} revoked", args.id);
+            Ok(())
+        }
+    }
+}
+
+fn create(args: CreateArgs) -> anyhow::Result<()> {
+    let ttl_seconds = args.ttl.as_deref().map(parse_ttl).transpose()?;
     let api = Api::connect(&args.server)?;
-    let body = serde_json::json!({ "role": args.role, "team": args.team, "name": args.name });
+    let body = serde_json::json!({
+        "role": args.role, "team": args.team, "user": args.user, "name": args.name,
+        "node": args.node, "ttl_seconds": ttl_seconds,
+    });
     let resp: TokenResponse = block_on(api.post("/v1/tokens", &body))??;
     println!("{}", resp.token);
+    let expires = resp.expires_at.map_or_else(|| "never".to_owned(), table::when);
+    if resp.kind == TokenKind::Join {
+        let node = args.node.as_deref().unwrap_or("NODE");
+        eprintln!("one-time join token {} (expires {expires}); on the new machine run:", resp.id);
+        eprintln!("  gantry agent --server {} --node-id {node} --join-token <the token above>", api.base());
+    } else {
+        eprintln!(
+            "token {} (expires {expires}); use it with GANTRY_TOKEN=<the token above> or --token",
+            resp.id
+        );
+    }
     Ok(())
+}
+
+fn list(args: ListArgs) -> anyhow::Result<()> {
+    let api = Api::connect(&args.server)?;
+    let tokens: Vec<TokenRecord> = block_on(api.get("/v1/tokens"))??;
+    if args.output == Output::Json {
+        return table::json(&tokens);
+    }
+    let now = gantry_server::now_ms();
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let owner =
+                t.user.clone().or_else(|| t.node.clone().map(|n| format!("node {n}"))).unwrap_or("-".into());
+            let state = t.refusal(now).unwrap_or("active").to_owned();
+            let expires = t.expires_at.map_or_else(|| "never".to_owned(), table::when);
+            vec![
+                t.id.to_string(),
+                t.kind.to_string(),
+                owner,
+                t.role.to_string(),
+                state,
+                expires,
+                t.name.clone(),
+            ]
+        })
+        .collect();
+    table::print(&["ID", "KIND", "OWNER", "ROLE", "STATE", "EXPIRES", "NAME"], &rows);
+    Ok(())
+}
+
+/// `90d`, `12h`, `30m`, `45s` or plain seconds.
+pub fn parse_ttl(text: &str) -> anyhow::Result<u64> {
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 =
+        digits.parse().map_err(|_| anyhow::anyhow!("--ttl: `{text}` is not like 90d, 12h, 30m or 45s"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => anyhow::bail!("--ttl: unit must be s, m, h or d, not `{unit}`"),
+    };
+    n.checked_mul(scale).ok_or_else(|| anyhow::anyhow!("--ttl: `{text}` is too long"))
 }

@@ -11,7 +11,7 @@ use gantry_agent::exporter::{self, ExporterConfig};
 use gantry_agent::runner::{self, AgentConfig, Gpus};
 use gantry_core::PolicyKind;
 use gantry_server::{Server, ServerConfig};
-use gantry_store::{Role, SqliteStore, Store};
+use gantry_store::{SqliteStore, Store};
 
 use super::agent::backend_choice;
 use super::client::{self, ClientConfig, home};
@@ -96,10 +96,11 @@ async fn serve(
         if !args.no_metrics {
             serve_metrics(&mut gpus, args.metrics_listen, stop_rx.clone()).await;
         }
+        let node_id = args.node_id.clone().unwrap_or_else(local_node_id);
         let agent_config = AgentConfig {
             server: url.clone(),
-            token: agent_token(&*store, &data)?,
-            node_id: args.node_id.clone().unwrap_or_else(local_node_id),
+            token: local_credential(&*store, &data, &node_id)?,
+            node_id,
             logs_dir: data.join("logs"),
             state_dir: data.join("agent"),
             grace: Duration::from_secs(args.grace),
@@ -148,41 +149,47 @@ async fn serve_metrics(gpus: &mut Gpus, listen: SocketAddr, mut stop: tokio::syn
     });
 }
 
-/// On a fresh store, creates the admin token, prints it and saves it to the client config.
+/// Points the client config at this server and, unless it already holds a usable token of this
+/// store (a fresh store, or the saved token expired, was revoked or belongs to another cluster),
+/// creates an admin token and saves it there. Whoever may run `up` on this data directory owns
+/// its database anyway. The secret goes to the config file (0600) only, never to the terminal.
 fn announce_tokens(store: &dyn Store, url: &str) -> anyhow::Result<()> {
     let mut saved = client::load_config().unwrap_or_default();
     saved.server = Some(url.to_owned());
-    match gantry_server::ensure_admin_token(store)? {
-        Some(token) => {
-            saved.token = Some(token.clone());
-            let path = client::save_config(&saved)?;
-            println!("created an admin token; it is saved in {} for this user:", path.display());
-            println!(
-                "  export GANTRY_SERVER={url} GANTRY_TOKEN={token}   # only needed on other accounts/machines"
-            );
-        }
-        None => {
-            if saved.token.is_none() {
-                eprintln!(
-                    "note: the admin token was shown on first start; set GANTRY_TOKEN to use this server"
-                );
-            }
-            client::save_config(&ClientConfig { ..saved })?;
-        }
+    let now = gantry_server::now_ms();
+    let usable = |secret: &String| {
+        let found = store.token_by_hash(&gantry_server::auth::hash(secret)).ok().flatten();
+        found.is_some_and(|t| t.refusal(now).is_none() && t.role == gantry_store::Role::Admin)
+    };
+    let fresh = !saved.token.as_ref().is_some_and(usable);
+    if fresh {
+        let admin =
+            gantry_store::User { name: "admin".into(), role: gantry_store::Role::Admin, teams: Vec::new() };
+        let ttl = gantry_server::credentials::ADMIN_TOKEN_TTL;
+        saved.token = Some(gantry_server::create_user_token(store, &admin, ttl)?);
+    }
+    let path = client::save_config(&ClientConfig { ..saved })?;
+    if fresh {
+        println!("created an admin token; it is saved in {} (readable by you only)", path.display());
+        println!("  other accounts or machines: `gantry token create` a token for them");
     }
     Ok(())
 }
 
-/// The local agent's join token, kept in `<data>/agent-token`.
-fn agent_token(store: &dyn Store, data: &Path) -> anyhow::Result<String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = data.join("agent-token");
+/// The local agent's node credential, kept where the agent looks for it
+/// (`<data>/agent/credential`); created on first start.
+fn local_credential(store: &dyn Store, data: &Path, node_id: &str) -> anyhow::Result<String> {
+    let path = gantry_agent::runner::credential::path(&data.join("agent"));
     if let Ok(token) = std::fs::read_to_string(&path) {
-        return Ok(token.trim().to_owned());
+        let token = token.trim().to_owned();
+        let found = store.token_by_hash(&gantry_server::auth::hash(&token))?;
+        let now = gantry_server::now_ms();
+        if found.is_some_and(|t| t.node.as_deref() == Some(node_id) && t.refusal(now).is_none()) {
+            return Ok(token);
+        }
     }
-    let token = gantry_server::create_token(store, Role::Agent, None, "local agent")?;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
-    std::io::Write::write_all(&mut file, token.as_bytes())?;
+    let token = gantry_server::create_node_credential(store, node_id)?;
+    gantry_agent::runner::credential::save(&path, &token)?;
     Ok(token)
 }
 

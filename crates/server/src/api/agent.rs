@@ -1,5 +1,8 @@
-//! The agent protocol, version 1: `POST /v1/agent/register` then `POST /v1/agent/heartbeat`
-//! every interval. A heartbeat carries GPU health and samples and the state of the node's jobs;
+//! The agent protocol, version 1: once, `POST /v1/agent/join` with a one-time join token, which
+//! answers the node's own credential (and, over TLS, a client certificate); then, with that
+//! credential, `POST /v1/agent/register` and `POST /v1/agent/heartbeat` every interval. A node
+//! credential acts for its node alone: it registers only that node id, claims no GPU a live node
+//! holds, and its reports about jobs placed elsewhere change nothing. A heartbeat carries GPU health and samples and the state of the node's jobs;
 //! the answer is the full list of jobs the node must run. A heartbeat with an old epoch gets 409
 //! and the agent must stop everything and register again (fencing).
 
@@ -7,7 +10,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use gantry_store::{Heartbeat, NodeRegistration};
+use gantry_store::{Heartbeat, NewToken, NodeRegistration, TokenKind};
 
 use super::extract::Body;
 use super::types::*;
@@ -15,7 +18,34 @@ use super::validate;
 use crate::app::{App, now_ms};
 use crate::auth::Principal;
 use crate::command::{Command, Outcome};
+use crate::credentials;
 use crate::error::{ApiError, ErrorBody};
+
+/// Trade a join token for the node's credential (shown once). Joining again with a new join
+/// token revokes the node's earlier credentials.
+#[utoipa::path(post, path = "/v1/agent/join", request_body = JoinRequest, security(("bearer" = [])),
+    responses((status = 200, body = JoinResponse), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn join(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Body(req): Body<JoinRequest>,
+) -> Result<Json<JoinResponse>, ApiError> {
+    validate::word("node_id", &req.node_id)?;
+    let secret = crate::auth::new_secret().map_err(|e| ApiError::Internal(e.to_string()))?;
+    let name = format!("node {}", req.node_id);
+    let credential = NewToken {
+        node: Some(req.node_id.clone()),
+        ..credentials::new_token(&secret, TokenKind::Node, &name, None)
+    };
+    app.dispatch(Command::Join { credential, by: who }).await?;
+    Ok(Json(JoinResponse {
+        node_id: req.node_id,
+        credential: secret,
+        ca_pem: None,
+        client_cert_pem: None,
+        client_key_pem: None,
+    }))
+}
 
 /// Register (or re-register) a node; returns the new epoch.
 #[utoipa::path(post, path = "/v1/agent/register", request_body = RegisterRequest, security(("bearer" = [])),
@@ -25,7 +55,6 @@ pub async fn register(
     Extension(who): Extension<Principal>,
     Body(req): Body<RegisterRequest>,
 ) -> Result<Json<RegisterResponse>, ApiError> {
-    who.require_agent()?;
     validate::word("node_id", &req.node_id)?;
     let registration = NodeRegistration {
         node_id: req.node_id,
@@ -35,7 +64,7 @@ pub async fn register(
         gpus: req.gpus,
         at: now_ms(),
     };
-    match app.dispatch(Command::RegisterNode(registration)).await? {
+    match app.dispatch(Command::RegisterNode { registration, by: who }).await? {
         Outcome::Registered(epoch) => Ok(Json(RegisterResponse {
             epoch,
             heartbeat_interval_ms: u64::try_from(app.config.heartbeat_interval.as_millis()).unwrap_or(1000),
@@ -52,9 +81,8 @@ pub async fn heartbeat(
     Extension(who): Extension<Principal>,
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
-    who.require_agent()?;
     let finished = hb.jobs.iter().any(|j| j.exit.is_some());
-    let outcome = app.dispatch(Command::Heartbeat(hb)).await?;
+    let outcome = app.dispatch(Command::Heartbeat { heartbeat: hb, by: who }).await?;
     if finished {
         app.wake.notify_one();
     }

@@ -1,4 +1,5 @@
-//! Nodes, GPUs, teams and tokens.
+//! Nodes, GPUs, teams and events. Members and viewers see their own teams only: other teams'
+//! jobs are left out of GPU holders, team lists and events.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -6,14 +7,14 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_store::{Event, JobState, Node, Role, Team};
+use gantry_store::{Event, EventFilter, JobFilter, JobState, Node, Team};
 
 use super::extract::Body;
 use super::types::*;
 use super::{blocking, validate};
 use crate::app::App;
 use crate::auth::Principal;
-use crate::command::{Command, Outcome};
+use crate::command::Command;
 use crate::error::{ApiError, ErrorBody};
 
 /// Nodes and their liveness.
@@ -33,9 +34,22 @@ pub async fn gpus(
     Extension(who): Extension<Principal>,
 ) -> Result<Json<Vec<GpuView>>, ApiError> {
     who.require_user()?;
-    let (gpus, held) = blocking(&app, |s| Ok((s.gpus()?, s.allocations(true)?))).await?;
+    let teams = who.visible_teams();
+    let (gpus, held, visible) = blocking(&app, move |s| {
+        // Members see holders from their own teams only.
+        let visible = match teams {
+            None => None,
+            Some(teams) => {
+                let filter = JobFilter { teams: Some(teams), ..JobFilter::default() };
+                let jobs = s.jobs(&filter)?;
+                Some(jobs.into_iter().filter(|j| j.state.is_active()).map(|j| j.id).collect::<Vec<_>>())
+            }
+        };
+        Ok((s.gpus()?, s.allocations(true)?, visible))
+    })
+    .await?;
     let mut holders: HashMap<String, Vec<GpuHolder>> = HashMap::new();
-    for a in held {
+    for a in held.into_iter().filter(|a| visible.as_ref().is_none_or(|v| v.contains(&a.job_id))) {
         let holder = GpuHolder { job_id: a.job_id, share_milli: a.share_milli, memory_mib: a.memory_mib };
         holders.entry(a.gpu_uuid).or_default().push(holder);
     }
@@ -56,7 +70,9 @@ pub async fn teams(
     Extension(who): Extension<Principal>,
 ) -> Result<Json<Vec<TeamView>>, ApiError> {
     who.require_user()?;
-    let (teams, counts) = blocking(&app, |s| Ok((s.teams()?, s.job_counts()?))).await?;
+    let (mut teams, mut counts) = blocking(&app, |s| Ok((s.teams()?, s.job_counts()?))).await?;
+    teams.retain(|t| who.sees_team(&t.name));
+    counts.retain(|(team, _, _)| who.sees_team(team));
     let mut views: HashMap<String, TeamView> = teams
         .into_iter()
         .map(|t| (t.name.clone(), TeamView { name: t.name, gpu_quota: t.gpu_quota, pending: 0, active: 0 }))
@@ -79,7 +95,7 @@ pub async fn teams(
     Ok(Json(views))
 }
 
-/// Set a team's GPU quota (admin).
+/// Set a team's GPU quota (operator or admin).
 #[utoipa::path(put, path = "/v1/teams/{name}", params(("name" = String, Path, description = "team")),
     request_body = QuotaRequest, security(("bearer" = [])), responses((status = 204), (status = 403, body = ErrorBody)))]
 pub async fn set_quota(
@@ -88,45 +104,23 @@ pub async fn set_quota(
     Path(name): Path<String>,
     Body(req): Body<QuotaRequest>,
 ) -> Result<StatusCode, ApiError> {
-    who.require_admin()?;
     validate::word("name", &name)?;
-    app.dispatch(Command::SetTeam(Team { name, gpu_quota: req.gpu_quota })).await?;
+    app.dispatch(Command::SetTeam { team: Team { name, gpu_quota: req.gpu_quota }, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Create a token (admin). The secret is returned once.
-#[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest, security(("bearer" = [])),
-    responses((status = 201, body = TokenResponse), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn create_token(
-    State(app): State<Arc<App>>,
-    Extension(who): Extension<Principal>,
-    Body(req): Body<TokenRequest>,
-) -> Result<(StatusCode, Json<TokenResponse>), ApiError> {
-    who.require_admin()?;
-    let role = req.role.unwrap_or(Role::User);
-    if role == Role::User && req.team.is_none() {
-        return Err(ApiError::Unprocessable("team: a user token needs a team".into()));
-    }
-    if let Some(team) = &req.team {
-        validate::word("team", team)?;
-    }
-    let name = req.name.or_else(|| req.team.clone()).unwrap_or_else(|| role.to_string());
-    validate::label("name", &name)?;
-    match app.dispatch(Command::CreateToken { role, team: req.team, name }).await? {
-        Outcome::Token(token) => Ok((StatusCode::CREATED, Json(TokenResponse { token }))),
-        other => Err(ApiError::Internal(format!("token creation produced {other:?}"))),
-    }
-}
-
-/// Recent events (node registered or lost, GPU health changes, tokens created), newest first.
+/// Events, newest first: node registered or lost, GPU health changes, tokens created (cluster
+/// events, for operators and admins) and events of the caller's teams.
 #[utoipa::path(get, path = "/v1/events", params(EventQuery), security(("bearer" = [])),
     responses((status = 200, body = Vec<Event>)))]
 pub async fn events(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
     Query(q): Query<EventQuery>,
-) -> Result<Json<Vec<Event>>, ApiError> {
+) -> Result<(axum::http::HeaderMap, Json<Vec<Event>>), ApiError> {
     who.require_user()?;
-    let limit = q.limit.unwrap_or(100).min(10_000);
-    Ok(Json(blocking(&app, move |s| s.events(limit)).await?))
+    let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
+    let filter = EventFilter { limit, before: q.before, teams: who.visible_teams() };
+    let events = blocking(&app, move |s| s.events(&filter)).await?;
+    Ok((super::next_page(events.len(), limit, events.last().map(|e| e.id)), Json(events)))
 }

@@ -29,7 +29,7 @@ pub async fn submit(
     Body(req): Body<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     let job = new_job(req, &who)?;
-    match app.dispatch(Command::Submit(job)).await? {
+    match app.dispatch(Command::Submit { job, by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
         other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
     }
@@ -38,9 +38,13 @@ pub async fn submit(
 fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
     validate::resources(&req)?;
-    let team = req.team.or_else(|| who.token.team.clone()).unwrap_or_else(|| "default".into());
+    let team = match (req.team, who.token.teams.as_slice()) {
+        (Some(team), _) => team,
+        (None, [only]) => only.clone(),
+        (None, []) => "default".into(),
+        (None, _) => return Err(ApiError::Unprocessable("team: you are in several teams; name one".into())),
+    };
     validate::word("team", &team)?;
-    who.require_team(&team)?;
     let program = req.command.first().map(|p| p.rsplit('/').next().unwrap_or(p).to_owned());
     let name = req.name.or(program).unwrap_or_default();
     validate::label("name", &name)?;
@@ -68,14 +72,14 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     })
 }
 
-/// List jobs.
+/// List jobs the caller may see, newest first, a page at a time.
 #[utoipa::path(get, path = "/v1/jobs", params(ListQuery), security(("bearer" = [])),
     responses((status = 200, body = Vec<Job>), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
     Query(q): Query<ListQuery>,
-) -> Result<Json<Vec<Job>>, ApiError> {
+) -> Result<(axum::http::HeaderMap, Json<Vec<Job>>), ApiError> {
     who.require_user()?;
     let state = match q.state.as_deref() {
         None => None,
@@ -83,10 +87,12 @@ pub async fn list(
             JobState::parse(s).ok_or_else(|| ApiError::BadRequest(format!("state: unknown state `{s}`")))?,
         ),
     };
-    let filter = JobFilter { state, team: q.team, limit: q.limit };
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let filter =
+        JobFilter { state, team: q.team, teams: who.visible_teams(), before: q.before, limit: Some(limit) };
     let mut jobs = blocking(&app, move |s| s.jobs(&filter)).await?;
     jobs.iter_mut().for_each(|j| app.explain(j));
-    Ok(Json(jobs))
+    Ok((super::next_page(jobs.len(), limit, jobs.last().map(|j| j.id)), Json(jobs)))
 }
 
 /// One job and its history.
@@ -98,7 +104,7 @@ pub async fn get(
     Path(id): Path<JobId>,
 ) -> Result<Json<JobDetail>, ApiError> {
     who.require_user()?;
-    let mut job = blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
+    let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let transitions = blocking(&app, move |s| s.transitions(id)).await?;
     Ok(Json(JobDetail { job, transitions }))
@@ -134,7 +140,7 @@ pub async fn logs(
             return Err(ApiError::BadRequest(format!("stream: must be stdout or stderr, not `{s}`")));
         }
     };
-    blocking(&app, move |s| s.job(id)).await?.ok_or_else(|| not_found(id))?;
+    visible_job(&app, &who, id).await?;
     let path = app.config.logs_dir.join(id.to_string()).join(stream);
     let offset = q.offset.unwrap_or(0);
     tokio::task::spawn_blocking(move || read_from(&path, offset))
@@ -155,6 +161,15 @@ fn read_from(path: &std::path::Path, offset: u64) -> Result<Vec<u8>, ApiError> {
         .and_then(|_| file.take(LOG_CHUNK).read_to_end(&mut out))
         .map_err(|e| ApiError::Internal(format!("reading {}: {e}", path.display())))?;
     Ok(out)
+}
+
+/// The job, if the caller may see it; 404 either way otherwise, so another team's job ids reveal
+/// nothing.
+async fn visible_job(app: &Arc<App>, who: &Principal, id: JobId) -> Result<Job, ApiError> {
+    match blocking(app, move |s| s.job(id)).await? {
+        Some(job) if who.sees_team(&job.team) => Ok(job),
+        _ => Err(not_found(id)),
+    }
 }
 
 fn not_found(id: JobId) -> ApiError {

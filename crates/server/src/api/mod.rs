@@ -1,6 +1,8 @@
 //! The HTTP API: routes, the OpenAPI document, health and metrics.
 
+mod access;
 mod agent;
+mod audit;
 mod cluster;
 mod extract;
 mod jobs;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::{Extension, Json, Router, middleware};
 use gantry_store::{Store, StoreError};
 use utoipa::OpenApi;
@@ -28,8 +30,10 @@ use crate::error::ApiError;
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
-        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::create_token, cluster::events,
-        agent::register, agent::heartbeat, healthz, metrics
+        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events,
+        access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami,
+        audit::rows, audit::verify,
+        agent::join, agent::register, agent::heartbeat, healthz, metrics
     ),
     modifiers(&BearerAuth)
 )]
@@ -45,7 +49,11 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// Every route; all but `/healthz` need a bearer token.
+/// Every route; all but `/healthz` need a bearer token. Who may call each is checked in its
+/// handler (or, for mutations, by the dispatcher) through [`Principal`]'s `require_*` methods:
+/// jobs, logs, events — users, scoped to their teams; cancel and submit — members of the job's
+/// team and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
+/// its own tokens); agent routes — the node's own credential; metrics — operators.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
     let authed = Router::new()
@@ -57,8 +65,15 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/gpus", get(cluster::gpus))
         .route("/v1/teams", get(cluster::teams))
         .route("/v1/teams/{name}", put(cluster::set_quota))
-        .route("/v1/tokens", post(cluster::create_token))
+        .route("/v1/tokens", post(access::create_token).get(access::list_tokens))
+        .route("/v1/tokens/{id}", delete(access::revoke_token))
+        .route("/v1/users", get(access::users))
+        .route("/v1/users/{name}", put(access::set_user))
+        .route("/v1/whoami", get(access::whoami))
+        .route("/v1/audit", get(audit::rows))
+        .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/events", get(cluster::events))
+        .route("/v1/agent/join", post(agent::join))
         .route("/v1/agent/register", post(agent::register))
         .route("/v1/agent/heartbeat", post(agent::heartbeat))
         .route("/metrics", get(metrics))
@@ -77,15 +92,29 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// The server's Prometheus metrics (OpenMetrics text).
+/// The server's Prometheus metrics (OpenMetrics text); operators and admins (the series name
+/// every team).
 #[utoipa::path(get, path = "/metrics", security(("bearer" = [])), responses((status = 200, body = String)))]
-async fn metrics(State(app): State<Arc<App>>) -> Result<impl IntoResponse, ApiError> {
+async fn metrics(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+) -> Result<impl IntoResponse, ApiError> {
+    who.require_operator()?;
     let text = app.metrics.encode().map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text))
 }
 
 async fn openapi(Extension(_who): Extension<Principal>) -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+/// The `x-next-before` header of a newest-first page: set when the page is full.
+pub(crate) fn next_page(len: usize, limit: u32, last_id: Option<i64>) -> axum::http::HeaderMap {
+    let mut headers = axum::http::HeaderMap::new();
+    if let Some(last) = last_id.filter(|_| len >= limit as usize) {
+        headers.insert("x-next-before", axum::http::HeaderValue::from(last));
+    }
+    headers
 }
 
 /// Runs a store read on the blocking pool.

@@ -1,6 +1,6 @@
 //! Request and response bodies of the HTTP API (the OpenAPI document is generated from these).
 
-use gantry_store::{Gpu, GpuInfo, Job, JobId, Role, Transition};
+use gantry_store::{Gpu, GpuInfo, Job, JobId, Role, TokenKind, Transition};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -63,15 +63,20 @@ pub struct ListQuery {
     pub state: Option<String>,
     /// Only this team.
     pub team: Option<String>,
-    /// At most this many, newest first.
+    /// At most this many, newest first (default 100, at most 1000). The response's
+    /// `x-next-before` header, when present, is the `before` of the next page.
     pub limit: Option<u32>,
+    /// Only jobs with a smaller id (the next page).
+    pub before: Option<i64>,
 }
 
-/// How many events.
+/// Which events.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 pub struct EventQuery {
-    /// At most this many (default 100).
+    /// At most this many, newest first (default 100, at most 10000).
     pub limit: Option<u32>,
+    /// Only events with a smaller id (the next page; see `x-next-before`).
+    pub before: Option<i64>,
 }
 
 /// Which log and from where.
@@ -124,23 +129,123 @@ pub struct QuotaRequest {
     pub gpu_quota: Option<u32>,
 }
 
-/// A token to create.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+/// A token to create (admin). With role `agent` it is a one-time join token for a node; with
+/// any other role it is a user's token, and the user is created (or given the role and team).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
-    /// `user` (default), `admin` or `agent`.
+    /// `member` (default; `user` is accepted), `viewer`, `operator`, `admin`, or `agent` for a
+    /// join token.
     pub role: Option<Role>,
-    /// Team a user token acts for.
+    /// A team the user belongs to (added to its teams).
     pub team: Option<String>,
+    /// The user (default: the team's name).
+    pub user: Option<String>,
     /// Label.
     pub name: Option<String>,
+    /// Join tokens: the only node that may join with it.
+    pub node: Option<String>,
+    /// Lifetime in seconds (default 90 days for users, 1 hour for join tokens; at most 400 days).
+    pub ttl_seconds: Option<u64>,
 }
 
-/// A created token: shown once.
+/// A created token: the secret is shown once.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TokenResponse {
     /// The bearer secret.
     pub token: String,
+    /// Its id (for `gantry token revoke`).
+    #[serde(default)]
+    pub id: i64,
+    /// What it is.
+    #[serde(default = "api_kind")]
+    pub kind: TokenKind,
+    /// When it stops working, ms since the epoch.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+}
+
+fn api_kind() -> TokenKind {
+    TokenKind::Api
+}
+
+/// A user's role and teams (admin).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserRequest {
+    /// `admin`, `operator`, `member` or `viewer`.
+    pub role: Role,
+    /// Teams (replaces the user's list).
+    #[serde(default)]
+    pub teams: Vec<String>,
+}
+
+/// The caller, as the server sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WhoAmI {
+    /// The token's id.
+    pub token_id: i64,
+    /// What the token is.
+    pub kind: TokenKind,
+    /// The user, for user tokens.
+    pub user: Option<String>,
+    /// The role.
+    pub role: Role,
+    /// The user's teams.
+    pub teams: Vec<String>,
+    /// The node, for node credentials.
+    pub node: Option<String>,
+    /// When the token stops working, ms since the epoch.
+    pub expires_at: Option<i64>,
+}
+
+/// Which audit rows.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+pub struct AuditQuery {
+    /// Only rows with a larger id (the next page).
+    pub after: Option<i64>,
+    /// Only rows at or after this time, ms since the epoch.
+    pub since: Option<i64>,
+    /// At most this many (default 1000, at most 10000).
+    pub limit: Option<u32>,
+}
+
+/// The result of checking the audit log's hash chain.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditVerification {
+    /// Whether every row is intact and in order.
+    pub ok: bool,
+    /// Rows checked.
+    pub rows: u64,
+    /// The last row's id.
+    pub head_id: i64,
+    /// The last row's hash (keep a copy elsewhere to detect a rewritten chain).
+    pub head_hash: String,
+    /// Where the chain breaks.
+    pub error: Option<String>,
+}
+
+/// An agent joining with a join token.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JoinRequest {
+    /// The node's id.
+    pub node_id: String,
+}
+
+/// A node's credentials, shown once: keep them private.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JoinResponse {
+    /// The node.
+    pub node_id: String,
+    /// The node's bearer credential (register and heartbeat for this node only).
+    pub credential: String,
+    /// The cluster CA (PEM), when the server speaks TLS.
+    pub ca_pem: Option<String>,
+    /// A client certificate for mutual TLS (PEM), CN = the node id.
+    pub client_cert_pem: Option<String>,
+    /// Its private key (PEM).
+    pub client_key_pem: Option<String>,
 }
 
 /// An agent registering its node.

@@ -1,20 +1,81 @@
-//! Tokens, teams and events.
+//! Users, tokens, teams, events and the audit log.
 
 use serde::{Deserialize, Serialize};
 
-use super::Role;
+use super::{Role, TokenKind};
 
-/// A stored API token (the hash only).
+/// A user: a name with one role and the teams it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct User {
+    /// Name.
+    pub name: String,
+    /// What the user may do.
+    pub role: Role,
+    /// Teams whose jobs the user may see (and, as a member, manage).
+    pub teams: Vec<String>,
+}
+
+/// A token to store (the hash only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewToken {
+    /// Hex SHA-256 of the secret.
+    pub hash: String,
+    /// What it is.
+    pub kind: TokenKind,
+    /// Owner of an `api` token.
+    pub user: Option<String>,
+    /// The node a `node` token acts for, or a `join` token is limited to.
+    pub node: Option<String>,
+    /// Label.
+    pub name: String,
+    /// ms since the epoch.
+    pub created_at: i64,
+    /// After this (ms since the epoch) the token is refused.
+    pub expires_at: Option<i64>,
+}
+
+/// A stored token, with its owner's role and teams resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenRecord {
     /// Id.
     pub id: i64,
-    /// What it may do.
+    /// What it is.
+    pub kind: TokenKind,
+    /// Owner (api tokens).
+    pub user: Option<String>,
+    /// The owner's role (`agent` for join and node tokens).
     pub role: Role,
-    /// Team it acts for (`None` for admin and agent tokens).
-    pub team: Option<String>,
+    /// The owner's teams.
+    pub teams: Vec<String>,
+    /// Bound node (node tokens; join tokens when limited to one).
+    pub node: Option<String>,
     /// Label.
     pub name: String,
+    /// ms since the epoch.
+    pub created_at: i64,
+    /// ms since the epoch.
+    pub expires_at: Option<i64>,
+    /// ms since the epoch.
+    pub revoked_at: Option<i64>,
+    /// When a join token was traded in (ms since the epoch).
+    pub used_at: Option<i64>,
+}
+
+impl TokenRecord {
+    /// Why the token may not be used at `now`, if it may not.
+    pub fn refusal(&self, now: i64) -> Option<&'static str> {
+        if self.revoked_at.is_some() {
+            Some("revoked")
+        } else if self.expires_at.is_some_and(|t| t <= now) {
+            Some("expired")
+        } else if self.used_at.is_some() {
+            Some("already used")
+        } else {
+            None
+        }
+    }
 }
 
 /// A team and its quota.
@@ -41,4 +102,48 @@ pub struct Event {
     pub subject: String,
     /// A sentence.
     pub message: String,
+    /// The team it concerns (`None`: a cluster event, not shown to members).
+    #[serde(default)]
+    pub team: Option<String>,
+}
+
+/// Who did something, for the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Actor {
+    /// User name, `node:<id>` or `token:<id>`.
+    pub name: String,
+    /// Role at the time.
+    pub role: String,
+    /// The team acted for, when one.
+    pub team: Option<String>,
+    /// Peer address.
+    pub peer: Option<String>,
+}
+
+/// A row of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditRecord {
+    /// Position in the chain (1, 2, …).
+    pub id: i64,
+    /// ms since the epoch.
+    pub at: i64,
+    /// User name, `node:<id>` or `token:<id>`.
+    pub actor: String,
+    /// The actor's role.
+    pub role: String,
+    /// The team acted for.
+    pub team: Option<String>,
+    /// e.g. `job.submit`.
+    pub action: String,
+    /// What was acted on, e.g. `job/12`.
+    pub target: String,
+    /// `ok`, `denied: …` or `error: …`.
+    pub outcome: String,
+    /// Peer address.
+    pub peer: Option<String>,
+    /// Hash of the previous row (64 zeros for the first).
+    pub prev_hash: String,
+    /// SHA-256 over `prev_hash` and this row's fields.
+    pub hash: String,
 }

@@ -114,6 +114,21 @@ pub struct JobFilter {
     pub state: Option<JobState>,
     /// Only this team.
     pub team: Option<String>,
-    /// At most this many, newest first when set.
+    /// Only these teams (`None`: every team). The caller's visibility, applied in the query.
+    pub teams: Option<Vec<String>>,
+    /// Only jobs with a smaller id (the next page of a newest-first listing).
+    pub before: Option<JobId>,
+    /// At most this many, newest first when set (oldest first and all when not).
     pub limit: Option<u32>,
+}
+
+/// Which events to list: newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventFilter {
+    /// At most this many.
+    pub limit: u32,
+    /// Only events with a smaller id (the next page).
+    pub before: Option<i64>,
+    /// Only events of these teams (`None`: all, cluster events included).
+    pub teams: Option<Vec<String>>,
 }

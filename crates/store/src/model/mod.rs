@@ -2,11 +2,13 @@
 
 mod allocations;
 mod auth;
+mod changes;
 mod jobs;
 mod nodes;
 
 pub use allocations::*;
 pub use auth::*;
+pub use changes::*;
 pub use jobs::*;
 pub use nodes::*;
 
@@ -98,13 +100,37 @@ string_enum!(
 );
 
 string_enum!(
-    /// What a token may do. Finer roles come later; the check sits in one place in the server.
+    /// What a caller may do. A user has one role; agents hold node credentials.
     Role {
-        /// Everything.
+        /// Everything, including users, tokens and the audit log.
         Admin => "admin",
-        /// Submit and manage jobs of its team.
-        User => "user",
-        /// Register a node and report as its agent.
+        /// Runs the cluster: nodes, drain, quotas; reads every team's jobs; changes no job.
+        Operator => "operator",
+        /// Submits and manages the jobs of its teams and sees only those.
+        #[serde(alias = "user")]
+        Member => "member",
+        /// Reads what its teams may read; changes nothing.
+        Viewer => "viewer",
+        /// A node's agent: registers and reports for its own node only.
         Agent => "agent",
+    }
+);
+
+impl Role {
+    /// Parses a role name, accepting `user` (the version-1 name of `member`).
+    pub fn parse_lenient(text: &str) -> Option<Self> {
+        if text == "user" { Some(Role::Member) } else { Role::parse(text) }
+    }
+}
+
+string_enum!(
+    /// What a stored token is.
+    TokenKind {
+        /// A user's bearer token.
+        Api => "api",
+        /// One-time and short-lived: an agent trades it for a node credential.
+        Join => "join",
+        /// An agent's credential, bound to one node.
+        Node => "node",
     }
 );

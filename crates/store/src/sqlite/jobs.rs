@@ -9,8 +9,8 @@ use crate::{Result, StoreError};
 pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
     if let Some(key) = &job.request_id {
         let existing = c
-            .prepare_cached("SELECT id FROM jobs WHERE request_id = ?1")?
-            .query_row([key], |r| r.get(0))
+            .prepare_cached("SELECT id FROM jobs WHERE team = ?1 AND request_id = ?2")?
+            .query_row([&job.team, key], |r| r.get(0))
             .optional()?;
         if let Some(id) = existing {
             return Ok((id, false));
@@ -54,11 +54,14 @@ pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
     let order = if filter.limit.is_some() { "DESC" } else { "ASC" };
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR team = ?2) \
+         AND (?4 IS NULL OR team IN (SELECT value FROM json_each(?4))) AND (?5 IS NULL OR id < ?5) \
          ORDER BY id {order} LIMIT ?3"
     );
     let limit = filter.limit.map_or(-1, i64::from);
+    let teams = filter.teams.as_ref().map(rows::to_json).transpose()?;
     let mut stmt = c.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![filter.state.map(JobState::as_str), filter.team, limit], rows::job)?;
+    let state = filter.state.map(JobState::as_str);
+    let rows = stmt.query_map(params![state, filter.team, limit, teams, filter.before], rows::job)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

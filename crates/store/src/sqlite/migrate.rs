@@ -3,20 +3,35 @@
 
 use rusqlite::Connection;
 
-use crate::Result;
+use crate::{Result, StoreError};
 
 /// (version, SQL). Append only; never edit a released file.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/0001_init.sql")),
+    (2, include_str!("../../migrations/0002_identity.sql")),
+];
 
 /// Applies every migration newer than the database's version, each in its own transaction.
+/// Foreign keys are off while they run (SQLite can only rebuild a referenced table that way,
+/// and the pragma is a no-op inside a transaction); each migration must leave none dangling.
 pub(super) fn apply(conn: &mut Connection) -> Result<()> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let result = MIGRATIONS.iter().filter(|(v, _)| *v > current).try_for_each(|(version, sql)| {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
+        let dangling: i64 =
+            tx.query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| r.get(0))?;
+        if dangling > 0 {
+            return Err(StoreError::Corrupt(format!(
+                "migration {version} left {dangling} dangling references"
+            )));
+        }
         tx.pragma_update(None, "user_version", version)?;
         tx.commit()?;
         tracing::info!(version, "applied store migration");
-    }
-    Ok(())
+        Ok(())
+    });
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    result
 }

@@ -7,6 +7,8 @@
 //! acknowledged write survives `kill -9` and power loss; grouping makes that one fsync per batch
 //! instead of per request. Reads use separate connections, which WAL lets run beside the writer.
 
+mod audit;
+mod changes;
 mod jobs;
 mod migrate;
 mod nodes;
@@ -34,10 +36,12 @@ const READERS: usize = 2;
 
 impl SqliteStore {
     /// Opens (creating if needed) the store in `dir` and applies pending migrations.
+    /// The directory is made private to this user (0700) and the database files 0600, whatever
+    /// they were before: the store holds token hashes and every team's jobs.
     pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir)
-            .map_err(|source| StoreError::Open { path: dir.display().to_string(), source })?;
         let path = dir.join("gantry.db");
+        make_private(dir, &path)
+            .map_err(|source| StoreError::Open { path: dir.display().to_string(), source })?;
         let mut conn = connect(&path)?;
         migrate::apply(&mut conn)?;
         let readers = (0..READERS).map(|_| connect(&path).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
@@ -54,6 +58,21 @@ impl SqliteStore {
     }
 }
 
+fn make_private(dir: &Path, db: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    // SQLite gives the -wal and -shm files the database file's mode, so create it 0600 first.
+    std::fs::OpenOptions::new().append(true).create(true).mode(0o600).open(db)?;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = dir.join(format!("gantry.db{suffix}"));
+        if file.exists() {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 fn connect(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -64,15 +83,51 @@ fn connect(path: &Path) -> Result<Connection> {
 }
 
 impl Store for SqliteStore {
-    fn create_token(&self, hash: &str, role: Role, team: Option<&str>, name: &str, at: i64) -> Result<i64> {
-        let (hash, team, name) = (hash.to_owned(), team.map(str::to_owned), name.to_owned());
-        self.writer.write(move |c| tokens::create(c, &hash, role, team.as_deref(), &name, at))
+    fn apply(&self, change: Change, audit: AuditEntry) -> Result<Changed> {
+        let entry = audit.clone();
+        let result = self.writer.write(move |c| changes::apply(c, change, entry));
+        if let Err(e) = &result
+            && !matches!(e, StoreError::Closed)
+        {
+            let outcome = format!("error: {e}");
+            self.writer.write(move |c| audit::append(c, &audit, &outcome))?;
+        }
+        result
+    }
+    fn audit_refusal(&self, audit: AuditEntry, outcome: String) -> Result<()> {
+        self.writer.write(move |c| audit::append(c, &audit, &outcome))
+    }
+    fn audit_rows(&self, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
+        self.read(|c| audit::rows(c, after, since, limit))
+    }
+    fn audit_head(&self) -> Result<Option<(i64, String)>> {
+        self.read(audit::head)
+    }
+    fn create_token(&self, token: &NewToken) -> Result<i64> {
+        let token = token.clone();
+        self.writer.write(move |c| tokens::create(c, &token))
     }
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
         self.read(|c| tokens::by_hash(c, hash))
     }
-    fn token_count(&self, role: Role) -> Result<u64> {
-        self.read(|c| tokens::count(c, role))
+    fn token(&self, id: i64) -> Result<Option<TokenRecord>> {
+        self.read(|c| tokens::get(c, id))
+    }
+    fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>> {
+        self.read(|c| tokens::list(c, user))
+    }
+    fn admin_token_count(&self, now: i64) -> Result<u64> {
+        self.read(|c| tokens::admin_count(c, now))
+    }
+    fn set_user(&self, user: &User, at: i64) -> Result<()> {
+        let user = user.clone();
+        self.writer.write(move |c| tokens::set_user(c, &user, at))
+    }
+    fn user(&self, name: &str) -> Result<Option<User>> {
+        self.read(|c| tokens::user(c, name))
+    }
+    fn users(&self) -> Result<Vec<User>> {
+        self.read(tokens::users)
     }
     fn set_team(&self, team: &Team) -> Result<()> {
         let team = team.clone();
@@ -124,7 +179,7 @@ impl Store for SqliteStore {
     fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>> {
         self.read(|c| jobs::allocations(c, held_only))
     }
-    fn events(&self, limit: u32) -> Result<Vec<Event>> {
-        self.read(|c| tokens::events(c, limit))
+    fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
+        self.read(|c| tokens::events(c, filter))
     }
 }

@@ -14,6 +14,21 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         .prepare_cached("SELECT epoch FROM nodes WHERE id = ?1")?
         .query_row([&reg.node_id], |r| r.get(0))
         .optional()?;
+    for g in &reg.gpus {
+        let holder: Option<String> = c
+            .prepare_cached(
+                "SELECT g.node_id FROM gpus g JOIN nodes n ON n.id = g.node_id \
+                 WHERE g.uuid = ?1 AND g.node_id != ?2 AND n.state = 'ready'",
+            )?
+            .query_row([&g.uuid, &reg.node_id], |r| r.get(0))
+            .optional()?;
+        if let Some(holder) = holder {
+            return Err(StoreError::Conflict(format!(
+                "gpu {} belongs to node {holder}, which is ready",
+                g.uuid
+            )));
+        }
+    }
     let epoch = old.map_or(1, |e| e + 1);
     c.prepare_cached(
         "INSERT INTO nodes (id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, registered_at) \
@@ -34,7 +49,7 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         jobs::requeue_or_fail(c, &job, "node registered again; its previous run was lost", reg.at)?;
     }
     let message = format!("registered at epoch {epoch} with {} GPUs", reg.gpus.len());
-    tokens::event(c, reg.at, "node.registered", &reg.node_id, &message)?;
+    tokens::event(c, reg.at, "node.registered", &reg.node_id, &message, None)?;
     Ok(epoch)
 }
 
@@ -55,6 +70,12 @@ pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat) -> Result<Vec<Job>> {
         update_gpu(c, &hb.node_id, g, hb.at)?;
     }
     for report in &hb.jobs {
+        // A node reports only what was placed on it under its current epoch.
+        let ours = jobs::get(c, report.job_id)?
+            .is_some_and(|j| j.node_id.as_deref() == Some(hb.node_id.as_str()) && j.epoch == Some(hb.epoch));
+        if !ours {
+            continue;
+        }
         match &report.exit {
             None => jobs::started(c, report.job_id, report.attempt, hb.at)?,
             Some(exit) => jobs::exited(c, report.job_id, report.attempt, exit, hb.at)?,
@@ -87,7 +108,7 @@ fn update_gpu(c: &Connection, node_id: &str, g: &GpuReport, at: i64) -> Result<(
     c.prepare_cached("UPDATE gpus SET health = ?2, sample = ?3, updated_at = ?4 WHERE uuid = ?1")?
         .execute(params![g.uuid, g.health.as_str(), sample, at])?;
     if old != g.health.as_str() {
-        tokens::event(c, at, "gpu.health", &g.uuid, &format!("{old} -> {}", g.health))?;
+        tokens::event(c, at, "gpu.health", &g.uuid, &format!("{old} -> {}", g.health), None)?;
     }
     if g.health == GpuHealth::Unhealthy {
         let reason = format!("gpu {} turned unhealthy", g.uuid);
@@ -121,7 +142,7 @@ pub(super) fn expire(c: &Connection, deadline: i64, at: i64) -> Result<Vec<Strin
         for job in jobs::active_on_node(c, node, None)? {
             jobs::requeue_or_fail(c, &job, &format!("node {node} was lost"), at)?;
         }
-        tokens::event(c, at, "node.lost", node, "missed heartbeats; its jobs were requeued")?;
+        tokens::event(c, at, "node.lost", node, "missed heartbeats; its jobs were requeued", None)?;
     }
     Ok(lost)
 }

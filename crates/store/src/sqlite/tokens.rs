@@ -1,45 +1,169 @@
-//! API tokens (hashes only), teams and the event log.
+//! Users, API tokens (hashes only), teams and the event log.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::rows;
-use crate::Result;
 use crate::model::*;
+use crate::{Result, StoreError};
 
-pub(super) fn create(
-    c: &Connection,
-    hash: &str,
-    role: Role,
-    team: Option<&str>,
-    name: &str,
-    at: i64,
-) -> Result<i64> {
-    c.prepare_cached("INSERT INTO tokens (hash, role, team, name, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(params![hash, role.as_str(), team, name, at])?;
+pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
+    if let Some(user) = &t.user
+        && user_role(c, user)?.is_none()
+    {
+        return Err(StoreError::NotFound(format!("user {user}")));
+    }
+    let role = if t.kind == TokenKind::Api { "user" } else { "agent" };
+    c.prepare_cached(
+        "INSERT INTO tokens (hash, role, team, name, created_at, kind, user, node, expires_at) \
+         VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        t.hash,
+        role,
+        t.name,
+        t.created_at,
+        t.kind.as_str(),
+        t.user,
+        t.node,
+        t.expires_at
+    ])?;
     let id = c.last_insert_rowid();
-    event(c, at, "token.created", name, &format!("{role} token {id} created"))?;
+    let owner = t.user.as_deref().or(t.node.as_deref()).unwrap_or("any node");
+    let message = format!("{} token {id} ({}) created for {owner}", t.kind, t.name);
+    event(c, t.created_at, "token.created", &format!("token/{id}"), &message, None)?;
     Ok(id)
 }
 
-pub(super) fn by_hash(c: &Connection, hash: &str) -> Result<Option<TokenRecord>> {
-    let row = c
-        .prepare_cached("SELECT id, role, team, name FROM tokens WHERE hash = ?1")?
-        .query_row([hash], |r| {
-            let role: String = r.get(1)?;
-            Ok(TokenRecord {
-                id: r.get(0)?,
-                role: rows::parse_enum("role", &role, Role::parse)?,
-                team: r.get(2)?,
-                name: r.get(3)?,
-            })
-        })
-        .optional()?;
-    Ok(row)
+const TOKEN_COLUMNS: &str = "t.id, t.kind, t.user, COALESCE(u.role, 'agent'), t.node, t.name, t.created_at, \
+     t.expires_at, t.revoked_at, t.used_at";
+
+fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
+    let kind: String = r.get(1)?;
+    let role: String = r.get(3)?;
+    Ok(TokenRecord {
+        id: r.get(0)?,
+        kind: rows::parse_enum("token kind", &kind, TokenKind::parse)?,
+        user: r.get(2)?,
+        role: rows::parse_enum("role", &role, Role::parse)?,
+        teams: Vec::new(),
+        node: r.get(4)?,
+        name: r.get(5)?,
+        created_at: r.get(6)?,
+        expires_at: r.get(7)?,
+        revoked_at: r.get(8)?,
+        used_at: r.get(9)?,
+    })
 }
 
-pub(super) fn count(c: &Connection, role: Role) -> Result<u64> {
-    Ok(c.prepare_cached("SELECT COUNT(*) FROM tokens WHERE role = ?1")?
-        .query_row([role.as_str()], |r| r.get(0))?)
+fn with_teams(c: &Connection, mut t: TokenRecord) -> Result<TokenRecord> {
+    if let Some(user) = &t.user {
+        t.teams = user_teams(c, user)?;
+    }
+    Ok(t)
+}
+
+pub(super) fn by_hash(c: &Connection, hash: &str) -> Result<Option<TokenRecord>> {
+    let sql = format!(
+        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.user WHERE t.hash = ?1"
+    );
+    let row = c.prepare_cached(&sql)?.query_row([hash], token_row).optional()?;
+    row.map(|t| with_teams(c, t)).transpose()
+}
+
+pub(super) fn get(c: &Connection, id: i64) -> Result<Option<TokenRecord>> {
+    let sql =
+        format!("SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.user WHERE t.id = ?1");
+    let row = c.prepare_cached(&sql)?.query_row([id], token_row).optional()?;
+    row.map(|t| with_teams(c, t)).transpose()
+}
+
+/// Tokens, newest first; only `user`'s when given.
+pub(super) fn list(c: &Connection, user: Option<&str>) -> Result<Vec<TokenRecord>> {
+    let sql = format!(
+        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.user \
+         WHERE (?1 IS NULL OR t.user = ?1) ORDER BY t.id DESC"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map([user], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter().map(|t| with_teams(c, t)).collect()
+}
+
+/// Number of usable admin tokens at `now`.
+pub(super) fn admin_count(c: &Connection, now: i64) -> Result<u64> {
+    Ok(c.prepare_cached(
+        "SELECT COUNT(*) FROM tokens t JOIN users u ON u.name = t.user WHERE u.role = 'admin' \
+         AND t.kind = 'api' AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?1)",
+    )?
+    .query_row([now], |r| r.get(0))?)
+}
+
+pub(super) fn revoke(c: &Connection, id: i64, at: i64) -> Result<()> {
+    let changed = c
+        .prepare_cached("UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1")?
+        .execute(params![id, at])?;
+    if changed == 0 {
+        return Err(StoreError::NotFound(format!("token {id}")));
+    }
+    event(c, at, "token.revoked", &format!("token/{id}"), &format!("token {id} revoked"), None)
+}
+
+/// Trades an unused join token for a node credential, in one transaction.
+pub(super) fn join(c: &Connection, join_id: i64, credential: &NewToken) -> Result<i64> {
+    let Some(node) = credential.node.as_deref() else {
+        return Err(StoreError::Conflict("a node credential names its node".into()));
+    };
+    let used = c
+        .prepare_cached("UPDATE tokens SET used_at = ?2 WHERE id = ?1 AND kind = 'join' AND used_at IS NULL")?
+        .execute(params![join_id, credential.created_at])?;
+    if used == 0 {
+        return Err(StoreError::Conflict(format!("join token {join_id} was already used")));
+    }
+    // A node joins once: its earlier credentials stop working.
+    c.prepare_cached(
+        "UPDATE tokens SET revoked_at = ?2 WHERE kind = 'node' AND node = ?1 AND revoked_at IS NULL",
+    )?
+    .execute(params![node, credential.created_at])?;
+    create(c, credential)
+}
+
+fn user_role(c: &Connection, name: &str) -> Result<Option<Role>> {
+    let role: Option<String> = c
+        .prepare_cached("SELECT role FROM users WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()?;
+    role.map(|r| rows::parse_enum("role", &r, Role::parse).map_err(Into::into)).transpose()
+}
+
+fn user_teams(c: &Connection, name: &str) -> Result<Vec<String>> {
+    let mut stmt = c.prepare_cached("SELECT team FROM user_teams WHERE user = ?1 ORDER BY team")?;
+    Ok(stmt.query_map([name], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Creates or replaces a user (its role and its whole team list).
+pub(super) fn set_user(c: &Connection, user: &User, at: i64) -> Result<()> {
+    c.prepare_cached(
+        "INSERT INTO users (name, role, created_at) VALUES (?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET role = ?2",
+    )?
+    .execute(params![user.name, user.role.as_str(), at])?;
+    c.prepare_cached("DELETE FROM user_teams WHERE user = ?1")?.execute([&user.name])?;
+    for team in &user.teams {
+        c.prepare_cached("INSERT OR IGNORE INTO user_teams (user, team) VALUES (?1, ?2)")?
+            .execute([&user.name, team])?;
+    }
+    Ok(())
+}
+
+pub(super) fn user(c: &Connection, name: &str) -> Result<Option<User>> {
+    let Some(role) = user_role(c, name)? else { return Ok(None) };
+    Ok(Some(User { name: name.to_owned(), role, teams: user_teams(c, name)? }))
+}
+
+pub(super) fn users(c: &Connection) -> Result<Vec<User>> {
+    let names: Vec<String> = c
+        .prepare_cached("SELECT name FROM users ORDER BY name")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    names.iter().filter_map(|n| user(c, n).transpose()).collect()
 }
 
 pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
@@ -56,17 +180,35 @@ pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub(super) fn event(c: &Connection, at: i64, kind: &str, subject: &str, message: &str) -> Result<()> {
-    c.prepare_cached("INSERT INTO events (at, kind, subject, message) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![at, kind, subject, message])?;
+pub(super) fn event(
+    c: &Connection,
+    at: i64,
+    kind: &str,
+    subject: &str,
+    message: &str,
+    team: Option<&str>,
+) -> Result<()> {
+    c.prepare_cached("INSERT INTO events (at, kind, subject, message, team) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![at, kind, subject, message, team])?;
     Ok(())
 }
 
-pub(super) fn events(c: &Connection, limit: u32) -> Result<Vec<Event>> {
-    let mut stmt =
-        c.prepare_cached("SELECT id, at, kind, subject, message FROM events ORDER BY id DESC LIMIT ?1")?;
-    let rows = stmt.query_map([limit], |r| {
-        Ok(Event { id: r.get(0)?, at: r.get(1)?, kind: r.get(2)?, subject: r.get(3)?, message: r.get(4)? })
+/// Events newest first, before the id `before` when given; only those of `teams` when given.
+pub(super) fn events(c: &Connection, filter: &EventFilter) -> Result<Vec<Event>> {
+    let teams = filter.teams.as_ref().map(rows::to_json).transpose()?;
+    let mut stmt = c.prepare_cached(
+        "SELECT id, at, kind, subject, message, team FROM events WHERE (?2 IS NULL OR id < ?2) \
+         AND (?3 IS NULL OR team IN (SELECT value FROM json_each(?3))) ORDER BY id DESC LIMIT ?1",
+    )?;
+    let rows = stmt.query_map(params![filter.limit, filter.before, teams], |r| {
+        Ok(Event {
+            id: r.get(0)?,
+            at: r.get(1)?,
+            kind: r.get(2)?,
+            subject: r.get(3)?,
+            message: r.get(4)?,
+            team: r.get(5)?,
+        })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

@@ -1,0 +1,65 @@
+//! Audited changes: what the control plane asks of the store on a caller's behalf. Each one is
+//! applied and recorded in the audit log in the same transaction ([`crate::Store::apply`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Actor, Job, JobId, NewJob, NewToken, NodeRegistration, Team, User};
+
+/// A change made for a caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Queue a job.
+    Submit(NewJob),
+    /// Cancel a job.
+    Cancel(JobId),
+    /// Create or change a team's quota.
+    SetTeam(Team),
+    /// Create or replace a user.
+    SetUser(User),
+    /// Store a token.
+    CreateToken(NewToken),
+    /// Revoke a token.
+    RevokeToken(i64),
+    /// Trade a join token for a node credential.
+    Join {
+        /// The join token's id.
+        join_token: i64,
+        /// The node credential to store.
+        credential: NewToken,
+    },
+    /// A node registers (again).
+    RegisterNode(NodeRegistration),
+}
+
+/// What a change produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changed {
+    /// A job id; `created` is false when the team's request id was seen before.
+    Submitted {
+        /// The job.
+        id: JobId,
+        /// Whether this call created it.
+        created: bool,
+    },
+    /// The job after the change.
+    Job(Box<Job>),
+    /// A stored token's id.
+    Token(i64),
+    /// A node's new epoch.
+    Registered(u64),
+    /// Nothing to return.
+    Done,
+}
+
+/// Who made a change, what it was called and what it touched, for the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Who.
+    pub actor: Actor,
+    /// e.g. `job.submit`.
+    pub action: String,
+    /// e.g. `job/12` (a submission's target is filled in with the new id).
+    pub target: String,
+    /// ms since the epoch.
+    pub at: i64,
+}

@@ -1,0 +1,80 @@
+//! Appending to and reading the audit log (the chain itself is in [`crate::audit`]).
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::Result;
+use crate::audit::{GENESIS, row_hash};
+use crate::model::*;
+
+/// Appends one row after the current head and moves the head, in the caller's transaction.
+pub(super) fn append(c: &Connection, entry: &AuditEntry, outcome: &str) -> Result<()> {
+    let (last_id, last_hash) = head(c)?.unwrap_or((0, GENESIS.to_owned()));
+    let mut row = AuditRecord {
+        id: last_id + 1,
+        at: entry.at,
+        actor: entry.actor.name.clone(),
+        role: entry.actor.role.clone(),
+        team: entry.actor.team.clone(),
+        action: entry.action.clone(),
+        target: entry.target.clone(),
+        outcome: outcome.to_owned(),
+        peer: entry.actor.peer.clone(),
+        prev_hash: last_hash,
+        hash: String::new(),
+    };
+    row.hash = row_hash(&row.prev_hash, &row);
+    c.prepare_cached(
+        "INSERT INTO audit (id, at, actor, role, team, action, target, outcome, peer, prev_hash, hash) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        row.id,
+        row.at,
+        row.actor,
+        row.role,
+        row.team,
+        row.action,
+        row.target,
+        row.outcome,
+        row.peer,
+        row.prev_hash,
+        row.hash
+    ])?;
+    c.prepare_cached(
+        "INSERT INTO audit_head (one, last_id, last_hash) VALUES (1, ?1, ?2) \
+         ON CONFLICT(one) DO UPDATE SET last_id = ?1, last_hash = ?2",
+    )?
+    .execute(params![row.id, row.hash])?;
+    Ok(())
+}
+
+/// The last row's id and hash.
+pub(super) fn head(c: &Connection) -> Result<Option<(i64, String)>> {
+    Ok(c.prepare_cached("SELECT last_id, last_hash FROM audit_head WHERE one = 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
+/// Rows with ids above `after`, oldest first, at most `limit`; only those at or after `since`.
+pub(super) fn rows(c: &Connection, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT id, at, actor, role, team, action, target, outcome, peer, prev_hash, hash FROM audit \
+         WHERE id > ?1 AND (?2 IS NULL OR at >= ?2) ORDER BY id LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![after, since, limit], |r| {
+        Ok(AuditRecord {
+            id: r.get(0)?,
+            at: r.get(1)?,
+            actor: r.get(2)?,
+            role: r.get(3)?,
+            team: r.get(4)?,
+            action: r.get(5)?,
+            target: r.get(6)?,
+            outcome: r.get(7)?,
+            peer: r.get(8)?,
+            prev_hash: r.get(9)?,
+            hash: r.get(10)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

@@ -1,0 +1,30 @@
+//! Audited changes: each is applied and appended to the audit log in one savepoint.
+
+use rusqlite::Connection;
+
+use super::{audit, jobs, nodes, tokens};
+use crate::Result;
+use crate::model::*;
+
+pub(super) fn apply(c: &Connection, change: Change, mut entry: AuditEntry) -> Result<Changed> {
+    let changed = match change {
+        Change::Submit(job) => {
+            let (id, created) = jobs::submit(c, &job)?;
+            entry.target = format!("job/{id}");
+            Changed::Submitted { id, created }
+        }
+        Change::Cancel(id) => Changed::Job(Box::new(jobs::cancel(c, id, entry.at)?)),
+        Change::SetTeam(team) => tokens::set_team(c, &team).map(|()| Changed::Done)?,
+        Change::SetUser(user) => tokens::set_user(c, &user, entry.at).map(|()| Changed::Done)?,
+        Change::CreateToken(token) => {
+            let id = tokens::create(c, &token)?;
+            entry.target = format!("token/{id}");
+            Changed::Token(id)
+        }
+        Change::RevokeToken(id) => tokens::revoke(c, id, entry.at).map(|()| Changed::Done)?,
+        Change::Join { join_token, credential } => Changed::Token(tokens::join(c, join_token, &credential)?),
+        Change::RegisterNode(registration) => Changed::Registered(nodes::register(c, &registration)?),
+    };
+    audit::append(c, &entry, "ok")?;
+    Ok(changed)
+}
