@@ -2,6 +2,7 @@
 //! the exporter and local `gpus`, and end to end `gantry up` with the client commands, crashes
 //! and agent loss.
 
+mod access;
 mod agent_loss;
 mod crash;
 mod exporter;

@@ -2,6 +2,7 @@
 
 mod api;
 mod scheduling;
+mod security;
 
 use std::sync::Arc;
 

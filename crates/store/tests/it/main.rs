@@ -1,5 +1,6 @@
 //! Integration tests of the SQLite store.
 
+mod audit;
 mod jobs;
 mod nodes;
 mod props;

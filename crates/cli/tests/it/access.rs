@@ -1,0 +1,82 @@
+//! Access control from the command line: the admin token never reaches the terminal, files are
+//! private, tokens are listed and revoked, and `gantry audit verify` catches a tampered row.
+
+use std::os::unix::fs::PermissionsExt;
+
+use crate::harness::{Cluster, command};
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+#[test]
+fn up_keeps_the_admin_token_off_the_terminal_and_its_files_private() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let printed = std::fs::read_to_string(cluster.home.path().join("up.log")).expect("up output");
+    assert!(!printed.contains(&cluster.token()), "the admin token was printed:\n{printed}");
+    assert!(printed.contains("config.toml"), "says where the token is:\n{printed}");
+    assert_eq!(mode(&cluster.data_dir()), 0o700);
+    assert_eq!(mode(&cluster.data_dir().join("gantry.db")), 0o600);
+    assert_eq!(mode(&cluster.home.path().join(".config/gantry/config.toml")), 0o600);
+}
+
+#[test]
+fn a_client_config_that_existed_with_loose_permissions_is_made_private() {
+    let home = tempfile::tempdir().expect("home");
+    let config = home.path().join(".config/gantry/config.toml");
+    std::fs::create_dir_all(config.parent().expect("dir")).expect("mkdir");
+    std::fs::write(&config, "").expect("write");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut up = command(home.path())
+        .args(["up", "--no-agent", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(home.path().join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start");
+    crate::harness::eventually(std::time::Duration::from_secs(20), "the config to be written", || {
+        std::fs::read_to_string(&config).ok().filter(|t| t.contains("token")).map(drop)
+    });
+    let _ = up.kill();
+    let _ = up.wait();
+    assert_eq!(mode(&config), 0o600);
+}
+
+#[test]
+fn tokens_are_listed_without_secrets_and_a_revoked_one_stops_working() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let secret = cluster.gantry(&["token", "create", "--team", "vision", "--ttl", "2d"]).trim().to_owned();
+    let as_vision =
+        |args: &[&str]| command(cluster.home.path()).env("GANTRY_TOKEN", &secret).args(args).output();
+    assert!(as_vision(&["jobs"]).expect("run").status.success());
+    let listed = cluster.gantry(&["token", "list", "-o", "json"]);
+    assert!(!listed.contains(&secret) && !listed.contains("hash"), "{listed}");
+    let tokens: Vec<serde_json::Value> = serde_json::from_str(&listed).expect("json");
+    let id = tokens.iter().find(|t| t["user"] == "vision").expect("vision's token")["id"].to_string();
+    cluster.gantry(&["token", "revoke", &id]);
+    let out = as_vision(&["jobs"]).expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("revoked"), "{out:?}");
+    let bad = cluster.try_gantry(&["token", "create", "--team", "vision", "--ttl", "3 weeks"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--ttl"));
+}
+
+#[test]
+fn audit_verify_passes_on_a_real_history_and_fails_after_one_byte_of_one_row_changes() {
+    let cluster = Cluster::start(&[]);
+    cluster.gantry(&["submit", "--", "true"]);
+    cluster.gantry(&["token", "create", "--team", "vision"]);
+    let _ = cluster.try_gantry(&["cancel", "424242"]);
+    let table = cluster.gantry(&["audit"]);
+    for action in ["job.submit", "token.create", "user.set", "node.register", "job.cancel"] {
+        assert!(table.contains(action), "{action} missing:\n{table}");
+    }
+    let ok = cluster.gantry(&["audit", "verify"]);
+    assert!(ok.contains("intact"), "{ok}");
+    let db = rusqlite::Connection::open(cluster.data_dir().join("gantry.db")).expect("db");
+    let changed = db.execute("UPDATE audit SET target = 'job/2' WHERE target = 'job/1'", []).expect("tamper");
+    assert_eq!(changed, 1);
+    let out = cluster.try_gantry(&["audit", "verify"]);
+    assert!(!out.status.success(), "verify passed a tampered log");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("was changed"), "{out:?}");
+}

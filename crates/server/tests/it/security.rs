@@ -1,0 +1,293 @@
+//! The attacks of issue 7, tried against the API as a hostile user, a member of another team and
+//! a forged or stolen agent would: each must fail with a clear 401/403/404/409/422 or change
+//! nothing.
+
+use std::time::Duration;
+
+use gantry_store::{JobState, Role, User};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::TestServer;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn user(name: &str, role: Role, teams: &[&str]) -> User {
+    User { name: name.into(), role, teams: teams.iter().map(|t| (*t).to_owned()).collect() }
+}
+
+impl TestServer {
+    fn token_for(&self, name: &str, role: Role, teams: &[&str]) -> String {
+        gantry_server::create_user_token(&*self.store, &user(name, role, teams), HOUR).expect("user token")
+    }
+
+    fn as_(&self, token: &str, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.url)).bearer_auth(token)
+    }
+
+    async fn submit_as(&self, token: &str, body: Value) -> Value {
+        let resp = self.as_(token, reqwest::Method::POST, "/v1/jobs").json(&body).send().await.expect("send");
+        assert_eq!(resp.status(), StatusCode::CREATED, "{body}");
+        resp.json().await.expect("json")
+    }
+
+    async fn register(&self, credential: &str, node: &str, gpus: &[&str]) -> reqwest::Response {
+        let gpus: Vec<Value> = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, u)| json!({"uuid": u, "index": i, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}))
+            .collect();
+        let body =
+            json!({"node_id": node, "hostname": node, "cpu_milli": 8000, "memory_mib": 65536, "gpus": gpus});
+        self.as_(credential, reqwest::Method::POST, "/v1/agent/register")
+            .json(&body)
+            .send()
+            .await
+            .expect("send")
+    }
+}
+
+async fn status(req: reqwest::RequestBuilder) -> StatusCode {
+    req.send().await.expect("send").status()
+}
+
+#[tokio::test]
+async fn a_member_of_another_team_cannot_list_read_log_or_cancel_a_job() {
+    let s = TestServer::start().await;
+    let a = s.token_for("alice", Role::Member, &["vision"]);
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    let id =
+        s.submit_as(&a, json!({"command": ["echo", "secret-argument"]})).await["id"].as_i64().expect("id");
+    let listed: Vec<Value> =
+        s.as_(&b, reqwest::Method::GET, "/v1/jobs").send().await.expect("send").json().await.expect("json");
+    assert!(listed.is_empty(), "bob sees {listed:?}");
+    let listed: Vec<Value> = s
+        .as_(&b, reqwest::Method::GET, "/v1/jobs?team=vision")
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert!(listed.is_empty(), "naming the team does not widen the scope: {listed:?}");
+    for path in [format!("/v1/jobs/{id}"), format!("/v1/jobs/{id}/logs")] {
+        assert_eq!(status(s.as_(&b, reqwest::Method::GET, &path)).await, StatusCode::NOT_FOUND, "{path}");
+    }
+    let cancel = s.as_(&b, reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel"));
+    assert_eq!(status(cancel).await, StatusCode::NOT_FOUND);
+    let submit =
+        s.as_(&b, reqwest::Method::POST, "/v1/jobs").json(&json!({"command": ["true"], "team": "vision"}));
+    assert_eq!(status(submit).await, StatusCode::FORBIDDEN);
+    let job = s.store.job(id).expect("read").expect("job");
+    assert_ne!(job.state, JobState::Cancelled);
+    // Alice sees her own job, command line included.
+    let mine: Vec<Value> =
+        s.as_(&a, reqwest::Method::GET, "/v1/jobs").send().await.expect("send").json().await.expect("json");
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0]["command"][1], "secret-argument");
+}
+
+#[tokio::test]
+async fn another_teams_request_id_creates_a_job_of_ours_instead_of_returning_theirs() {
+    let s = TestServer::start().await;
+    let a = s.token_for("alice", Role::Member, &["vision"]);
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    let theirs = s.submit_as(&a, json!({"command": ["true"], "request_id": "run-1"})).await;
+    let ours = s.submit_as(&b, json!({"command": ["true"], "request_id": "run-1"})).await;
+    assert_eq!(ours["created"], true);
+    assert_ne!(ours["id"], theirs["id"]);
+    let again = s.submit_as(&b, json!({"command": ["true"], "request_id": "run-1"})).await;
+    assert_eq!((again["id"].clone(), again["created"].clone()), (ours["id"].clone(), json!(false)));
+}
+
+#[tokio::test]
+async fn viewers_read_operators_set_quotas_and_neither_changes_jobs() {
+    let s = TestServer::start().await;
+    let member = s.token_for("alice", Role::Member, &["vision"]);
+    let viewer = s.token_for("victor", Role::Viewer, &["vision"]);
+    let operator = s.token_for("olga", Role::Operator, &[]);
+    let id = s.submit_as(&member, json!({"command": ["sleep", "60"]})).await["id"].as_i64().expect("id");
+    assert_eq!(status(s.as_(&viewer, reqwest::Method::GET, &format!("/v1/jobs/{id}"))).await, StatusCode::OK);
+    assert_eq!(
+        status(s.as_(&operator, reqwest::Method::GET, &format!("/v1/jobs/{id}"))).await,
+        StatusCode::OK
+    );
+    for token in [&viewer, &operator] {
+        let cancel = s.as_(token, reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel"));
+        assert_eq!(status(cancel).await, StatusCode::FORBIDDEN);
+        let submit = s
+            .as_(token, reqwest::Method::POST, "/v1/jobs")
+            .json(&json!({"command": ["true"], "team": "vision"}));
+        assert_eq!(status(submit).await, StatusCode::FORBIDDEN);
+        let mint = s.as_(token, reqwest::Method::POST, "/v1/tokens").json(&json!({"team": "vision"}));
+        assert_eq!(status(mint).await, StatusCode::FORBIDDEN);
+    }
+    let quota = |t: &str| s.as_(t, reqwest::Method::PUT, "/v1/teams/vision").json(&json!({"gpu_quota": 1}));
+    assert_eq!(status(quota(&operator)).await, StatusCode::NO_CONTENT);
+    assert_eq!(status(quota(&member)).await, StatusCode::FORBIDDEN);
+    assert_eq!(status(quota(&viewer)).await, StatusCode::FORBIDDEN);
+    for path in ["/metrics", "/v1/audit", "/v1/users"] {
+        assert_eq!(status(s.as_(&member, reqwest::Method::GET, path)).await, StatusCode::FORBIDDEN, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_or_expired_token_is_refused_on_its_next_request() {
+    let s = TestServer::start().await;
+    let a = s.token_for("alice", Role::Member, &["vision"]);
+    assert_eq!(status(s.as_(&a, reqwest::Method::GET, "/v1/jobs")).await, StatusCode::OK);
+    let me: Value =
+        s.as_(&a, reqwest::Method::GET, "/v1/whoami").send().await.expect("send").json().await.expect("json");
+    let id = me["token_id"].as_i64().expect("id");
+    assert!(me["expires_at"].as_i64().is_some(), "tokens expire: {me}");
+    // Bob may not revoke Alice's token, nor learn that it exists.
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    let revoke = |t: &str| s.as_(t, reqwest::Method::DELETE, &format!("/v1/tokens/{id}"));
+    assert_eq!(status(revoke(&b)).await, StatusCode::NOT_FOUND);
+    assert_eq!(status(revoke(&s.token)).await, StatusCode::NO_CONTENT);
+    let resp = s.as_(&a, reqwest::Method::GET, "/v1/jobs").send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(resp.text().await.expect("text").contains("revoked"));
+    let short = s
+        .post("/v1/tokens")
+        .json(&json!({"team": "vision", "user": "carol", "ttl_seconds": 1}))
+        .send()
+        .await
+        .expect("send")
+        .json::<Value>()
+        .await
+        .expect("json")["token"]
+        .as_str()
+        .expect("token")
+        .to_owned();
+    assert_eq!(status(s.as_(&short, reqwest::Method::GET, "/v1/jobs")).await, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let resp = s.as_(&short, reqwest::Method::GET, "/v1/jobs").send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(resp.text().await.expect("text").contains("expired"));
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive_and_repeated_failures_get_429() {
+    let s = TestServer::start().await;
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let req =
+            s.http.get(format!("{}/v1/jobs", s.url)).header("authorization", format!("{scheme} {}", s.token));
+        assert_eq!(status(req).await, StatusCode::OK, "{scheme}");
+    }
+    let mut last = StatusCode::OK;
+    for _ in 0..=gantry_server::auth::FAILURE_LIMIT {
+        last = status(s.http.get(format!("{}/v1/jobs", s.url)).bearer_auth("gty_guess")).await;
+    }
+    assert_eq!(last, StatusCode::TOO_MANY_REQUESTS);
+    // The limit is per address and also holds for a valid token until the window passes.
+    assert_eq!(status(s.get("/v1/jobs")).await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn a_join_token_works_once_and_only_for_its_node() {
+    let s = TestServer::start().await;
+    let join = gantry_server::create_join_token(&*s.store, Some("n1"), HOUR).expect("join");
+    let post =
+        |node: &str| s.as_(&join, reqwest::Method::POST, "/v1/agent/join").json(&json!({"node_id": node}));
+    assert_eq!(status(post("n2")).await, StatusCode::FORBIDDEN);
+    let joined: Value = post("n1").send().await.expect("send").json().await.expect("json");
+    let credential = joined["credential"].as_str().expect("credential").to_owned();
+    let again = post("n1").send().await.expect("send");
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+    assert!(again.text().await.expect("text").contains("already used"));
+    // The join token opens nothing else, and the credential acts as its node only.
+    assert_eq!(status(s.as_(&join, reqwest::Method::GET, "/v1/jobs")).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(status(s.as_(&credential, reqwest::Method::GET, "/v1/jobs")).await, StatusCode::FORBIDDEN);
+    assert_eq!(s.register(&credential, "n1", &["GPU-1"]).await.status(), StatusCode::OK);
+    let expired = gantry_server::create_join_token(&*s.store, None, Duration::from_millis(1)).expect("join");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let late = s.as_(&expired, reqwest::Method::POST, "/v1/agent/join").json(&json!({"node_id": "n3"}));
+    assert_eq!(status(late).await, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_node_credential_cannot_register_as_another_node_steal_its_gpus_or_end_its_jobs() {
+    let s = TestServer::start().await;
+    let a = gantry_server::create_node_credential(&*s.store, "node-a").expect("credential");
+    let b = gantry_server::create_node_credential(&*s.store, "node-b").expect("credential");
+    let epoch_a =
+        s.register(&a, "node-a", &["GPU-A0"]).await.json::<Value>().await.expect("json")["epoch"].clone();
+    assert_eq!(s.register(&b, "node-b", &[]).await.status(), StatusCode::OK);
+    // Re-registering node-a with b's credential would bump its epoch and kill its jobs.
+    assert_eq!(s.register(&b, "node-a", &["GPU-A0"]).await.status(), StatusCode::FORBIDDEN);
+    // Claiming a GPU that a live node holds.
+    let steal = s.register(&b, "node-b", &["GPU-A0"]).await;
+    assert_eq!(steal.status(), StatusCode::CONFLICT);
+    let nodes = s.store.nodes().expect("nodes");
+    assert_eq!(nodes.iter().find(|n| n.id == "node-a").map(|n| n.epoch), epoch_a.as_u64());
+    assert!(s.store.gpus().expect("gpus").iter().all(|g| g.info.uuid != "GPU-A0" || g.node_id == "node-a"));
+    // A job placed on node-a; node-b reports it finished.
+    let id = s
+        .post("/v1/jobs")
+        .json(&json!({"command": ["sleep", "60"], "gpus": 1}))
+        .send()
+        .await
+        .expect("send")
+        .json::<Value>()
+        .await
+        .expect("json")["id"]
+        .as_i64()
+        .expect("id");
+    for _ in 0..50 {
+        if s.store.job(id).expect("job").is_some_and(|j| j.state == JobState::Scheduled) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(s.store.job(id).expect("job").expect("job").node_id.as_deref(), Some("node-a"));
+    let forged = json!({"node_id": "node-b", "epoch": 1, "gpus": [],
+        "jobs": [{"job_id": id, "attempt": 1, "exit": {"exit_code": 0, "reason": null}}]});
+    let resp =
+        s.as_(&b, reqwest::Method::POST, "/v1/agent/heartbeat").json(&forged).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::OK, "node-b's own heartbeat is fine");
+    assert_eq!(
+        s.store.job(id).expect("job").expect("job").state,
+        JobState::Scheduled,
+        "but it changes nothing"
+    );
+    let as_a = json!({"node_id": "node-a", "epoch": epoch_a, "gpus": [], "jobs": []});
+    let resp =
+        s.as_(&b, reqwest::Method::POST, "/v1/agent/heartbeat").json(&as_a).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    // A user token is not an agent credential either.
+    assert_eq!(s.register(&s.token, "node-c", &[]).await.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn every_change_and_refusal_is_audited_and_the_chain_verifies() {
+    let s = TestServer::start().await;
+    let a = s.token_for("alice", Role::Member, &["vision"]);
+    let id = s.submit_as(&a, json!({"command": ["true"]})).await["id"].as_i64().expect("id");
+    let denied = s.as_(&a, reqwest::Method::PUT, "/v1/teams/vision").json(&json!({"gpu_quota": 9}));
+    assert_eq!(status(denied).await, StatusCode::FORBIDDEN);
+    let rows: Vec<Value> = s.get("/v1/audit").send().await.expect("send").json().await.expect("json");
+    let submit = rows.iter().find(|r| r["action"] == "job.submit").expect("submission audited");
+    assert_eq!(submit["actor"], "alice");
+    assert_eq!(submit["role"], "member");
+    assert_eq!(submit["team"], "vision");
+    assert_eq!(submit["target"], format!("job/{id}"));
+    assert_eq!(submit["outcome"], "ok");
+    assert!(submit["peer"].as_str().is_some_and(|p| p.starts_with("127.0.0.1:")), "{submit}");
+    let refusal = rows.iter().find(|r| r["action"] == "team.set").expect("refusal audited");
+    assert!(refusal["outcome"].as_str().is_some_and(|o| o.starts_with("denied:")), "{refusal}");
+    let verified: Value = s.get("/v1/audit/verify").send().await.expect("send").json().await.expect("json");
+    assert_eq!(verified["ok"], true, "{verified}");
+    assert_eq!(verified["rows"].as_u64(), Some(rows.len() as u64));
+}
+
+#[tokio::test]
+async fn members_see_only_their_teams_events_and_gpu_holders() {
+    let s = TestServer::start().await;
+    let a = s.token_for("alice", Role::Member, &["vision"]);
+    let events: Vec<Value> =
+        s.as_(&a, reqwest::Method::GET, "/v1/events").send().await.expect("send").json().await.expect("json");
+    assert!(events.is_empty(), "cluster events (token creation) are not a member's: {events:?}");
+    let all: Vec<Value> = s.get("/v1/events").send().await.expect("send").json().await.expect("json");
+    assert!(all.iter().any(|e| e["kind"] == "token.created"));
+}
