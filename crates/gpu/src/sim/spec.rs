@@ -86,10 +86,10 @@ impl RawFault {
 }
 
 fn seconds(s: f64) -> Result<Duration, GpuError> {
-    if s.is_finite() && s >= 0.0 {
-        Ok(Duration::from_secs_f64(s))
-    } else {
-        Err(bad(format!("{s} is not a non-negative number of seconds")))
+    // `try_from`: a finite but huge value (1e300) would make `from_secs_f64` panic.
+    match Duration::try_from_secs_f64(s) {
+        Ok(d) if s.is_finite() => Ok(d),
+        _ => Err(bad(format!("{s} is not a non-negative number of seconds that fits a duration"))),
     }
 }
 

@@ -232,3 +232,76 @@ mod properties {
         }
     }
 }
+
+mod fuzz {
+    //! Property-based fuzzing of the fleet flag and fleet file parsers: refused with a reason or
+    //! accepted, never a panic (`GANTRY_FUZZ_CASES`, default 64).
+    use gantry_gpu::FleetSpec;
+    use proptest::prelude::*;
+
+    fn cases() -> u32 {
+        std::env::var("GANTRY_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+    }
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|f| format!("{f:?}")),
+            Just("1e300".to_owned()),
+            Just("nan".to_owned()),
+            Just("inf".to_owned()),
+            Just("-0.0".to_owned()),
+        ]
+    }
+
+    fn toml_text() -> impl Strategy<Value = String> {
+        let key = prop::sample::select(
+            &[
+                "gpus",
+                "at_s",
+                "gpu",
+                "xid",
+                "event",
+                "duration_s",
+                "seed",
+                "memory_mib",
+                "pid",
+                "job",
+                "util",
+            ][..],
+        );
+        let value = prop_oneof![
+            number(),
+            Just("\"2xH100\"".to_owned()),
+            Just("\"thermal_throttle\"".to_owned()),
+            Just("\"x\"".to_owned()),
+            Just("[]".to_owned())
+        ];
+        let line = (key, value).prop_map(|(k, v)| format!("{k} = {v}"));
+        let table = prop::sample::select(&["", "[[process]]", "[[fault]]"][..]).prop_map(str::to_owned);
+        let body = prop::collection::vec(prop_oneof![line, table], 0..16).prop_map(|l| l.join("\n"));
+        (any::<bool>(), body).prop_map(|(lead, b)| if lead { format!("gpus = \"2xH100\"\n{b}") } else { b })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_fleet_flag_is_parsed_or_refused(flag in "[0-9xA-Za-z,\\- ]{0,24}", seed in any::<u64>()) {
+            let _ = FleetSpec::parse(&flag, seed);
+        }
+
+        #[test]
+        fn any_fleet_file_is_parsed_or_refused(text in toml_text()) {
+            let _ = FleetSpec::from_toml(&text);
+        }
+
+        #[test]
+        fn any_fault_time_or_duration_is_parsed_or_refused(at in number(), gpu in 0u32..3, duration in number()) {
+            let text = format!(
+                "gpus = \"2xH100\"\n[[fault]]\nat_s = {at}\ngpu = {gpu}\nevent = \"thermal_throttle\"\nduration_s = {duration}\n"
+            );
+            let _ = FleetSpec::from_toml(&text);
+        }
+    }
+}

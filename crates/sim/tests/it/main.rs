@@ -2,6 +2,8 @@
 //! FGD result is reproduced, the ideal line holds, Gantry's policy beats FGD, and a seed fully
 //! determines a run.
 
+mod fuzz;
+
 use std::path::PathBuf;
 
 use gantry_core::PolicyKind;
