@@ -20,7 +20,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use crate::app::App;
 use crate::auth::{Principal, require_token};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
 /// The OpenAPI document, generated from the handlers and types.
 #[derive(Debug, OpenApi)]
@@ -29,7 +29,7 @@ use crate::error::ApiError;
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
         cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::create_token, cluster::events,
-        agent::register, agent::heartbeat, healthz, metrics
+        agent::register, agent::heartbeat, healthz, ca_pem, metrics
     ),
     modifiers(&BearerAuth)
 )]
@@ -45,7 +45,7 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// Every route; all but `/healthz` need a bearer token.
+/// Every route; all but `/healthz` and `/v1/ca.pem` need a bearer token.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
     let authed = Router::new()
@@ -66,6 +66,7 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn_with_state(Arc::clone(&app), require_token));
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/v1/ca.pem", get(ca_pem))
         .merge(authed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(app)
@@ -75,6 +76,15 @@ pub fn router(app: Arc<App>) -> Router {
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = String)))]
 async fn healthz() -> &'static str {
     "ok"
+}
+
+/// The cluster CA certificate (public, no token), for clients that pin it by SHA-256 before they
+/// trust the connection that delivered it. 404 when the server does not speak TLS.
+#[utoipa::path(get, path = "/v1/ca.pem",
+    responses((status = 200, body = String, content_type = "application/x-pem-file"), (status = 404, body = ErrorBody)))]
+async fn ca_pem(State(app): State<Arc<App>>) -> Result<impl IntoResponse, ApiError> {
+    let pki = app.pki.as_ref().ok_or_else(|| ApiError::NotFound("this server does not use TLS".into()))?;
+    Ok(([(CONTENT_TYPE, "application/x-pem-file")], pki.ca_pem().to_owned()))
 }
 
 /// The server's Prometheus metrics (OpenMetrics text).
