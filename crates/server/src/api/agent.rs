@@ -27,6 +27,7 @@ pub async fn register(
 ) -> Result<Json<RegisterResponse>, ApiError> {
     who.require_agent()?;
     validate::word("node_id", &req.node_id)?;
+    validate::inventory(&req)?;
     let registration = NodeRegistration {
         node_id: req.node_id,
         hostname: req.hostname,
