@@ -36,11 +36,16 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// The cluster CA to pin (PEM); `None` trusts the system's roots.
+    pub ca_pem: Option<String>,
+    /// A client certificate and its key (PEM) for mutual TLS.
+    pub client_cert: Option<(String, String)>,
 }
 
 /// Runs the agent until `stop` turns true; then stops its jobs (SIGTERM, grace, SIGKILL).
 pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
-    let client = Client::new(&config.server, &config.token)?;
+    let client_cert = config.client_cert.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
+    let client = Client::with_tls(&config.server, &config.token, config.ca_pem.as_deref(), client_cert)?;
     process::kill_orphans(&config.state_dir);
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
     let mut jobs = jobs::Jobs::new(exit_tx, config.logs_dir.clone(), config.state_dir.clone(), config.grace);
