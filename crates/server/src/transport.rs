@@ -88,7 +88,7 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let span = tracing::debug_span!("connection", %peer);
+        let span = tracing::info_span!("connection", %peer);
         tokio::spawn(connection(stream, peer, shared.clone(), graceful.watcher(), permit).instrument(span));
     }
     drop(listener);

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use gantry_agent::runner::client::{self, Client};
 use gantry_agent::runner::AgentError;
+use gantry_agent::runner::client::{self, Client};
 use gantry_server::api::types::RegisterRequest;
 use gantry_server::tls::Pki;
 use gantry_server::{Server, ServerConfig};
