@@ -1,47 +1,34 @@
 //! `gantry up`: the control plane and a local agent in one process, on an embedded store.
+//! The control plane's part is shared with `gantry server` (see [`super::control`]).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use gantry_agent::exporter::{self, ExporterConfig};
 use gantry_agent::runner::{self, AgentConfig, Gpus};
-use gantry_core::PolicyKind;
-use gantry_server::{Server, ServerConfig};
-use gantry_store::{Role, SqliteStore, Store};
+use gantry_store::{Role, Store};
 
 use super::agent::backend_choice;
-use super::client::{self, ClientConfig, home};
+use super::control::{self, ControlArgs, Prepared};
 
 /// Arguments of `gantry up`.
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Where the store, job logs and agent state live (default `$XDG_DATA_HOME/gantry` or
-    /// `~/.local/share/gantry`).
-    #[arg(long, env = "GANTRY_DATA_DIR")]
-    data_dir: Option<PathBuf>,
-    /// Listen address.
-    #[arg(long, default_value = "127.0.0.1:7070")]
-    listen: SocketAddr,
+    #[command(flatten)]
+    control: ControlArgs,
     /// `auto` (NVML when it initialises, else simulated), `nvml` or `simulated`.
     #[arg(long, default_value = "auto")]
     backend: String,
     /// Simulated fleet used when there is no NVIDIA GPU.
     #[arg(long, default_value = "4xA100-80GB")]
     simulated_gpus: String,
-    /// Placement policy.
-    #[arg(long, default_value = "gantry")]
-    policy: PolicyKind,
-    /// Seconds without heartbeat before an agent is lost.
-    #[arg(long, default_value_t = 10.0)]
-    heartbeat_timeout: f64,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     #[arg(long, default_value_t = 10)]
     grace: u64,
-    /// Run only the control plane (agents join with `gantry agent`).
+    /// Run only the control plane (agents join with `gantry agent`); the same as `gantry server`.
     #[arg(long)]
     no_agent: bool,
     /// Node id of the local agent (default: the host name).
@@ -58,35 +45,15 @@ pub struct UpArgs {
 
 /// Runs until Ctrl-C or SIGTERM.
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
-    let data = match &args.data_dir {
-        Some(d) => d.clone(),
-        None => default_data_dir()?,
-    };
-    if !(0.5..=3600.0).contains(&args.heartbeat_timeout) {
-        anyhow::bail!("--heartbeat-timeout must be between 0.5 and 3600 seconds");
-    }
     let choice = backend_choice(&args.backend, &args.simulated_gpus)?;
-    let _lock = lock_data_dir(&data)?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
-    );
+    let prepared = control::prepare(&args.control)?;
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(serve(args, data, store, choice))
+    rt.block_on(serve(args, prepared, choice))
 }
 
-async fn serve(
-    args: UpArgs,
-    data: PathBuf,
-    store: Arc<dyn Store>,
-    choice: runner::BackendChoice,
-) -> anyhow::Result<()> {
-    let mut config = ServerConfig::local(data.join("logs"));
-    config.listen = args.listen;
-    config.policy = args.policy;
-    config.heartbeat_timeout = Duration::from_secs_f64(args.heartbeat_timeout);
-    let server = Server::bind(config, Arc::clone(&store)).await?;
-    let url = format!("http://{}", server.local_addr()?);
-    announce_tokens(&*store, &url)?;
+async fn serve(args: UpArgs, prepared: Prepared, choice: runner::BackendChoice) -> anyhow::Result<()> {
+    let control = control::bind(&args.control, prepared).await?;
+    let (data, url) = (control.prepared.data.clone(), control.url.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let agent = if args.no_agent {
         None
@@ -96,19 +63,26 @@ async fn serve(
         if !args.no_metrics {
             serve_metrics(&mut gpus, args.metrics_listen, stop_rx.clone()).await;
         }
+        let node_id = args.node_id.clone().unwrap_or_else(local_node_id);
+        let client_cert = match &control.pki {
+            Some(pki) => Some(pki.issue_client(&node_id)?),
+            None => None,
+        };
         let agent_config = AgentConfig {
             server: url.clone(),
-            token: agent_token(&*store, &data)?,
-            node_id: args.node_id.clone().unwrap_or_else(local_node_id),
+            token: agent_token(&*control.prepared.store, &data)?,
+            node_id,
             logs_dir: data.join("logs"),
             state_dir: data.join("agent"),
             grace: Duration::from_secs(args.grace),
+            ca_pem: control.pki.as_ref().map(|p| p.ca_pem().to_owned()),
+            client_cert,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     };
     println!("gantry is up at {url} (data in {}); Ctrl-C stops it", data.display());
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve(async move {
+    let serving = tokio::spawn(control.server.serve(async move {
         let _ = server_stop_rx.await;
     }));
     shutdown_signal().await;
@@ -119,6 +93,7 @@ async fn serve(
     }
     let _ = server_stop_tx.send(());
     serving.await??;
+    drop(control.prepared);
     Ok(())
 }
 
@@ -148,31 +123,6 @@ async fn serve_metrics(gpus: &mut Gpus, listen: SocketAddr, mut stop: tokio::syn
     });
 }
 
-/// On a fresh store, creates the admin token, prints it and saves it to the client config.
-fn announce_tokens(store: &dyn Store, url: &str) -> anyhow::Result<()> {
-    let mut saved = client::load_config().unwrap_or_default();
-    saved.server = Some(url.to_owned());
-    match gantry_server::ensure_admin_token(store)? {
-        Some(token) => {
-            saved.token = Some(token.clone());
-            let path = client::save_config(&saved)?;
-            println!("created an admin token; it is saved in {} for this user:", path.display());
-            println!(
-                "  export GANTRY_SERVER={url} GANTRY_TOKEN={token}   # only needed on other accounts/machines"
-            );
-        }
-        None => {
-            if saved.token.is_none() {
-                eprintln!(
-                    "note: the admin token was shown on first start; set GANTRY_TOKEN to use this server"
-                );
-            }
-            client::save_config(&ClientConfig { ..saved })?;
-        }
-    }
-    Ok(())
-}
-
 /// The local agent's join token, kept in `<data>/agent-token`.
 fn agent_token(store: &dyn Store, data: &Path) -> anyhow::Result<String> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -184,27 +134,6 @@ fn agent_token(store: &dyn Store, data: &Path) -> anyhow::Result<String> {
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
     std::io::Write::write_all(&mut file, token.as_bytes())?;
     Ok(token)
-}
-
-/// Holds an exclusive lock on `<data>/gantry.lock` for the life of the process (released by the
-/// kernel even on SIGKILL), so two `gantry up` never share a store.
-fn lock_data_dir(data: &Path) -> anyhow::Result<std::fs::File> {
-    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
-    let file = std::fs::File::create(data.join("gantry.lock"))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            anyhow::bail!("another gantry up is already using {}", data.display())
-        }
-        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
-    }
-}
-
-fn default_data_dir() -> anyhow::Result<PathBuf> {
-    match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
-        Some(dir) => Ok(PathBuf::from(dir).join("gantry")),
-        None => Ok(home()?.join(".local/share/gantry")),
-    }
 }
 
 fn local_node_id() -> String {
