@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod backend;
 pub mod bench;
+pub mod bench_load;
 pub mod bench_submit;
 pub mod cancel;
 pub mod client;

@@ -105,3 +105,19 @@ fn a_request_that_fails_with_500_is_logged_with_its_cause_in_the_data_dir() {
     assert_eq!(mode, 0o600);
 }
 
+#[test]
+fn the_load_benchmark_reports_throughput_errors_and_server_memory_as_json() {
+    let out = crate::gantry(&["bench", "load", "--clients", "4", "--duration", "2", "--idle", "0", "--json"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert!(report["requests"].as_u64().expect("requests") > 0, "{report}");
+    assert_eq!(
+        (report["server_errors"].as_u64(), report["failures"].as_u64()),
+        (Some(0), Some(0)),
+        "{report}"
+    );
+    for kind in ["submit", "get", "list"] {
+        assert!(report["kinds"][kind]["p99_ms"].as_f64().is_some(), "{kind} missing: {report}");
+    }
+    assert!(report["rss_mib"]["start"].as_f64().expect("rss") > 1.0, "{report}");
+}
