@@ -6,3 +6,4 @@ mod prometheus;
 mod runner;
 mod server;
 mod support;
+mod tls;
