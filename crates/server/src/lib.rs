@@ -5,7 +5,9 @@
 //! - [`command`]: the one dispatcher that applies every mutation to the [`gantry_store::Store`];
 //! - [`scheduler`]: the loop that turns a store snapshot into placements through the core's
 //!   policies ([`scheduler::plan`] is pure) and records them before agents act on them;
-//! - [`auth`]: bearer tokens (hashed at rest) and the role checks.
+//! - [`auth`]: bearer tokens (hashed at rest) and the role checks;
+//! - [`job_logs`] and [`job_env`]: what the server and the agent agree on about a job's output
+//!   files and its declared environment.
 //!
 //! It is not the agent (see `gantry-agent`) and holds no state of its own beyond caches:
 //! restart it on the same store and it carries on.
@@ -15,6 +17,8 @@ pub mod app;
 pub mod auth;
 pub mod command;
 pub mod error;
+pub mod job_env;
+pub mod job_logs;
 pub mod metrics;
 pub mod scheduler;
 
