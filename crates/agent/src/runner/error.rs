@@ -28,4 +28,11 @@ pub enum AgentError {
         /// Why it failed.
         source: std::io::Error,
     },
+    /// The job sandbox (users, work directories, cgroups) could not be set up.
+    #[error("job sandbox: {0}")]
+    Sandbox(String),
+    /// The assignment asks for something the agent will not do (e.g. override a placement
+    /// variable); the job fails with this reason.
+    #[error("{0}")]
+    Refused(String),
 }

@@ -4,5 +4,6 @@ mod attribution;
 mod dcgm_names;
 mod prometheus;
 mod runner;
+mod sandbox;
 mod server;
 mod support;

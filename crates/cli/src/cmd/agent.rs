@@ -8,6 +8,7 @@ use clap::Args;
 use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus};
 
 use super::client::home;
+use super::sandbox::SandboxArgs;
 use super::up::shutdown_signal;
 
 /// Arguments of `gantry agent`.
@@ -25,6 +26,8 @@ pub struct AgentArgs {
     /// Where job output and pid files go.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
     /// `auto`, `nvml` or `simulated`.
     #[arg(long, default_value = "auto")]
     backend: String,
@@ -47,6 +50,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map_or_else(|_| "node".into(), |h| h.trim().to_owned())
     });
+    let sandbox = args.sandbox.build(&data, &data.join("agent"))?;
     let config = AgentConfig {
         server: args.server,
         token: args.join_token,
@@ -54,6 +58,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         logs_dir: data.join("logs"),
         state_dir: data.join("agent"),
         grace: Duration::from_secs(args.grace),
+        sandbox,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -1,5 +1,6 @@
 //! One module per subcommand; `backend` holds the GPU backend flags `gpus` and `exporter` share,
-//! `client` and `table` what the client commands share.
+//! `sandbox` the job sandbox flags `up` and `agent` share, `client` and `table` what the client
+//! commands share.
 
 pub mod agent;
 pub mod backend;
@@ -13,6 +14,7 @@ pub mod gpus;
 pub mod jobs;
 pub mod logs;
 pub mod nodes;
+pub mod sandbox;
 pub mod sim;
 pub mod submit;
 pub mod table;

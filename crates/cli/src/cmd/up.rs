@@ -8,13 +8,14 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use gantry_agent::exporter::{self, ExporterConfig};
-use gantry_agent::runner::{self, AgentConfig, Gpus};
+use gantry_agent::runner::{self, AgentConfig, Gpus, Sandbox};
 use gantry_core::PolicyKind;
 use gantry_server::{Server, ServerConfig};
 use gantry_store::{Role, SqliteStore, Store};
 
 use super::agent::backend_choice;
 use super::client::{self, ClientConfig, home};
+use super::sandbox::{SandboxArgs, parse_size};
 
 /// Arguments of `gantry up`.
 #[derive(Debug, Args)]
@@ -54,6 +55,12 @@ pub struct UpArgs {
     /// Do not serve GPU metrics.
     #[arg(long)]
     no_metrics: bool,
+    /// Most output kept per job and stream (stdout, stderr), e.g. `64MiB`; older output is
+    /// rotated away.
+    #[arg(long, default_value = "64MiB")]
+    log_limit: String,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 /// Runs until Ctrl-C or SIGTERM.
@@ -65,13 +72,18 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     if !(0.5..=3600.0).contains(&args.heartbeat_timeout) {
         anyhow::bail!("--heartbeat-timeout must be between 0.5 and 3600 seconds");
     }
+    let log_limit = parse_size(&args.log_limit).context("--log-limit")?;
+    if log_limit < 4096 {
+        anyhow::bail!("--log-limit must be at least 4KiB");
+    }
     let choice = backend_choice(&args.backend, &args.simulated_gpus)?;
     let _lock = lock_data_dir(&data)?;
     let store: Arc<dyn Store> = Arc::new(
         SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
     );
+    let sandbox = if args.no_agent { None } else { Some(args.sandbox.build(&data, &data.join("agent"))?) };
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(serve(args, data, store, choice))
+    rt.block_on(serve(args, data, store, choice, sandbox, log_limit))
 }
 
 async fn serve(
@@ -79,18 +91,19 @@ async fn serve(
     data: PathBuf,
     store: Arc<dyn Store>,
     choice: runner::BackendChoice,
+    sandbox: Option<Arc<Sandbox>>,
+    log_limit: u64,
 ) -> anyhow::Result<()> {
     let mut config = ServerConfig::local(data.join("logs"));
     config.listen = args.listen;
     config.policy = args.policy;
     config.heartbeat_timeout = Duration::from_secs_f64(args.heartbeat_timeout);
+    config.log_limit_bytes = log_limit;
     let server = Server::bind(config, Arc::clone(&store)).await?;
     let url = format!("http://{}", server.local_addr()?);
     announce_tokens(&*store, &url)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let agent = if args.no_agent {
-        None
-    } else {
+    let agent = if let Some(sandbox) = sandbox {
         let mut gpus = Gpus::open(&choice, 1).context("opening GPUs")?;
         println!("{}", gpus.description);
         if !args.no_metrics {
@@ -103,8 +116,11 @@ async fn serve(
             logs_dir: data.join("logs"),
             state_dir: data.join("agent"),
             grace: Duration::from_secs(args.grace),
+            sandbox,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
+    } else {
+        None
     };
     println!("gantry is up at {url} (data in {}); Ctrl-C stops it", data.display());
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();
