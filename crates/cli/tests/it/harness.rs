@@ -16,7 +16,10 @@ pub struct Cluster {
     pub port: u16,
     /// Where the local agent serves GPU metrics.
     pub metrics_port: u16,
+    /// Outside HOME and reachable by job users: the jobs' work root and [`Cluster::shared`].
+    pub outside: tempfile::TempDir,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -42,16 +45,33 @@ pub fn command(home: &Path) -> Command {
 impl Cluster {
     /// Starts `gantry up` with extra arguments and waits until it answers.
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts `gantry up` with extra arguments and environment variables.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
+        use std::os::unix::fs::PermissionsExt;
         let home = tempfile::tempdir().expect("temp home");
+        let outside = tempfile::tempdir().expect("temp dir");
+        let shared = outside.path().join("shared");
+        std::fs::create_dir(&shared).expect("shared dir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
         let port = free_port();
         let metrics_port = free_port();
         let mut args = vec!["up".to_owned(), "--listen".into(), format!("127.0.0.1:{port}")];
         args.extend(["--metrics-listen".into(), format!("127.0.0.1:{metrics_port}")]);
         args.extend(["--data-dir".into(), home.path().join("data").display().to_string()]);
+        args.extend(["--work-dir".into(), outside.path().join("work").display().to_string()]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let mut cluster = Self { home, port, metrics_port, args, child: None };
+        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let mut cluster = Self { home, port, metrics_port, outside, args, env, child: None };
         cluster.restart();
         cluster
+    }
+
+    /// A directory every job user may write to (for markers).
+    pub fn shared(&self) -> PathBuf {
+        self.outside.path().join("shared")
     }
 
     pub fn url(&self) -> String {
@@ -71,6 +91,7 @@ impl Cluster {
             .expect("log file");
         let child = command(self.home.path())
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::from(log.try_clone().expect("clone log")))
             .stderr(Stdio::from(log))
             .spawn()

@@ -7,6 +7,7 @@ mod crash;
 mod exporter;
 mod gpus;
 mod harness;
+mod sandbox;
 mod sharing;
 mod sim;
 mod walkthrough;
