@@ -156,11 +156,13 @@ impl Jobs {
             if l.grant_mib == 0 || l.exit.is_some() {
                 continue;
             }
+            // A process that left the job's process group is still in its cgroup.
+            let members = l.cgroup.as_ref().map(|c| c.pids()).unwrap_or_default();
             let used: u64 = processes
                 .iter()
                 .filter(|p| {
                     p.job_id.as_deref() == Some(&id.to_string())
-                        || l.cgroup.as_ref().is_some_and(|c| c.pids().contains(&p.pid))
+                        || members.contains(&p.pid)
                         || (l.pgid.is_some() && process::pgid_of(p.pid) == l.pgid)
                 })
                 .map(|p| p.memory_used_bytes / MIB)
