@@ -204,15 +204,26 @@ fn agent_token(store: &dyn Store, data: &Path) -> anyhow::Result<String> {
 
 /// Holds an exclusive lock on `<data>/gantry.lock` for the life of the process (released by the
 /// kernel even on SIGKILL), so two `gantry up` never share a store.
+///
+/// A run killed while starting a job leaves a forked child that holds copies of its descriptors,
+/// the lock's too, until it execs (a few milliseconds, longer on a loaded machine): a restart
+/// right after a crash waits that long before calling the store taken.
 fn lock_data_dir(data: &Path) -> anyhow::Result<std::fs::File> {
+    const PATIENCE: Duration = Duration::from_secs(3);
     std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
     let file = std::fs::File::create(data.join("gantry.lock"))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            anyhow::bail!("another gantry up is already using {}", data.display())
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                anyhow::bail!("another gantry up is already using {}", data.display())
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
         }
-        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
     }
 }
 

@@ -97,7 +97,10 @@ impl Cluster {
             .spawn()
             .expect("start gantry up");
         self.child = Some(child);
-        wait_healthy(&self.url());
+        if !wait_healthy(&self.url()) {
+            let log = std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default();
+            panic!("gantry up did not start listening on {}; its output:\n{log}", self.url());
+        }
     }
 
     /// SIGKILLs the process.
@@ -178,8 +181,9 @@ impl Drop for Cluster {
     }
 }
 
-/// Waits until `/healthz` answers 200 (the listener is bound a moment before serving starts).
-pub fn wait_healthy(url: &str) {
+/// Waits until `/healthz` answers 200 (the listener is bound a moment before serving starts);
+/// false after 30 s.
+pub fn wait_healthy(url: &str) -> bool {
     use std::io::{Read, Write};
     let addr = url.trim_start_matches("http://").to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -190,12 +194,12 @@ pub fn wait_healthy(url: &str) {
             let asked = conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n");
             if asked.is_ok() && conn.read_to_string(&mut answer).is_ok() && answer.starts_with("HTTP/1.0 200")
             {
-                return;
+                return true;
             }
         }
         std::thread::sleep(Duration::from_millis(25));
     }
-    panic!("gantry up did not start listening on {url}");
+    false
 }
 
 /// Polls `check` until it returns `Some` or the timeout passes.
