@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gantry_agent::runner::{Sandbox, SandboxConfig};
 use gantry_store::{SqliteStore, Store, history};
 
 pub const GANTRY: &str = env!("CARGO_BIN_EXE_gantry");
@@ -169,14 +170,21 @@ impl Drop for Cluster {
             // SIGTERM first so the agent stops its jobs; SIGKILL if it hangs.
             let _ = Command::new("kill").arg(child.id().to_string()).status();
             let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
+            while Instant::now() < deadline && !matches!(child.try_wait(), Ok(Some(_))) {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = child.kill();
             let _ = child.wait();
+        }
+        // A test that killed `gantry up` leaves its jobs' cgroups: end them as a restart would.
+        let state = self.data_dir().join("agent");
+        if state.join("sandbox-scope").exists() {
+            let work_dir = self.outside.path().join("work");
+            let config = SandboxConfig { work_dir, job_users: Default::default() };
+            if let Ok(sandbox) = Sandbox::build(&config, &state) {
+                sandbox.remove_orphans();
+                sandbox.release();
+            }
         }
     }
 }
