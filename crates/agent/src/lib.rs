@@ -5,8 +5,9 @@
 //!   dcgm-exporter's names and labels (so NVIDIA's Grafana dashboards work unchanged), plus
 //!   `gantry_*` series for health, findings and per-process memory by job.
 //! - [`runner`]: the job runner. It registers the node with the control plane, reports GPU
-//!   inventory, health and samples, and runs the jobs it is assigned as process groups (start
-//!   with [`runner::run`]). It is not the scheduler: it runs exactly what the server's heartbeat
+//!   inventory, health and samples, and runs the jobs it is assigned, each in a sandbox of its
+//!   own user, directory, environment and cgroup (start with [`runner::run`], then
+//!   [`runner::sandbox`]). It is not the scheduler: it runs exactly what the server's heartbeat
 //!   answer lists and stops everything else.
 
 pub mod exporter;

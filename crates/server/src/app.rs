@@ -43,10 +43,13 @@ pub struct ServerConfig {
     pub tls_handshake_timeout: Duration,
     /// At shutdown, how long in-flight requests may take.
     pub shutdown_grace: Duration,
+    /// Most output an agent keeps per job and stream, bytes (sent with each assignment).
+    pub log_limit_bytes: u64,
 }
 
 impl ServerConfig {
-    /// Defaults for a single machine: 127.0.0.1:7070, 10 s heartbeat timeout, policy `gantry`.
+    /// Defaults for a single machine: 127.0.0.1:7070, 10 s heartbeat timeout, policy `gantry`, logs
+    /// capped at 64 MiB per job and stream.
     pub fn local(logs_dir: PathBuf) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
@@ -56,6 +59,7 @@ impl ServerConfig {
             logs_dir,
             body_limit: 1 << 20,
             policy: PolicyKind::Gantry,
+            log_limit_bytes: crate::job_logs::DEFAULT_LIMIT,
             pki: None,
             max_connections: 1024,
             header_read_timeout: Duration::from_secs(10),

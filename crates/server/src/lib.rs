@@ -8,6 +8,8 @@
 //! - [`auth`]: bearer tokens (hashed at rest) and the role checks;
 //! - [`tls`]: the cluster CA, server and client certificates; [`transport`]: the listener
 //!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown).
+//! - [`job_logs`] and [`job_env`]: what the server and the agent agree on about a job's output
+//!   files and its declared environment.
 //!
 //! It is not the agent (see `gantry-agent`) and holds no state of its own beyond caches:
 //! restart it on the same store and it carries on.
@@ -18,6 +20,8 @@ pub mod auth;
 pub mod command;
 pub mod credentials;
 pub mod error;
+pub mod job_env;
+pub mod job_logs;
 pub mod metrics;
 pub mod scheduler;
 pub mod tls;

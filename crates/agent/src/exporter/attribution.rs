@@ -1,10 +1,12 @@
 //! Which job a GPU process belongs to.
 //!
-//! The agent sets `GANTRY_JOB_ID` in the environment of what it launches, so the process or
-//! one of its ancestors carries it in `/proc/<pid>/environ`. When that file cannot be read
-//! (another user's process without `CAP_SYS_PTRACE`), a cgroup path segment named
-//! `gantry-job-<id>` (optionally `.scope`/`.slice`) also identifies the job. Otherwise the job is
-//! `unknown`.
+//! A job run in the agent's sandbox is in the cgroup `gantry/<scope>/<job id>-<attempt>`, which
+//! the job cannot leave or rename, so that path is believed first. Otherwise: the agent sets
+//! `GANTRY_JOB_ID` in the environment of what it launches, so the process or one of its
+//! ancestors carries it in `/proc/<pid>/environ` (a job controls its own environment, which is
+//! why this comes second). When that file cannot be read (another user's process without
+//! `CAP_SYS_PTRACE`), a cgroup path segment named `gantry-job-<id>` (optionally
+//! `.scope`/`.slice`) also identifies the job. Otherwise the job is `unknown`.
 
 use gantry_gpu::ProcessUsage;
 use std::collections::HashMap;
@@ -51,8 +53,12 @@ impl Attributor {
             .collect()
     }
 
-    /// The job of `pid` from its environment or an ancestor's, else its cgroup.
+    /// The job of `pid` from its sandbox cgroup, else its environment or an ancestor's, else
+    /// another cgroup naming it.
     pub fn lookup(&self, pid: u32) -> Option<String> {
+        if let Some(job) = self.job_from_sandbox(pid) {
+            return Some(job);
+        }
         let mut current = pid;
         for _ in 0..MAX_ANCESTORS {
             if let Some(job) = self.job_from_environ(current) {
@@ -80,6 +86,20 @@ impl Attributor {
         // `pid (comm) state ppid …`; comm may hold spaces and parentheses, so split at the last ')'.
         let rest = &stat[stat.rfind(')')? + 1..];
         rest.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// `<job>` from a cgroup path ending `gantry/<scope>/<job>-<attempt>` (the agent's sandbox).
+    fn job_from_sandbox(&self, pid: u32) -> Option<String> {
+        let text = std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("cgroup")).ok()?;
+        text.lines().find_map(|line| {
+            let segments: Vec<&str> = line.rsplit(':').next().unwrap_or_default().split('/').collect();
+            let [.., "gantry", _scope, leaf] = segments.as_slice() else {
+                return None;
+            };
+            let (job, attempt) = leaf.split_once('-')?;
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            (digits(job) && digits(attempt)).then(|| job.to_owned())
+        })
     }
 
     fn job_from_cgroup(&self, pid: u32) -> Option<String> {

@@ -2,8 +2,9 @@
 //!
 //! - [`metrics`] declares every exported metric once (name, type, help, how to read it);
 //! - [`encode`] turns one [`Collection`](gantry_gpu::Collection) into Prometheus text;
-//! - [`attribution`] maps a pid to a job id (`GANTRY_JOB_ID` in `/proc/<pid>/environ` of the
-//!   process or an ancestor, else a `gantry-job-<id>` cgroup, else `unknown`);
+//! - [`attribution`] maps a pid to a job id (the sandbox's `gantry/<scope>/<job>-<attempt>`
+//!   cgroup, else `GANTRY_JOB_ID` in `/proc/<pid>/environ` of the process or an ancestor, else a
+//!   `gantry-job-<id>` cgroup, else `unknown`);
 //! - [`sampler`] runs collections on a fixed cadence on its own thread (NVML calls block) and
 //!   publishes each encoded result as the latest [`Snapshot`](sampler::Snapshot);
 //! - [`server`] serves the snapshot; a scrape only clones bytes, so its cost does not depend on

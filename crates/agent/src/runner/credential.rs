@@ -37,7 +37,7 @@ pub async fn obtain(config: &AgentConfig) -> Result<Identity, AgentError> {
         return Ok(Identity { credential: text.trim().to_owned(), client_cert: cert.zip(key) });
     }
     if config.token.is_empty() {
-        return Err(AgentError::Refused(format!(
+        return Err(AgentError::CredentialRefused(format!(
             "this node has not joined yet ({} is missing): start it with a join token",
             file.display()
         )));

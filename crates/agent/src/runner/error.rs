@@ -28,7 +28,7 @@ pub enum AgentError {
     },
     /// The join token or the stored credential was refused.
     #[error("the server refused this node's credentials: {0}")]
-    Refused(String),
+    CredentialRefused(String),
     /// The server no longer accepts this agent's epoch: stop everything and register again.
     #[error("fenced by the server: {0}")]
     Fenced(String),
@@ -43,4 +43,11 @@ pub enum AgentError {
         /// Why it failed.
         source: std::io::Error,
     },
+    /// The job sandbox (users, work directories, cgroups) could not be set up.
+    #[error("job sandbox: {0}")]
+    Sandbox(String),
+    /// The assignment asks for something the agent will not do (e.g. override a placement
+    /// variable); the job fails with this reason.
+    #[error("{0}")]
+    Refused(String),
 }

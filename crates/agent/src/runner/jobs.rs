@@ -1,26 +1,33 @@
 //! The agent's jobs: start what the server lists, stop what it does not, report how each ended.
+//! Stopping reaches the whole attempt: every process in its cgroup, or without cgroups its
+//! process group. An attempt is started and cleaned up by [`super::attempt`].
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gantry_gpu::{MIB, ProcessUsage};
 use gantry_server::api::types::Assignment;
 use gantry_store::{JobExit, JobId, JobReport};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
+use super::attempt::{self, Context, Ended};
+use super::cgroup::Cgroup;
 use super::gpus::Gpus;
 use super::process;
 
-/// A process ended: job, attempt, status (or why waiting failed).
-pub type Exit = (JobId, u32, std::io::Result<std::process::ExitStatus>);
+/// How long shutting down waits for ended attempts to be cleaned up (cgroups, directories).
+const CLEAN_UP: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 struct Local {
     attempt: u32,
     pgid: Option<u32>,
+    cgroup: Option<Arc<Cgroup>>,
     grant_mib: u64,
+    memory_mib: u64,
     sim_pids: Vec<u32>,
     stopping_since: Option<Instant>,
     stop_reason: Option<String>,
@@ -32,16 +39,17 @@ struct Local {
 pub struct Jobs {
     local: HashMap<JobId, Local>,
     done: HashSet<(JobId, u32)>,
-    exits: mpsc::UnboundedSender<Exit>,
-    logs: PathBuf,
-    state: PathBuf,
+    exits: mpsc::UnboundedSender<Ended>,
+    ctx: Context,
     grace: Duration,
+    /// One task per started attempt, until it has reported its end.
+    tasks: JoinSet<()>,
 }
 
 impl Jobs {
-    /// An empty table; ended processes are announced on `exits`.
-    pub fn new(exits: mpsc::UnboundedSender<Exit>, logs: PathBuf, state: PathBuf, grace: Duration) -> Self {
-        Self { local: HashMap::new(), done: HashSet::new(), exits, logs, state, grace }
+    /// An empty table; ended attempts are announced on `exits`.
+    pub fn new(exits: mpsc::UnboundedSender<Ended>, ctx: Context, grace: Duration) -> Self {
+        Self { local: HashMap::new(), done: HashSet::new(), exits, ctx, grace, tasks: JoinSet::new() }
     }
 
     /// What to tell the server.
@@ -92,24 +100,20 @@ impl Jobs {
         let mut local = Local {
             attempt,
             pgid: None,
+            cgroup: None,
             grant_mib: a.gpu_memory_mib,
+            memory_mib: a.memory_mib,
             sim_pids: Vec::new(),
             stopping_since: None,
             stop_reason: None,
             exit: None,
         };
-        match process::spawn(&a, &self.logs, &self.state) {
-            Ok(mut child) => {
-                local.pgid = child.id();
-                if let Some(pid) = child.id() {
-                    let memory = if a.gpu_memory_mib > 0 { a.gpu_memory_mib } else { 4096 };
-                    local.sim_pids = gpus.load(job_id, pid, &a.gpu_uuids, memory);
-                }
-                let exits = self.exits.clone();
-                tokio::spawn(async move {
-                    let status = child.wait().await;
-                    let _ = exits.send((job_id, attempt, status));
-                });
+        match attempt::start(&a, &self.ctx, &self.exits, &mut self.tasks) {
+            Ok(started) => {
+                local.pgid = Some(started.pid);
+                local.cgroup = started.cgroup;
+                let memory = if a.gpu_memory_mib > 0 { a.gpu_memory_mib } else { 4096 };
+                local.sim_pids = gpus.load(job_id, started.pid, &a.gpu_uuids, memory);
                 tracing::info!(job = job_id, attempt, gpus = ?a.gpu_uuids, "job started");
             }
             Err(e) => {
@@ -120,7 +124,7 @@ impl Jobs {
         self.local.insert(job_id, local);
     }
 
-    /// Asks a job's process group to stop (SIGTERM now, SIGKILL after the grace period).
+    /// Asks a job to stop: SIGTERM to all its processes now, SIGKILL after the grace period.
     pub fn stop(&mut self, id: JobId, reason: Option<String>) {
         let Some(l) = self.local.get_mut(&id) else {
             return;
@@ -130,18 +134,17 @@ impl Jobs {
         }
         l.stopping_since = Some(Instant::now());
         l.stop_reason = reason.or(l.stop_reason.take());
-        if let Some(pgid) = l.pgid {
-            process::signal_group(pgid, libc::SIGTERM);
-        }
+        l.signal(libc::SIGTERM);
     }
 
-    /// SIGKILLs groups whose grace period ran out.
+    /// SIGKILLs jobs whose grace period ran out (the rest of the attempt is ended once its first
+    /// process has gone).
     pub fn enforce_grace(&mut self) {
         for l in self.local.values() {
-            if let (Some(since), Some(pgid), None) = (l.stopping_since, l.pgid, &l.exit)
+            if let (Some(since), None) = (l.stopping_since, &l.exit)
                 && since.elapsed() >= self.grace
             {
-                process::signal_group(pgid, libc::SIGKILL);
+                l.signal(libc::SIGKILL);
             }
         }
     }
@@ -153,10 +156,13 @@ impl Jobs {
             if l.grant_mib == 0 || l.exit.is_some() {
                 continue;
             }
+            // A process that left the job's process group is still in its cgroup.
+            let members = l.cgroup.as_ref().map(|c| c.pids()).unwrap_or_default();
             let used: u64 = processes
                 .iter()
                 .filter(|p| {
                     p.job_id.as_deref() == Some(&id.to_string())
+                        || members.contains(&p.pid)
                         || (l.pgid.is_some() && process::pgid_of(p.pid) == l.pgid)
                 })
                 .map(|p| p.memory_used_bytes / MIB)
@@ -173,8 +179,10 @@ impl Jobs {
         }
     }
 
-    /// Records a process's end.
-    pub fn exited(&mut self, (id, attempt, status): Exit, gpus: &Gpus) {
+    /// Records an attempt's end.
+    pub fn exited(&mut self, ended: Ended, gpus: &Gpus) {
+        while self.tasks.try_join_next().is_some() {}
+        let Ended { job_id: id, attempt, status, oom_killed } = ended;
         let Some(l) = self.local.get_mut(&id) else {
             return;
         };
@@ -182,13 +190,16 @@ impl Jobs {
             return;
         }
         gpus.unload(&l.sim_pids);
-        process::forget(&self.state, id);
+        process::forget(&self.ctx.state, id);
+        let out_of_memory = oom_killed
+            .then(|| format!("out of memory: the job used more than the {} MiB it asked for", l.memory_mib));
         let exit = match status {
             Ok(s) => JobExit {
                 exit_code: s.code(),
                 reason: l
                     .stop_reason
                     .clone()
+                    .or(out_of_memory)
                     .or_else(|| s.signal().map(|sig| format!("killed by signal {sig}"))),
             },
             Err(e) => JobExit { exit_code: None, reason: Some(format!("lost track of the process: {e}")) },
@@ -198,18 +209,20 @@ impl Jobs {
     }
 
     /// Kills every process at once (fenced: the server already gave the GPUs away) and forgets all.
+    /// Each attempt's task still ends the rest of it and cleans up.
     pub fn kill_all(&mut self, gpus: &Gpus) {
         for (id, l) in self.local.drain() {
-            if let (Some(pgid), None) = (l.pgid, &l.exit) {
-                process::signal_group(pgid, libc::SIGKILL);
+            if l.exit.is_none() {
+                l.signal(libc::SIGKILL);
             }
             gpus.unload(&l.sim_pids);
-            process::forget(&self.state, id);
+            process::forget(&self.ctx.state, id);
         }
     }
 
-    /// SIGTERMs everything, waits up to the grace period, then SIGKILLs what is left.
-    pub async fn shutdown(&mut self, exits: &mut mpsc::UnboundedReceiver<Exit>, gpus: &Gpus) {
+    /// SIGTERMs everything, waits up to the grace period, then SIGKILLs what is left and waits
+    /// for the attempts to be cleaned up.
+    pub async fn shutdown(&mut self, exits: &mut mpsc::UnboundedReceiver<Ended>, gpus: &Gpus) {
         let ids: Vec<JobId> = self.local.keys().copied().collect();
         for id in ids {
             self.stop(id, Some("agent shut down".into()));
@@ -222,5 +235,20 @@ impl Jobs {
             }
         }
         self.kill_all(gpus);
+        let cleaned = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(CLEAN_UP, cleaned).await.is_err() {
+            tracing::warn!("some jobs were not cleaned up before the agent stopped");
+        }
+    }
+}
+
+impl Local {
+    /// Signals every process of the attempt: its cgroup, else its process group.
+    fn signal(&self, signal: i32) {
+        match (&self.cgroup, self.pgid) {
+            (Some(cgroup), _) => cgroup.signal(signal),
+            (None, Some(pgid)) => process::signal_group(pgid, signal),
+            (None, None) => {}
+        }
     }
 }

@@ -3,15 +3,26 @@
 //! this node must run, and [`jobs::Jobs::reconcile`] starts and stops processes to match.
 //! A 409 answer (stale epoch) means the server fenced this agent off: everything is killed at
 //! once and the node registers again under a new epoch.
+//!
+//! Jobs run in a sandbox ([`sandbox`]): their own user, directory, environment and cgroup, with
+//! their output copied through pipes to capped files ([`logs`]).
 
+pub mod attempt;
+pub mod cgroup;
+pub mod child;
 pub mod client;
 pub mod credential;
+pub mod env;
 pub mod error;
 pub mod gpus;
 pub mod jobs;
+pub mod logs;
 pub mod process;
+pub mod sandbox;
+pub mod users;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_server::api::types::RegisterRequest;
@@ -21,6 +32,7 @@ use tokio::sync::{mpsc, watch};
 pub use client::Client;
 pub use error::AgentError;
 pub use gpus::{BackendChoice, Gpus};
+pub use sandbox::{Sandbox, SandboxConfig};
 
 /// Validated agent settings.
 #[derive(Debug, Clone)]
@@ -34,7 +46,7 @@ pub struct AgentConfig {
     pub node_id: String,
     /// Where job output goes (`<job id>/stdout`, `stderr`).
     pub logs_dir: PathBuf,
-    /// Where the agent keeps pid files.
+    /// Where the agent keeps pid files and its sandbox scope.
     pub state_dir: PathBuf,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
@@ -42,15 +54,22 @@ pub struct AgentConfig {
     pub ca_pem: Option<String>,
     /// A client certificate and its key (PEM) for mutual TLS.
     pub client_cert: Option<(String, String)>,
+    /// Users, work directories and cgroups of jobs (built from the same `state_dir`).
+    pub sandbox: Arc<Sandbox>,
 }
 
 /// Runs the agent until `stop` turns true; then stops its jobs (SIGTERM, grace, SIGKILL).
 pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
+    logs::private_dir(&config.logs_dir)?;
     process::kill_orphans(&config.state_dir);
+    let sandbox = Arc::clone(&config.sandbox);
+    let _ = tokio::task::spawn_blocking(move || sandbox.remove_orphans()).await;
     let identity = loop {
         match credential::obtain(&config).await {
             Ok(identity) => break identity,
-            Err(AgentError::Status { status: 401 | 403, body }) => return Err(AgentError::Refused(body)),
+            Err(AgentError::Status { status: 401 | 403, body }) => {
+                return Err(AgentError::CredentialRefused(body));
+            }
             Err(e) => tracing::warn!(error = %e, "joining failed; retrying"),
         }
         tokio::select! {
@@ -63,7 +82,12 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let client =
         Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
-    let mut jobs = jobs::Jobs::new(exit_tx, config.logs_dir.clone(), config.state_dir.clone(), config.grace);
+    let ctx = attempt::Context {
+        sandbox: Arc::clone(&config.sandbox),
+        logs: config.logs_dir.clone(),
+        state: config.state_dir.clone(),
+    };
+    let mut jobs = jobs::Jobs::new(exit_tx, ctx, config.grace);
     let register = RegisterRequest {
         node_id: config.node_id.clone(),
         hostname: hostname(),
@@ -86,6 +110,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             tokio::select! {
                 _ = stop.changed() => {
                     jobs.shutdown(&mut exits, &gpus).await;
+                    config.sandbox.release();
                     return Ok(());
                 }
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -97,6 +122,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             tokio::select! {
                 _ = stop.changed() => {
                     jobs.shutdown(&mut exits, &gpus).await;
+                    config.sandbox.release();
                     return Ok(());
                 }
                 Some(exit) = exits.recv() => jobs.exited(exit, &gpus),

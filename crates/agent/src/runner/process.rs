@@ -1,57 +1,64 @@
-//! Running a job as its own process group, with its GPUs in the environment and its output in
-//! files; stopping the whole group.
+//! Starting a job's process as prepared by the sandbox, signalling processes, and the pid files
+//! a restarted agent cleans up from.
+//!
+//! The process leads its own process group: where cgroups are not available (an agent not
+//! running as root) the group is how a job is stopped.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::io::PipeWriter;
+use std::path::Path;
 use std::process::Stdio;
 
-use gantry_server::api::types::Assignment;
 use tokio::process::{Child, Command};
 
+use super::child::Confinement;
 use super::error::AgentError;
 
-/// Where a job's output goes: `<logs>/<job id>/stdout` and `stderr`.
-pub fn log_dir(logs: &Path, job_id: i64) -> PathBuf {
-    logs.join(job_id.to_string())
+/// Everything needed to start one attempt.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// argv.
+    pub argv: &'a [String],
+    /// The whole environment.
+    pub env: &'a BTreeMap<String, String>,
+    /// Working directory.
+    pub cwd: &'a Path,
+    /// Cgroup and user to enter before exec.
+    pub confinement: Confinement,
+    /// Write end of the stdout pipe.
+    pub stdout: PipeWriter,
+    /// Write end of the stderr pipe.
+    pub stderr: PipeWriter,
 }
 
-/// Starts the job. The child leads a new process group, so one signal reaches everything it
-/// starts; its pid is written to `<state>/pids/<job id>` so a restarted agent can clean up.
-pub fn spawn(a: &Assignment, logs: &Path, state: &Path) -> Result<Child, AgentError> {
-    let io = |what: String| move |source| AgentError::Io { what, source };
-    let dir = log_dir(logs, a.job_id);
-    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
-    let stdout = std::fs::File::create(dir.join("stdout")).map_err(io("creating stdout log".into()))?;
-    let stderr = std::fs::File::create(dir.join("stderr")).map_err(io("creating stderr log".into()))?;
-    let (program, args) = a.command.split_first().ok_or_else(|| AgentError::Io {
+/// Starts the process. The returned child holds the only copies of the pipes' write ends
+/// besides the job's, so the readers see the end of output when the job's processes are gone.
+pub fn spawn(launch: Launch<'_>) -> Result<Child, AgentError> {
+    let (program, args) = launch.argv.split_first().ok_or_else(|| AgentError::Io {
         what: "starting the job".into(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
     })?;
     let mut cmd = Command::new(program);
     cmd.args(args)
+        .env_clear()
+        .envs(launch.env)
+        .current_dir(launch.cwd)
         .process_group(0)
         .stdin(Stdio::null())
-        .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr))
-        .env("CUDA_VISIBLE_DEVICES", a.gpu_uuids.join(","))
-        .env("GANTRY_JOB_ID", a.job_id.to_string());
-    if a.gpu_memory_mib > 0 {
-        cmd.env("GANTRY_GPU_MEMORY_LIMIT_MIB", a.gpu_memory_mib.to_string());
-        if mps_in_use() {
-            let limits: Vec<String> =
-                a.gpu_uuids.iter().map(|u| format!("{u}={}M", a.gpu_memory_mib)).collect();
-            cmd.env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", limits.join(","));
-        }
-        if a.gpu_compute_pct > 0 && mps_in_use() {
-            cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", a.gpu_compute_pct.to_string());
-        }
-    }
-    let child = cmd.spawn().map_err(io(format!("starting {program}")))?;
-    if let Some(pid) = child.id() {
-        let pids = state.join("pids");
-        let _ = std::fs::create_dir_all(&pids);
-        let _ = std::fs::write(pids.join(a.job_id.to_string()), pid.to_string());
-    }
-    Ok(child)
+        .stdout(launch.stdout)
+        .stderr(launch.stderr);
+    launch.confinement.install(&mut cmd);
+    let child = cmd.spawn().map_err(|source| AgentError::Io { what: format!("starting {program}"), source });
+    // Dropping `cmd` closes the agent's copies of the pipes' write ends.
+    drop(cmd);
+    child
+}
+
+/// Records a job's process group so that a restarted agent can end it.
+pub fn remember(state: &Path, job_id: i64, pid: u32) {
+    let pids = state.join("pids");
+    let _ = std::fs::create_dir_all(&pids);
+    let _ = std::fs::write(pids.join(job_id.to_string()), pid.to_string());
 }
 
 /// Forgets a finished job's pid file.
@@ -59,28 +66,35 @@ pub fn forget(state: &Path, job_id: i64) {
     let _ = std::fs::remove_file(state.join("pids").join(job_id.to_string()));
 }
 
-/// Whether an MPS control daemon's pipe directory is configured.
-fn mps_in_use() -> bool {
-    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").is_some() || Path::new("/tmp/nvidia-mps/control").exists()
+/// Sends `signal` to the process group `pgid`.
+pub fn signal_group(pgid: u32, signal: i32) {
+    if let Ok(pgid) = i32::try_from(pgid)
+        && pgid > 1
+    {
+        kill(-pgid, signal);
+    }
 }
 
-/// Sends `signal` to the process group `pgid`.
-#[allow(unsafe_code)] // reason: kill(2) on a process group has no safe wrapper in std.
-pub fn signal_group(pgid: u32, signal: i32) {
-    let Ok(pgid) = i32::try_from(pgid) else {
-        return;
-    };
-    if pgid <= 1 {
-        return;
+/// Sends `signal` to the process `pid`.
+pub fn signal_pid(pid: u32, signal: i32) {
+    if let Ok(pid) = i32::try_from(pid)
+        && pid > 1
+    {
+        kill(pid, signal);
     }
+}
+
+#[allow(unsafe_code)] // reason: kill(2) has no safe wrapper in std for signals other than SIGKILL.
+fn kill(target: i32, signal: i32) {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     unsafe {
-        libc::kill(-pgid, signal);
+        libc::kill(target, signal);
     }
 }
 
 /// Kills the process groups a previous run of the agent left behind (their jobs were requeued
-/// when this agent registered again).
+/// when this agent registered again). Their cgroups, where there were any, are ended by the
+/// sandbox.
 pub fn kill_orphans(state: &Path) {
     let Ok(entries) = std::fs::read_dir(state.join("pids")) else {
         return;

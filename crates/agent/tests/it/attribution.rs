@@ -41,6 +41,20 @@ fn jobs_come_from_the_environment_an_ancestor_the_cgroup_or_are_unknown() {
 }
 
 #[test]
+fn a_sandboxed_jobs_cgroup_outweighs_the_job_id_it_claims_in_its_environment() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path();
+    let v1 = "6:freezer:/gantry/0a1b2c3d4e5f/12-3\n4:memory:/gantry/0a1b2c3d4e5f/12-3\n0::/\n";
+    proc_entry(r, 10, 1, Some(b"GANTRY_JOB_ID=7\0"), v1);
+    proc_entry(r, 20, 1, Some(b"GANTRY_JOB_ID=7\0"), "0::/gantry/0a1b2c3d4e5f/13-1\n");
+    proc_entry(r, 30, 1, Some(b"GANTRY_JOB_ID=7\0"), "0::/gantry/notes/readme\n");
+    let mut a = Attributor::new(r);
+    let jobs = a.attribute(&[usage(10, None), usage(20, None), usage(30, None)]);
+    let jobs: Vec<&str> = jobs.iter().map(|j| j.as_ref()).collect();
+    assert_eq!(jobs, ["12", "13", "7"]);
+}
+
+#[test]
 fn a_pid_that_left_and_came_back_is_looked_up_again() {
     let root = tempfile::tempdir().expect("tempdir");
     proc_entry(root.path(), 10, 1, Some(b"GANTRY_JOB_ID=first\0"), "");

@@ -4,6 +4,7 @@ mod attribution;
 mod dcgm_names;
 mod prometheus;
 mod runner;
+mod sandbox;
 mod server;
 mod support;
 mod tls;

@@ -3,24 +3,56 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus};
+use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus, Sandbox, SandboxConfig};
 use gantry_gpu::FaultKind;
 use gantry_server::{Server, ServerConfig};
 use gantry_store::{GpuHealth, Job, JobFilter, JobRequest, JobState, NewJob, SqliteStore, Store, history};
 
-struct Harness {
-    store: Arc<dyn Store>,
+pub struct Harness {
+    pub store: Arc<dyn Store>,
     gpus_fleet: gantry_gpu::FleetHandle,
-    dir: tempfile::TempDir,
-    stop: tokio::sync::watch::Sender<bool>,
+    pub dir: tempfile::TempDir,
+    /// Holds the work root (mode 0711, like `/var/lib`) and `shared`.
+    pub outside: tempfile::TempDir,
+    /// A directory every job user may write to (for markers).
+    pub shared: std::path::PathBuf,
+    pub stop: tokio::sync::watch::Sender<bool>,
+    url: String,
+    token: String,
+    pub agent: tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>>,
 }
 
-async fn start(fleet: &str) -> Harness {
+/// How to start the control plane and agent.
+pub struct Setup {
+    pub fleet: &'static str,
+    pub log_limit_bytes: u64,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self { fleet: "1xA100-80GB", log_limit_bytes: 64 << 20 }
+    }
+}
+
+async fn start(fleet: &'static str) -> Harness {
+    start_with(Setup { fleet, ..Setup::default() }).await
+}
+
+pub async fn start_with(setup: Setup) -> Harness {
+    use std::os::unix::fs::PermissionsExt;
+    // The data directory is private to the agent's user, as `gantry up` and `gantry agent` make it.
     let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let outside = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let shared = outside.path().join("shared");
+    std::fs::create_dir(&shared).expect("shared dir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("store")).expect("store"));
     let mut config = ServerConfig::local(dir.path().join("logs"));
     config.listen = ([127, 0, 0, 1], 0).into();
     config.schedule_interval = Duration::from_millis(100);
+    config.log_limit_bytes = setup.log_limit_bytes;
     let server = Server::bind(config, Arc::clone(&store)).await.expect("bind");
     let url = format!("http://{}", server.local_addr().expect("addr"));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -30,23 +62,69 @@ async fn start(fleet: &str) -> Harness {
     }));
     let ttl = std::time::Duration::from_secs(3600);
     let token = gantry_server::create_join_token(&*store, Some("n1"), ttl).expect("join token");
-    let gpus = Gpus::open(&BackendChoice::Simulated(fleet.into()), 3).expect("fleet");
+    let gpus = Gpus::open(&BackendChoice::Simulated(setup.fleet.into()), 3).expect("fleet");
     let gpus_fleet = gpus.fleet().expect("simulated");
-    let config = AgentConfig {
-        server: url,
+    let mut h = Harness {
+        store,
+        gpus_fleet,
+        dir,
+        outside,
+        shared,
+        stop,
+        url,
         token,
-        node_id: "n1".into(),
-        logs_dir: dir.path().join("logs"),
-        state_dir: dir.path().join("agent"),
-        grace: Duration::from_secs(1),
-        ca_pem: None,
-        client_cert: None,
+        agent: tokio::spawn(async { Ok(()) }),
     };
-    tokio::spawn(runner::run(config, gpus, stop_rx));
-    Harness { store, gpus_fleet, dir, stop }
+    h.agent = h.start_agent(gpus);
+    h
 }
 
-fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
+impl Harness {
+    /// Starts an agent on this harness's data directory (a second call is a restarted agent).
+    pub fn start_agent(
+        &self,
+        gpus: Gpus,
+    ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
+        let state_dir = self.dir.path().join("agent");
+        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: Default::default() };
+        let sandbox = Arc::new(Sandbox::build(&sandbox, &state_dir).expect("sandbox"));
+        let config = AgentConfig {
+            server: self.url.clone(),
+            token: self.token.clone(),
+            node_id: "n1".into(),
+            logs_dir: self.dir.path().join("logs"),
+            state_dir,
+            grace: Duration::from_secs(1),
+            ca_pem: None,
+            client_cert: None,
+            sandbox,
+        };
+        tokio::spawn(runner::run(config, gpus, self.stop.subscribe()))
+    }
+
+    /// Root of the agent's work directories.
+    pub fn work_root(&self) -> std::path::PathBuf {
+        self.outside.path().join("work")
+    }
+
+    /// The agent's join token (a secret no job may see).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl Drop for Harness {
+    /// A failed test leaves its jobs running: end them the way a restarted agent would.
+    fn drop(&mut self) {
+        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: Default::default() };
+        if let Ok(sandbox) = Sandbox::build(&sandbox, &self.dir.path().join("agent")) {
+            sandbox.remove_orphans();
+            sandbox.release();
+        }
+    }
+}
+
+pub fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
     let job = NewJob {
         request_id: None,
         team: "t".into(),
@@ -60,7 +138,7 @@ fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
     store.submit(&job).expect("submit").0
 }
 
-async fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub async fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(v) = check() {
@@ -71,7 +149,7 @@ async fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-fn job(store: &dyn Store, id: i64) -> Job {
+pub fn job(store: &dyn Store, id: i64) -> Job {
     store.job(id).expect("read").expect("exists")
 }
 
@@ -169,7 +247,7 @@ async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_fenced_off_while_alive_kills_its_jobs_and_registers_under_a_new_epoch() {
     let h = start("1xA100-80GB").await;
-    let marker = h.dir.path().join("first-attempt-survived");
+    let marker = h.shared.join("first-attempt-survived");
     let script = format!(
         "if [ ! -e {m}.started ]; then touch {m}.started; sleep 3; touch {m}; else sleep 30; fi",
         m = marker.display()
@@ -184,6 +262,7 @@ async fn an_agent_fenced_off_while_alive_kills_its_jobs_and_registers_under_a_ne
     .await;
     assert_eq!(again.epoch, Some(2));
     tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(marker.with_extension("started").exists(), "the first attempt ran");
     assert!(!marker.exists(), "the fenced-off first attempt kept running");
     let held = h.store.allocations(false).expect("history");
     assert!(history::conflicts(&held, &h.store.gpus().expect("gpus")).is_empty());

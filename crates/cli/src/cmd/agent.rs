@@ -11,6 +11,7 @@ use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus};
 
 use super::client::{home, read_ca};
 use super::logging;
+use super::sandbox::SandboxArgs;
 use super::up::shutdown_signal;
 
 /// Arguments of `gantry agent`.
@@ -28,6 +29,8 @@ pub struct AgentArgs {
     /// Where job output and pid files go.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
     /// `auto`, `nvml` or `simulated`.
     #[arg(long, default_value = "auto")]
     backend: String,
@@ -66,6 +69,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     logging::init(&data)?;
+    let sandbox = args.sandbox.build(&data, &data.join("agent"))?;
     let config = AgentConfig {
         server: args.server,
         token: args.join_token,
@@ -75,6 +79,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         grace: Duration::from_secs(args.grace),
         ca_pem,
         client_cert,
+        sandbox,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -159,10 +159,15 @@ impl Api {
         Ok(resp.json().await?)
     }
 
-    /// GET raw bytes.
-    pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
+    /// GET bytes and the value of one response header.
+    pub async fn get_bytes_and_header(
+        &self,
+        path: &str,
+        header: &str,
+    ) -> anyhow::Result<(Option<String>, Vec<u8>)> {
         let resp = self.send(self.http.get(self.url(path))).await?;
-        Ok(resp.bytes().await?.to_vec())
+        let value = resp.headers().get(header).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Ok((value, resp.bytes().await?.to_vec()))
     }
 
     /// GET a JSON page and the `x-next-before` cursor of the next one.

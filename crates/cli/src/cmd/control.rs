@@ -46,6 +46,10 @@ pub struct ControlArgs {
     /// Seconds without heartbeat before an agent is lost.
     #[arg(long, default_value_t = 10.0)]
     pub heartbeat_timeout: f64,
+    /// Most output kept per job and stream (stdout, stderr), e.g. `64MiB`; older output is
+    /// rotated away. Agents get it with each job.
+    #[arg(long, default_value = "64MiB")]
+    pub log_limit: String,
 }
 
 /// The data directory, locked, with logging and the store open: what is done before the runtime
@@ -63,6 +67,10 @@ pub struct Prepared {
 pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
     if !(0.5..=3600.0).contains(&args.heartbeat_timeout) {
         anyhow::bail!("--heartbeat-timeout must be between 0.5 and 3600 seconds");
+    }
+    let log_limit = super::sandbox::parse_size(&args.log_limit).context("--log-limit")?;
+    if log_limit < 4096 {
+        anyhow::bail!("--log-limit must be at least 4KiB");
     }
     let data = match &args.data_dir {
         Some(d) => d.clone(),
@@ -112,6 +120,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.policy = args.policy;
     config.heartbeat_timeout = Duration::from_secs_f64(args.heartbeat_timeout);
     config.max_connections = args.max_connections as usize;
+    config.log_limit_bytes = super::sandbox::parse_size(&args.log_limit).context("--log-limit")?;
     config.pki = pki.clone();
     let server = Server::bind(config, Arc::clone(&prepared.store)).await?;
     let url = local_url(server.local_addr()?, pki.is_some());
@@ -169,15 +178,26 @@ fn announce_tokens(store: &dyn Store, url: &str, pki: Option<&Pki>) -> anyhow::R
 
 /// Holds an exclusive lock on `<data>/gantry.lock` for the life of the process (released by the
 /// kernel even on SIGKILL), so two control planes never share a store.
+///
+/// A run killed while starting a job leaves a forked child that holds copies of its descriptors,
+/// the lock's too, until it execs (a few milliseconds, longer on a loaded machine): a restart
+/// right after a crash waits that long before calling the store taken.
 fn lock_data_dir(data: &Path) -> anyhow::Result<std::fs::File> {
+    const PATIENCE: Duration = Duration::from_secs(3);
     std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
     let file = std::fs::File::create(data.join("gantry.lock"))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            anyhow::bail!("another gantry up or gantry server is already using {}", data.display())
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                anyhow::bail!("another gantry up or gantry server is already using {}", data.display())
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
         }
-        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
     }
 }
 

@@ -127,10 +127,26 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     if let Some(reason) = &j.reason {
         println!("reason    {reason}");
     }
+    if detail.log_limit_bytes > 0 {
+        println!(
+            "logs      at most {} per stream kept (older output is rotated away)",
+            size(detail.log_limit_bytes)
+        );
+    }
     for t in &detail.transitions {
         let from = t.from.map_or("-".to_owned(), |f| f.to_string());
         let after = (t.at - j.submitted_at) as f64 / 1000.0;
         println!("  +{after:>8.3}s  {from} -> {}  {}", t.to, t.reason.as_deref().unwrap_or(""));
     }
     Ok(())
+}
+
+/// A byte count in the largest binary unit that divides it (`64 MiB`), else in bytes.
+fn size(bytes: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
 }

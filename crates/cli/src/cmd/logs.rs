@@ -1,10 +1,15 @@
 //! `gantry logs <id> [--follow]`: the job's stdout on stdout and stderr on stderr.
+//!
+//! Offsets are positions in the whole stream, which log rotation does not change; when output
+//! was rotated away before it was read, the server answers from the oldest output it still has
+//! and says where that is, and this prints how much was skipped, on stderr.
 
 use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
 use gantry_server::api::types::JobDetail;
+use gantry_server::job_logs::OFFSET_HEADER;
 
 use super::client::{Api, ServerArgs, block_on};
 
@@ -43,7 +48,14 @@ async fn follow(api: Api, id: i64, follow: bool) -> anyhow::Result<()> {
 }
 
 async fn copy(api: &Api, id: i64, stream: &str, at: &mut u64, to: &mut dyn Write) -> anyhow::Result<bool> {
-    let chunk = api.get_bytes(&format!("/v1/jobs/{id}/logs?stream={stream}&offset={at}")).await?;
+    let path = format!("/v1/jobs/{id}/logs?stream={stream}&offset={at}");
+    let (offset, chunk) = api.get_bytes_and_header(&path, OFFSET_HEADER).await?;
+    if let Some(offset) = offset.and_then(|o| o.parse::<u64>().ok())
+        && offset > *at
+    {
+        eprintln!("[gantry: {} bytes of {stream} were rotated away by the job's log limit]", offset - *at);
+        *at = offset;
+    }
     to.write_all(&chunk)?;
     to.flush()?;
     *at += chunk.len() as u64;

@@ -1,6 +1,6 @@
 //! One module per subcommand; `backend` holds the GPU backend flags `gpus` and `exporter` share,
-//! `client` and `table` what the client commands share, `control` and `logging` what the
-//! long-running `up`, `server` and `agent` share.
+//! `sandbox` the job sandbox flags `up` and `agent` share, `client` and `table` what the client
+//! commands share, `control` and `logging` what the long-running `up`, `server` and `agent` share.
 
 pub mod agent;
 pub mod audit;
@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod logging;
 pub mod logs;
 pub mod nodes;
+pub mod sandbox;
 pub mod server;
 pub mod sim;
 pub mod submit;

@@ -3,16 +3,18 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use gantry_agent::exporter::{self, ExporterConfig};
-use gantry_agent::runner::{self, AgentConfig, Gpus};
+use gantry_agent::runner::{self, AgentConfig, Gpus, Sandbox};
 use gantry_store::Store;
 
 use super::agent::backend_choice;
 use super::control::{self, ControlArgs, Prepared};
+use super::sandbox::SandboxArgs;
 
 /// Arguments of `gantry up`.
 #[derive(Debug, Args)]
@@ -41,23 +43,30 @@ pub struct UpArgs {
     /// Do not serve GPU metrics.
     #[arg(long)]
     no_metrics: bool,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 /// Runs until Ctrl-C or SIGTERM.
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
     let choice = backend_choice(&args.backend, &args.simulated_gpus)?;
     let prepared = control::prepare(&args.control)?;
+    let data = &prepared.data;
+    let sandbox = if args.no_agent { None } else { Some(args.sandbox.build(data, &data.join("agent"))?) };
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(serve(args, prepared, choice))
+    rt.block_on(serve(args, prepared, choice, sandbox))
 }
 
-async fn serve(args: UpArgs, prepared: Prepared, choice: runner::BackendChoice) -> anyhow::Result<()> {
+async fn serve(
+    args: UpArgs,
+    prepared: Prepared,
+    choice: runner::BackendChoice,
+    sandbox: Option<Arc<Sandbox>>,
+) -> anyhow::Result<()> {
     let control = control::bind(&args.control, prepared).await?;
     let (data, url) = (control.prepared.data.clone(), control.url.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let agent = if args.no_agent {
-        None
-    } else {
+    let agent = if let Some(sandbox) = sandbox {
         let mut gpus = Gpus::open(&choice, 1).context("opening GPUs")?;
         println!("{}", gpus.description);
         if !args.no_metrics {
@@ -77,8 +86,11 @@ async fn serve(args: UpArgs, prepared: Prepared, choice: runner::BackendChoice) 
             grace: Duration::from_secs(args.grace),
             ca_pem: control.pki.as_ref().map(|p| p.ca_pem().to_owned()),
             client_cert,
+            sandbox,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
+    } else {
+        None
     };
     println!("gantry is up at {url} (data in {}); Ctrl-C stops it", data.display());
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -12,6 +12,8 @@ fn start_agent(cluster: &Cluster, join: &str) -> Child {
         .args(["agent", "--server", &cluster.url(), "--node-id", "n1", "--backend", "simulated"])
         .args(["--simulated-gpus", "2xA100-80GB", "--grace", "1", "--data-dir"])
         .arg(&dir)
+        .arg("--work-dir")
+        .arg(cluster.outside.path().join("node-n1-work"))
         .env("GANTRY_JOIN_TOKEN", join)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gantry_agent::runner::{Sandbox, SandboxConfig};
 use gantry_store::{SqliteStore, Store, history};
 
 pub const GANTRY: &str = env!("CARGO_BIN_EXE_gantry");
@@ -18,7 +19,10 @@ pub struct Cluster {
     pub metrics_port: u16,
     /// Whether the server speaks TLS (`--tls`, or a listen address other than loopback).
     pub tls: bool,
+    /// Outside HOME and reachable by job users: the jobs' work root and [`Cluster::shared`].
+    pub outside: tempfile::TempDir,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -46,12 +50,26 @@ pub fn command(home: &Path) -> Command {
 impl Cluster {
     /// Starts `gantry up` with extra arguments and waits until it answers.
     pub fn start(extra: &[&str]) -> Self {
-        Self::start_as("up", "127.0.0.1", extra)
+        Self::start_full("up", "127.0.0.1", extra, &[])
+    }
+
+    /// Starts `gantry up` with extra arguments and environment variables.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_full("up", "127.0.0.1", extra, env)
     }
 
     /// Starts `gantry <subcommand>` (`up` or `server`) listening on `host` and a free port.
     pub fn start_as(subcommand: &str, host: &str, extra: &[&str]) -> Self {
+        Self::start_full(subcommand, host, extra, &[])
+    }
+
+    fn start_full(subcommand: &str, host: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        use std::os::unix::fs::PermissionsExt;
         let home = tempfile::tempdir().expect("temp home");
+        let outside = tempfile::tempdir().expect("temp dir");
+        let shared = outside.path().join("shared");
+        std::fs::create_dir(&shared).expect("shared dir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
         let port = free_port();
         let metrics_port = free_port();
         let mut args = vec![subcommand.to_owned(), "--listen".into(), format!("{host}:{port}")];
@@ -59,11 +77,20 @@ impl Cluster {
             args.extend(["--metrics-listen".into(), format!("127.0.0.1:{metrics_port}")]);
         }
         args.extend(["--data-dir".into(), home.path().join("data").display().to_string()]);
+        if subcommand == "up" {
+            args.extend(["--work-dir".into(), outside.path().join("work").display().to_string()]);
+        }
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let tls = extra.contains(&"--tls") || !host.starts_with("127.");
-        let mut cluster = Self { home, port, metrics_port, tls, args, child: None };
+        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let mut cluster = Self { home, port, metrics_port, tls, outside, args, env, child: None };
         cluster.restart();
         cluster
+    }
+
+    /// A directory every job user may write to (for markers).
+    pub fn shared(&self) -> PathBuf {
+        self.outside.path().join("shared")
     }
 
     /// The URL on this machine (loopback, which the server certificate always names).
@@ -85,12 +112,16 @@ impl Cluster {
             .expect("log file");
         let child = command(self.home.path())
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::from(log.try_clone().expect("clone log")))
             .stderr(Stdio::from(log))
             .spawn()
             .expect("start gantry up");
         self.child = Some(child);
-        wait_healthy(&self.url());
+        if !wait_healthy(&self.url()) {
+            let log = std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default();
+            panic!("gantry up did not start listening on {}; its output:\n{log}", self.url());
+        }
     }
 
     /// SIGKILLs the process.
@@ -159,21 +190,29 @@ impl Drop for Cluster {
             // SIGTERM first so the agent stops its jobs; SIGKILL if it hangs.
             let _ = Command::new("kill").arg(child.id().to_string()).status();
             let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
+            while Instant::now() < deadline && !matches!(child.try_wait(), Ok(Some(_))) {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = child.kill();
             let _ = child.wait();
         }
+        // A test that killed `gantry up` leaves its jobs' cgroups: end them as a restart would.
+        let state = self.data_dir().join("agent");
+        if state.join("sandbox-scope").exists() {
+            let work_dir = self.outside.path().join("work");
+            let config = SandboxConfig { work_dir, job_users: Default::default() };
+            if let Ok(sandbox) = Sandbox::build(&config, &state) {
+                sandbox.remove_orphans();
+                sandbox.release();
+            }
+        }
     }
 }
 
 /// Waits until `/healthz` answers 200 (the listener is bound a moment before serving starts);
-/// for an https URL, until the listener answers plain HTTP with its "serves HTTPS" 400.
-pub fn wait_healthy(url: &str) {
+/// for an https URL, until the listener answers plain HTTP with its "serves HTTPS" 400;
+/// false after 30 s.
+pub fn wait_healthy(url: &str) -> bool {
     use std::io::{Read, Write};
     let tls = url.starts_with("https://");
     let addr = url.trim_start_matches("http://").trim_start_matches("https://").to_owned();
@@ -185,12 +224,12 @@ pub fn wait_healthy(url: &str) {
             let asked = conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n");
             let answered = asked.is_ok() && conn.read_to_string(&mut answer).is_ok();
             if answered && (answer.starts_with("HTTP/1.0 200") || (tls && answer.contains("serves HTTPS"))) {
-                return;
+                return true;
             }
         }
         std::thread::sleep(Duration::from_millis(25));
     }
-    panic!("gantry up did not start listening on {url}");
+    false
 }
 
 /// Polls `check` until it returns `Some` or the timeout passes.

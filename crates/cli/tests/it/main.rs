@@ -8,6 +8,7 @@ mod crash;
 mod exporter;
 mod gpus;
 mod harness;
+mod sandbox;
 mod sharing;
 mod sim;
 mod transport;

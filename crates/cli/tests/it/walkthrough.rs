@@ -91,8 +91,8 @@ fn client_errors_are_one_sentence_and_a_non_zero_exit() {
 #[test]
 fn ctrl_c_stops_the_jobs_and_exits_cleanly() {
     let mut cluster = Cluster::start(&["--grace", "2"]);
-    let marker = cluster.home.path().join("still-running");
-    let script = format!("sleep 3; touch {}", marker.display());
+    let marker = cluster.shared().join("still-running");
+    let script = format!("touch {m}.started; sleep 3; touch {m}", m = marker.display());
     let id = cluster.gantry(&["submit", "--gpus", "1", "--", "sh", "-c", &script]).trim().to_owned();
     eventually(Duration::from_secs(15), "the job to run", || {
         cluster.jobs().into_iter().find(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "running")
@@ -100,6 +100,7 @@ fn ctrl_c_stops_the_jobs_and_exits_cleanly() {
     let status = cluster.interrupt();
     assert!(status.success(), "gantry up exited with {status}");
     std::thread::sleep(Duration::from_secs(4));
+    assert!(marker.with_extension("started").exists(), "the job ran");
     assert!(!marker.exists(), "the job's process outlived gantry up");
 }
 

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gantry_store::{NewToken, Role, TokenKind, TokenRecord, User};
 
-use super::extract::Body;
+use super::extract::{Body, Path};
 use super::types::*;
 use super::{blocking, validate};
 use crate::app::App;

@@ -102,7 +102,11 @@ pub async fn heartbeat(
     }
     match outcome {
         Outcome::Assignments(jobs) => {
-            Ok(Json(HeartbeatResponse { assignments: jobs.into_iter().map(Into::into).collect() }))
+            let assignments = jobs
+                .into_iter()
+                .map(|job| Assignment { log_limit_bytes: app.config.log_limit_bytes, ..job.into() })
+                .collect();
+            Ok(Json(HeartbeatResponse { assignments }))
         }
         other => Err(ApiError::Internal(format!("heartbeat produced {other:?}"))),
     }

@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use gantry_store::AuditRecord;
 
 use super::blocking;
+use super::extract::Query;
 use super::types::*;
 use crate::app::App;
 use crate::auth::Principal;

@@ -1,7 +1,6 @@
 //! Job endpoints: submit, list, get, cancel, logs. Handlers parse and validate, then hand a
 //! [`Command`] to the dispatcher (reads go straight to the store).
 
-use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -16,6 +15,7 @@ use crate::app::{App, now_ms};
 use crate::auth::Principal;
 use crate::command::{Command, Outcome};
 use crate::error::{ApiError, ErrorBody};
+use crate::job_logs;
 
 /// Largest log chunk returned at once.
 const LOG_CHUNK: u64 = 1 << 20;
@@ -107,7 +107,7 @@ pub async fn get(
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let transitions = blocking(&app, move |s| s.transitions(id)).await?;
-    Ok(Json(JobDetail { job, transitions }))
+    Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes }))
 }
 
 /// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL).
@@ -124,15 +124,19 @@ pub async fn cancel(
     }
 }
 
-/// A job's output from `offset` (the agent writes it; this serves the file).
+/// A job's output from `offset`, a position in the whole stream (the agent writes it; this serves
+/// the files). Output beyond the job's log limit is rotated away: a reader asking for it gets the
+/// oldest output kept, and the `x-gantry-log-offset` header says where that starts.
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", params(("id" = i64, Path, description = "job id"), LogQuery),
-    security(("bearer" = [])), responses((status = 200, body = String, content_type = "text/plain"), (status = 404, body = ErrorBody)))]
+    security(("bearer" = [])), responses((status = 200, body = String, content_type = "text/plain",
+        headers(("x-gantry-log-offset" = u64, description = "position of the first byte returned"))),
+        (status = 404, body = ErrorBody)))]
 pub async fn logs(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
     Path(id): Path<JobId>,
     Query(q): Query<LogQuery>,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<([(&'static str, String); 1], Vec<u8>), ApiError> {
     who.require_user()?;
     let stream = match q.stream.as_deref().unwrap_or("stdout") {
         s @ ("stdout" | "stderr") => s.to_owned(),
@@ -141,27 +145,14 @@ pub async fn logs(
         }
     };
     visible_job(&app, &who, id).await?;
-    let path = app.config.logs_dir.join(id.to_string()).join(stream);
+    let dir = job_logs::dir(&app.config.logs_dir, id);
     let offset = q.offset.unwrap_or(0);
     validate::at_most("offset", offset, validate::MAX_OFFSET)?;
-    tokio::task::spawn_blocking(move || read_from(&path, offset))
+    let chunk = tokio::task::spawn_blocking(move || job_logs::read(&dir, &stream, offset, LOG_CHUNK))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?
-}
-
-fn read_from(path: &std::path::Path, offset: u64) -> Result<Vec<u8>, ApiError> {
-    let mut file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(ApiError::Internal(format!("reading {}: {e}", path.display())));
-        }
-    };
-    let mut out = Vec::new();
-    file.seek(SeekFrom::Start(offset))
-        .and_then(|_| file.take(LOG_CHUNK).read_to_end(&mut out))
-        .map_err(|e| ApiError::Internal(format!("reading {}: {e}", path.display())))?;
-    Ok(out)
+        .map_err(|e| ApiError::Internal(format!("reading the output of job {id}: {e}")))?;
+    Ok(([(job_logs::OFFSET_HEADER, chunk.offset.to_string())], chunk.bytes))
 }
 
 /// The job, if the caller may see it; 404 either way otherwise, so another team's job ids reveal

@@ -1,5 +1,7 @@
 //! Request and response bodies of the HTTP API (the OpenAPI document is generated from these).
 
+use std::collections::BTreeMap;
+
 use gantry_store::{Gpu, GpuInfo, Job, JobId, Role, TokenKind, Transition};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -54,6 +56,9 @@ pub struct JobDetail {
     pub job: Job,
     /// Its state changes.
     pub transitions: Vec<Transition>,
+    /// Most output kept per stream (stdout, stderr), bytes; older output is rotated away.
+    #[serde(default)]
+    pub log_limit_bytes: u64,
 }
 
 /// Which jobs to list.
@@ -288,6 +293,23 @@ pub struct Assignment {
     pub gpu_memory_mib: u64,
     /// Slice compute share, percent (0: not limited).
     pub gpu_compute_pct: u32,
+    /// Owning team (the agent maps it to the user the job runs as).
+    #[serde(default)]
+    pub team: String,
+    /// Host memory limit, MiB (0: not limited).
+    #[serde(default)]
+    pub memory_mib: u64,
+    /// CPU limit, milli-cores (0: not limited).
+    #[serde(default)]
+    pub cpu_milli: u64,
+    /// Environment the job declared: names are `[A-Za-z_][A-Za-z0-9_]*` and never `GANTRY_*`,
+    /// `CUDA_MPS_*` or `CUDA_VISIBLE_DEVICES` (see `job_env`). The agent adds its own variables
+    /// and nothing of its environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Most output kept per stream, bytes (0: the agent's default).
+    #[serde(default)]
+    pub log_limit_bytes: u64,
 }
 
 impl From<Job> for Assignment {
@@ -299,6 +321,11 @@ impl From<Job> for Assignment {
             gpu_uuids: job.gpu_uuids,
             gpu_memory_mib: job.request.gpu_memory_mib,
             gpu_compute_pct: job.request.gpu_compute_pct,
+            team: job.team,
+            memory_mib: job.request.memory_mib,
+            cpu_milli: job.request.cpu_milli,
+            env: BTreeMap::new(),
+            log_limit_bytes: 0,
         }
     }
 }

@@ -1,0 +1,136 @@
+//! A job's environment, built from an allow-list.
+//!
+//! The agent's own environment holds its credentials (`GANTRY_JOIN_TOKEN`, `GANTRY_TOKEN`) and
+//! whatever its service manager put there; a job inheriting it would print the join token in its
+//! first `env`. So a job starts from nothing and gets, in increasing precedence:
+//!
+//! 1. a base: `PATH` (a fixed default), `HOME` (its work directory), `LANG` (the agent's, else
+//!    `C.UTF-8`), `USER` and `LOGNAME`, and the MPS directories when the agent has them (jobs
+//!    need them to reach the MPS control daemon; they are paths, not secrets);
+//! 2. the variables the job declared, which may replace the base (a job may bring its own
+//!    `PATH`) but never a placement variable ([`gantry_server::job_env::check`]);
+//! 3. the placement: `GANTRY_JOB_ID`, `CUDA_VISIBLE_DEVICES` and the GPU grant
+//!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gantry_server::api::types::Assignment;
+
+use super::error::AgentError;
+
+/// `PATH` for jobs that do not declare one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Variables of the agent passed to jobs unchanged: locations of the MPS daemon.
+const PASSED_THROUGH: &[&str] = &["CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"];
+
+/// The environment of one attempt run as `user` in `home`.
+pub fn build(a: &Assignment, user: &str, home: &Path) -> Result<BTreeMap<String, String>, AgentError> {
+    let mut env = BTreeMap::new();
+    env.insert("PATH".to_owned(), DEFAULT_PATH.to_owned());
+    env.insert("HOME".to_owned(), home.display().to_string());
+    env.insert("LANG".to_owned(), std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".to_owned()));
+    env.insert("USER".to_owned(), user.to_owned());
+    env.insert("LOGNAME".to_owned(), user.to_owned());
+    for name in PASSED_THROUGH {
+        if let Ok(value) = std::env::var(name) {
+            env.insert((*name).to_owned(), value);
+        }
+    }
+    for (name, value) in &a.env {
+        gantry_server::job_env::check(name, value).map_err(AgentError::Refused)?;
+        env.insert(name.clone(), value.clone());
+    }
+    env.extend(placement(a, mps_in_use()));
+    Ok(env)
+}
+
+/// The variables that describe where the job runs and what it may use of its GPUs.
+fn placement(a: &Assignment, mps: bool) -> Vec<(String, String)> {
+    let mut vars = vec![
+        ("CUDA_VISIBLE_DEVICES".to_owned(), a.gpu_uuids.join(",")),
+        ("GANTRY_JOB_ID".to_owned(), a.job_id.to_string()),
+    ];
+    if a.gpu_memory_mib > 0 {
+        vars.push(("GANTRY_GPU_MEMORY_LIMIT_MIB".to_owned(), a.gpu_memory_mib.to_string()));
+        if mps {
+            let limits: Vec<String> =
+                a.gpu_uuids.iter().map(|u| format!("{u}={}M", a.gpu_memory_mib)).collect();
+            vars.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(), limits.join(",")));
+            if a.gpu_compute_pct > 0 {
+                vars.push(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(), a.gpu_compute_pct.to_string()));
+            }
+        }
+    }
+    vars
+}
+
+/// Whether an MPS control daemon's pipe directory is configured.
+fn mps_in_use() -> bool {
+    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").is_some() || Path::new("/tmp/nvidia-mps/control").exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assignment(env: &[(&str, &str)]) -> Assignment {
+        Assignment {
+            job_id: 7,
+            attempt: 1,
+            command: vec!["true".into()],
+            gpu_uuids: vec!["GPU-a".into(), "GPU-b".into()],
+            gpu_memory_mib: 0,
+            gpu_compute_pct: 0,
+            team: "t".into(),
+            memory_mib: 0,
+            cpu_milli: 0,
+            env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            log_limit_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_job_gets_the_base_its_placement_and_nothing_of_the_agents() {
+        let env = build(&assignment(&[]), "gantry-job", Path::new("/w/7-1")).expect("env");
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        let mut expected =
+            vec!["CUDA_VISIBLE_DEVICES", "GANTRY_JOB_ID", "HOME", "LANG", "LOGNAME", "PATH", "USER"];
+        expected.extend(PASSED_THROUGH.iter().filter(|n| std::env::var_os(n).is_some()));
+        expected.sort_unstable();
+        assert_eq!(names, expected);
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "GPU-a,GPU-b");
+        assert_eq!(env["HOME"], "/w/7-1");
+        assert_eq!(env["USER"], "gantry-job");
+    }
+
+    #[test]
+    fn declared_variables_may_replace_the_base() {
+        let env = build(&assignment(&[("PATH", "/opt/bin"), ("OMP_NUM_THREADS", "4")]), "u", Path::new("/w"))
+            .expect("env");
+        assert_eq!(env["PATH"], "/opt/bin");
+        assert_eq!(env["OMP_NUM_THREADS"], "4");
+    }
+
+    #[test]
+    fn a_declared_placement_variable_refuses_the_job() {
+        for name in ["CUDA_VISIBLE_DEVICES", "GANTRY_JOB_ID", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] {
+            let err = build(&assignment(&[(name, "x")]), "u", Path::new("/w")).expect_err(name);
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_slice_gets_its_grant_and_under_mps_its_share_limits() {
+        let mut a = assignment(&[]);
+        a.gpu_memory_mib = 20_000;
+        a.gpu_compute_pct = 25;
+        let plain: BTreeMap<String, String> = placement(&a, false).into_iter().collect();
+        assert_eq!(plain["GANTRY_GPU_MEMORY_LIMIT_MIB"], "20000");
+        assert!(!plain.contains_key("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+        let mps: BTreeMap<String, String> = placement(&a, true).into_iter().collect();
+        assert_eq!(mps["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "GPU-a=20000M,GPU-b=20000M");
+        assert_eq!(mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
+    }
+}

@@ -1,0 +1,307 @@
+//! The job sandbox: which user an attempt runs as, where, and in which cgroup.
+//!
+//! The agent holds secrets (its join token, and under `gantry up` the store and the admin's
+//! client config) and every job's output. A job is someone else's code, so it must not run as
+//! the agent. When the agent runs as root, each attempt:
+//!
+//! - runs as an unprivileged user chosen by its team (`--job-user TEAM=USER`; `*` names the user
+//!   for every other team; by default `gantry-job`, created when missing), with that user's
+//!   groups only and no way back to root ([`super::child`]);
+//! - works in its own directory `<work>/<scope>/<job>-<attempt>`, mode 0700 and owned by that
+//!   user, which is also its `HOME`. The work root is outside the agent's data directory (which
+//!   a job user cannot enter) and is mode 0711, so a job cannot list other attempts'
+//!   directories. The directory is removed when the attempt ends: results belong on shared
+//!   storage, and a node must not fill up with old attempts;
+//! - sees only an allow-listed environment ([`super::env`]);
+//! - runs in its own cgroup ([`super::cgroup`]), limited to its memory and CPU requests and
+//!   ended as a whole, daemons included, when the attempt ends.
+//!
+//! An agent that is not root can do none of this: jobs run as the agent's own user, can read
+//! what it can read, and are stopped by process group. The agent says so once at start-up
+//! ([`Sandbox::warnings`]).
+//!
+//! The scope is a random name kept in the agent's state directory; it keeps two agents on one
+//! machine apart and lets a restarted agent end the groups and remove the directories its
+//! previous run left ([`Sandbox::remove_orphans`]).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use gantry_server::api::types::Assignment;
+
+use super::cgroup::{Cgroup, Cgroups, Limits};
+use super::child::Credentials;
+use super::error::AgentError;
+use super::users::{self, DEFAULT_JOB_USER, Identity};
+
+/// The team key of `--job-user` that names the user of every team not listed.
+pub const ANY_TEAM: &str = "*";
+
+/// Sandbox settings, validated for form (users are looked up by [`Sandbox::build`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Root of the per-attempt work directories.
+    pub work_dir: PathBuf,
+    /// Team → user to run its jobs as ([`ANY_TEAM`]: every other team). Needs a root agent.
+    pub job_users: BTreeMap<String, String>,
+}
+
+/// The users, directories and cgroups jobs run in.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// `None` when the agent is not root: jobs run as the agent.
+    users: Option<JobUsers>,
+    agent: Identity,
+    /// `<work_dir>/<scope>`.
+    work: PathBuf,
+    cgroups: Option<Cgroups>,
+    warnings: Vec<String>,
+}
+
+#[derive(Debug)]
+struct JobUsers {
+    by_team: BTreeMap<String, Identity>,
+    default: Identity,
+}
+
+/// Whether this process runs with root's effective user id.
+pub fn running_as_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective =
+        status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().nth(1));
+    effective == Some("0")
+}
+
+impl Sandbox {
+    /// Resolves (or creates) the job users, makes the work root and finds the cgroup hierarchy.
+    /// `state` is the agent's state directory (the scope is kept there).
+    pub fn build(config: &SandboxConfig, state: &Path) -> Result<Self, AgentError> {
+        let agent = users::current()?;
+        let root = agent.uid == 0;
+        if !root && !config.job_users.is_empty() {
+            return Err(AgentError::Sandbox("--job-user needs the agent to run as root".into()));
+        }
+        let scope = scope(state)?;
+        let work = config.work_dir.join(&scope);
+        for dir in [&config.work_dir, &work] {
+            make_dir(dir, 0o711)
+                .map_err(|e| AgentError::Sandbox(format!("creating {}: {e}", dir.display())))?;
+        }
+        let mut warnings = Vec::new();
+        let users = if root {
+            check_owned_by_root(&[&config.work_dir, &work])?;
+            check_traversable(&config.work_dir)?;
+            Some(job_users(&config.job_users)?)
+        } else {
+            warnings.push(format!(
+                "jobs are not isolated from the agent's files: the agent is not root, so jobs run as {} \
+                 and can read everything it can",
+                agent.name
+            ));
+            None
+        };
+        let cgroups = match Cgroups::open(&scope) {
+            Ok(c) => Some(c),
+            Err(why) => {
+                warnings.push(format!(
+                    "jobs get no cgroups ({why}): memory and CPU requests are not enforced, and \
+                     processes that leave a job's process group can outlive it"
+                ));
+                None
+            }
+        };
+        Ok(Self { users, agent, work, cgroups, warnings })
+    }
+
+    /// What the agent should say once at start-up.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// One line saying how jobs are run.
+    pub fn describe(&self) -> String {
+        let who = match &self.users {
+            Some(u) => format!("as {} (or their team's user)", u.default.name),
+            None => format!("as {} (not isolated)", self.agent.name),
+        };
+        let groups = self
+            .cgroups
+            .as_ref()
+            .map_or("process groups".to_owned(), |c| format!("cgroup {} groups", c.version()));
+        format!("jobs run {who} in {groups}, in work directories under {}", self.work.display())
+    }
+
+    /// The user `team`'s jobs run as, and the credentials to switch to (`None`: stay the agent).
+    pub fn user_for(&self, team: &str) -> (&Identity, Option<Credentials>) {
+        match &self.users {
+            None => (&self.agent, None),
+            Some(u) => {
+                let id = u.by_team.get(team).unwrap_or(&u.default);
+                (id, Some(Credentials { uid: id.uid, gid: id.gid, groups: id.groups.clone() }))
+            }
+        }
+    }
+
+    /// Makes the attempt's work directory, mode 0700, owned by `user`.
+    pub fn make_workdir(&self, job_id: i64, attempt: u32, user: &Identity) -> Result<PathBuf, AgentError> {
+        let dir = self.work.join(format!("{job_id}-{attempt}"));
+        let io = |source| AgentError::Io {
+            what: format!("creating the work directory {}", dir.display()),
+            source,
+        };
+        remove_dir(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io)?;
+        if self.users.is_some() {
+            std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).map_err(io)?;
+        }
+        Ok(dir)
+    }
+
+    /// The attempt's cgroup, limited to its requests (`None` without cgroups).
+    pub fn cgroup(&self, a: &Assignment) -> Result<Option<Cgroup>, AgentError> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(None);
+        };
+        let limits = Limits { memory_mib: a.memory_mib, cpu_milli: a.cpu_milli };
+        let name = format!("{}-{}", a.job_id, a.attempt);
+        cgroups
+            .create(&name, limits)
+            .map(Some)
+            .map_err(|source| AgentError::Io { what: format!("creating the cgroup {name}"), source })
+    }
+
+    /// Ends the groups and removes the work directories a previous run of the agent left.
+    /// Blocks: call it before the agent takes work, or off the async runtime.
+    pub fn remove_orphans(&self) {
+        if let Some(c) = &self.cgroups {
+            c.remove_all();
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.work) {
+            for entry in entries.flatten() {
+                remove_dir(&entry.path());
+            }
+        }
+    }
+}
+
+impl Sandbox {
+    /// Removes this agent's (empty) parent groups and work directory scope; for a clean stop,
+    /// after the last attempt was cleaned up.
+    pub fn release(&self) {
+        if let Some(c) = &self.cgroups {
+            c.release();
+        }
+        let _ = std::fs::remove_dir(&self.work);
+    }
+}
+
+/// Removes a work directory and everything in it. Blocks.
+pub fn remove_dir(dir: &Path) {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(error = %e, dir = %dir.display(), "could not remove a work directory");
+        }
+        _ => {}
+    }
+}
+
+fn job_users(config: &BTreeMap<String, String>) -> Result<JobUsers, AgentError> {
+    let checked = |name: &str, found: Identity| {
+        if found.uid == 0 {
+            return Err(AgentError::Sandbox(format!("jobs cannot run as {name}: it is root")));
+        }
+        Ok(found)
+    };
+    let default = match config.get(ANY_TEAM) {
+        Some(name) => checked(name, users::resolve(name)?)?,
+        None => checked(DEFAULT_JOB_USER, users::resolve_or_create(DEFAULT_JOB_USER)?)?,
+    };
+    let mut by_team = BTreeMap::new();
+    for (team, name) in config.iter().filter(|(t, _)| *t != ANY_TEAM) {
+        by_team.insert(team.clone(), checked(name, users::resolve(name)?)?);
+    }
+    Ok(JobUsers { by_team, default })
+}
+
+/// The agent's scope name, made on first start and kept in `<state>/sandbox-scope`.
+fn scope(state: &Path) -> Result<String, AgentError> {
+    let path = state.join("sandbox-scope");
+    let io = |source| AgentError::Io { what: format!("keeping {}", path.display()), source };
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && is_scope(text.trim())
+    {
+        return Ok(text.trim().to_owned());
+    }
+    let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").map_err(io)?;
+    let scope: String = uuid.chars().filter(char::is_ascii_hexdigit).take(12).collect();
+    make_dir(state, 0o700).map_err(io)?;
+    std::fs::write(&path, &scope).map_err(io)?;
+    Ok(scope)
+}
+
+fn is_scope(s: &str) -> bool {
+    s.len() == 12 && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// Makes `dir` (and parents) and sets its mode.
+fn make_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).mode(mode).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
+/// Directories a job user could change must not hold other users' work directories.
+fn check_owned_by_root(dirs: &[&Path]) -> Result<(), AgentError> {
+    for dir in dirs {
+        let meta =
+            std::fs::metadata(dir).map_err(|e| AgentError::Sandbox(format!("{}: {e}", dir.display())))?;
+        if meta.uid() != 0 {
+            return Err(AgentError::Sandbox(format!(
+                "the work directory {} must be owned by root, not uid {}",
+                dir.display(),
+                meta.uid()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A job user must be able to reach its work directory: every directory above the work root
+/// must be searchable by others (a 0700 directory there makes every job fail in `chdir`).
+fn check_traversable(work: &Path) -> Result<(), AgentError> {
+    for dir in work.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        if meta.mode() & 0o001 == 0 {
+            return Err(AgentError::Sandbox(format!(
+                "job users cannot reach the work directory {}: {} is mode {:o}; choose another --work-dir",
+                work.display(),
+                dir.display(),
+                meta.mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scope_is_made_once_and_kept() {
+        let state = tempfile::tempdir().expect("dir");
+        let first = scope(state.path()).expect("scope");
+        assert!(is_scope(&first), "{first}");
+        assert_eq!(scope(state.path()).expect("scope"), first);
+    }
+
+    #[test]
+    fn a_work_root_under_a_private_directory_is_refused() {
+        let private = tempfile::tempdir().expect("dir");
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let err = check_traversable(&private.path().join("work")).expect_err("unreachable");
+        assert!(err.to_string().contains("cannot reach"), "{err}");
+    }
+}

@@ -1,0 +1,79 @@
+//! The job sandbox through `gantry up`: a job cannot read what the control plane and the agent
+//! keep, and `gantry logs` and `gantry job` show the log limit at work.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use gantry_agent::runner::sandbox::running_as_root;
+
+use crate::harness::{Cluster, eventually};
+
+/// Waits for job `id` to end; returns its state.
+fn ended(cluster: &Cluster, id: &str) -> String {
+    let job = eventually(Duration::from_secs(60), "the job to end", || {
+        cluster.jobs().into_iter().find(|j| {
+            j["id"].as_i64() == id.parse().ok()
+                && ["succeeded", "failed", "cancelled"].contains(&j["state"].as_str().unwrap_or_default())
+        })
+    });
+    job["state"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_job_under_gantry_up_cannot_read_the_store_the_client_config_the_tokens_or_other_jobs_output() {
+    if !running_as_root() {
+        eprintln!("note: this test needs root (jobs run as the agent's user otherwise) and was skipped");
+        return;
+    }
+    let secrets = [("GANTRY_JOIN_TOKEN", "join-secret-4f1c"), ("GANTRY_TOKEN", "token-secret-9a2e")];
+    let cluster = Cluster::start_with_env(&["--log-limit", "1MiB"], &secrets);
+    // HOME stays open (0755 from tempdir): the data directory's own 0700 must protect the store,
+    // and the probe below is protected by its mode alone.
+    std::fs::set_permissions(cluster.home.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let probe = cluster.outside.path().join("probe");
+    std::fs::create_dir(&probe).expect("probe dir");
+    std::fs::write(probe.join("secret"), "probe-secret-77d0").expect("probe");
+    std::fs::set_permissions(probe.join("secret"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+
+    let first = cluster.gantry(&["submit", "--", "echo", "first-jobs-secret"]).trim().to_owned();
+    assert_eq!(ended(&cluster, &first), "succeeded");
+    let (home, data) = (cluster.home.path().display(), cluster.data_dir());
+    let data = data.display();
+    let script = format!(
+        "id -un; cat {home}/.config/gantry/config.toml; cat {data}/gantry.db; cat {data}/agent/credential; \
+         cat {data}/logs/{first}/stdout; cat {probe}/secret; env; echo done",
+        probe = probe.display()
+    );
+    let second = cluster.gantry(&["submit", "--", "sh", "-c", &script]).trim().to_owned();
+    ended(&cluster, &second);
+    let out = cluster.try_gantry(&["logs", &second]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("gantry-job\n") && stdout.ends_with("done\n"), "{stdout}");
+    assert_eq!(stderr.matches("Permission denied").count(), 5, "{stderr}");
+    let agent_token =
+        std::fs::read_to_string(cluster.data_dir().join("agent/credential")).expect("node credential");
+    let admin_token = cluster.token();
+    let leaks =
+        [secrets[0].1, secrets[1].1, agent_token.trim(), &admin_token, "first-jobs-secret", "probe-secret"];
+    for secret in leaks {
+        assert!(!stdout.contains(secret) && !stderr.contains(secret), "`{secret}` reached the job: {stdout}");
+    }
+    let detail = cluster.gantry(&["job", &second]);
+    assert!(detail.contains("at most 1 MiB per stream"), "{detail}");
+}
+
+#[test]
+fn gantry_logs_says_how_much_output_the_log_limit_rotated_away() {
+    let cluster = Cluster::start(&["--log-limit", "64KiB"]);
+    let script = "yes 0123456789abcdef | head -c 1048576; echo end-of-output";
+    let id = cluster.gantry(&["submit", "--", "sh", "-c", script]).trim().to_owned();
+    assert_eq!(ended(&cluster, &id), "succeeded");
+    let out = cluster.try_gantry(&["logs", &id]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.ends_with("end-of-output\n"), "the newest output is kept");
+    assert!(stdout.len() <= 64 << 10, "{} bytes kept", stdout.len());
+    let dropped = 1_048_576 + 14 - stdout.len();
+    assert!(stderr.contains(&format!("{dropped} bytes of stdout were rotated away")), "{stderr}");
+    let followed = cluster.try_gantry(&["logs", "--follow", &id]);
+    assert_eq!(String::from_utf8_lossy(&followed.stdout), stdout);
+}

@@ -1,0 +1,69 @@
+//! Which environment variables a job may declare.
+//!
+//! A job's environment is built by the agent from an allow-list (see the agent's sandbox): the
+//! job's own declared variables plus the few the agent sets to describe the placement. The
+//! placement variables are how GPU grants are enforced (`CUDA_VISIBLE_DEVICES`, the MPS limits)
+//! and how a job learns who it is (`GANTRY_*`), so a declared variable must never replace them.
+//! The rule lives here, beside [`crate::api::types::Assignment`], so that the submit handler and
+//! the agent check the same thing: the server refuses a bad submission with a sentence, and the
+//! agent refuses to start an assignment that slipped past (an older server).
+
+/// Names a job may not declare, exactly.
+const RESERVED: &[&str] = &["CUDA_VISIBLE_DEVICES"];
+
+/// Prefixes a job may not declare: the agent's own variables and the MPS share limits.
+const RESERVED_PREFIXES: &[&str] = &["GANTRY_", "CUDA_MPS_"];
+
+/// Checks one declared variable; the error is a sentence naming the variable.
+pub fn check(name: &str, value: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let well_formed = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !well_formed {
+        return Err(format!("env: `{name}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"));
+    }
+    if RESERVED.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return Err(format!("env: `{name}` is set by Gantry and cannot be declared by a job"));
+    }
+    if value.contains('\0') {
+        return Err(format!("env: the value of `{name}` contains a NUL byte"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+
+    #[test]
+    fn ordinary_names_are_accepted() {
+        for name in ["PATH", "_x", "OMP_NUM_THREADS", "a1"] {
+            assert_eq!(check(name, "v"), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn malformed_names_are_refused() {
+        for name in ["", "1A", "A-B", "A=B", "A B", "É"] {
+            assert!(check(name, "v").is_err(), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn names_that_would_override_the_placement_are_refused() {
+        for name in [
+            "CUDA_VISIBLE_DEVICES",
+            "GANTRY_JOB_ID",
+            "GANTRY_GPU_MEMORY_LIMIT_MIB",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        ] {
+            let err = check(name, "v").expect_err(name);
+            assert!(err.contains("set by Gantry"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_nul_byte_in_a_value_is_refused() {
+        assert!(check("A", "x\0y").is_err());
+    }
+}
