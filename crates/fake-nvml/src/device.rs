@@ -3,7 +3,9 @@
 //! readings at the current time; an unscripted reading answers `NOT_SUPPORTED`.
 
 use crate::scenario::Gpu;
-use crate::{INSUFFICIENT_SIZE, INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS, b, fill, put, put_str, with_gpu};
+use crate::{
+    INSUFFICIENT_SIZE, INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS, b, fill, put, put_str, with_gpu,
+};
 use b::field_id as fi;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
 
@@ -52,7 +54,11 @@ macro_rules! scalar {
 macro_rules! string {
     ($name:ident, |$c:ident| $body:expr) => {
         #[unsafe(no_mangle)]
-        pub(crate) unsafe extern "C" fn $name(device: b::nvmlDevice_t, out: *mut c_char, length: c_uint) -> Ret {
+        pub(crate) unsafe extern "C" fn $name(
+            device: b::nvmlDevice_t,
+            out: *mut c_char,
+            length: c_uint,
+        ) -> Ret {
             let v = with_gpu(stringify!($name), device, |$c| Ok($body));
             // SAFETY: `out` holds `length` bytes (NVML's contract).
             unsafe { put_str(out, length, v) }
@@ -84,7 +90,10 @@ fn throttle(r: &crate::Reading) -> Result<c_ulonglong, Ret> {
 }
 
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: b::nvmlDevice_t, memory: *mut b::nvmlMemory_v2_t) -> Ret {
+pub(crate) unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: b::nvmlDevice_t,
+    memory: *mut b::nvmlMemory_v2_t,
+) -> Ret {
     // NVML_STRUCT_VERSION(Memory, 2): a caller passing the v1 struct gets a version mismatch.
     let want = (std::mem::size_of::<b::nvmlMemory_v2_t>() | (2 << 24)) as c_uint;
     // SAFETY: `memory` is null or valid (NVML's contract).
@@ -107,7 +116,11 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: b::nvmlDevice
 macro_rules! by_kind {
     ($name:ident, |$c:ident, $kind:ident| $body:expr) => {
         #[unsafe(no_mangle)]
-        pub(crate) unsafe extern "C" fn $name(device: b::nvmlDevice_t, $kind: c_uint, out: *mut c_uint) -> Ret {
+        pub(crate) unsafe extern "C" fn $name(
+            device: b::nvmlDevice_t,
+            $kind: c_uint,
+            out: *mut c_uint,
+        ) -> Ret {
             let v = with_gpu(stringify!($name), device, |$c| $body);
             // SAFETY: `out` is null or valid.
             unsafe { put(out, v) }
@@ -158,7 +171,11 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
 macro_rules! codec {
     ($name:ident, $field:ident) => {
         #[unsafe(no_mangle)]
-        pub(crate) unsafe extern "C" fn $name(device: b::nvmlDevice_t, util: *mut c_uint, period_us: *mut c_uint) -> Ret {
+        pub(crate) unsafe extern "C" fn $name(
+            device: b::nvmlDevice_t,
+            util: *mut c_uint,
+            period_us: *mut c_uint,
+        ) -> Ret {
             let v = with_gpu(stringify!($name), device, |c| some(c.reading.$field));
             // SAFETY: both are null or valid.
             match unsafe { put(period_us, v.map(|_| 167_000)) } {
@@ -173,7 +190,11 @@ codec!(nvmlDeviceGetEncoderUtilization, encoder_util_percent);
 codec!(nvmlDeviceGetDecoderUtilization, decoder_util_percent);
 
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn nvmlDeviceGetMigMode(device: b::nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> Ret {
+pub(crate) unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: b::nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> Ret {
     let v = with_gpu("nvmlDeviceGetMigMode", device, |c| Ok(c_uint::from(c.gpu.mig)));
     // SAFETY: both are null or valid.
     match unsafe { put(current, v) } {
@@ -190,14 +211,14 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     _counter_type: c_uint,
     count: *mut c_ulonglong,
 ) -> Ret {
-    let v = with_gpu("nvmlDeviceGetTotalEccErrors", device, |c| {
-        match error_type {
-            b::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED => some(c.reading.ecc_corrected_volatile),
-            b::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => {
-                some(c.reading.ecc_uncorrected_volatile)
-            }
-            _ => Err(INVALID_ARGUMENT),
+    let v = with_gpu("nvmlDeviceGetTotalEccErrors", device, |c| match error_type {
+        b::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED => {
+            some(c.reading.ecc_corrected_volatile)
         }
+        b::nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => {
+            some(c.reading.ecc_uncorrected_volatile)
+        }
+        _ => Err(INVALID_ARGUMENT),
     });
     // SAFETY: `count` is null or valid.
     unsafe { put(count, v) }

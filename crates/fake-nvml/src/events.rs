@@ -33,11 +33,17 @@ pub(crate) unsafe extern "C" fn nvmlEventSetCreate(set: *mut b::nvmlEventSet_t) 
 
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn nvmlEventSetFree(set: b::nvmlEventSet_t) -> Ret {
-    with_library(|l| l.event_sets.remove(&set_id(set)).map(|_| ()).ok_or(INVALID_ARGUMENT)).err().unwrap_or(SUCCESS)
+    with_library(|l| l.event_sets.remove(&set_id(set)).map(|_| ()).ok_or(INVALID_ARGUMENT))
+        .err()
+        .unwrap_or(SUCCESS)
 }
 
 #[unsafe(no_mangle)]
-pub(crate) extern "C" fn nvmlDeviceRegisterEvents(device: b::nvmlDevice_t, types: c_ulonglong, set: b::nvmlEventSet_t) -> Ret {
+pub(crate) extern "C" fn nvmlDeviceRegisterEvents(
+    device: b::nvmlDevice_t,
+    types: c_ulonglong,
+    set: b::nvmlEventSet_t,
+) -> Ret {
     let gpu = with_gpu("nvmlDeviceRegisterEvents", device, |c| {
         // Like the driver: asking for a type the GPU cannot report is NOT_SUPPORTED.
         if types & !c.gpu.event_mask() != 0 {

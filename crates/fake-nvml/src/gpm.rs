@@ -8,7 +8,10 @@ fn sample_id(s: b::nvmlGpmSample_t) -> usize {
 }
 
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn nvmlGpmQueryDeviceSupport(device: b::nvmlDevice_t, support: *mut b::nvmlGpmSupport_t) -> Ret {
+pub(crate) unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
+    device: b::nvmlDevice_t,
+    support: *mut b::nvmlGpmSupport_t,
+) -> Ret {
     // SAFETY: `support` is null or valid (NVML's contract).
     match unsafe { support.as_ref() } {
         None => return INVALID_ARGUMENT,
@@ -16,7 +19,10 @@ pub(crate) unsafe extern "C" fn nvmlGpmQueryDeviceSupport(device: b::nvmlDevice_
         Some(_) => {}
     }
     let v = with_gpu("nvmlGpmQueryDeviceSupport", device, |c| {
-        Ok(b::nvmlGpmSupport_t { version: b::NVML_GPM_SUPPORT_VERSION, isSupportedDevice: u32::from(c.gpu.gpm) })
+        Ok(b::nvmlGpmSupport_t {
+            version: b::NVML_GPM_SUPPORT_VERSION,
+            isSupportedDevice: u32::from(c.gpu.gpm),
+        })
     });
     // SAFETY: checked non-null above.
     unsafe { put(support, v) }

@@ -127,7 +127,8 @@ pub(crate) fn with_gpu<R>(
     f: impl FnOnce(&Ctx<'_>) -> Result<R, Ret>,
 ) -> Result<R, Ret> {
     with_library(|l| {
-        let index = system::device_index(dev).filter(|i| *i < l.scenario.gpus.len()).ok_or(INVALID_ARGUMENT)?;
+        let index =
+            system::device_index(dev).filter(|i| *i < l.scenario.gpus.len()).ok_or(INVALID_ARGUMENT)?;
         let gpu = &l.scenario.gpus[index];
         let now = l.now();
         if gpu.lost_at(now) && call != "nvmlDeviceGetIndex" {

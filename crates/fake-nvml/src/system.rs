@@ -137,7 +137,10 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> Ret
 }
 
 #[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut b::nvmlDevice_t) -> Ret {
+pub(crate) unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
+    index: c_uint,
+    device: *mut b::nvmlDevice_t,
+) -> Ret {
     let h = with_library(|l| {
         let i = index as usize;
         let gpu = l.scenario.gpus.get(i).ok_or(INVALID_ARGUMENT)?;
