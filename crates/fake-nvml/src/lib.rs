@@ -11,8 +11,9 @@
 //! What it is not: a model of a GPU. It answers what the scenario says and checks only what a
 //! caller could get wrong (null pointers, struct versions, buffer sizes, unknown handles).
 //! `nvml-wrapper` resolves every symbol when it loads the library but only fails when one that
-//! is missing is called, so a function the adapter starts calling must be added here (the test
-//! then fails with "the NVIDIA driver is too old (… lacks nvmlX …)").
+//! is missing is called, so a function the adapter starts calling must be added here (until
+//! then a required call fails with "the NVIDIA driver is too old (its library lacks …)" and an
+//! optional reading is absent).
 //!
 //! Where the scenario comes from, first match wins: `fake-nvml.toml` in the directory the
 //! library was loaded from (tests copy the library into a temporary directory with a scenario
