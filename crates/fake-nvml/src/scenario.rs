@@ -357,3 +357,68 @@ impl Gpu {
         self.supported_events.iter().fold(0, |m, e| m | e.bit())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario, String> {
+        Scenario::parse(text, crate::signatures::EXPORTED)
+    }
+
+    const ONE: &str = "[[gpu]]\nname = \"x\"\nmemory_total_bytes = 100\n";
+
+    #[test]
+    fn the_built_in_scenario_is_two_h200s_with_the_busy_one_first() {
+        let s = parse(crate::DEFAULT_SCENARIO).expect("the built-in scenario parses");
+        assert_eq!(s.gpus.len(), 2);
+        let r = s.gpus[0].reading_at(0.0);
+        assert_eq!(
+            (r.gpu_util_percent, r.power_mw, r.memory_used_bytes),
+            (Some(97), Some(689_000), Some(1_022_361_600))
+        );
+    }
+
+    #[test]
+    fn later_readings_override_what_they_set_from_their_time_and_used_memory_follows_processes() {
+        let s = parse(&format!(
+            "{ONE}[[gpu.reading]]\nat_s = 5\ngpu_util_percent = 10\n[[gpu.reading]]\ngpu_util_percent = 1\nsm_clock_mhz = 9\n\
+             [[gpu.process]]\npid = 1\nused_memory_bytes = 7\nuntil_s = 3"
+        ))
+        .expect("parses");
+        let g = &s.gpus[0];
+        let (early, late) = (g.reading_at(1.0), g.reading_at(6.0));
+        assert_eq!(
+            (early.gpu_util_percent, early.sm_clock_mhz, early.memory_used_bytes),
+            (Some(1), Some(9), Some(7))
+        );
+        assert_eq!(
+            (late.gpu_util_percent, late.sm_clock_mhz, late.memory_used_bytes),
+            (Some(10), Some(9), Some(0))
+        );
+        assert_eq!(early.power_mw, None, "unscripted stays absent");
+    }
+
+    #[test]
+    fn energy_grows_by_the_power_drawn_and_restarts_from_a_scripted_value() {
+        let s = parse(&format!(
+            "{ONE}[[gpu.reading]]\npower_mw = 1000\n[[gpu.reading]]\nat_s = 10\npower_mw = 3000\n\
+             [[gpu.reading]]\nat_s = 20\nenergy_mj = 5"
+        ))
+        .expect("parses");
+        let e = |t| s.gpus[0].reading_at(t).energy_mj;
+        assert_eq!(
+            (e(0.0), e(10.0), e(15.0), e(20.0), e(21.0)),
+            (Some(0), Some(10_000), Some(25_000), Some(5), Some(3005))
+        );
+    }
+
+    #[test]
+    fn an_unknown_function_or_an_event_that_is_neither_xid_nor_ecc_is_refused() {
+        let err = parse(&format!("not_supported = [\"nvmlDeviceGetPowerUsge\"]\n{ONE}")).expect_err("typo");
+        assert!(err.contains("nvmlDeviceGetPowerUsge"), "{err}");
+        assert!(parse(&format!("{ONE}[[gpu.event]]\nat_s = 1")).is_err());
+        assert!(parse(&format!("{ONE}[[gpu.event]]\nat_s = 1\nxid = 79\necc = \"double_bit\"")).is_err());
+        assert!(parse(&format!("{ONE}bogus = 1")).is_err(), "unknown keys are refused");
+    }
+}
