@@ -25,6 +25,8 @@ enum Command {
     Gpus(cmd::gpus::Args),
     /// Start a single-machine cluster: control plane + local agent on an embedded store.
     Up(cmd::up::UpArgs),
+    /// Run the control plane alone (a head node without GPUs; agents join with `gantry agent`).
+    Server(cmd::server::ServeArgs),
     /// Run the node agent against a server.
     Agent(cmd::agent::AgentArgs),
     /// Queue a job; prints its id.
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
         Command::Exporter(args) => cmd::exporter::run(args),
         Command::Gpus(args) => cmd::gpus::run(args),
         Command::Up(a) => cmd::up::run(a),
+        Command::Server(a) => cmd::server::run(a),
         Command::Agent(a) => cmd::agent::run(a),
         Command::Submit(a) => cmd::submit::run(a),
         Command::Jobs(a) => cmd::jobs::list(a),

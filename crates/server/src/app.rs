@@ -12,6 +12,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::auth::{FailureLimiter, TokenCache};
 use crate::metrics::Metrics;
+use crate::tls::{Pki, TlsError};
+use crate::transport::{self, Limits};
 
 /// Validated server settings.
 #[derive(Debug, Clone)]
@@ -30,6 +32,17 @@ pub struct ServerConfig {
     pub body_limit: usize,
     /// Placement policy.
     pub policy: PolicyKind,
+    /// The cluster CA and server certificate: TLS is on when set. Plain HTTP is for loopback
+    /// only; the `gantry` binary enforces that (a library user may test on loopback either way).
+    pub pki: Option<Arc<Pki>>,
+    /// Open connections at most; more wait in the accept backlog.
+    pub max_connections: usize,
+    /// Time allowed for a request's headers, and for an idle keep-alive connection.
+    pub header_read_timeout: Duration,
+    /// Time allowed for the TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// At shutdown, how long in-flight requests may take.
+    pub shutdown_grace: Duration,
 }
 
 impl ServerConfig {
@@ -43,6 +56,20 @@ impl ServerConfig {
             logs_dir,
             body_limit: 1 << 20,
             policy: PolicyKind::Gantry,
+            pki: None,
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections,
+            header_read_timeout: self.header_read_timeout,
+            tls_handshake_timeout: self.tls_handshake_timeout,
+            shutdown_grace: self.shutdown_grace,
         }
     }
 }
@@ -64,6 +91,8 @@ pub struct App {
     pub failures: FailureLimiter,
     /// Why pending jobs wait, as of the last scheduling pass (not stored: it changes every pass).
     pub waiting: std::sync::RwLock<std::collections::HashMap<gantry_store::JobId, String>>,
+    /// The cluster CA, when TLS is on: issues client certificates and serves `/v1/ca.pem`.
+    pub pki: Option<Arc<Pki>>,
 }
 
 impl App {
@@ -98,6 +127,9 @@ pub enum ServerError {
     /// Serving failed.
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
+    /// The certificates could not be loaded into rustls.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] gantry_store::StoreError),
@@ -111,11 +143,17 @@ pub enum ServerError {
 pub struct Server {
     app: Arc<App>,
     listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Server {
     /// Binds the listen address (port 0 picks a free port).
     pub async fn bind(config: ServerConfig, store: Arc<dyn Store>) -> Result<Self, ServerError> {
+        let tls = match &config.pki {
+            Some(pki) => Some(pki.server_config()?),
+            None => None,
+        };
+        let pki = config.pki.clone();
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServerError::Bind { addr: config.listen, source })?;
@@ -127,8 +165,9 @@ impl Server {
             tokens: TokenCache::default(),
             failures: FailureLimiter::default(),
             waiting: Default::default(),
+            pki,
         });
-        Ok(Self { app, listener })
+        Ok(Self { app, listener, tls })
     }
 
     /// The address actually bound.
@@ -141,15 +180,28 @@ impl Server {
         Arc::clone(&self.app)
     }
 
-    /// Serves the API and runs the scheduler until `shutdown` resolves; in-flight requests finish.
+    /// Whether the listener speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The base URL clients use: `https://` with TLS, else `http://`.
+    pub fn url(&self) -> Result<String, ServerError> {
+        let scheme = if self.is_tls() { "https" } else { "http" };
+        Ok(format!("{scheme}://{}", self.local_addr()?))
+    }
+
+    /// Serves the API and runs the scheduler until `shutdown` resolves; in-flight requests
+    /// finish (up to [`ServerConfig::shutdown_grace`]), idle connections close at once.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
-        let service = router.into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(self.listener, service).with_graceful_shutdown(shutdown).await;
+        let limits = self.app.config.limits();
+        tracing::info!(addr = %self.local_addr()?, tls = self.is_tls(), "serving the API");
+        transport::serve(self.listener, router, self.tls, limits, shutdown).await;
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
-        Ok(served?)
+        Ok(())
     }
 }

@@ -140,11 +140,6 @@ impl Principal {
     }
 }
 
-/// The common name of a verified client certificate, put on each request of a mutual-TLS
-/// connection by the listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerName(pub String);
-
 fn forbidden(why: &str) -> ApiError {
     ApiError::Forbidden(why.to_owned())
 }
@@ -263,7 +258,7 @@ pub async fn require_token(
         }
         Err(e) => return Err(e),
     };
-    let cert_name = req.extensions().get::<PeerName>().map(|p| p.0.clone());
+    let cert_name = req.extensions().get::<crate::tls::PeerCert>().map(|p| p.common_name.clone());
     req.extensions_mut().insert(Principal { token, peer, cert_name });
     Ok(next.run(req).await)
 }

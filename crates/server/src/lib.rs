@@ -5,7 +5,9 @@
 //! - [`command`]: the one dispatcher that applies every mutation to the [`gantry_store::Store`];
 //! - [`scheduler`]: the loop that turns a store snapshot into placements through the core's
 //!   policies ([`scheduler::plan`] is pure) and records them before agents act on them;
-//! - [`auth`]: bearer tokens (hashed at rest) and the role checks.
+//! - [`auth`]: bearer tokens (hashed at rest) and the role checks;
+//! - [`tls`]: the cluster CA, server and client certificates; [`transport`]: the listener
+//!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown).
 //!
 //! It is not the agent (see `gantry-agent`) and holds no state of its own beyond caches:
 //! restart it on the same store and it carries on.
@@ -18,6 +20,8 @@ pub mod credentials;
 pub mod error;
 pub mod metrics;
 pub mod scheduler;
+pub mod tls;
+pub mod transport;
 
 pub use app::{App, Server, ServerConfig, ServerError, now_ms};
 pub use credentials::{create_join_token, create_node_credential, create_user_token, ensure_admin_token};

@@ -1,6 +1,13 @@
-//! The agent side of the v1 agent protocol (HTTP/JSON).
+//! The agent side of the v1 agent protocol (HTTP/JSON), and the TLS settings every Gantry
+//! client shares: a pinned cluster CA instead of the system's roots, an optional client
+//! certificate for mutual TLS, and [`fetch_ca`] for joining with only the CA's SHA-256.
 
 use std::time::Duration;
+
+use base64::Engine;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use sha2::{Digest, Sha256};
 
 use gantry_server::api::types::{
     HeartbeatResponse, JoinRequest, JoinResponse, RegisterRequest, RegisterResponse,
@@ -22,10 +29,18 @@ pub struct Client {
 impl Client {
     /// A client for the server at `base` (e.g. `http://127.0.0.1:7070`) with a join token.
     pub fn new(base: &str, token: &str) -> Result<Self, AgentError> {
-        // reqwest is built without a default crypto provider; ring is the workspace's choice.
-        // Installing twice fails harmlessly.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+        Self::with_tls(base, token, None, None)
+    }
+
+    /// A client that pins `ca_pem` (else trusts the system's roots) and, given a certificate
+    /// and key (PEM), presents them for mutual TLS.
+    pub fn with_tls(
+        base: &str,
+        token: &str,
+        ca_pem: Option<&str>,
+        client_cert: Option<(&str, &str)>,
+    ) -> Result<Self, AgentError> {
+        let http = builder(ca_pem, client_cert)?.timeout(Duration::from_secs(10)).build()?;
         Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
     }
 
@@ -48,13 +63,115 @@ impl Client {
     }
 
     async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, AgentError> {
-        let resp =
-            self.http.post(format!("{}{path}", self.base)).bearer_auth(&self.token).json(body).send().await?;
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .map_err(with_tls_cause)?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp.json().await?);
         }
         let body = resp.text().await.unwrap_or_default();
         Err(AgentError::Status { status: status.as_u16(), body })
+    }
+}
+
+/// A reqwest builder with Gantry's TLS settings: `ca_pem` pinned as the only root when given
+/// (else the system's roots), `client_cert` (certificate PEM, key PEM) presented when given, and
+/// idle connections dropped after 5 s, before the server's 10 s idle timeout can close one
+/// under a request.
+pub fn builder(
+    ca_pem: Option<&str>,
+    client_cert: Option<(&str, &str)>,
+) -> Result<reqwest::ClientBuilder, AgentError> {
+    // reqwest is built without a default crypto provider; ring is the workspace's choice.
+    // Installing twice fails harmlessly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut builder = reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5));
+    if let Some(pem) = ca_pem {
+        let roots = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+            .map_err(|e| AgentError::Tls(format!("the CA is not a PEM certificate: {e}")))?;
+        if roots.is_empty() {
+            return Err(AgentError::Tls("the CA file holds no PEM certificate".into()));
+        }
+        builder = builder.tls_certs_only(roots);
+    }
+    if let Some((cert, key)) = client_cert {
+        let identity = reqwest::Identity::from_pem(format!("{cert}\n{key}").as_bytes())
+            .map_err(|e| AgentError::Tls(format!("the client certificate or key is not usable: {e}")))?;
+        builder = builder.identity(identity);
+    }
+    Ok(builder)
+}
+
+/// Fetches the cluster CA from `GET <server>/v1/ca.pem` without verifying the connection, and
+/// accepts it only if the SHA-256 of its DER bytes is `expected_sha256` (hex, optionally
+/// prefixed `sha256:`): kubeadm's discovery-token-ca-cert-hash. The hash is what makes this
+/// safe; whoever answered, only the one CA with that hash is returned, re-encoded from the
+/// checked bytes so nothing else in the answer can ride along.
+pub async fn fetch_ca(server: &str, expected_sha256: &str) -> Result<String, AgentError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let expected = expected_sha256.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+    if expected.len() != 64 || !expected.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(AgentError::Tls("the CA hash must be 64 hex digits (SHA-256)".into()));
+    }
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let url = format!("{}/v1/ca.pem", server.trim_end_matches('/'));
+    let resp = http.get(&url).send().await.map_err(with_tls_cause)?;
+    let status = resp.status();
+    if !status.is_success() {
+        let body = resp.text().await.unwrap_or_default();
+        return Err(AgentError::Status { status: status.as_u16(), body });
+    }
+    let body = resp.bytes().await?;
+    let ca = CertificateDer::from_pem_slice(&body)
+        .map_err(|e| AgentError::Tls(format!("{url} did not answer with a PEM certificate: {e}")))?;
+    let got: String = Sha256::digest(&ca).iter().map(|b| format!("{b:02x}")).collect();
+    if got != expected {
+        return Err(AgentError::CaMismatch { expected, got });
+    }
+    Ok(pem(&ca))
+}
+
+/// A DER certificate as PEM.
+fn pem(der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
+/// The TLS failure behind a request error, in words, if there is one (an unknown issuer, a
+/// name mismatch, a refused client certificate): reqwest's own message leaves it out.
+pub fn tls_cause(e: &reqwest::Error) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        // An io::Error's `source` skips the error it wraps; `get_ref` is that error.
+        next = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
+}
+
+fn with_tls_cause(e: reqwest::Error) -> AgentError {
+    match tls_cause(&e) {
+        Some(cause) => AgentError::Tls(cause),
+        None => AgentError::Http(e),
     }
 }

@@ -1,6 +1,7 @@
 //! The node's own credential. A new node trades its one-time join token for a credential bound
 //! to its node id (`POST /v1/agent/join`) and keeps it in `<state>/credential` (0600); later runs
-//! use the stored one, so the join token is needed once and is useless afterwards.
+//! use the stored one, so the join token is needed once and is useless afterwards. Over TLS the
+//! join also brings a client certificate for mutual TLS (`client.pem`, `client-key.pem`).
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -15,18 +16,42 @@ pub fn path(state: &Path) -> PathBuf {
     state.join("credential")
 }
 
-/// The stored credential, or a new one from joining with `config.token`.
-pub async fn obtain(config: &AgentConfig) -> Result<String, AgentError> {
-    let file = path(&config.state_dir);
+/// What a node presents to the server.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The node credential (bearer).
+    pub credential: String,
+    /// A client certificate and key (PEM) for mutual TLS, when the server issued one.
+    pub client_cert: Option<(String, String)>,
+}
+
+/// The stored identity, or a new one from joining with `config.token`.
+pub async fn obtain(config: &AgentConfig) -> Result<Identity, AgentError> {
+    let state = &config.state_dir;
+    let file = path(state);
     if let Ok(text) = std::fs::read_to_string(&file)
         && !text.trim().is_empty()
     {
-        return Ok(text.trim().to_owned());
+        let cert = std::fs::read_to_string(state.join("client.pem")).ok();
+        let key = std::fs::read_to_string(state.join("client-key.pem")).ok();
+        return Ok(Identity { credential: text.trim().to_owned(), client_cert: cert.zip(key) });
     }
-    let joined = Client::new(&config.server, &config.token)?.join(&config.node_id).await?;
+    if config.token.is_empty() {
+        return Err(AgentError::Refused(format!(
+            "this node has not joined yet ({} is missing): start it with a join token",
+            file.display()
+        )));
+    }
+    let client = Client::with_tls(&config.server, &config.token, config.ca_pem.as_deref(), None)?;
+    let joined = client.join(&config.node_id).await?;
+    if let (Some(cert), Some(key)) = (&joined.client_cert_pem, &joined.client_key_pem) {
+        save(&state.join("client-key.pem"), key)?;
+        save(&state.join("client.pem"), cert)?;
+    }
     save(&file, &joined.credential)?;
     tracing::info!(node = %config.node_id, file = %file.display(), "joined the cluster; credential stored");
-    Ok(joined.credential)
+    let client_cert = joined.client_cert_pem.zip(joined.client_key_pem);
+    Ok(Identity { credential: joined.credential, client_cert })
 }
 
 /// Writes a secret readable by this user only (the directory too).

@@ -6,6 +6,18 @@ pub enum AgentError {
     /// The HTTP request failed (connection, timeout, decoding).
     #[error("request to the server failed: {0}")]
     Http(#[from] reqwest::Error),
+    /// TLS failed: the server's certificate is not trusted, a PEM file is unusable, or the
+    /// client certificate was refused.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The CA the server sent is not the one pinned by hash.
+    #[error("the server's CA has SHA-256 {got}, not the expected {expected}")]
+    CaMismatch {
+        /// The pinned hash.
+        expected: String,
+        /// The hash of what the server sent.
+        got: String,
+    },
     /// The server answered with an error.
     #[error("server answered {status}: {body}")]
     Status {

@@ -38,14 +38,18 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// The cluster CA to pin (PEM); `None` trusts the system's roots.
+    pub ca_pem: Option<String>,
+    /// A client certificate and its key (PEM) for mutual TLS.
+    pub client_cert: Option<(String, String)>,
 }
 
 /// Runs the agent until `stop` turns true; then stops its jobs (SIGTERM, grace, SIGKILL).
 pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
     process::kill_orphans(&config.state_dir);
-    let credential = loop {
+    let identity = loop {
         match credential::obtain(&config).await {
-            Ok(credential) => break credential,
+            Ok(identity) => break identity,
             Err(AgentError::Status { status: 401 | 403, body }) => return Err(AgentError::Refused(body)),
             Err(e) => tracing::warn!(error = %e, "joining failed; retrying"),
         }
@@ -54,7 +58,10 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     };
-    let client = Client::new(&config.server, &credential)?;
+    let client_cert =
+        identity.client_cert.as_ref().or(config.client_cert.as_ref()).map(|(c, k)| (c.as_str(), k.as_str()));
+    let client =
+        Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
     let mut jobs = jobs::Jobs::new(exit_tx, config.logs_dir.clone(), config.state_dir.clone(), config.grace);
     let register = RegisterRequest {

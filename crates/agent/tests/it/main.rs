@@ -8,3 +8,4 @@ mod prometheus;
 mod runner;
 mod server;
 mod support;
+mod tls;

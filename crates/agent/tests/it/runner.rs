@@ -39,6 +39,8 @@ async fn start(fleet: &str) -> Harness {
         logs_dir: dir.path().join("logs"),
         state_dir: dir.path().join("agent"),
         grace: Duration::from_secs(1),
+        ca_pem: None,
+        client_cert: None,
     };
     tokio::spawn(runner::run(config, gpus, stop_rx));
     Harness { store, gpus_fleet, dir, stop }

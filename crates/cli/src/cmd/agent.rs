@@ -1,4 +1,6 @@
-//! `gantry agent`: the node daemon on its own, joining a server with a join token.
+//! `gantry agent`: the node daemon on its own, joining a server with a join token; over
+//! https it pins the cluster CA (`--ca`) and, given one, presents a client certificate.
+//! Logs go to stderr and `<data>/gantry.log`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,7 +9,8 @@ use anyhow::Context;
 use clap::Args;
 use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus};
 
-use super::client::home;
+use super::client::{home, read_ca};
+use super::logging;
 use super::up::shutdown_signal;
 
 /// Arguments of `gantry agent`.
@@ -34,6 +37,15 @@ pub struct AgentArgs {
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     #[arg(long, default_value_t = 10)]
     grace: u64,
+    /// The cluster CA to trust for an https:// server (the server's `<data>/tls/ca.pem`).
+    #[arg(long, env = "GANTRY_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// A client certificate (PEM) issued by the cluster CA, for mutual TLS; needs --client-key.
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    client_key: Option<PathBuf>,
 }
 
 /// Runs the agent until Ctrl-C or SIGTERM.
@@ -47,6 +59,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map_or_else(|_| "node".into(), |h| h.trim().to_owned())
     });
+    let ca_pem = args.ca.as_deref().map(read_ca).transpose()?;
+    let client_cert = match (&args.client_cert, &args.client_key) {
+        (Some(cert), Some(key)) => Some((read_pem(cert)?, read_pem(key)?)),
+        _ => None,
+    };
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
+    logging::init(&data)?;
     let config = AgentConfig {
         server: args.server,
         token: args.join_token,
@@ -54,6 +73,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         logs_dir: data.join("logs"),
         state_dir: data.join("agent"),
         grace: Duration::from_secs(args.grace),
+        ca_pem,
+        client_cert,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
@@ -66,6 +87,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         });
         runner::run(config, gpus, stop_rx).await.context("agent failed")
     })
+}
+
+fn read_pem(path: &std::path::Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// Parses `--backend`.

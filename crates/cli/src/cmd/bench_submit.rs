@@ -17,6 +17,9 @@ use super::client::Api;
 pub enum BenchCommand {
     /// Durable job submissions over HTTP from concurrent clients.
     Submit(SubmitBenchArgs),
+    /// Mixed submit/get/list load from keep-alive clients against a `gantry server` process:
+    /// throughput, latency per kind, errors and the server's resident memory.
+    Load(super::bench_load::LoadBenchArgs),
 }
 
 /// Arguments of `gantry bench submit`.
@@ -35,7 +38,10 @@ pub struct SubmitBenchArgs {
 
 /// Runs a benchmark.
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
-    let BenchCommand::Submit(args) = command;
+    let args = match command {
+        BenchCommand::Submit(args) => args,
+        BenchCommand::Load(args) => return super::bench_load::run(args),
+    };
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("gantry-bench-{}", std::process::id())), true),

@@ -1,6 +1,7 @@
 //! How client commands reach the server: `--server`/`GANTRY_SERVER` and `GANTRY_TOKEN`, else the
 //! client config `gantry up` wrote (`$GANTRY_CONFIG`, else `$XDG_CONFIG_HOME/gantry/config.toml`,
-//! else `~/.config/gantry/config.toml`).
+//! else `~/.config/gantry/config.toml`). An `https://` server is trusted through the cluster CA
+//! (`--ca`/`GANTRY_CA`, else the config's `ca`), never through the system's roots when one is set.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +17,9 @@ pub struct ServerArgs {
     /// Server URL (default: the client config `gantry up` wrote).
     #[arg(long, env = "GANTRY_SERVER")]
     pub server: Option<String>,
+    /// The cluster CA to trust for an https:// server (default: the client config's `ca`).
+    #[arg(long, env = "GANTRY_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
 }
 
 /// The client config file.
@@ -26,6 +30,25 @@ pub struct ClientConfig {
     pub server: Option<String>,
     /// Bearer token.
     pub token: Option<String>,
+    /// The cluster CA for an `https://` server: a file path, or the PEM itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+}
+
+impl ClientConfig {
+    /// The CA as PEM: the field itself when it holds PEM, else the file it names.
+    pub fn ca_pem(&self) -> anyhow::Result<Option<String>> {
+        match self.ca.as_deref() {
+            None => Ok(None),
+            Some(pem) if pem.trim_start().starts_with("-----BEGIN") => Ok(Some(pem.to_owned())),
+            Some(path) => read_ca(std::path::Path::new(path)).map(Some),
+        }
+    }
+}
+
+/// Reads a CA file.
+pub fn read_ca(path: &std::path::Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read the CA file {}", path.display()))
 }
 
 /// The config file's path.
@@ -89,25 +112,40 @@ pub struct Api {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// Whether a CA is pinned (for the message when the server's certificate is refused).
+    pinned: bool,
 }
 
 impl Api {
     /// Resolves server and token from flags, environment and the client config.
     pub fn connect(args: &ServerArgs) -> anyhow::Result<Self> {
         let config = load_config()?;
+        // The config's CA belongs to the config's server; a server named otherwise brings its own.
+        let config_server = args.server.is_none() || args.server == config.server;
+        let ca = match &args.ca {
+            Some(path) => Some(read_ca(path)?),
+            None if config_server => config.ca_pem()?,
+            None => None,
+        };
         let base = args.server.clone().or(config.server).unwrap_or_else(|| "http://127.0.0.1:7070".into());
         let token = std::env::var("GANTRY_TOKEN").ok().filter(|t| !t.is_empty()).or(config.token);
         let token = token.ok_or_else(|| {
             anyhow!("no token: set GANTRY_TOKEN or run `gantry up` once to write {}", path_text())
         })?;
-        Self::new(&base, &token)
+        Self::with_ca(&base, &token, ca.as_deref())
     }
 
-    /// A client for `base` with `token`.
+    /// A client for `base` with `token`, trusting the system's roots for https.
     pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
-        Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
+        Self::with_ca(base, token, None)
+    }
+
+    /// A client for `base` with `token` that pins `ca_pem` for https.
+    pub fn with_ca(base: &str, token: &str, ca_pem: Option<&str>) -> anyhow::Result<Self> {
+        let http =
+            gantry_agent::runner::client::builder(ca_pem, None)?.timeout(Duration::from_secs(30)).build()?;
+        let base = base.trim_end_matches('/').to_owned();
+        Ok(Self { http, base, token: token.to_owned(), pinned: ca_pem.is_some() })
     }
 
     /// The server's base URL.
@@ -152,7 +190,14 @@ impl Api {
 
     async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
         let resp = req.bearer_auth(&self.token).send().await.map_err(|e| {
-            if e.is_connect() {
+            if let Some(cause) = gantry_agent::runner::client::tls_cause(&e) {
+                let hint = if self.pinned {
+                    "is it the cluster's CA? `gantry up` and `gantry server` keep theirs in <data>/tls/ca.pem"
+                } else {
+                    "pin the cluster's CA with --ca FILE or GANTRY_CA (the server keeps it in <data>/tls/ca.pem)"
+                };
+                anyhow!("TLS with {} failed: {cause}; {hint}", self.base)
+            } else if e.is_connect() {
                 anyhow!("cannot reach the Gantry server at {}; is `gantry up` running?", self.base)
             } else {
                 anyhow!("request to {} failed: {e}", self.base)

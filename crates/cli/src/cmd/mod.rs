@@ -1,19 +1,24 @@
 //! One module per subcommand; `backend` holds the GPU backend flags `gpus` and `exporter` share,
-//! `client` and `table` what the client commands share.
+//! `client` and `table` what the client commands share, `control` and `logging` what the
+//! long-running `up`, `server` and `agent` share.
 
 pub mod agent;
 pub mod audit;
 pub mod backend;
 pub mod bench;
+pub mod bench_load;
 pub mod bench_submit;
 pub mod cancel;
 pub mod client;
 pub mod cluster_gpus;
+pub mod control;
 pub mod exporter;
 pub mod gpus;
 pub mod jobs;
+pub mod logging;
 pub mod logs;
 pub mod nodes;
+pub mod server;
 pub mod sim;
 pub mod submit;
 pub mod table;

@@ -16,6 +16,8 @@ pub struct Cluster {
     pub port: u16,
     /// Where the local agent serves GPU metrics.
     pub metrics_port: u16,
+    /// Whether the server speaks TLS (`--tls`, or a listen address other than loopback).
+    pub tls: bool,
     args: Vec<String>,
     child: Option<Child>,
 }
@@ -35,6 +37,8 @@ pub fn command(home: &Path) -> Command {
         .env_remove("GANTRY_SERVER")
         .env_remove("GANTRY_TOKEN")
         .env_remove("GANTRY_DATA_DIR")
+        .env_remove("GANTRY_CA")
+        .env_remove("GANTRY_LOG")
         .env("RUST_LOG", "warn");
     cmd
 }
@@ -42,20 +46,30 @@ pub fn command(home: &Path) -> Command {
 impl Cluster {
     /// Starts `gantry up` with extra arguments and waits until it answers.
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_as("up", "127.0.0.1", extra)
+    }
+
+    /// Starts `gantry <subcommand>` (`up` or `server`) listening on `host` and a free port.
+    pub fn start_as(subcommand: &str, host: &str, extra: &[&str]) -> Self {
         let home = tempfile::tempdir().expect("temp home");
         let port = free_port();
         let metrics_port = free_port();
-        let mut args = vec!["up".to_owned(), "--listen".into(), format!("127.0.0.1:{port}")];
-        args.extend(["--metrics-listen".into(), format!("127.0.0.1:{metrics_port}")]);
+        let mut args = vec![subcommand.to_owned(), "--listen".into(), format!("{host}:{port}")];
+        if subcommand == "up" {
+            args.extend(["--metrics-listen".into(), format!("127.0.0.1:{metrics_port}")]);
+        }
         args.extend(["--data-dir".into(), home.path().join("data").display().to_string()]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let mut cluster = Self { home, port, metrics_port, args, child: None };
+        let tls = extra.contains(&"--tls") || !host.starts_with("127.");
+        let mut cluster = Self { home, port, metrics_port, tls, args, child: None };
         cluster.restart();
         cluster
     }
 
+    /// The URL on this machine (loopback, which the server certificate always names).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -157,18 +171,20 @@ impl Drop for Cluster {
     }
 }
 
-/// Waits until `/healthz` answers 200 (the listener is bound a moment before serving starts).
+/// Waits until `/healthz` answers 200 (the listener is bound a moment before serving starts);
+/// for an https URL, until the listener answers plain HTTP with its "serves HTTPS" 400.
 pub fn wait_healthy(url: &str) {
     use std::io::{Read, Write};
-    let addr = url.trim_start_matches("http://").to_owned();
+    let tls = url.starts_with("https://");
+    let addr = url.trim_start_matches("http://").trim_start_matches("https://").to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if let Ok(mut conn) = std::net::TcpStream::connect(&addr) {
             let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
             let mut answer = String::new();
             let asked = conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n");
-            if asked.is_ok() && conn.read_to_string(&mut answer).is_ok() && answer.starts_with("HTTP/1.0 200")
-            {
+            let answered = asked.is_ok() && conn.read_to_string(&mut answer).is_ok();
+            if answered && (answer.starts_with("HTTP/1.0 200") || (tls && answer.contains("serves HTTPS"))) {
                 return;
             }
         }

@@ -10,6 +10,7 @@ mod gpus;
 mod harness;
 mod sharing;
 mod sim;
+mod transport;
 mod walkthrough;
 
 use std::process::{Command, Output};

@@ -37,13 +37,26 @@ pub async fn join(
         node: Some(req.node_id.clone()),
         ..credentials::new_token(&secret, TokenKind::Node, &name, None)
     };
+    // Issue the certificate first: a failure then leaves the join token unused.
+    let tls = match &app.pki {
+        Some(pki) => {
+            let (cert, key) =
+                pki.issue_client(&req.node_id).map_err(|e| ApiError::Internal(e.to_string()))?;
+            Some((pki.ca_pem().to_owned(), cert, key))
+        }
+        None => None,
+    };
     app.dispatch(Command::Join { credential, by: who }).await?;
+    let (ca_pem, client_cert_pem, client_key_pem) = match tls {
+        Some((ca, cert, key)) => (Some(ca), Some(cert), Some(key)),
+        None => (None, None, None),
+    };
     Ok(Json(JoinResponse {
         node_id: req.node_id,
         credential: secret,
-        ca_pem: None,
-        client_cert_pem: None,
-        client_key_pem: None,
+        ca_pem,
+        client_cert_pem,
+        client_key_pem,
     }))
 }
 
@@ -56,6 +69,7 @@ pub async fn register(
     Body(req): Body<RegisterRequest>,
 ) -> Result<Json<RegisterResponse>, ApiError> {
     validate::word("node_id", &req.node_id)?;
+    validate::inventory(&req)?;
     let registration = NodeRegistration {
         node_id: req.node_id,
         hostname: req.hostname,

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gantry_store::{Event, EventFilter, JobFilter, JobState, Node, Team};
 
-use super::extract::Body;
+use super::extract::{Body, Path, Query};
 use super::types::*;
 use super::{blocking, validate};
 use crate::app::App;

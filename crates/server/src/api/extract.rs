@@ -1,9 +1,11 @@
-//! A JSON body extractor whose rejections name the problem: syntax errors are 400, type and
-//! field errors 422 with the field's path, an oversized body 413.
+//! Extractors whose rejections are JSON and name the problem. Bodies: syntax errors are 400,
+//! type and field errors 422 with the field's path, an oversized body 413. Query strings and
+//! path parameters that do not parse: 400.
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -20,6 +22,37 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
             Ok(Json(value)) => Ok(Body(value)),
             Err(JsonRejection::JsonDataError(e)) => Err(ApiError::Unprocessable(e.body_text())),
             Err(JsonRejection::JsonSyntaxError(e)) => Err(ApiError::BadRequest(e.body_text())),
+            Err(e) => Err(ApiError::Rejected(e.status(), e.body_text())),
+        }
+    }
+}
+
+/// A query string. axum's own answers a malformed one (`?limit=-1`) with a plain-text 400; this
+/// one answers with the JSON error body every other failure has.
+#[derive(Debug, Clone)]
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Query(value)),
+            Err(e) => Err(ApiError::BadRequest(e.body_text())),
+        }
+    }
+}
+
+/// Path parameters, with the JSON error body when one does not parse (`/v1/jobs/abc`).
+#[derive(Debug, Clone)]
+pub struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
             Err(e) => Err(ApiError::Rejected(e.status(), e.body_text())),
         }
     }

@@ -4,12 +4,12 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gantry_store::{Job, JobFilter, JobId, JobRequest, JobState, NewJob};
 
-use super::extract::Body;
+use super::extract::{Body, Path, Query};
 use super::types::*;
 use super::{blocking, validate};
 use crate::app::{App, now_ms};
@@ -143,6 +143,7 @@ pub async fn logs(
     visible_job(&app, &who, id).await?;
     let path = app.config.logs_dir.join(id.to_string()).join(stream);
     let offset = q.offset.unwrap_or(0);
+    validate::at_most("offset", offset, validate::MAX_OFFSET)?;
     tokio::task::spawn_blocking(move || read_from(&path, offset))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?

@@ -22,7 +22,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use crate::app::App;
 use crate::auth::{Principal, require_token};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
 /// The OpenAPI document, generated from the handlers and types.
 #[derive(Debug, OpenApi)]
@@ -33,7 +33,7 @@ use crate::error::ApiError;
         cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami,
         audit::rows, audit::verify,
-        agent::join, agent::register, agent::heartbeat, healthz, metrics
+        agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
     ),
     modifiers(&BearerAuth)
 )]
@@ -81,6 +81,7 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn_with_state(Arc::clone(&app), require_token));
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/v1/ca.pem", get(ca_pem))
         .merge(authed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(app)
@@ -92,8 +93,16 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// The server's Prometheus metrics (OpenMetrics text); operators and admins (the series name
-/// every team).
+/// The cluster CA certificate (public, no token), for clients that pin it by SHA-256 before they
+/// trust the connection that delivered it. 404 when the server does not speak TLS.
+#[utoipa::path(get, path = "/v1/ca.pem",
+    responses((status = 200, body = String, content_type = "application/x-pem-file"), (status = 404, body = ErrorBody)))]
+async fn ca_pem(State(app): State<Arc<App>>) -> Result<impl IntoResponse, ApiError> {
+    let pki = app.pki.as_ref().ok_or_else(|| ApiError::NotFound("this server does not use TLS".into()))?;
+    Ok(([(CONTENT_TYPE, "application/x-pem-file")], pki.ca_pem().to_owned()))
+}
+
+/// The server's Prometheus metrics (OpenMetrics text).
 #[utoipa::path(get, path = "/metrics", security(("bearer" = [])), responses((status = 200, body = String)))]
 async fn metrics(
     State(app): State<Arc<App>>,

@@ -1,6 +1,7 @@
-//! Field checks; each error names the field.
+//! Field checks; each error names the field. Numbers are capped well below 2^63 because the
+//! store keeps them as SQLite's signed 64-bit integers.
 
-use super::types::SubmitRequest;
+use super::types::{RegisterRequest, SubmitRequest};
 use crate::error::ApiError;
 
 fn bad(field: &str, why: &str) -> ApiError {
@@ -19,11 +20,29 @@ pub fn command(argv: &[String]) -> Result<(), ApiError> {
     }
 }
 
+/// Largest GPU memory in a request or an inventory: 16 TiB, in MiB.
+pub const MAX_GPU_MEMORY_MIB: u64 = 16 << 20;
+/// Largest CPU request or inventory: a million cores, in milli-cores.
+pub const MAX_CPU_MILLI: u64 = 1_000_000_000;
+/// Largest host memory request or inventory: 1 PiB, in MiB.
+pub const MAX_MEMORY_MIB: u64 = 1 << 30;
+/// Largest log offset: what a file offset (`i64`) can hold.
+pub const MAX_OFFSET: u64 = i64::MAX as u64;
+
+/// A number no larger than `max`. The store keeps numbers as SQLite's signed 64-bit integers,
+/// so without these caps a value from 2^63 up would fail there as a 500 instead of a 422.
+pub fn at_most(field: &str, value: u64, max: u64) -> Result<(), ApiError> {
+    if value > max { Err(bad(field, &format!("must be at most {max}, not {value}"))) } else { Ok(()) }
+}
+
 /// GPUs or a slice, not both; sane sizes.
 pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
     if r.gpus > 64 {
         return Err(bad("gpus", "at most 64"));
     }
+    at_most("gpu_memory_mib", r.gpu_memory_mib, MAX_GPU_MEMORY_MIB)?;
+    at_most("cpu_milli", r.cpu_milli, MAX_CPU_MILLI)?;
+    at_most("memory_mib", r.memory_mib, MAX_MEMORY_MIB)?;
     if r.gpu_memory_mib > 0 && r.gpus > 0 {
         return Err(bad("gpu_memory_mib", "a slice is part of one GPU; do not combine it with gpus"));
     }
@@ -34,6 +53,16 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
         return Err(bad("gpu_compute_pct", "needs gpu_memory_mib (it sizes a slice)"));
     }
     Ok(())
+}
+
+/// A node's inventory within the same caps as requests.
+pub fn inventory(r: &RegisterRequest) -> Result<(), ApiError> {
+    at_most("cpu_milli", r.cpu_milli, MAX_CPU_MILLI)?;
+    at_most("memory_mib", r.memory_mib, MAX_MEMORY_MIB)?;
+    if r.gpus.len() > 1024 {
+        return Err(bad("gpus", "at most 1024 per node"));
+    }
+    r.gpus.iter().try_for_each(|g| at_most("gpus[].memory_mib", g.memory_mib, MAX_GPU_MEMORY_MIB))
 }
 
 /// A name made of letters, digits, `-`, `_`, `.`.

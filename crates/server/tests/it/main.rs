@@ -1,8 +1,12 @@
 //! Integration tests of the control plane over HTTP, in process.
 
 mod api;
+mod fuzz;
+mod limits;
 mod scheduling;
 mod security;
+mod tls;
+mod transport;
 
 use std::sync::Arc;
 
@@ -22,19 +26,26 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start() -> Self {
+        Self::start_with(|_, _| {}).await
+    }
+
+    /// A server whose config `configure` adjusts (given the temp dir); with `config.pki` set it
+    /// speaks TLS and `http` pins its CA.
+    pub async fn start_with(configure: impl FnOnce(&mut ServerConfig, &std::path::Path)) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).expect("store"));
         let token = gantry_server::ensure_admin_token(&*store).expect("token").expect("new store");
         let mut config = ServerConfig::local(dir.path().join("logs"));
         config.listen = ([127, 0, 0, 1], 0).into();
+        configure(&mut config, dir.path());
+        let ca = config.pki.as_ref().map(|p| p.ca_pem().to_owned());
         let server = Server::bind(config, Arc::clone(&store)).await.expect("bind");
-        let url = format!("http://{}", server.local_addr().expect("addr"));
+        let url = server.url().expect("url");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(server.serve(async move {
             let _ = rx.await;
         }));
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::new();
+        let http = client(ca.as_deref(), None);
         Self { url, token, store, http, _dir: dir, stop: Some(tx) }
     }
 
@@ -53,4 +64,20 @@ impl Drop for TestServer {
             let _ = stop.send(());
         }
     }
+}
+
+/// A reqwest client that pins `ca` (PEM) when given and presents `identity` (certificate PEM,
+/// key PEM) when given.
+pub fn client(ca: Option<&str>, identity: Option<(&str, &str)>) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut builder = reqwest::Client::builder();
+    if let Some(ca) = ca {
+        builder =
+            builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(ca.as_bytes()).expect("CA PEM"));
+    }
+    if let Some((cert, key)) = identity {
+        let pem = format!("{cert}\n{key}");
+        builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).expect("identity PEM"));
+    }
+    builder.build().expect("client")
 }

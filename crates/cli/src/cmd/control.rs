@@ -1,0 +1,189 @@
+//! The control plane as `gantry up` and `gantry server` both start it: data directory and its
+//! lock, logging, the store, the TLS decision and certificates, the listener, the admin token
+//! and the client config. `up` adds a local agent; `server` is this alone (a head node without
+//! GPUs).
+//!
+//! TLS policy: a listener on any address but loopback speaks TLS, whatever the flags say
+//! (tokens cross the network in every request); on loopback `--tls` turns it on.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use gantry_core::PolicyKind;
+use gantry_server::tls::{self, Pki};
+use gantry_server::{Server, ServerConfig};
+use gantry_store::{SqliteStore, Store};
+
+use super::client::{self, ClientConfig, home};
+
+/// Arguments shared by `gantry up` and `gantry server`.
+#[derive(Debug, Args)]
+pub struct ControlArgs {
+    /// Where the store, job logs, certificates and the log file live (default
+    /// `$XDG_DATA_HOME/gantry` or `~/.local/share/gantry`).
+    #[arg(long, env = "GANTRY_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Listen address. Any address but loopback is served over TLS.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+    /// Serve HTTPS on loopback too (always on for other addresses).
+    #[arg(long)]
+    pub tls: bool,
+    /// A further DNS name or IP address for the server certificate (repeatable); localhost,
+    /// 127.0.0.1, ::1, the host name and a specific listen address are always in it.
+    #[arg(long = "tls-san", value_name = "NAME")]
+    pub tls_san: Vec<String>,
+    /// Open connections at most; more wait in the accept backlog until one closes.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Placement policy.
+    #[arg(long, default_value = "gantry")]
+    pub policy: PolicyKind,
+    /// Seconds without heartbeat before an agent is lost.
+    #[arg(long, default_value_t = 10.0)]
+    pub heartbeat_timeout: f64,
+}
+
+/// The data directory, locked, with logging and the store open: what is done before the runtime
+/// starts, so bad settings fail before anything listens.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The data directory.
+    pub data: PathBuf,
+    /// The open store.
+    pub store: Arc<dyn Store>,
+    _lock: std::fs::File,
+}
+
+/// Validates the arguments, locks the data directory, starts logging and opens the store.
+pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
+    if !(0.5..=3600.0).contains(&args.heartbeat_timeout) {
+        anyhow::bail!("--heartbeat-timeout must be between 0.5 and 3600 seconds");
+    }
+    let data = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => default_data_dir()?,
+    };
+    let lock = lock_data_dir(&data)?;
+    super::logging::init(&data)?;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
+    );
+    Ok(Prepared { data, store, _lock: lock })
+}
+
+/// A bound control plane.
+#[derive(Debug)]
+pub struct Control {
+    /// The server, not yet serving.
+    pub server: Server,
+    /// The URL clients on this machine use (`https://` with TLS).
+    pub url: String,
+    /// The CA and certificates, with TLS.
+    pub pki: Option<Arc<Pki>>,
+    /// The data directory, locked, and the store.
+    pub prepared: Prepared,
+}
+
+/// Decides on TLS, loads or makes the certificates, binds the listener, makes the admin token on
+/// a fresh store and writes the client config.
+pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Control> {
+    let pki = if args.tls || !args.listen.ip().is_loopback() {
+        if !args.tls {
+            eprintln!(
+                "note: serving HTTPS: {} is not a loopback address, and plain HTTP is served on loopback only",
+                args.listen
+            );
+        }
+        let sans = tls::default_sans(args.listen, &args.tls_san);
+        let dir = prepared.data.join("tls");
+        let pki = Pki::load_or_create(&dir, &sans)
+            .with_context(|| format!("cannot set up TLS certificates in {}", dir.display()))?;
+        Some(Arc::new(pki))
+    } else {
+        None
+    };
+    let mut config = ServerConfig::local(prepared.data.join("logs"));
+    config.listen = args.listen;
+    config.policy = args.policy;
+    config.heartbeat_timeout = Duration::from_secs_f64(args.heartbeat_timeout);
+    config.max_connections = args.max_connections as usize;
+    config.pki = pki.clone();
+    let server = Server::bind(config, Arc::clone(&prepared.store)).await?;
+    let url = local_url(server.local_addr()?, pki.is_some());
+    if let Some(pki) = &pki {
+        println!(
+            "TLS is on; the cluster CA is {} (sha256 {}): clients pin it with --ca or GANTRY_CA",
+            pki.ca_path().display(),
+            pki.ca_sha256()
+        );
+    }
+    announce_tokens(&*prepared.store, &url, pki.as_deref())?;
+    Ok(Control { server, url, pki, prepared })
+}
+
+/// The URL for clients on this machine: a wildcard listen address is reached through loopback,
+/// which the server certificate always names.
+fn local_url(addr: SocketAddr, tls: bool) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// Points the client config at this server (URL and CA) and, unless it already holds a usable
+/// admin token of this store (a fresh store, or the saved token expired, was revoked or belongs to
+/// another cluster), creates one and saves it there. Whoever may run the control plane on this
+/// data directory owns its database anyway. The secret goes to the config file (0600) only,
+/// never to the terminal.
+fn announce_tokens(store: &dyn Store, url: &str, pki: Option<&Pki>) -> anyhow::Result<()> {
+    let mut saved = client::load_config().unwrap_or_default();
+    saved.server = Some(url.to_owned());
+    saved.ca = pki.map(|p| p.ca_path().display().to_string());
+    let now = gantry_server::now_ms();
+    let usable = |secret: &String| {
+        let found = store.token_by_hash(&gantry_server::auth::hash(secret)).ok().flatten();
+        found.is_some_and(|t| t.refusal(now).is_none() && t.role == gantry_store::Role::Admin)
+    };
+    let fresh = !saved.token.as_ref().is_some_and(usable);
+    if fresh {
+        let admin =
+            gantry_store::User { name: "admin".into(), role: gantry_store::Role::Admin, teams: Vec::new() };
+        let ttl = gantry_server::credentials::ADMIN_TOKEN_TTL;
+        saved.token = Some(gantry_server::create_user_token(store, &admin, ttl)?);
+    }
+    let path = client::save_config(&ClientConfig { ..saved })?;
+    if fresh {
+        println!("created an admin token; it is saved in {} (readable by you only)", path.display());
+        println!("  other accounts or machines: `gantry token create --team T` makes a token for them");
+    }
+    Ok(())
+}
+
+/// Holds an exclusive lock on `<data>/gantry.lock` for the life of the process (released by the
+/// kernel even on SIGKILL), so two control planes never share a store.
+fn lock_data_dir(data: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    let file = std::fs::File::create(data.join("gantry.lock"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            anyhow::bail!("another gantry up or gantry server is already using {}", data.display())
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    }
+}
+
+fn default_data_dir() -> anyhow::Result<PathBuf> {
+    match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => Ok(PathBuf::from(dir).join("gantry")),
+        None => Ok(home()?.join(".local/share/gantry")),
+    }
+}

@@ -1,0 +1,187 @@
+//! The listener: an accept loop in place of `axum::serve`, which offers none of what a control
+//! plane reachable from other machines needs: TLS with optional client certificates, the peer's
+//! address and certificate on every request, limits against slow or numerous clients, and a
+//! shutdown that finishes requests without waiting for idle keep-alive connections.
+//!
+//! Each connection:
+//! 1. takes a permit: at most [`Limits::max_connections`] are open at once. Beyond that the loop
+//!    stops accepting, so new connections wait in the kernel's accept backlog (1024) and are
+//!    served as others close; a client that gives up first sees a connect timeout, not a reset.
+//! 2. with TLS, completes the handshake within [`Limits::tls_handshake_timeout`]. A client that
+//!    speaks plain HTTP to the TLS port gets a plain HTTP 400 saying so, then the
+//!    connection closes.
+//! 3. speaks HTTP/1.1 with keep-alive. Every request's headers must arrive within
+//!    [`Limits::header_read_timeout`], counted from when the server starts waiting for them, so
+//!    the same timeout also closes keep-alive connections that sit idle that long.
+//! 4. gets [`axum::extract::ConnectInfo`]`<SocketAddr>` (and, with a verified client certificate,
+//!    [`PeerCert`]) inserted into every request.
+//!
+//! HTTP/2 is not offered: HTTP/1.1 keeps one set of timeouts that is easy to reason about, and
+//! agents and the CLI send one small request at a time.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tracing::Instrument;
+
+use crate::tls::{PeerCert, common_name};
+
+/// The listener's limits (see the module documentation for what each one does).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Time allowed for a request's headers, and for an idle keep-alive connection.
+    pub header_read_timeout: Duration,
+    /// Time allowed for the TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// At shutdown, how long in-flight requests may take before the server stops anyway.
+    pub shutdown_grace: Duration,
+}
+
+/// What every connection needs.
+#[derive(Debug, Clone)]
+struct Shared {
+    router: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: Limits,
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
+/// (up to [`Limits::shutdown_grace`]) and closes idle connections at once.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let shared = Shared { router, tls, limits };
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break, // closed: never, the semaphore lives as long as the loop
+            },
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let span = tracing::info_span!("connection", %peer);
+        tokio::spawn(connection(stream, peer, shared.clone(), graceful.watcher(), permit).instrument(span));
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!(grace = ?limits.shutdown_grace, "requests still running at shutdown were abandoned");
+    }
+}
+
+/// Per-connection errors (the peer went away) are routine; others (out of file descriptors)
+/// would spin the loop, so wait a moment, as `axum::serve` does.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if !matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset) {
+        tracing::error!(error = %e, "accepting a connection failed; retrying in a second");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Shared,
+    watcher: Watcher,
+    _permit: OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(true);
+    let Some(config) = shared.tls.clone() else {
+        return http(TokioIo::new(stream), peer, None, &shared, watcher).await;
+    };
+    let acceptor = TlsAcceptor::from(config);
+    let handshake = async {
+        if !speaks_tls(&stream).await {
+            refuse_plain_http(stream).await;
+            return None;
+        }
+        match acceptor.accept(stream).await {
+            Ok(tls) => Some(tls),
+            Err(e) => {
+                tracing::debug!(error = %e, "TLS handshake failed");
+                None
+            }
+        }
+    };
+    let Ok(Some(tls)) = tokio::time::timeout(shared.limits.tls_handshake_timeout, handshake).await else {
+        return;
+    };
+    let cert = tls.get_ref().1.peer_certificates().and_then(<[_]>::first).and_then(|c| common_name(c));
+    let cert = cert.map(|common_name| PeerCert { common_name });
+    http(TokioIo::new(tls), peer, cert, &shared, watcher).await;
+}
+
+/// HTTP/1.1 on an established (and, with TLS, handshaken) connection.
+async fn http<I>(io: TokioIo<I>, peer: SocketAddr, cert: Option<PeerCert>, shared: &Shared, watcher: Watcher)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let router = shared.router.clone();
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        if let Some(cert) = &cert {
+            req.extensions_mut().insert(cert.clone());
+        }
+        tower::ServiceExt::oneshot(router.clone(), req)
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(shared.limits.header_read_timeout).keep_alive(true);
+    if let Err(e) = watcher.watch(builder.serve_connection(io, service)).await {
+        tracing::debug!(error = %e, "connection closed with an error");
+    }
+}
+
+/// Whether the first byte is a TLS handshake record (a ClientHello) rather than, say, the `G`
+/// of a plain `GET`.
+async fn speaks_tls(stream: &TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(stream.peek(&mut first).await, Ok(1) if first[0] == 0x16)
+}
+
+/// Answers a plain-HTTP request on the TLS port with a 400 that says what to do, so the client
+/// sees a sentence rather than a reset connection.
+async fn refuse_plain_http(mut stream: TcpStream) {
+    const BODY: &str =
+        "{\"error\":\"this port serves HTTPS: use an https:// URL and pin the cluster CA (--ca)\"}";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    // Read what the client sent first: closing with unread bytes would reset the connection
+    // and the client might never see the answer.
+    let mut request = [0u8; 16 * 1024];
+    let _ = stream.read(&mut request).await;
+    if stream.write_all(answer.as_bytes()).await.is_ok() {
+        let _ = stream.shutdown().await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
+    }
+}
