@@ -14,6 +14,13 @@ pub enum GpuError {
     /// The library loaded but the kernel driver is not running.
     #[error("the NVIDIA library was found but the NVIDIA driver is not loaded")]
     DriverNotLoaded,
+    /// The driver is older than Gantry supports ([`MIN_DRIVER_MAJOR`](crate::MIN_DRIVER_MAJOR)),
+    /// or its library lacks a function Gantry calls.
+    #[error("the NVIDIA driver is too old ({detail}); Gantry needs driver {min} or newer", min = crate::nvml::MIN_DRIVER_MAJOR)]
+    DriverTooOld {
+        /// The version found, or the function missing.
+        detail: String,
+    },
     /// NVML refused an operation for lack of permission.
     #[error("no permission to query the NVIDIA driver")]
     NoPermission,
@@ -81,6 +88,9 @@ impl GpuError {
             E::LibloadingError(l) => GpuError::LibraryNotFound { detail: l.to_string() },
             E::DriverNotLoaded => GpuError::DriverNotLoaded,
             E::NoPermission => GpuError::NoPermission,
+            E::FailedToLoadSymbol(why) => {
+                GpuError::DriverTooOld { detail: format!("its library lacks {call}: {why}") }
+            }
             other => GpuError::Nvml { call, source: other },
         }
     }

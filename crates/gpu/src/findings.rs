@@ -141,11 +141,15 @@ impl GpuWindow {
         if s.throttle.thermal {
             add(
                 FindingKind::ThermalThrottle,
-                format!("{:.0} °C, SM clock {} MHz", s.gpu_temp_celsius, s.sm_clock_mhz),
+                format!(
+                    "{} °C, SM clock {} MHz",
+                    shown(s.gpu_temp_celsius),
+                    shown(s.sm_clock_mhz.map(f64::from))
+                ),
             );
         }
         if s.throttle.power {
-            add(FindingKind::PowerThrottle, format!("{:.0} W at the power cap", s.power_watts));
+            add(FindingKind::PowerThrottle, format!("{} W at the power cap", shown(s.power_watts)));
         }
         if let Some(u) = self.allocated_span(cfg.starved_window) {
             let mean = u.iter().sum::<f64>() / u.len() as f64;
@@ -164,4 +168,9 @@ impl GpuWindow {
         }
         out
     }
+}
+
+/// A reading for a message: whole units, or `?` where the GPU cannot say.
+fn shown(v: Option<f64>) -> String {
+    v.map_or_else(|| "?".to_owned(), |v| format!("{v:.0}"))
 }

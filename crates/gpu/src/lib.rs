@@ -58,7 +58,7 @@ mod types;
 pub use backend::GpuBackend;
 pub use collect::{Collection, Collector, GpuReport};
 pub use error::GpuError;
-pub use nvml::NvmlBackend;
+pub use nvml::{MIN_DRIVER_MAJOR, NvmlBackend};
 pub use sim::{Fault, FaultKind, FleetHandle, FleetSpec, GpuRef, SimulatedBackend, UtilProfile};
 pub use types::{GpuEvent, GpuEventKind, GpuInfo, GpuSample, MIB, ProcessUsage, Throttle};
 

@@ -14,10 +14,15 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id as fi;
 use nvml_wrapper::{Device, EventSet, GpmSample, Nvml};
+use std::path::Path;
 use std::time::Duration;
 
 /// NVLink links NVML can report per GPU.
 const MAX_NVLINKS: u32 = 18;
+
+/// The oldest driver branch whose library has every call the adapter needs: R510 added
+/// `nvmlDeviceGetMemoryInfo_v2` (reserved memory) and `nvmlDeviceGetComputeRunningProcesses_v3`.
+pub const MIN_DRIVER_MAJOR: u32 = 510;
 
 /// GPUs read through NVML.
 pub struct NvmlBackend {
@@ -45,8 +50,24 @@ impl NvmlBackend {
     /// The `Nvml` handle is leaked on purpose: event sets and GPM samples borrow it, and a
     /// backend lives as long as the process. Open one per process.
     pub fn open() -> Result<Self, GpuError> {
-        let nvml: &'static Nvml = Box::leak(Box::new(nv("nvmlInit", Nvml::init())?));
+        Self::opened(Nvml::init())
+    }
+
+    /// Like [`open`](Self::open), loading the library from `path` instead of searching the
+    /// loader path for `libnvidia-ml.so.1` (tests load a fake one this way).
+    pub fn open_at(path: &Path) -> Result<Self, GpuError> {
+        Self::opened(Nvml::builder().lib_path(path.as_os_str()).init())
+    }
+
+    fn opened(init: Result<Nvml, NvmlError>) -> Result<Self, GpuError> {
+        let nvml: &'static Nvml = Box::leak(Box::new(nv("nvmlInit", init)?));
         let driver = nv("nvmlSystemGetDriverVersion", nvml.sys_driver_version())?;
+        // An unparsable version (a future format) is let through: a missing call then still
+        // reports DriverTooOld when it is made.
+        let major = driver.split('.').next().and_then(|m| m.parse::<u32>().ok());
+        if major.is_some_and(|m| m < MIN_DRIVER_MAJOR) {
+            return Err(GpuError::DriverTooOld { detail: format!("version {driver}") });
+        }
         let count = nv("nvmlDeviceGetCount", nvml.device_count())?;
         let mut inventory = Vec::with_capacity(count as usize);
         for i in 0..count {
@@ -102,6 +123,20 @@ fn lost_or(index: u32, call: &'static str, e: NvmlError) -> GpuError {
     }
 }
 
+/// A reading some GPUs do not have: `None` then, never a made-up zero. A GPU that fell off the
+/// bus between two calls fails the whole sample instead of reporting absent readings.
+fn optional<T>(index: u32, call: &'static str, r: Result<T, NvmlError>) -> Result<Option<T>, GpuError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::GpuLost) => Err(GpuError::Lost { index }),
+        Err(NvmlError::NotSupported) => Ok(None),
+        Err(e) => {
+            tracing::debug!(gpu = index, call, error = %e, "reading unavailable");
+            Ok(None)
+        }
+    }
+}
+
 fn describe(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
     let nvlink_peers = (0..MAX_NVLINKS)
         .filter_map(|l| {
@@ -115,8 +150,8 @@ fn describe(d: &Device<'_>, index: u32) -> Result<GpuInfo, GpuError> {
         name: nv("nvmlDeviceGetName", d.name())?,
         pci_bus_id: nv("nvmlDeviceGetPciInfo", d.pci_info())?.bus_id,
         memory_total_bytes: nv("nvmlDeviceGetMemoryInfo", d.memory_info())?.total,
-        power_limit_watts: d.enforced_power_limit().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
-        max_sm_clock_mhz: d.max_clock_info(Clock::SM).unwrap_or(0),
+        power_limit_watts: d.enforced_power_limit().ok().map(|mw| f64::from(mw) / 1000.0),
+        max_sm_clock_mhz: d.max_clock_info(Clock::SM).ok(),
         nvlink_peers,
         mig_enabled: d.mig_mode().map(|m| m.current == 1).unwrap_or(false),
     })
@@ -169,13 +204,15 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn sample(&mut self, index: u32, _now: Duration) -> Result<GpuSample, GpuError> {
+        // A reading the GPU may lack: `None` if so; a lost GPU fails the sample.
+        macro_rules! read {
+            ($call:literal, $r:expr) => {
+                optional(index, $call, $r)?
+            };
+        }
         let d = self.device(index)?;
         // Utilisation is not supported in MIG mode (dcgm-exporter#216): report none, not zero.
-        let util = match d.utilization_rates() {
-            Ok(u) => Some(u),
-            Err(NvmlError::NotSupported) => None,
-            Err(e) => return Err(lost_or(index, "nvmlDeviceGetUtilizationRates", e)),
-        };
+        let util = read!("nvmlDeviceGetUtilizationRates", d.utilization_rates());
         let mem = d.memory_info().map_err(|e| lost_or(index, "nvmlDeviceGetMemoryInfo", e))?;
         let ids = [
             fi::NVML_FI_DEV_MEMORY_TEMP,
@@ -184,31 +221,42 @@ impl GpuBackend for NvmlBackend {
             fi::NVML_FI_DEV_REMAPPED_FAILURE,
             fi::NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL,
         ];
-        let fields = d.field_values_for(&ids.map(FieldId)).unwrap_or_default();
+        let fields =
+            read!("nvmlDeviceGetFieldValues", d.field_values_for(&ids.map(FieldId))).unwrap_or_default();
         let f = |k: usize| fields.get(k).and_then(field_u64);
-        let reasons = d.current_throttle_reasons().unwrap_or(ThrottleReasons::empty());
+        let reasons = read!("nvmlDeviceGetCurrentClocksThrottleReasons", d.current_throttle_reasons())
+            .unwrap_or(ThrottleReasons::empty());
         let [gr, tensor, dram] = self.gpm(index, &d);
-        let pcie = |c| d.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
+        // NVML reports PCIe throughput in KB/s.
+        let pcie = |c| optional(index, "nvmlDeviceGetPcieThroughput", d.pcie_throughput(c));
+        let pcie = |c| pcie(c).map(|kb| kb.map(|kb| f64::from(kb) * 1024.0));
+        let ecc =
+            |t| optional(index, "nvmlDeviceGetTotalEccErrors", d.total_ecc_errors(t, EccCounter::Volatile));
         Ok(GpuSample {
             index,
             gpu_util_percent: util.as_ref().map(|u| f64::from(u.gpu)),
             mem_copy_util_percent: util.as_ref().map(|u| f64::from(u.memory)),
-            encoder_util_percent: d.encoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
-            decoder_util_percent: d.decoder_utilization().map(|u| f64::from(u.utilization)).unwrap_or(0.0),
-            sm_clock_mhz: d.clock_info(Clock::SM).unwrap_or(0),
-            mem_clock_mhz: d.clock_info(Clock::Memory).unwrap_or(0),
-            power_watts: d.power_usage().map(|mw| f64::from(mw) / 1000.0).unwrap_or(0.0),
-            energy_millijoules: d.total_energy_consumption().unwrap_or(0),
-            gpu_temp_celsius: d.temperature(TemperatureSensor::Gpu).map(f64::from).unwrap_or(0.0),
+            encoder_util_percent: read!("nvmlDeviceGetEncoderUtilization", d.encoder_utilization())
+                .map(|u| f64::from(u.utilization)),
+            decoder_util_percent: read!("nvmlDeviceGetDecoderUtilization", d.decoder_utilization())
+                .map(|u| f64::from(u.utilization)),
+            sm_clock_mhz: read!("nvmlDeviceGetClockInfo", d.clock_info(Clock::SM)),
+            mem_clock_mhz: read!("nvmlDeviceGetClockInfo", d.clock_info(Clock::Memory)),
+            // NVML reports milliwatts.
+            power_watts: read!("nvmlDeviceGetPowerUsage", d.power_usage()).map(|mw| f64::from(mw) / 1000.0),
+            energy_millijoules: read!("nvmlDeviceGetTotalEnergyConsumption", d.total_energy_consumption()),
+            gpu_temp_celsius: read!("nvmlDeviceGetTemperature", d.temperature(TemperatureSensor::Gpu))
+                .map(f64::from),
             memory_temp_celsius: f(0).filter(|t| *t > 0).map(|t| t as f64),
             memory_used_bytes: mem.used,
             memory_free_bytes: mem.free,
             memory_reserved_bytes: mem.reserved,
-            pcie_replay_count: d.pcie_replay_counter().map(u64::from).unwrap_or(0),
-            pcie_tx_bytes_per_second: pcie(PcieUtilCounter::Send),
-            pcie_rx_bytes_per_second: pcie(PcieUtilCounter::Receive),
-            ecc_single_bit_volatile: d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile).ok(),
-            ecc_double_bit_volatile: d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
+            pcie_replay_count: read!("nvmlDeviceGetPcieReplayCounter", d.pcie_replay_counter())
+                .map(u64::from),
+            pcie_tx_bytes_per_second: pcie(PcieUtilCounter::Send)?,
+            pcie_rx_bytes_per_second: pcie(PcieUtilCounter::Receive)?,
+            ecc_single_bit_volatile: ecc(MemoryError::Corrected)?,
+            ecc_double_bit_volatile: ecc(MemoryError::Uncorrected)?,
             remapped_rows_correctable: f(1),
             remapped_rows_uncorrectable: f(2),
             row_remap_failure: f(3).map(|v| v != 0),

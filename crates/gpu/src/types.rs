@@ -19,10 +19,10 @@ pub struct GpuInfo {
     pub pci_bus_id: String,
     /// Installed framebuffer memory in bytes.
     pub memory_total_bytes: u64,
-    /// Enforced power limit in watts.
-    pub power_limit_watts: f64,
-    /// Highest SM clock in MHz.
-    pub max_sm_clock_mhz: u32,
+    /// Enforced power limit in watts (`None` where the GPU cannot say).
+    pub power_limit_watts: Option<f64>,
+    /// Highest SM clock in MHz (`None` where the GPU cannot say).
+    pub max_sm_clock_mhz: Option<u32>,
     /// PCI bus ids of GPUs reachable over active NVLinks.
     pub nvlink_peers: Vec<String>,
     /// Whether MIG mode is enabled.
@@ -47,7 +47,8 @@ impl Throttle {
     }
 }
 
-/// One reading of one GPU. Optional fields are those some GPUs do not support.
+/// One reading of one GPU. Optional fields are those some GPUs do not support: `None` there,
+/// never a made-up zero (a dashboard must not show a consumer card at 0 W).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GpuSample {
     /// NVML index.
@@ -57,19 +58,19 @@ pub struct GpuSample {
     /// Percent of time memory was read or written.
     pub mem_copy_util_percent: Option<f64>,
     /// Encoder utilisation, percent.
-    pub encoder_util_percent: f64,
+    pub encoder_util_percent: Option<f64>,
     /// Decoder utilisation, percent.
-    pub decoder_util_percent: f64,
+    pub decoder_util_percent: Option<f64>,
     /// SM clock, MHz.
-    pub sm_clock_mhz: u32,
+    pub sm_clock_mhz: Option<u32>,
     /// Memory clock, MHz.
-    pub mem_clock_mhz: u32,
+    pub mem_clock_mhz: Option<u32>,
     /// Power draw, watts.
-    pub power_watts: f64,
+    pub power_watts: Option<f64>,
     /// Energy since driver load, millijoules.
-    pub energy_millijoules: u64,
+    pub energy_millijoules: Option<u64>,
     /// GPU temperature, °C.
-    pub gpu_temp_celsius: f64,
+    pub gpu_temp_celsius: Option<f64>,
     /// Memory (HBM) temperature, °C.
     pub memory_temp_celsius: Option<f64>,
     /// Framebuffer used by processes, bytes.
@@ -79,7 +80,7 @@ pub struct GpuSample {
     /// Framebuffer reserved by the driver, bytes.
     pub memory_reserved_bytes: u64,
     /// PCIe replay counter.
-    pub pcie_replay_count: u64,
+    pub pcie_replay_count: Option<u64>,
     /// PCIe transmit throughput, bytes per second.
     pub pcie_tx_bytes_per_second: Option<f64>,
     /// PCIe receive throughput, bytes per second.

@@ -53,26 +53,26 @@ pub const GPU_LABELS: [&str; 7] =
 
 /// dcgm-exporter's default set, in its order.
 pub const DCGM_METRICS: &[GpuMetric] = &[
-    m!("DCGM_FI_DEV_SM_CLOCK", Gauge, "SM clock frequency (in MHz).", |s| Some(f64::from(s.sm_clock_mhz))),
-    m!("DCGM_FI_DEV_MEM_CLOCK", Gauge, "Memory clock frequency (in MHz).", |s| Some(f64::from(
-        s.mem_clock_mhz
-    ))),
+    m!("DCGM_FI_DEV_SM_CLOCK", Gauge, "SM clock frequency (in MHz).", |s| s.sm_clock_mhz.map(f64::from)),
+    m!("DCGM_FI_DEV_MEM_CLOCK", Gauge, "Memory clock frequency (in MHz).", |s| s
+        .mem_clock_mhz
+        .map(f64::from)),
     m!("DCGM_FI_DEV_MEMORY_TEMP", Gauge, "Memory temperature (in C).", |s| s.memory_temp_celsius),
-    m!("DCGM_FI_DEV_GPU_TEMP", Gauge, "GPU temperature (in C).", |s| Some(s.gpu_temp_celsius)),
-    m!("DCGM_FI_DEV_POWER_USAGE", Gauge, "Power draw (in W).", |s| Some(s.power_watts)),
+    m!("DCGM_FI_DEV_GPU_TEMP", Gauge, "GPU temperature (in C).", |s| s.gpu_temp_celsius),
+    m!("DCGM_FI_DEV_POWER_USAGE", Gauge, "Power draw (in W).", |s| s.power_watts),
     m!(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         Counter,
         "Total energy consumption since boot (in mJ).",
-        |s| Some(s.energy_millijoules as f64)
+        |s| s.energy_millijoules.map(|e| e as f64)
     ),
-    m!("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", Counter, "Total number of PCIe retries.", |s| Some(
-        s.pcie_replay_count as f64
-    )),
+    m!("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", Counter, "Total number of PCIe retries.", |s| s
+        .pcie_replay_count
+        .map(|c| c as f64)),
     m!("DCGM_FI_DEV_GPU_UTIL", Gauge, "GPU utilization (in %).", |s| s.gpu_util_percent),
     m!("DCGM_FI_DEV_MEM_COPY_UTIL", Gauge, "Memory utilization (in %).", |s| s.mem_copy_util_percent),
-    m!("DCGM_FI_DEV_ENC_UTIL", Gauge, "Encoder utilization (in %).", |s| Some(s.encoder_util_percent)),
-    m!("DCGM_FI_DEV_DEC_UTIL", Gauge, "Decoder utilization (in %).", |s| Some(s.decoder_util_percent)),
+    m!("DCGM_FI_DEV_ENC_UTIL", Gauge, "Encoder utilization (in %).", |s| s.encoder_util_percent),
+    m!("DCGM_FI_DEV_DEC_UTIL", Gauge, "Decoder utilization (in %).", |s| s.decoder_util_percent),
     m!("DCGM_FI_DEV_XID_ERRORS", Gauge, "Value of the last XID error encountered.", |s| Some(f64::from(
         s.last_xid
     ))),

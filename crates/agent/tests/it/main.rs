@@ -2,6 +2,8 @@
 
 mod attribution;
 mod dcgm_names;
+#[path = "../../../fake-nvml/testing.rs"]
+mod fake_nvml;
 mod prometheus;
 mod runner;
 mod sandbox;

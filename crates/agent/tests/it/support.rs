@@ -1,9 +1,10 @@
-//! Shared helpers: a simulated fleet behind a running exporter, and a text-format parser.
+//! Shared helpers: an exporter over a backend (the simulated fleet, or NVML on the fake
+//! library), and a text-format parser.
 
 use gantry_agent::exporter::{Exporter, ExporterConfig, server};
 use gantry_gpu::findings::FindingsConfig;
 use gantry_gpu::health::HealthConfig;
-use gantry_gpu::{Collector, FleetHandle, FleetSpec, SimulatedBackend};
+use gantry_gpu::{Collector, FleetHandle, FleetSpec, GpuBackend, SimulatedBackend};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,21 +59,54 @@ pub fn gpu_value(series: &[Series], name: &str, gpu: u32) -> Option<f64> {
 pub struct Running {
     pub addr: SocketAddr,
     pub fleet: FleetHandle,
-    _exporter: Exporter,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<std::thread::JoinHandle<()>>,
+    exporting: Exporting,
 }
 
 impl Running {
     pub fn start(spec: &str, interval: Duration, health: HealthConfig) -> Self {
         let backend = SimulatedBackend::new(&FleetSpec::parse(spec, 11).expect("spec")).expect("fleet");
         let fleet = backend.handle();
-        let collector = Collector::new(Box::new(backend), health, FindingsConfig::default());
-        let cfg = ExporterConfig {
-            interval,
-            hostname: "test-node".to_owned(),
-            proc_root: PathBuf::from("/nonexistent"),
-        };
+        let exporting = Exporting::start(Box::new(backend), interval, health, PathBuf::from("/nonexistent"));
+        Self { addr: exporting.addr, fleet, exporting }
+    }
+
+    /// Body of `/metrics`.
+    pub fn scrape(&self) -> String {
+        self.exporting.scrape()
+    }
+
+    /// Scrapes until `pred` holds (bounded), returning the last parse.
+    pub fn scrape_until(&self, what: &str, pred: impl Fn(&[Series]) -> bool) -> Vec<Series> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (series, _) = parse(&self.scrape());
+            if pred(&series) {
+                return series;
+            }
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// An exporter over any backend, served on an OS-chosen loopback port; stopped when dropped.
+pub struct Exporting {
+    pub addr: SocketAddr,
+    _exporter: Exporter,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Exporting {
+    /// Starts the sampler over `backend` (processes attributed from `proc_root`) and serves it.
+    pub fn start(
+        backend: Box<dyn GpuBackend>,
+        interval: Duration,
+        health: HealthConfig,
+        proc_root: PathBuf,
+    ) -> Self {
+        let collector = Collector::new(backend, health, FindingsConfig::default());
+        let cfg = ExporterConfig { interval, hostname: "test-node".to_owned(), proc_root };
         let exporter = Exporter::start(collector, cfg).expect("sampler starts");
         let router = server::router(exporter.cell(), interval * 5);
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -90,7 +124,7 @@ impl Running {
                 .expect("server runs");
             });
         });
-        Self { addr, fleet, _exporter: exporter, shutdown: Some(tx), server: Some(server) }
+        Self { addr, _exporter: exporter, shutdown: Some(tx), server: Some(server) }
     }
 
     /// Body of `/metrics`.
@@ -100,22 +134,9 @@ impl Running {
         assert_eq!(r.status, 200);
         r.body
     }
-
-    /// Scrapes until `pred` holds (bounded), returning the last parse.
-    pub fn scrape_until(&self, what: &str, pred: impl Fn(&[Series]) -> bool) -> Vec<Series> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let (series, _) = parse(&self.scrape());
-            if pred(&series) {
-                return series;
-            }
-            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
 }
 
-impl Drop for Running {
+impl Drop for Exporting {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());

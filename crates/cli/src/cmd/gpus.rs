@@ -75,8 +75,8 @@ pub fn table(c: &Collection) -> String {
             Some(s) => (
                 s.gpu_util_percent.map_or("-".to_owned(), |u| format!("{u:.0}")),
                 format!("{}/{}", s.memory_used_bytes / MIB, g.info.memory_total_bytes / MIB),
-                format!("{:.0}", s.gpu_temp_celsius),
-                format!("{:.0}", s.power_watts),
+                s.gpu_temp_celsius.map_or("-".to_owned(), |t| format!("{t:.0}")),
+                s.power_watts.map_or("-".to_owned(), |w| format!("{w:.0}")),
             ),
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };

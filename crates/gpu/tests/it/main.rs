@@ -4,4 +4,5 @@ mod collect;
 mod findings;
 mod health;
 mod nvml;
+mod nvml_fake;
 mod sim;
