@@ -29,6 +29,7 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
         name: "sandboxed".into(),
         priority: 0,
         command: vec!["sh".into(), "-c".into(), command.into()],
+        env: Default::default(),
         request,
         max_retries: 0,
         submitted_at: gantry_server::now_ms(),

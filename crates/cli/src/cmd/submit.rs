@@ -41,6 +41,10 @@ pub struct SubmitArgs {
     /// Placements lost to failures before the job fails.
     #[arg(long)]
     max_retries: Option<u32>,
+    /// An environment variable for the job, `NAME=VALUE` (repeatable). Nothing else of this
+    /// shell's environment reaches the job.
+    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE", value_parser = parse_env)]
+    env: Vec<(String, String)>,
     /// The command to run.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -65,6 +69,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
         "name": args.name,
         "max_retries": args.max_retries,
         "request_id": request_id()?,
+        "env": args.env.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
     });
     let api = Api::connect(&args.server)?;
     let resp: SubmitResponse = block_on(async {
@@ -85,4 +90,11 @@ fn request_id() -> anyhow::Result<String> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .context("reading /dev/urandom")?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("`{text}` is not NAME=VALUE")),
+    }
 }

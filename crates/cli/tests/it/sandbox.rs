@@ -77,3 +77,19 @@ fn gantry_logs_says_how_much_output_the_log_limit_rotated_away() {
     let followed = cluster.try_gantry(&["logs", "--follow", &id]);
     assert_eq!(String::from_utf8_lossy(&followed.stdout), stdout);
 }
+
+#[test]
+fn a_job_gets_the_variables_it_declares_and_none_that_gantry_sets() {
+    let cluster = Cluster::start(&[]);
+    let id = cluster
+        .gantry(&["submit", "-e", "GREETING=hello there", "--", "sh", "-c", "echo \"$GREETING\""])
+        .trim()
+        .to_owned();
+    assert_eq!(ended(&cluster, &id), "succeeded");
+    assert_eq!(cluster.gantry(&["logs", &id]), "hello there\n");
+    let refused = cluster.try_gantry(&["submit", "-e", "CUDA_VISIBLE_DEVICES=0,1,2,3", "--", "true"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("set by Gantry"), "{refused:?}");
+    let malformed = cluster.try_gantry(&["submit", "-e", "NOEQUALS", "--", "true"]);
+    assert!(!malformed.status.success());
+}

@@ -37,6 +37,7 @@ pub async fn submit(
 
 fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
+    validate::env(&req.env)?;
     validate::resources(&req)?;
     let team = match (req.team, who.token.teams.as_slice()) {
         (Some(team), _) => team,
@@ -60,6 +61,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         name,
         priority: req.priority,
         command: req.command,
+        env: req.env,
         request: JobRequest {
             gpus: req.gpus,
             gpu_memory_mib: req.gpu_memory_mib,

@@ -38,6 +38,10 @@ pub struct SubmitRequest {
     pub max_retries: Option<u32>,
     /// Idempotency key: a retried submission with the same key returns the same job.
     pub request_id: Option<String>,
+    /// Environment variables for the job (not `GANTRY_*`, `CUDA_MPS_*` or
+    /// `CUDA_VISIBLE_DEVICES`, which Gantry sets). Nothing of the agent's environment reaches it.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// The job id of a submission.
@@ -324,7 +328,7 @@ impl From<Job> for Assignment {
             team: job.team,
             memory_mib: job.request.memory_mib,
             cpu_milli: job.request.cpu_milli,
-            env: BTreeMap::new(),
+            env: job.env,
             log_limit_bytes: 0,
         }
     }

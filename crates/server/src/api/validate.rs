@@ -80,3 +80,15 @@ pub fn label(field: &str, value: &str) -> Result<(), ApiError> {
     }
     Ok(())
 }
+
+/// Declared environment: well-formed names Gantry does not set itself, at most 256 of them and
+/// 64 KiB in all.
+pub fn env(vars: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+    if vars.len() > 256 {
+        return Err(bad("env", "at most 256 variables"));
+    }
+    if vars.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() > 64 * 1024 {
+        return Err(bad("env", "longer than 64 KiB in all"));
+    }
+    vars.iter().try_for_each(|(k, v)| crate::job_env::check(k, v).map_err(ApiError::Unprocessable))
+}

@@ -35,6 +35,7 @@ fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> Job {
         name: format!("j{id}"),
         priority,
         command: vec!["true".into()],
+        env: Default::default(),
         request: JobRequest { gpus, gpu_memory_mib: slice_mib, ..JobRequest::default() },
         state: JobState::Pending,
         attempt: 0,

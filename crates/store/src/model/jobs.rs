@@ -33,6 +33,8 @@ pub struct NewJob {
     pub priority: i32,
     /// argv.
     pub command: Vec<String>,
+    /// Declared environment variables (checked by the server; the agent adds its own).
+    pub env: std::collections::BTreeMap<String, String>,
     /// Resources.
     pub request: JobRequest,
     /// How many times a lost or unhealthy placement is retried before the job fails.
@@ -55,6 +57,9 @@ pub struct Job {
     pub priority: i32,
     /// argv.
     pub command: Vec<String>,
+    /// Declared environment variables.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
     /// Resources.
     pub request: JobRequest,
     /// Current state.

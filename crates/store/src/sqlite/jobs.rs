@@ -19,8 +19,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
     let r = &job.request;
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
-         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12)",
+         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13)",
     )?
     .execute(params![
         job.request_id,
@@ -34,7 +34,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
         r.cpu_milli,
         r.memory_mib,
         job.max_retries,
-        job.submitted_at
+        job.submitted_at,
+        rows::to_json(&job.env)?
     ])?;
     let id = c.last_insert_rowid();
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;

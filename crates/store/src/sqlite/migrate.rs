@@ -9,6 +9,7 @@ use crate::{Result, StoreError};
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/0001_init.sql")),
     (2, include_str!("../../migrations/0002_identity.sql")),
+    (3, include_str!("../../migrations/0003_job_env.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -20,6 +20,7 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         name: key.into(),
         priority: 0,
         command: vec!["true".into()],
+        env: Default::default(),
         request: JobRequest { gpus, gpu_memory_mib: memory, ..JobRequest::default() },
         max_retries: 1,
         submitted_at: 1,
