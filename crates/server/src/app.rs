@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Time allowed for the TLS handshake.
     pub tls_handshake_timeout: Duration,
+    /// Time allowed for a whole request (a slower one gets 408).
+    pub request_timeout: Duration,
     /// At shutdown, how long in-flight requests may take.
     pub shutdown_grace: Duration,
     /// Most output an agent keeps per job and stream, bytes (sent with each assignment).
@@ -64,6 +66,7 @@ impl ServerConfig {
             max_connections: 1024,
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -73,6 +76,7 @@ impl ServerConfig {
             max_connections: self.max_connections,
             header_read_timeout: self.header_read_timeout,
             tls_handshake_timeout: self.tls_handshake_timeout,
+            request_timeout: self.request_timeout,
             shutdown_grace: self.shutdown_grace,
         }
     }

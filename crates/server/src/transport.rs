@@ -12,7 +12,9 @@
 //!    connection closes.
 //! 3. speaks HTTP/1.1 with keep-alive. Every request's headers must arrive within
 //!    [`Limits::header_read_timeout`], counted from when the server starts waiting for them, so
-//!    the same timeout also closes keep-alive connections that sit idle that long.
+//!    the same timeout also closes keep-alive connections that sit idle that long. The whole
+//!    request, body included, must be answered within [`Limits::request_timeout`], else it
+//!    gets a 408 (a body sent a byte at a time cannot hold a connection slot forever).
 //! 4. gets [`axum::extract::ConnectInfo`]`<SocketAddr>` (and, with a verified client certificate,
 //!    [`PeerCert`]) inserted into every request.
 //!
@@ -23,8 +25,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
@@ -34,6 +38,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
+use crate::error::ErrorBody;
 use crate::tls::{PeerCert, common_name};
 
 /// The listener's limits (see the module documentation for what each one does).
@@ -45,6 +50,8 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Time allowed for the TLS handshake.
     pub tls_handshake_timeout: Duration,
+    /// Time allowed for a whole request, from its headers to the response.
+    pub request_timeout: Duration,
     /// At shutdown, how long in-flight requests may take before the server stops anyway.
     pub shutdown_grace: Duration,
 }
@@ -146,18 +153,31 @@ where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let router = shared.router.clone();
+    let timeout = shared.limits.request_timeout;
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         if let Some(cert) = &cert {
             req.extensions_mut().insert(cert.clone());
         }
-        tower::ServiceExt::oneshot(router.clone(), req)
+        let answer = tower::ServiceExt::oneshot(router.clone(), req);
+        async move {
+            match tokio::time::timeout(timeout, answer).await {
+                Ok(response) => response,
+                Err(_) => Ok(timed_out(timeout)),
+            }
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(shared.limits.header_read_timeout).keep_alive(true);
     if let Err(e) = watcher.watch(builder.serve_connection(io, service)).await {
         tracing::debug!(error = %e, "connection closed with an error");
     }
+}
+
+/// The 408 for a request that took longer than `limit`.
+fn timed_out(limit: Duration) -> Response {
+    let error = format!("the request took longer than {} s", limit.as_secs_f64());
+    (StatusCode::REQUEST_TIMEOUT, Json(ErrorBody { error })).into_response()
 }
 
 /// Whether the first byte is a TLS handshake record (a ClientHello) rather than, say, the `G`

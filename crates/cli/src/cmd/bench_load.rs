@@ -35,6 +35,10 @@ pub struct LoadBenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Where the server keeps its store (default: a fresh directory under the system temp dir,
+    /// removed after; a given one is kept, e.g. to restart a server on the queue the load left).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,6 +80,10 @@ impl Tally {
 
 /// Runs the benchmark.
 pub fn run(args: LoadBenchArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.data_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        return run_in(&args, dir);
+    }
     let dir = tempfile_dir()?;
     let result = run_in(&args, &dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -153,6 +161,10 @@ struct Rss {
     peak: u64,
     after_load: u64,
     after_idle: u64,
+    /// The heap and other private memory (RSS less file-backed and shared pages) after idle.
+    anon_after_idle: u64,
+    /// RSS once a second during the load.
+    during: Vec<u64>,
 }
 
 async fn load(args: &LoadBenchArgs, server: &Server) -> anyhow::Result<(Tally, Duration, Rss)> {
@@ -178,15 +190,26 @@ async fn load(args: &LoadBenchArgs, server: &Server) -> anyhow::Result<(Tally, D
         let (url, token) = (server.url.clone(), token.clone());
         tasks.push(tokio::spawn(client(http, url, token, u64::from(c), deadline)));
     }
+    let pid = server.pid;
+    let sampler = tokio::spawn(async move {
+        let mut during = Vec::new();
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            during.extend(status_kib(pid, "VmRSS").ok());
+        }
+        during
+    });
     let mut tally = Tally::default();
     for t in tasks {
         tally.merge(t.await?);
     }
     let wall = started.elapsed();
-    rss.after_load = status_kib(server.pid, "VmRSS")?;
-    rss.peak = status_kib(server.pid, "VmHWM")?;
+    rss.during = sampler.await?;
+    rss.after_load = status_kib(pid, "VmRSS")?;
+    rss.peak = status_kib(pid, "VmHWM")?;
     tokio::time::sleep(Duration::from_secs(args.idle)).await;
-    rss.after_idle = status_kib(server.pid, "VmRSS")?;
+    rss.after_idle = status_kib(pid, "VmRSS")?;
+    rss.anon_after_idle = status_kib(pid, "RssAnon")?;
     Ok((tally, wall, rss))
 }
 
@@ -270,7 +293,9 @@ fn report(args: &LoadBenchArgs, tally: &Tally, wall: Duration, rss: &Rss, pid: u
             "peak": mib(rss.peak),
             "after_load": mib(rss.after_load),
             "after_idle": mib(rss.after_idle),
+            "anon_after_idle": mib(rss.anon_after_idle),
             "idle_s": args.idle,
+            "during_load_each_second": rss.during.iter().map(|&k| (mib(k) * 10.0).round() / 10.0).collect::<Vec<_>>(),
         },
     })
 }
@@ -306,13 +331,20 @@ fn print_text(r: &Value) {
     }
     let m = &r["rss_mib"];
     println!(
-        "server RSS: {:.1} MiB at start, {:.1} MiB peak, {:.1} MiB after the load, {:.1} MiB after {} s idle",
+        "server RSS: {:.1} MiB at start, {:.1} MiB peak, {:.1} MiB after the load, {:.1} MiB after {} s idle \
+         ({:.1} MiB of it heap and other private memory)",
         f(&m["start"]),
         f(&m["peak"]),
         f(&m["after_load"]),
         f(&m["after_idle"]),
-        m["idle_s"]
+        m["idle_s"],
+        f(&m["anon_after_idle"])
     );
+    if let Some(during) = m["during_load_each_second"].as_array() {
+        let step = during.len().div_ceil(12).max(1);
+        let shown: Vec<String> = during.iter().step_by(step).map(|v| format!("{:.0}", f(v))).collect();
+        println!("server RSS during the load, every {step} s, MiB: {}", shown.join(" "));
+    }
 }
 
 /// A `kB` line of `/proc/<pid>/status`, in KiB.

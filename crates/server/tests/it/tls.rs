@@ -89,6 +89,7 @@ async fn echo_server(pki: Option<&Pki>) -> (String, tokio::sync::oneshot::Sender
         max_connections: 64,
         header_read_timeout: Duration::from_secs(5),
         tls_handshake_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(30),
         shutdown_grace: Duration::from_secs(5),
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

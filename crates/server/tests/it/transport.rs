@@ -27,7 +27,7 @@ async fn closed_by(conn: &mut TcpStream, deadline: Instant) -> bool {
 #[tokio::test]
 async fn a_thousand_connections_that_never_finish_their_headers_are_closed_and_others_are_still_served() {
     let s = TestServer::start_with(|config, _| {
-        config.header_read_timeout = Duration::from_secs(2);
+        config.header_read_timeout = Duration::from_secs(3);
         config.max_connections = 1024;
     })
     .await;
@@ -86,6 +86,7 @@ async fn shutdown_finishes_a_running_request_without_waiting_for_idle_keep_alive
         max_connections: 16,
         header_read_timeout: Duration::from_secs(60),
         tls_handshake_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(30),
         shutdown_grace: Duration::from_secs(30),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -111,4 +112,25 @@ async fn shutdown_finishes_a_running_request_without_waiting_for_idle_keep_alive
     assert!(stopping.elapsed() < Duration::from_secs(5));
     assert_eq!(slow.await.expect("join"), "done", "the running request was cut off");
     assert!(closed_by(&mut idle, Instant::now() + Duration::from_secs(1)).await, "idle connection left open");
+}
+
+#[tokio::test]
+async fn a_body_that_trickles_in_gets_408_when_the_request_timeout_passes() {
+    let s = TestServer::start_with(|config, _| config.request_timeout = Duration::from_secs(1)).await;
+    let addr = s.url.trim_start_matches("http://").to_owned();
+    let mut conn = TcpStream::connect(&addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"command\"",
+        s.token
+    );
+    conn.write_all(head.as_bytes()).await.expect("headers and the start of the body");
+    let started = Instant::now();
+    let mut answer = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut answer))
+        .await
+        .expect("an answer before the test gives up")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "answered after {:?}", started.elapsed());
 }
