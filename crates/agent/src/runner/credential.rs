@@ -44,6 +44,12 @@ pub async fn obtain(config: &AgentConfig) -> Result<Identity, AgentError> {
     }
     let client = Client::with_tls(&config.server, &config.token, config.ca_pem.as_deref(), None)?;
     let joined = client.join(&config.node_id).await?;
+    if let Some(ca) = &joined.ca_pem
+        && config.ca_pem.is_some()
+    {
+        // Kept for later starts; trusted only because it came over the pinned connection.
+        save(&state.join("ca.pem"), ca)?;
+    }
     if let (Some(cert), Some(key)) = (&joined.client_cert_pem, &joined.client_key_pem) {
         save(&state.join("client-key.pem"), key)?;
         save(&state.join("client.pem"), cert)?;

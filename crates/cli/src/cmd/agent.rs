@@ -20,9 +20,10 @@ pub struct AgentArgs {
     /// Server URL.
     #[arg(long, env = "GANTRY_SERVER")]
     server: String,
-    /// Join token (an `agent` token).
+    /// One-time join token (`gantry token create --role agent`); needed on the first start only:
+    /// the node's own credential is kept in its data directory afterwards.
     #[arg(long, env = "GANTRY_JOIN_TOKEN", hide_env_values = true)]
-    join_token: String,
+    join_token: Option<String>,
     /// Node id (default: the host name).
     #[arg(long)]
     node_id: Option<String>,
@@ -41,8 +42,12 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = 10)]
     grace: u64,
     /// The cluster CA to trust for an https:// server (the server's `<data>/tls/ca.pem`).
-    #[arg(long, env = "GANTRY_CA", value_name = "FILE")]
+    #[arg(long, env = "GANTRY_CA", value_name = "FILE", conflicts_with = "ca_sha256")]
     ca: Option<PathBuf>,
+    /// Fetch the cluster CA from the server and trust it only if its SHA-256 is this (printed by
+    /// `gantry token create --role agent`); it is kept in the data directory for later starts.
+    #[arg(long, value_name = "HEX")]
+    ca_sha256: Option<String>,
     /// A client certificate (PEM) issued by the cluster CA, for mutual TLS; needs --client-key.
     #[arg(long, value_name = "FILE", requires = "client_key")]
     client_cert: Option<PathBuf>,
@@ -62,17 +67,18 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map_or_else(|_| "node".into(), |h| h.trim().to_owned())
     });
-    let ca_pem = args.ca.as_deref().map(read_ca).transpose()?;
     let client_cert = match (&args.client_cert, &args.client_key) {
         (Some(cert), Some(key)) => Some((read_pem(cert)?, read_pem(key)?)),
         _ => None,
     };
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     logging::init(&data)?;
+    let ca_pem =
+        cluster_ca(&args.server, args.ca.as_deref(), args.ca_sha256.as_deref(), &data.join("agent"))?;
     let sandbox = args.sandbox.build(&data, &data.join("agent"))?;
     let config = AgentConfig {
         server: args.server,
-        token: args.join_token,
+        token: args.join_token.unwrap_or_default(),
         node_id,
         logs_dir: data.join("logs"),
         state_dir: data.join("agent"),
@@ -92,6 +98,27 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         });
         runner::run(config, gpus, stop_rx).await.context("agent failed")
     })
+}
+
+/// The CA to pin: `--ca`, else the one `--ca-sha256` names (fetched and checked, then kept as
+/// `<state>/ca.pem`), else the one kept from an earlier start.
+fn cluster_ca(
+    server: &str,
+    file: Option<&std::path::Path>,
+    sha256: Option<&str>,
+    state: &std::path::Path,
+) -> anyhow::Result<Option<String>> {
+    let kept = state.join("ca.pem");
+    if let Some(file) = file {
+        return read_ca(file).map(Some);
+    }
+    if let Some(hash) = sha256 {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let pem = rt.block_on(runner::client::fetch_ca(server, hash)).context("fetching the cluster CA")?;
+        runner::credential::save(&kept, &pem)?;
+        return Ok(Some(pem));
+    }
+    Ok(std::fs::read_to_string(&kept).ok())
 }
 
 fn read_pem(path: &std::path::Path) -> anyhow::Result<String> {

@@ -88,8 +88,16 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
     let expires = resp.expires_at.map_or_else(|| "never".to_owned(), table::when);
     if resp.kind == TokenKind::Join {
         let node = args.node.as_deref().unwrap_or("NODE");
+        let pin = match block_on(ca_sha256(&api))?? {
+            Some(hash) => format!(" --ca-sha256 {hash}"),
+            None => String::new(),
+        };
         eprintln!("one-time join token {} (expires {expires}); on the new machine run:", resp.id);
-        eprintln!("  gantry agent --server {} --node-id {node} --join-token <the token above>", api.base());
+        eprintln!(
+            "  gantry agent --server {} --node-id {node} --join-token {}{pin}",
+            reachable(api.base()),
+            resp.token
+        );
     } else {
         eprintln!(
             "token {} (expires {expires}); use it with GANTRY_TOKEN=<the token above> or --token",
@@ -141,4 +149,32 @@ pub fn parse_ttl(text: &str) -> anyhow::Result<u64> {
         _ => anyhow::bail!("--ttl: unit must be s, m, h or d, not `{unit}`"),
     };
     n.checked_mul(scale).ok_or_else(|| anyhow::anyhow!("--ttl: `{text}` is too long"))
+}
+
+/// The SHA-256 of the cluster CA the server serves (over the connection this client already
+/// trusts), for `gantry agent --ca-sha256`; `None` without TLS.
+async fn ca_sha256(api: &Api) -> anyhow::Result<Option<String>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    if !api.base().starts_with("https://") {
+        return Ok(None);
+    }
+    let (_, pem) = api.get_bytes_and_header("/v1/ca.pem", "content-type").await?;
+    let der = CertificateDer::from_pem_slice(&pem)
+        .map_err(|e| anyhow::anyhow!("the server's CA is not PEM: {e}"))?;
+    Ok(Some(gantry_server::tls::sha256_hex(&der)))
+}
+
+/// The server URL as another machine would use it: a loopback host becomes this host's name
+/// (which the server certificate names too).
+fn reachable(base: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    if host.is_empty() {
+        return base.to_owned();
+    }
+    ["127.0.0.1", "[::1]", "localhost"]
+        .iter()
+        .find_map(|lo| base.contains(&format!("://{lo}:")).then(|| base.replacen(lo, host, 1)))
+        .unwrap_or_else(|| base.to_owned())
 }

@@ -121,3 +121,63 @@ fn the_load_benchmark_reports_throughput_errors_and_server_memory_as_json() {
     }
     assert!(report["rss_mib"]["start"].as_f64().expect("rss") > 1.0, "{report}");
 }
+
+/// Runs `gantry agent` with `args` after the common ones; its output goes to `<home>/agent.log`.
+fn agent_with(cluster: &Cluster, args: &[&str]) -> Child {
+    let log = std::fs::File::create(cluster.home.path().join("agent.log")).expect("log");
+    command(cluster.home.path())
+        .args(["agent", "--server", &cluster.url(), "--node-id", "gpu-2", "--backend", "simulated"])
+        .args(["--simulated-gpus", "1xA100-80GB", "--grace", "1", "--data-dir"])
+        .arg(cluster.home.path().join("node-gpu-2"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("start agent")
+}
+
+#[test]
+fn a_machine_joins_with_the_printed_command_over_mutual_tls_and_restarts_without_the_token() {
+    let cluster = Cluster::start_as("server", "127.0.0.1", &["--tls"]);
+    let out = cluster.try_gantry(&["token", "create", "--role", "agent", "--node", "gpu-2"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let join = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let printed = stderr_of(&out);
+    let command_line =
+        printed.lines().find(|l| l.trim_start().starts_with("gantry agent")).expect("a command");
+    assert!(command_line.contains(&format!("--join-token {join}")), "{printed}");
+    let hash = command_line.split("--ca-sha256 ").nth(1).expect("the CA hash").trim().to_owned();
+    let wrong = "0".repeat(64);
+    let mut refused = agent_with(&cluster, &["--join-token", &join, "--ca-sha256", &wrong]);
+    let status = refused.wait().expect("wait");
+    assert!(!status.success(), "a wrong CA hash must stop the agent");
+    let mut agent = agent_with(&cluster, &["--join-token", &join, "--ca-sha256", &hash]);
+    eventually(Duration::from_secs(20), "the agent to register", || {
+        cluster.gantry(&["nodes"]).contains("gpu-2").then_some(())
+    });
+    let state = cluster.home.path().join("node-gpu-2/agent");
+    for file in ["credential", "client.pem", "client-key.pem", "ca.pem"] {
+        let mode = std::fs::metadata(state.join(file)).expect(file).permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{file}");
+    }
+    let _ = std::process::Command::new("kill").arg(agent.id().to_string()).status();
+    let _ = agent.wait();
+    // The join token is spent; the node comes back on its own credential, certificate and CA.
+    let tokens: Vec<serde_json::Value> =
+        serde_json::from_str(&cluster.gantry(&["token", "list", "-o", "json"])).expect("json");
+    let used = tokens.iter().find(|t| t["kind"] == "join").expect("the join token");
+    assert!(used["used_at"].as_i64().is_some(), "the join token is marked used: {used}");
+    let mut agent = agent_with(&cluster, &[]);
+    let registered_twice = eventually(Duration::from_secs(20), "the agent to register again", || {
+        let audit = cluster.gantry(&["audit", "-o", "json"]);
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&audit).expect("json");
+        let n = rows.iter().filter(|r| r["action"] == "node.register" && r["outcome"] == "ok").count();
+        (n >= 2).then_some(rows)
+    });
+    let join_row = registered_twice.iter().find(|r| r["action"] == "node.join").expect("the join is audited");
+    assert_eq!((join_row["target"].as_str(), join_row["outcome"].as_str()), (Some("node/gpu-2"), Some("ok")));
+    let register = registered_twice.iter().rfind(|r| r["action"] == "node.register").expect("register");
+    assert_eq!(register["actor"], "node:gpu-2");
+    let _ = std::process::Command::new("kill").arg(agent.id().to_string()).status();
+    let _ = agent.wait();
+}
