@@ -21,6 +21,7 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -94,6 +95,58 @@ pub fn rotate(dir: &Path, stream: &str, start: u64) -> std::io::Result<File> {
     let mut file = open_new(&start_file(dir, stream))?;
     std::io::Write::write_all(&mut file, start.to_string().as_bytes())?;
     open_new(&dir.join(stream))
+}
+
+/// Appends output an agent shipped (its bytes at position `offset` of attempt `attempt`'s
+/// stream) to the server's copy in `dir`, keeping at most `limit` on disk like the agent does.
+/// A new attempt starts the stream afresh; bytes the copy already has are skipped (a heartbeat
+/// sent again); a gap (output the agent rotated away before shipping it) starts a new segment
+/// at `offset`, so readers see where output is missing.
+pub fn append_at(
+    dir: &Path,
+    stream: &str,
+    attempt: u32,
+    offset: u64,
+    bytes: &[u8],
+    limit: u64,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let marker = dir.join(format!("{stream}.attempt"));
+    let current = std::fs::read_to_string(&marker).ok().and_then(|t| t.trim().parse::<u32>().ok());
+    if current != Some(attempt) {
+        drop(create(dir, stream)?);
+        std::fs::write(&marker, attempt.to_string())?;
+    }
+    let start = read_start(dir, stream)?;
+    let len = std::fs::metadata(dir.join(stream)).map_or(0, |m| m.len());
+    let end = start + len;
+    let skip = end.saturating_sub(offset);
+    if skip >= bytes.len() as u64 {
+        return Ok(());
+    }
+    let (mut at, mut rest) = (offset.max(end), &bytes[usize::try_from(skip).unwrap_or(usize::MAX)..]);
+    let segment = segment_limit(limit);
+    let mut written = len;
+    let mut file = if at > end {
+        written = 0;
+        rotate(dir, stream, at)?
+    } else {
+        std::fs::OpenOptions::new().append(true).open(dir.join(stream))?
+    };
+    while !rest.is_empty() {
+        if written >= segment {
+            file = rotate(dir, stream, at)?;
+            written = 0;
+        }
+        let room = usize::try_from(segment - written).unwrap_or(usize::MAX);
+        let (now, later) = rest.split_at(room.min(rest.len()));
+        file.write_all(now)?;
+        written += now.len() as u64;
+        at += now.len() as u64;
+        rest = later;
+    }
+    Ok(())
 }
 
 fn rotated(dir: &Path, stream: &str) -> PathBuf {

@@ -52,12 +52,23 @@ impl Jobs {
         Self { local: HashMap::new(), done: HashSet::new(), exits, ctx, grace, tasks: JoinSet::new() }
     }
 
-    /// What to tell the server.
-    pub fn reports(&self) -> Vec<JobReport> {
+    /// Every attempt on this node: (job, attempt, ended).
+    pub fn attempts(&self) -> Vec<(JobId, u32, bool)> {
+        let mut out: Vec<_> = self.local.iter().map(|(id, l)| (*id, l.attempt, l.exit.is_some())).collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// What to tell the server; the ends of jobs in `hold` are not told yet (their output is
+    /// still being shipped).
+    pub fn reports(&self, hold: &dyn Fn(JobId) -> bool) -> Vec<JobReport> {
         let mut out: Vec<JobReport> = self
             .local
             .iter()
-            .map(|(id, l)| JobReport { job_id: *id, attempt: l.attempt, exit: l.exit.clone() })
+            .map(|(id, l)| {
+                let exit = if hold(*id) { None } else { l.exit.clone() };
+                JobReport { job_id: *id, attempt: l.attempt, exit }
+            })
             .collect();
         out.sort_by_key(|r| r.job_id);
         out

@@ -19,6 +19,7 @@ pub mod jobs;
 pub mod logs;
 pub mod process;
 pub mod sandbox;
+pub mod ship;
 pub mod users;
 
 use std::path::PathBuf;
@@ -50,6 +51,9 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// Send job output to the server in heartbeats (an agent that does not share the server's
+    /// data directory; `gantry up`'s own agent writes where the server reads).
+    pub ship_logs: bool,
     /// The cluster CA to pin (PEM); `None` trusts the system's roots.
     pub ca_pem: Option<String>,
     /// A client certificate and its key (PEM) for mutual TLS.
@@ -88,6 +92,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         state: config.state_dir.clone(),
     };
     let mut jobs = jobs::Jobs::new(exit_tx, ctx, config.grace);
+    let mut shipper = config.ship_logs.then(|| ship::Shipper::new(config.logs_dir.clone()));
     let register = RegisterRequest {
         node_id: config.node_id.clone(),
         hostname: hostname(),
@@ -130,9 +135,22 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                     jobs.enforce_grace();
                     let (reports, processes) = gpus.collect();
                     jobs.enforce_grants(&processes);
-                    let hb = Heartbeat { node_id: config.node_id.clone(), epoch, gpus: reports, jobs: jobs.reports(), at: 0 };
+                    let attempts = jobs.attempts();
+                    let (logs, drained) = match &mut shipper {
+                        Some(s) => {
+                            s.retain(&attempts);
+                            s.collect(&attempts)
+                        }
+                        None => (Vec::new(), Default::default()),
+                    };
+                    let shipping = shipper.is_some();
+                    let hold = |job| shipping && !drained.contains(&job);
+                    let hb = Heartbeat { node_id: config.node_id.clone(), epoch, gpus: reports, jobs: jobs.reports(&hold), logs, at: 0 };
                     match client.heartbeat(&hb).await {
                         Ok(resp) => {
+                            if let Some(s) = &mut shipper {
+                                s.acknowledged(&hb.logs);
+                            }
                             jobs.acknowledged(&hb.jobs);
                             jobs.reconcile(resp.assignments, &gpus);
                         }

@@ -97,6 +97,7 @@ impl Harness {
             grace: Duration::from_secs(1),
             ca_pem: None,
             client_cert: None,
+            ship_logs: false,
             sandbox,
         };
         tokio::spawn(runner::run(config, gpus, self.stop.subscribe()))

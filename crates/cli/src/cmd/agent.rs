@@ -85,6 +85,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         grace: Duration::from_secs(args.grace),
         ca_pem,
         client_cert,
+        ship_logs: true,
         sandbox,
     };
     let rt = tokio::runtime::Runtime::new()?;

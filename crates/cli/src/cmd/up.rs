@@ -86,6 +86,7 @@ async fn serve(
             grace: Duration::from_secs(args.grace),
             ca_pem: control.pki.as_ref().map(|p| p.ca_pem().to_owned()),
             client_cert,
+            ship_logs: false,
             sandbox,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))

@@ -181,3 +181,27 @@ fn a_machine_joins_with_the_printed_command_over_mutual_tls_and_restarts_without
     let _ = std::process::Command::new("kill").arg(agent.id().to_string()).status();
     let _ = agent.wait();
 }
+
+#[test]
+fn a_remote_agents_job_output_is_served_through_the_server_in_full_once_the_job_ends() {
+    let cluster = Cluster::start_as("server", "127.0.0.1", &["--tls"]);
+    let join = cluster.gantry(&["token", "create", "--role", "agent", "--node", "gpu-2"]).trim().to_owned();
+    let ca = cluster.data_dir().join("tls/ca.pem");
+    let mut agent = agent_with(&cluster, &["--join-token", &join, "--ca", &ca.display().to_string()]);
+    // 600 KiB on stdout: more than one heartbeat carries (256 KiB), so the end waits for it.
+    let script = "seq 1 200000 | head -c 614400; echo; echo to-stderr >&2";
+    let id = cluster.gantry(&["submit", "--", "sh", "-c", script]).trim().to_owned();
+    eventually(Duration::from_secs(60), "the job to succeed", || {
+        let jobs = cluster.jobs();
+        jobs.iter().any(|j| j["id"].as_i64() == id.parse().ok() && j["state"] == "succeeded").then_some(())
+    });
+    let logs = cluster.try_gantry(&["logs", &id]);
+    let out = String::from_utf8_lossy(&logs.stdout);
+    let expected: String =
+        (1..=200_000).map(|n| format!("{n}\n")).collect::<String>()[..614_400].to_owned() + "\n";
+    assert_eq!(out.len(), expected.len(), "all output arrived before the job was reported ended");
+    assert!(out == expected, "the output arrived intact");
+    assert!(stderr_of(&logs).contains("to-stderr"), "{}", stderr_of(&logs));
+    let _ = std::process::Command::new("kill").arg(agent.id().to_string()).status();
+    let _ = agent.wait();
+}

@@ -96,6 +96,11 @@ pub async fn heartbeat(
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     let finished = hb.jobs.iter().any(|j| j.exit.is_some());
+    let chunks = decode_logs(&hb)?;
+    if !chunks.is_empty() && who.require_node(&hb.node_id).is_ok() {
+        // Before the heartbeat is applied: a client that sees the job end reads all its output.
+        store_logs(&app, &hb, chunks).await?;
+    }
     let outcome = app.dispatch(Command::Heartbeat { heartbeat: hb, by: who }).await?;
     if finished {
         app.wake.notify_one();
@@ -110,4 +115,50 @@ pub async fn heartbeat(
         }
         other => Err(ApiError::Internal(format!("heartbeat produced {other:?}"))),
     }
+}
+
+/// The heartbeat's log chunks, decoded; a bad stream name or encoding is a 422.
+fn decode_logs(hb: &Heartbeat) -> Result<Vec<(usize, Vec<u8>)>, ApiError> {
+    use base64::Engine;
+    hb.logs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if c.stream != "stdout" && c.stream != "stderr" {
+                return Err(ApiError::Unprocessable(format!("logs[{i}].stream: must be stdout or stderr")));
+            }
+            validate::at_most("logs.offset", c.offset, validate::MAX_OFFSET)?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&c.data)
+                .map_err(|_| ApiError::Unprocessable(format!("logs[{i}].data: not base64")))?;
+            Ok((i, bytes))
+        })
+        .collect()
+}
+
+/// Appends shipped output to the server's copy, for attempts placed on this node under this
+/// epoch only: a node cannot write another node's jobs' logs.
+async fn store_logs(app: &Arc<App>, hb: &Heartbeat, chunks: Vec<(usize, Vec<u8>)>) -> Result<(), ApiError> {
+    let (store, logs_dir, limit) =
+        (Arc::clone(&app.store), app.config.logs_dir.clone(), app.config.log_limit_bytes);
+    let (node, epoch, meta) = (hb.node_id.clone(), hb.epoch, hb.logs.clone());
+    tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+        for (i, bytes) in chunks {
+            let c = &meta[i];
+            let ours = store.job(c.job_id)?.is_some_and(|j| {
+                j.node_id.as_deref() == Some(node.as_str())
+                    && j.epoch == Some(epoch)
+                    && j.attempt == c.attempt
+            });
+            if !ours {
+                continue;
+            }
+            let dir = crate::job_logs::dir(&logs_dir, c.job_id);
+            crate::job_logs::append_at(&dir, &c.stream, c.attempt, c.offset, &bytes, limit)
+                .map_err(|e| ApiError::Internal(format!("storing output of job {}: {e}", c.job_id)))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?
 }

@@ -242,7 +242,8 @@ async fn a_node_credential_cannot_register_as_another_node_steal_its_gpus_or_end
     }
     assert_eq!(s.store.job(id).expect("job").expect("job").node_id.as_deref(), Some("node-a"));
     let forged = json!({"node_id": "node-b", "epoch": 1, "gpus": [],
-        "jobs": [{"job_id": id, "attempt": 1, "exit": {"exit_code": 0, "reason": null}}]});
+        "jobs": [{"job_id": id, "attempt": 1, "exit": {"exit_code": 0, "reason": null}}],
+        "logs": [{"job_id": id, "attempt": 1, "stream": "stdout", "offset": 0, "data": "Zm9yZ2VkCg=="}]});
     let resp =
         s.as_(&b, reqwest::Method::POST, "/v1/agent/heartbeat").json(&forged).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::OK, "node-b's own heartbeat is fine");

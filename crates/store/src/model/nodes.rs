@@ -108,7 +108,26 @@ pub struct Heartbeat {
     pub gpus: Vec<GpuReport>,
     /// Every job the agent runs or has seen end since its last heartbeat.
     pub jobs: Vec<JobReport>,
+    /// Job output the server has not got yet (agents on other machines than the server).
+    #[serde(default)]
+    pub logs: Vec<LogChunk>,
     /// ms since the epoch (set by the server).
     #[serde(default)]
     pub at: i64,
+}
+
+/// Part of a job's output, shipped by an agent to the server in a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogChunk {
+    /// The job.
+    pub job_id: JobId,
+    /// Its attempt (positions restart at 0 with each attempt).
+    pub attempt: u32,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// Position of the first byte in the attempt's whole stream.
+    pub offset: u64,
+    /// The bytes, base64 (standard alphabet, padded).
+    pub data: String,
 }

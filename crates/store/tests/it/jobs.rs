@@ -63,7 +63,7 @@ fn a_job_runs_and_succeeds_through_agent_reports_and_releases_its_gpu() {
     let epoch = register(&store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
-    let mut hb = Heartbeat { node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![], at: 30 };
+    let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![], at: 30 };
     let assigned = store.heartbeat(&hb).expect("heartbeat");
     assert_eq!(assigned.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
     hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
@@ -120,6 +120,7 @@ fn a_job_that_ends_between_two_heartbeats_is_recorded_as_having_run() {
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     let exit = Some(JobExit { exit_code: Some(0), reason: None });
     let hb = Heartbeat {
+        logs: vec![],
         node_id: "n1".into(),
         epoch,
         gpus: vec![],

@@ -11,7 +11,14 @@ fn a_lost_node_requeues_its_jobs_and_fails_them_once_retries_are_spent() {
     for attempt in 1..=2 {
         store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
         let running = JobReport { job_id: id, attempt, exit: None };
-        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![running], at: 20 };
+        let hb = Heartbeat {
+            logs: vec![],
+            node_id: "n1".into(),
+            epoch,
+            gpus: vec![],
+            jobs: vec![running],
+            at: 20,
+        };
         store.heartbeat(&hb).expect("heartbeat");
         assert_eq!(store.expire_nodes(1_000, 1_000).expect("expire"), vec!["n1".to_owned()]);
         epoch = register(&store, 1);
@@ -42,7 +49,7 @@ fn a_stale_epoch_heartbeat_is_refused_and_registering_again_requeues_old_work() 
     store.place(&whole(id, old, &["GPU-0"])).expect("place");
     let new = register(&store, 1);
     assert_eq!(new, old + 1);
-    let hb = Heartbeat { node_id: "n1".into(), epoch: old, gpus: vec![], jobs: vec![], at: 50 };
+    let hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch: old, gpus: vec![], jobs: vec![], at: 50 };
     assert!(matches!(store.heartbeat(&hb), Err(StoreError::StaleEpoch { .. })));
     assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Pending));
     assert!(store.allocations(true).expect("held").is_empty());
@@ -56,6 +63,7 @@ fn an_unhealthy_gpu_asks_its_jobs_to_stop_and_requeues_them_when_they_end() {
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     let report = GpuReport { uuid: "GPU-0".into(), health: GpuHealth::Unhealthy, sample: None };
     let mut hb = Heartbeat {
+        logs: vec![],
         node_id: "n1".into(),
         epoch,
         gpus: vec![report],

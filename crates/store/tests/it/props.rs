@@ -59,7 +59,7 @@ proptest! {
                     let Some(j) = jobs.get(job).and_then(|id| store.job(*id).expect("get")) else { continue };
                     let exit = Some(JobExit { exit_code: Some(0), reason: None });
                     let report = JobReport { job_id: j.id, attempt: j.attempt, exit };
-                    let hb = Heartbeat { node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![report], at: 2 };
+                    let hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![report], at: 2 };
                     store.heartbeat(&hb).expect("heartbeat");
                 }
                 Op::LoseNode => {
