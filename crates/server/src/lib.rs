@@ -20,9 +20,9 @@ pub mod auth;
 pub mod command;
 pub mod credentials;
 pub mod error;
-pub mod job_env;
-pub mod job_logs;
 pub mod metrics;
+
+pub use gantry_api::{job_env, job_logs};
 pub mod scheduler;
 pub mod tls;
 pub mod transport;

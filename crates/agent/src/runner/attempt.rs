@@ -15,9 +15,9 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_server::api::types::Assignment;
-use gantry_server::job_logs;
-use gantry_store::JobId;
+use gantry_api::job_logs;
+use gantry_api::model::JobId;
+use gantry_api::types::Assignment;
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;

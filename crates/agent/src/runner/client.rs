@@ -9,10 +9,8 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use sha2::{Digest, Sha256};
 
-use gantry_server::api::types::{
-    HeartbeatResponse, JoinRequest, JoinResponse, RegisterRequest, RegisterResponse,
-};
-use gantry_store::Heartbeat;
+use gantry_api::model::Heartbeat;
+use gantry_api::types::{HeartbeatResponse, JoinRequest, JoinResponse, RegisterRequest, RegisterResponse};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

@@ -8,14 +8,14 @@
 //!    `C.UTF-8`), `USER` and `LOGNAME`, and the MPS directories when the agent has them (jobs
 //!    need them to reach the MPS control daemon; they are paths, not secrets);
 //! 2. the variables the job declared, which may replace the base (a job may bring its own
-//!    `PATH`) but never a placement variable ([`gantry_server::job_env::check`]);
+//!    `PATH`) but never a placement variable ([`gantry_api::job_env::check`]);
 //! 3. the placement: `GANTRY_JOB_ID`, `CUDA_VISIBLE_DEVICES` and the GPU grant
 //!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gantry_server::api::types::Assignment;
+use gantry_api::types::Assignment;
 
 use super::error::AgentError;
 
@@ -39,7 +39,7 @@ pub fn build(a: &Assignment, user: &str, home: &Path) -> Result<BTreeMap<String,
         }
     }
     for (name, value) in &a.env {
-        gantry_server::job_env::check(name, value).map_err(AgentError::Refused)?;
+        gantry_api::job_env::check(name, value).map_err(AgentError::Refused)?;
         env.insert(name.clone(), value.clone());
     }
     env.extend(placement(a, mps_in_use()));

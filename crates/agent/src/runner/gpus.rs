@@ -4,13 +4,13 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
+use gantry_api::model::{GpuHealth, GpuInfo, GpuReport};
 use gantry_gpu::findings::FindingsConfig;
 use gantry_gpu::health::{HealthConfig, HealthState};
 use gantry_gpu::{
     Collector, FleetHandle, FleetSpec, GpuBackend, MIB, NvmlBackend, ProcessUsage, SimulatedBackend,
     UtilProfile,
 };
-use gantry_store::{GpuHealth, GpuInfo, GpuReport};
 
 use super::error::AgentError;
 use crate::exporter::{ExporterConfig, sampler::Publisher, sampler::SnapshotCell};

@@ -7,9 +7,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gantry_api::model::{JobExit, JobId, JobReport};
+use gantry_api::types::Assignment;
 use gantry_gpu::{MIB, ProcessUsage};
-use gantry_server::api::types::Assignment;
-use gantry_store::{JobExit, JobId, JobReport};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 

@@ -4,7 +4,7 @@
 //! `<logs>/<job id>/stdout` and `stderr` (mode 0600, directory 0700, so other jobs cannot read
 //! them). That is what makes a cap possible: a job given the file itself can write until the
 //! disk is full, or seek and overwrite. The layout and rotation rule are
-//! [`gantry_server::job_logs`]'s, shared with the logs endpoint.
+//! [`gantry_api::job_logs`]'s, shared with the logs endpoint.
 //!
 //! Each stream is copied by its own thread with a fixed 64 KiB buffer: disk writes never block
 //! the agent's async runtime, memory stays bounded however fast a job writes, and a job that
@@ -17,7 +17,7 @@ use std::io::{ErrorKind, PipeReader, PipeWriter, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use gantry_server::job_logs;
+use gantry_api::job_logs;
 use tokio::sync::oneshot;
 
 use super::error::AgentError;

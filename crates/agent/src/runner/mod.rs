@@ -26,8 +26,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_server::api::types::RegisterRequest;
-use gantry_store::Heartbeat;
+use gantry_api::model::Heartbeat;
+use gantry_api::types::RegisterRequest;
 use tokio::sync::{mpsc, watch};
 
 pub use client::Client;

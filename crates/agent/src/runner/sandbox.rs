@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use gantry_server::api::types::Assignment;
+use gantry_api::types::Assignment;
 
 use super::cgroup::{Cgroup, Cgroups, Limits};
 use super::child::Credentials;

@@ -9,8 +9,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use base64::Engine;
-use gantry_server::job_logs;
-use gantry_store::{JobId, LogChunk};
+use gantry_api::job_logs;
+use gantry_api::model::{JobId, LogChunk};
 
 /// Bytes of output per heartbeat, over all jobs (base64 makes it 4/3 on the wire).
 pub const BUDGET: u64 = 256 * 1024;

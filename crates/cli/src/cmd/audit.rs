@@ -2,7 +2,7 @@
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-use gantry_server::api::types::AuditVerification;
+use gantry_api::types::AuditVerification;
 use gantry_store::AuditRecord;
 
 use super::client::{Api, Output, ServerArgs, block_on};

@@ -17,7 +17,7 @@ pub struct CancelArgs {
 /// Cancels a job.
 pub fn run(args: CancelArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
-    let job: Job = block_on(api.post(&format!("/v1/jobs/{}/cancel", args.id), &serde_json::json!({})))??;
+    let job: Job = block_on(api.post(&format!("/v1/jobs/{}/cancel", args.id), &serde_json::Map::new()))??;
     if job.state.is_terminal() {
         println!("job {} {}", job.id, job.state);
     } else {

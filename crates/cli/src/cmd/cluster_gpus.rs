@@ -1,7 +1,7 @@
 //! The cluster view of `gantry gpus` (without `--backend`): every node's GPUs as the server knows
 //! them, with health, latest utilisation and the jobs holding them.
 
-use gantry_server::api::types::GpuView;
+use gantry_api::types::GpuView;
 
 use super::client::{Api, ServerArgs, block_on};
 use super::table;

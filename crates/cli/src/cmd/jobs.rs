@@ -1,7 +1,7 @@
 //! `gantry jobs` and `gantry job <id>`.
 
 use clap::Args;
-use gantry_server::api::types::JobDetail;
+use gantry_api::types::JobDetail;
 use gantry_store::Job;
 
 use super::client::{Api, Output, ServerArgs, block_on};

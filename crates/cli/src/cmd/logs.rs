@@ -8,8 +8,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
-use gantry_server::api::types::JobDetail;
-use gantry_server::job_logs::OFFSET_HEADER;
+use gantry_api::job_logs::OFFSET_HEADER;
+use gantry_api::types::JobDetail;
 
 use super::client::{Api, ServerArgs, block_on};
 

@@ -4,8 +4,7 @@ use std::io::Read;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_server::api::types::SubmitResponse;
-use serde_json::json;
+use gantry_api::types::{SubmitRequest, SubmitResponse};
 
 use super::client::{Api, ServerArgs, block_on};
 
@@ -57,20 +56,20 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
         Some(c) => (c * 1000.0).round() as u64,
         None => 0,
     };
-    let body = json!({
-        "command": args.command,
-        "gpus": args.gpus,
-        "gpu_memory_mib": args.gpu_memory.unwrap_or(0),
-        "gpu_compute_pct": args.gpu_compute.unwrap_or(0),
-        "cpu_milli": cpu_milli,
-        "memory_mib": args.memory.unwrap_or(0),
-        "team": args.team,
-        "priority": args.priority,
-        "name": args.name,
-        "max_retries": args.max_retries,
-        "request_id": request_id()?,
-        "env": args.env.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
-    });
+    let body = SubmitRequest {
+        command: args.command,
+        gpus: args.gpus,
+        gpu_memory_mib: args.gpu_memory.unwrap_or(0),
+        gpu_compute_pct: args.gpu_compute.unwrap_or(0),
+        cpu_milli,
+        memory_mib: args.memory.unwrap_or(0),
+        team: args.team,
+        priority: args.priority,
+        name: args.name,
+        max_retries: args.max_retries,
+        request_id: Some(request_id()?),
+        env: args.env.into_iter().collect(),
+    };
     let api = Api::connect(&args.server)?;
     let resp: SubmitResponse = block_on(async {
         // A retry after a dropped connection carries the same request id: still one job.

@@ -1,7 +1,8 @@
 //! `gantry token create|list|revoke`.
 
 use clap::{Args, Subcommand};
-use gantry_server::api::types::TokenResponse;
+use gantry_api::model::Role;
+use gantry_api::types::{TokenRequest, TokenResponse};
 use gantry_store::{TokenKind, TokenRecord};
 
 use super::client::{Api, Output, ServerArgs, block_on};
@@ -79,10 +80,17 @@ pub fn run(command: TokenCommand) -> anyhow::Result<()> {
 fn create(args: CreateArgs) -> anyhow::Result<()> {
     let ttl_seconds = args.ttl.as_deref().map(parse_ttl).transpose()?;
     let api = Api::connect(&args.server)?;
-    let body = serde_json::json!({
-        "role": args.role, "team": args.team, "user": args.user, "name": args.name,
-        "node": args.node, "ttl_seconds": ttl_seconds,
-    });
+    let role = Role::parse_lenient(&args.role).ok_or_else(|| {
+        anyhow::anyhow!("--role must be member, viewer, operator, admin or agent, not `{}`", args.role)
+    })?;
+    let body = TokenRequest {
+        role: Some(role),
+        team: args.team,
+        user: args.user,
+        name: args.name,
+        node: args.node.clone(),
+        ttl_seconds,
+    };
     let resp: TokenResponse = block_on(api.post("/v1/tokens", &body))??;
     println!("{}", resp.token);
     let expires = resp.expires_at.map_or_else(|| "never".to_owned(), table::when);

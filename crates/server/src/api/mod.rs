@@ -6,7 +6,7 @@ mod audit;
 mod cluster;
 mod extract;
 mod jobs;
-pub mod types;
+pub use gantry_api::types;
 mod validate;
 
 use std::sync::Arc;

@@ -2,23 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{JobId, JobState};
-
-/// What a job asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobRequest {
-    /// Whole GPUs (0 for a slice or a CPU-only job).
-    pub gpus: u32,
-    /// GPU memory of a slice of one GPU, MiB (0 when whole GPUs are asked for).
-    pub gpu_memory_mib: u64,
-    /// Compute share of the slice in percent (0: not limited).
-    pub gpu_compute_pct: u32,
-    /// CPU in milli-cores.
-    pub cpu_milli: u64,
-    /// Host memory, MiB.
-    pub memory_mib: u64,
-}
+use super::{JobId, JobRequest, JobState};
 
 /// A job as submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,75 +25,6 @@ pub struct NewJob {
     pub max_retries: u32,
     /// Submission time, ms since the epoch.
     pub submitted_at: i64,
-}
-
-/// A job as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Job {
-    /// Id.
-    pub id: JobId,
-    /// Owning team.
-    pub team: String,
-    /// Display name.
-    pub name: String,
-    /// Higher runs first.
-    pub priority: i32,
-    /// argv.
-    pub command: Vec<String>,
-    /// Declared environment variables.
-    #[serde(default)]
-    pub env: std::collections::BTreeMap<String, String>,
-    /// Resources.
-    pub request: JobRequest,
-    /// Current state.
-    pub state: JobState,
-    /// Number of placements so far.
-    pub attempt: u32,
-    /// Retry budget.
-    pub max_retries: u32,
-    /// A stop asked of the agent and not yet confirmed (`cancel` or `requeue`).
-    pub stop: Option<String>,
-    /// Node of the current or last placement.
-    pub node_id: Option<String>,
-    /// Node epoch of the current placement.
-    pub epoch: Option<u64>,
-    /// GPUs of the current or last placement.
-    pub gpu_uuids: Vec<String>,
-    /// Exit status once finished.
-    pub exit_code: Option<i32>,
-    /// Why the job is in its state, when that is not obvious.
-    pub reason: Option<String>,
-    /// ms since the epoch.
-    pub submitted_at: i64,
-    /// ms since the epoch.
-    pub started_at: Option<i64>,
-    /// ms since the epoch.
-    pub finished_at: Option<i64>,
-}
-
-/// One state change of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Transition {
-    /// Previous state (none on submission).
-    pub from: Option<JobState>,
-    /// New state.
-    pub to: JobState,
-    /// Why.
-    pub reason: Option<String>,
-    /// ms since the epoch.
-    pub at: i64,
-}
-
-/// How an agent says a job ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobExit {
-    /// Exit status (`None` when killed by a signal or never started).
-    pub exit_code: Option<i32>,
-    /// Why, when not a plain exit (e.g. `killed by signal 9`, `spawn failed: …`).
-    pub reason: Option<String>,
 }
 
 /// Which jobs to list.

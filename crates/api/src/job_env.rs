@@ -4,7 +4,7 @@
 //! job's own declared variables plus the few the agent sets to describe the placement. The
 //! placement variables are how GPU grants are enforced (`CUDA_VISIBLE_DEVICES`, the MPS limits)
 //! and how a job learns who it is (`GANTRY_*`), so a declared variable must never replace them.
-//! The rule lives here, beside [`crate::api::types::Assignment`], so that the submit handler and
+//! The rule lives here, beside [`crate::types::Assignment`], so that the submit handler and
 //! the agent check the same thing: the server refuses a bad submission with a sentence, and the
 //! agent refuses to start an assignment that slipped past (an older server).
 

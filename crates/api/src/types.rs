@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use gantry_store::{Gpu, GpuInfo, Job, JobId, Role, TokenKind, Transition};
+use crate::model::{Gpu, GpuInfo, Job, JobId, Role, TokenKind, Transition};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
 
 /// A job submission.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// argv; the first element is the program.
@@ -45,7 +45,8 @@ pub struct SubmitRequest {
 }
 
 /// The job id of a submission.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SubmitResponse {
     /// Id.
     pub id: JobId,
@@ -54,7 +55,8 @@ pub struct SubmitResponse {
 }
 
 /// A job with its history.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobDetail {
     /// The job.
     pub job: Job,
@@ -66,7 +68,8 @@ pub struct JobDetail {
 }
 
 /// Which jobs to list.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 pub struct ListQuery {
     /// Only this state.
     pub state: Option<String>,
@@ -80,7 +83,8 @@ pub struct ListQuery {
 }
 
 /// Which events.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 pub struct EventQuery {
     /// At most this many, newest first (default 100, at most 10000).
     pub limit: Option<u32>,
@@ -89,7 +93,8 @@ pub struct EventQuery {
 }
 
 /// Which log and from where.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 pub struct LogQuery {
     /// `stdout` (default) or `stderr`.
     pub stream: Option<String>,
@@ -98,7 +103,8 @@ pub struct LogQuery {
 }
 
 /// Part of a GPU held by a job.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuHolder {
     /// The job.
     pub job_id: JobId,
@@ -109,7 +115,8 @@ pub struct GpuHolder {
 }
 
 /// A GPU with who holds it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuView {
     /// The GPU, its health and latest sample.
     pub gpu: Gpu,
@@ -118,7 +125,8 @@ pub struct GpuView {
 }
 
 /// A team, its quota and its use.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TeamView {
     /// Name.
     pub name: String,
@@ -131,7 +139,8 @@ pub struct TeamView {
 }
 
 /// A quota change.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QuotaRequest {
     /// Whole GPUs (`null`: unlimited).
@@ -140,7 +149,8 @@ pub struct QuotaRequest {
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with
 /// any other role it is a user's token, and the user is created (or given the role and team).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     /// `member` (default; `user` is accepted), `viewer`, `operator`, `admin`, or `agent` for a
@@ -159,7 +169,8 @@ pub struct TokenRequest {
 }
 
 /// A created token: the secret is shown once.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenResponse {
     /// The bearer secret.
     pub token: String,
@@ -179,7 +190,8 @@ fn api_kind() -> TokenKind {
 }
 
 /// A user's role and teams (admin).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct UserRequest {
     /// `admin`, `operator`, `member` or `viewer`.
@@ -190,7 +202,8 @@ pub struct UserRequest {
 }
 
 /// The caller, as the server sees it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WhoAmI {
     /// The token's id.
     pub token_id: i64,
@@ -209,7 +222,8 @@ pub struct WhoAmI {
 }
 
 /// Which audit rows.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 pub struct AuditQuery {
     /// Only rows with a larger id (the next page).
     pub after: Option<i64>,
@@ -220,7 +234,8 @@ pub struct AuditQuery {
 }
 
 /// The result of checking the audit log's hash chain.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditVerification {
     /// Whether every row is intact and in order.
     pub ok: bool,
@@ -235,7 +250,8 @@ pub struct AuditVerification {
 }
 
 /// An agent joining with a join token.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JoinRequest {
     /// The node's id.
@@ -243,7 +259,8 @@ pub struct JoinRequest {
 }
 
 /// A node's credentials, shown once: keep them private.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JoinResponse {
     /// The node.
     pub node_id: String,
@@ -258,7 +275,8 @@ pub struct JoinResponse {
 }
 
 /// An agent registering its node.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
     /// Stable node id.
@@ -274,7 +292,8 @@ pub struct RegisterRequest {
 }
 
 /// The epoch an agent must send with every heartbeat.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RegisterResponse {
     /// Registration epoch (fencing token).
     pub epoch: u64,
@@ -283,7 +302,8 @@ pub struct RegisterResponse {
 }
 
 /// One job an agent must run.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Assignment {
     /// The job.
     pub job_id: JobId,
@@ -335,7 +355,8 @@ impl From<Job> for Assignment {
 }
 
 /// The jobs the node must run now; anything else it runs must stop.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeartbeatResponse {
     /// Assignments.
     pub assignments: Vec<Assignment>,

@@ -1,0 +1,17 @@
+//! Gantry's wire types: what the server, the agent and the CLI say to each other.
+//!
+//! - [`model`]: the vocabulary (jobs, nodes, GPUs, users, tokens, teams, events, audit rows),
+//!   which the store keeps as it is;
+//! - [`types`]: request and response bodies of the HTTP API and the agent protocol;
+//! - [`job_env`]: which environment variables a job may declare (checked on both sides);
+//! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
+//!   reads (capped, rotated segments addressed by stream position).
+//!
+//! It sits under every other crate, the way `kube-core` sits under `kube-rs`: no async runtime,
+//! no HTTP, no database. With the `openapi` feature the types also describe themselves for the
+//! server's OpenAPI document.
+
+pub mod job_env;
+pub mod job_logs;
+pub mod model;
+pub mod types;

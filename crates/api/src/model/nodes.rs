@@ -1,0 +1,116 @@
+//! Nodes, their GPUs and what agents report.
+
+use serde::{Deserialize, Serialize};
+
+use super::{GpuHealth, JobExit, JobId, NodeState};
+
+/// A GPU as an agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuInfo {
+    /// Stable id, e.g. `GPU-…`.
+    pub uuid: String,
+    /// Index on the node.
+    pub index: u32,
+    /// Model name.
+    pub model: String,
+    /// Total memory, MiB.
+    pub memory_mib: u64,
+}
+
+/// A node as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Node {
+    /// Stable node id.
+    pub id: String,
+    /// Host name.
+    pub hostname: String,
+    /// Liveness.
+    pub state: NodeState,
+    /// Registration epoch.
+    pub epoch: u64,
+    /// CPU in milli-cores.
+    pub cpu_milli: u64,
+    /// Host memory, MiB.
+    pub memory_mib: u64,
+    /// ms since the epoch.
+    pub last_heartbeat: i64,
+}
+
+/// A GPU as stored, with its latest health and sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Gpu {
+    /// Inventory.
+    #[serde(flatten)]
+    pub info: GpuInfo,
+    /// The node it sits in.
+    pub node_id: String,
+    /// Health.
+    pub health: GpuHealth,
+    /// Latest sample from the GPU layer, as reported.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub sample: Option<serde_json::Value>,
+}
+
+/// A GPU's health and sample in a heartbeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuReport {
+    /// Which GPU.
+    pub uuid: String,
+    /// Current health.
+    pub health: GpuHealth,
+    /// Latest sample.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub sample: Option<serde_json::Value>,
+}
+
+/// What an agent says about one of its jobs in a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobReport {
+    /// The job.
+    pub job_id: JobId,
+    /// The attempt the agent runs.
+    pub attempt: u32,
+    /// `None` while the process runs.
+    pub exit: Option<JobExit>,
+}
+
+/// An agent's heartbeat: liveness, GPU health and samples, and the state of its jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Heartbeat {
+    /// The node.
+    pub node_id: String,
+    /// The epoch the agent registered under.
+    pub epoch: u64,
+    /// GPU health and samples.
+    pub gpus: Vec<GpuReport>,
+    /// Every job the agent runs or has seen end since its last heartbeat.
+    pub jobs: Vec<JobReport>,
+    /// Job output the server has not got yet (agents on other machines than the server).
+    #[serde(default)]
+    pub logs: Vec<LogChunk>,
+    /// ms since the epoch (set by the server).
+    #[serde(default)]
+    pub at: i64,
+}
+
+/// Part of a job's output, shipped by an agent to the server in a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogChunk {
+    /// The job.
+    pub job_id: JobId,
+    /// Its attempt (positions restart at 0 with each attempt).
+    pub attempt: u32,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// Position of the first byte in the attempt's whole stream.
+    pub offset: u64,
+    /// The bytes, base64 (standard alphabet, padded).
+    pub data: String,
+}
