@@ -20,6 +20,7 @@ pub mod auth;
 pub mod command;
 pub mod credentials;
 pub mod error;
+pub mod memory;
 pub mod metrics;
 
 pub use gantry_api::{job_env, job_logs};

@@ -52,6 +52,7 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         if let Err(e) = pass(&app, &mut housekeeping).await {
             tracing::warn!(error = %e, "scheduling pass failed");
         }
+        crate::memory::release();
         // Submissions wake the loop; a short pause lets a burst of them share one pass.
         tokio::time::sleep(MIN_GAP).await;
     }
