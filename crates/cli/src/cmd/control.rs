@@ -65,6 +65,8 @@ pub struct Prepared {
 
 /// Validates the arguments, locks the data directory, starts logging and opens the store.
 pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
+    // Before any thread starts: see gantry_server::memory.
+    gantry_server::memory::configure();
     if !(0.5..=3600.0).contains(&args.heartbeat_timeout) {
         anyhow::bail!("--heartbeat-timeout must be between 0.5 and 3600 seconds");
     }
@@ -82,6 +84,18 @@ pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
         SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
     );
     Ok(Prepared { data, store, _lock: lock })
+}
+
+/// The runtime of a long-running control plane. Store calls run on the blocking pool; its idle
+/// threads go after 2 s rather than tokio's 10 s, so the threads (and their stacks and allocator
+/// caches) that a burst of requests started do not linger for as long as the scheduler's
+/// periodic reads keep waking one of them.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_keep_alive(Duration::from_secs(2))
+        .build()?;
+    Ok(rt)
 }
 
 /// A bound control plane.

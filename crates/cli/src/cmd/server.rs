@@ -16,7 +16,7 @@ pub struct ServeArgs {
 /// Serves until Ctrl-C or SIGTERM; in-flight requests finish first.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let prepared = control::prepare(&args.control)?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = control::runtime()?;
     rt.block_on(async {
         let control = control::bind(&args.control, prepared).await?;
         println!(

@@ -53,7 +53,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     let prepared = control::prepare(&args.control)?;
     let data = &prepared.data;
     let sandbox = if args.no_agent { None } else { Some(args.sandbox.build(data, &data.join("agent"))?) };
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = control::runtime()?;
     rt.block_on(serve(args, prepared, choice, sandbox))
 }
 
