@@ -8,6 +8,7 @@
 //! The simulator places pods through the same [`gantry_core::Policy::place`] the server calls.
 
 pub mod experiment;
+pub mod jobs;
 pub mod report;
 pub mod runner;
 pub mod trace;
