@@ -52,6 +52,12 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
     if args.policy.is_empty() {
         bail!("--policy needs at least one of fifo, srtf, tiresias, gantry");
     }
+    if args.elastic {
+        bail!(
+            "--elastic is not implemented yet: the simulator models GPU ranges, but no policy grows or \
+             shrinks a job between rounds (issue 8, point 4)"
+        );
+    }
     let weights = QueueWeights::parse(&args.gantry_weights).map_err(anyhow::Error::msg)?;
     let workloads = jobs::read_workloads(&args.workload)?;
     let dir = match &args.profiles {
