@@ -79,10 +79,7 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
     let report = jobs::run_matrix(
         &args.policy,
         &workloads,
-        &profiles,
-        &args.cluster,
-        config,
-        &weights,
+        jobs::Setup { profiles: &profiles, shape: &args.cluster, config, weights: &weights },
         threads,
         &|done| bar.set_position(done as u64),
     )?;

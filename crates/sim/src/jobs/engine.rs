@@ -443,7 +443,7 @@ fn oracle_remaining(s: &JobState<'_>, replicas: u32, shape: &ClusterShape) -> f6
 /// `(g, g, …, rest)`: `replicas` GPUs on as few nodes as possible.
 pub fn packed(replicas: u32, per_node: u32) -> Vec<u32> {
     let mut out = vec![per_node; (replicas / per_node) as usize];
-    if replicas % per_node > 0 {
+    if !replicas.is_multiple_of(per_node) {
         out.push(replicas % per_node);
     }
     out

@@ -114,18 +114,29 @@ pub fn load_profiles(
     Profiles::load(dir, shape.profile_suffix().as_deref(), &apps)
 }
 
+/// What every run of a matrix shares.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup<'a> {
+    /// Application profiles.
+    pub profiles: &'a Profiles,
+    /// The cluster.
+    pub shape: &'a ClusterShape,
+    /// Simulator settings.
+    pub config: SimConfig,
+    /// Weights of the `gantry` policy.
+    pub weights: &'a QueueWeights,
+}
+
 /// Runs every (policy, workload) pair on `threads` threads; `progress` is called with the number
 /// of runs finished so far.
 pub fn run_matrix(
     policies: &[JobPolicyKind],
     workloads: &[Workload],
-    profiles: &Profiles,
-    shape: &ClusterShape,
-    config: SimConfig,
-    weights: &QueueWeights,
+    setup: Setup<'_>,
     threads: usize,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Report, SimError> {
+    let Setup { profiles, shape, config, weights } = setup;
     let pairs: Vec<(usize, usize)> =
         (0..policies.len()).flat_map(|p| (0..workloads.len()).map(move |w| (p, w))).collect();
     let next = AtomicUsize::new(0);

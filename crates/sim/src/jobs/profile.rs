@@ -295,7 +295,7 @@ fn load_app(dir: &Path, suffix: Option<&str>, app: &str) -> Result<Application, 
     let locals = placements.values().flat_map(|c| c.x.iter().copied());
     let (min_local, max_local) = locals.fold((f64::INFINITY, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
     let max_local = if app == "yolov3" { 8.0 } else { max_local };
-    let mut series: HashMap<(u32, u32), Vec<(f64, f64, f64)>> = grouped;
+    let mut series: Grouped = grouped;
     for (key, point) in scalability {
         series.entry(key).or_default().push(point);
     }
@@ -347,7 +347,11 @@ fn read_validation(base: &Path) -> Result<Vec<Validation>, TraceError> {
     Ok(out)
 }
 
-type Grouped = HashMap<(u32, u32), Vec<(f64, f64, f64)>>;
+/// (local batch, step time, sync time).
+type Point = (f64, f64, f64);
+
+/// (nodes, replicas) → measured points.
+type Grouped = HashMap<(u32, u32), Vec<Point>>;
 
 /// Reads `placements.csv`: one curve per placement id, and the means grouped by
 /// (nodes, replicas, local batch) that feed the N-D interpolation.
@@ -381,7 +385,10 @@ fn read_placements(path: &Path) -> Result<(HashMap<String, Curve>, Grouped), Tra
     Ok((curves, grouped))
 }
 
-fn read_scalability(path: &Path) -> Result<Vec<((u32, u32), (f64, f64, f64))>, TraceError> {
+/// (nodes, replicas) and one measured point.
+type SeriesPoint = ((u32, u32), Point);
+
+fn read_scalability(path: &Path) -> Result<Vec<SeriesPoint>, TraceError> {
     if !path.exists() {
         return Ok(Vec::new());
     }

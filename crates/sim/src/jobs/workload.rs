@@ -32,7 +32,7 @@ pub fn read_workload(path: &Path) -> Result<Vec<JobRow>, TraceError> {
     let mut jobs = Vec::new();
     while let Some(row) = table.next_row()? {
         let replicas = row.float("num_replicas")?;
-        if !(replicas >= 1.0 && replicas <= 4096.0) {
+        if !(1.0..=4096.0).contains(&replicas) {
             return Err(row.bad("num_replicas", format!("expected 1 to 4096 GPUs, found {replicas}")));
         }
         let submit = row.float("time")?;

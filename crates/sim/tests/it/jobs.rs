@@ -22,17 +22,10 @@ fn run(load: &str, policies: &[JobPolicyKind]) -> Report {
     let profiles =
         jobs::load_profiles(&traces().join("traces/job-profiles"), &shape, &workloads).expect("profiles");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    jobs::run_matrix(
-        policies,
-        &workloads,
-        &profiles,
-        &shape,
-        SimConfig::default(),
-        &QueueWeights::default(),
-        threads,
-        &|_| {},
-    )
-    .expect("simulation")
+    let weights = QueueWeights::default();
+    let setup =
+        jobs::Setup { profiles: &profiles, shape: &shape, config: SimConfig::default(), weights: &weights };
+    jobs::run_matrix(policies, &workloads, setup, threads, &|_| {}).expect("simulation")
 }
 
 /// Published per-job JCTs: workload → job → seconds.
