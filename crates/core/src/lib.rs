@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod frag;
 pub mod placement;
+pub mod queue;
 pub mod resources;
 pub mod rng;
 

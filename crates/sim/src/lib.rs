@@ -3,11 +3,14 @@
 //! - [`trace`] reads the Alibaba openb node and pod lists, with errors that name file and line;
 //! - [`experiment`] is the FGD fragmentation experiment (fill the cluster, one attempt per pod);
 //! - [`runner`] runs policies × seeds in parallel and aggregates over seeds;
-//! - [`report`] turns results into the JSON contract, a text table, CSV curves and an SVG chart.
+//! - [`report`] turns results into the JSON contract, a text table, CSV curves and an SVG chart;
+//! - [`jobs`] is the job-completion simulator (`gantry sim jobs`): Pollux's job model on a
+//!   virtual clock, the Tiresias/FIFO/SRTF baselines, and Gantry's queue from `gantry_core::queue`.
 //!
 //! The simulator places pods through the same [`gantry_core::Policy::place`] the server calls.
 
 pub mod experiment;
+pub mod jobs;
 pub mod report;
 pub mod runner;
 pub mod trace;

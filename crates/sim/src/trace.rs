@@ -134,8 +134,8 @@ pub fn read_pods(path: &Path) -> Result<Vec<PodRow>, TraceError> {
     table.finish(pods)
 }
 
-/// A CSV file with named columns.
-struct Table {
+/// A CSV file with named columns (shared with the job-trace readers in [`crate::jobs`]).
+pub(crate) struct Table {
     path: PathBuf,
     reader: csv::Reader<File>,
     columns: Vec<(&'static str, usize)>,
@@ -145,7 +145,7 @@ struct Table {
 }
 
 impl Table {
-    fn open(path: &Path, required: &[&'static str]) -> Result<Self, TraceError> {
+    pub(crate) fn open(path: &Path, required: &[&'static str]) -> Result<Self, TraceError> {
         let file = File::open(path).map_err(|error| TraceError::Io { path: path.into(), error })?;
         let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(file);
         let headers = reader.headers().map_err(|e| csv_error(path, &e))?.clone();
@@ -164,13 +164,13 @@ impl Table {
     }
 
     /// Adds a column that may be absent (e.g. `gpu_spec` in the multigpu pod lists).
-    fn optional(&mut self, column: &'static str) {
+    pub(crate) fn optional(&mut self, column: &'static str) {
         if let Some(index) = self.headers.iter().position(|h| h.trim() == column) {
             self.columns.push((column, index));
         }
     }
 
-    fn next_row(&mut self) -> Result<Option<Row<'_>>, TraceError> {
+    pub(crate) fn next_row(&mut self) -> Result<Option<Row<'_>>, TraceError> {
         match self.reader.read_record(&mut self.record) {
             Ok(false) => Ok(None),
             Ok(true) => {
@@ -182,7 +182,7 @@ impl Table {
         }
     }
 
-    fn finish<T>(self, rows: Vec<T>) -> Result<Vec<T>, TraceError> {
+    pub(crate) fn finish<T>(self, rows: Vec<T>) -> Result<Vec<T>, TraceError> {
         if self.rows == 0 {
             return Err(TraceError::NoRows { path: self.path });
         }
@@ -190,24 +190,24 @@ impl Table {
     }
 }
 
-struct Row<'a> {
+pub(crate) struct Row<'a> {
     table: &'a Table,
     line: u64,
 }
 
 impl Row<'_> {
-    fn has(&self, column: &'static str) -> bool {
+    pub(crate) fn has(&self, column: &'static str) -> bool {
         self.table.columns.iter().any(|c| c.0 == column)
     }
 
-    fn text(&self, column: &'static str) -> Result<&str, TraceError> {
+    pub(crate) fn text(&self, column: &'static str) -> Result<&str, TraceError> {
         let index = self.table.columns.iter().find(|c| c.0 == column).map(|c| c.1);
         index
             .and_then(|i| self.table.record.get(i))
             .ok_or_else(|| self.bad(column, "value missing (row has too few fields)".into()))
     }
 
-    fn int(&self, column: &'static str) -> Result<u64, TraceError> {
+    pub(crate) fn int(&self, column: &'static str) -> Result<u64, TraceError> {
         let text = self.text(column)?.trim();
         text.parse::<u64>().map_err(|_| {
             self.bad(
@@ -218,7 +218,16 @@ impl Row<'_> {
         })
     }
 
-    fn bad(&self, column: &'static str, message: String) -> TraceError {
+    /// A finite number (integers and decimals alike, e.g. Sia's `401.0` submission times).
+    pub(crate) fn float(&self, column: &'static str) -> Result<f64, TraceError> {
+        let text = self.text(column)?.trim();
+        match text.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(v),
+            _ => Err(self.bad(column, format!("expected a number, found `{text}`"))),
+        }
+    }
+
+    pub(crate) fn bad(&self, column: &'static str, message: String) -> TraceError {
         TraceError::BadValue { path: self.table.path.clone(), line: self.line, column, message }
     }
 }

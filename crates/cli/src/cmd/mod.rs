@@ -21,6 +21,7 @@ pub mod nodes;
 pub mod sandbox;
 pub mod server;
 pub mod sim;
+pub mod sim_jobs;
 pub mod submit;
 pub mod table;
 pub mod token;

@@ -14,6 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub enum SimCommand {
     /// Fill a cluster with a pod list, one attempt per pod, and report unallocated GPUs (FGD, ATC'23).
     Fgd(FgdArgs),
+    /// Job completion times of queueing policies on Pollux-format workloads (fifo, srtf, tiresias, gantry).
+    Jobs(super::sim_jobs::JobsArgs),
 }
 
 /// Arguments of `gantry sim fgd`.
@@ -75,6 +77,7 @@ fn parse_seeds(s: &str) -> Result<Seeds, String> {
 pub fn run(command: SimCommand) -> anyhow::Result<()> {
     match command {
         SimCommand::Fgd(args) => fgd(args),
+        SimCommand::Jobs(args) => super::sim_jobs::run(args),
     }
 }
 

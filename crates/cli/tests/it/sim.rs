@@ -126,3 +126,80 @@ fn a_missing_file_is_named_once_with_the_reason() {
         "error: /nonexistent/nodes.csv: cannot read: No such file or directory (os error 2)"
     );
 }
+
+fn pollux(path: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/pollux-workloads").join(path);
+    assert!(p.exists(), "{} is missing: these tests need shared/ beside the checkout", p.display());
+    p.display().to_string()
+}
+
+#[test]
+fn sim_jobs_prints_the_json_contract_and_writes_csvs_and_charts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("out");
+    let workload = pollux("workloads-0.5/workload-6.csv");
+    let out = gantry(&[
+        "sim",
+        "jobs",
+        "--workload",
+        &workload,
+        "--cluster",
+        "16x4xT4",
+        "--policy",
+        "fifo,tiresias,gantry",
+        "--json",
+        "--out",
+        out_dir.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(json["cluster"], "16x4xT4");
+    let policies = json["policies"].as_array().expect("policies");
+    let names: Vec<&str> = policies.iter().map(|p| p["policy"].as_str().expect("name")).collect();
+    assert_eq!(names, ["fifo", "tiresias", "gantry"]);
+    for p in policies {
+        for key in ["avg_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "jain"] {
+            assert!(p[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {p}");
+        }
+        let files = p["workloads"].as_array().expect("workloads");
+        assert_eq!(files[0]["file"], "workload-6.csv");
+        assert_eq!(files[0]["jobs"], 80);
+        assert_eq!(files[0]["avg_jct_s"], p["avg_jct_s"], "one file: its mean is the mean");
+    }
+    for file in ["results.json", "summary.csv", "jobs.csv", "queue.csv", "jct-cdf.svg", "queue.svg"] {
+        assert!(out_dir.join(file).is_file(), "{file} written");
+    }
+}
+
+#[test]
+fn sim_jobs_refuses_a_bad_cluster_and_an_unknown_application_in_one_line() {
+    let out = gantry(&[
+        "sim",
+        "jobs",
+        "--workload",
+        &pollux("workloads"),
+        "--cluster",
+        "16by4",
+        "--policy",
+        "fifo",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NODESxGPUSxMODEL"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let w =
+        write(dir.path(), "w.csv", "name,time,application,num_replicas,batch_size\nx-0,5,nosuchapp,1,32\n");
+    let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/job-profiles");
+    let out = gantry(&[
+        "sim",
+        "jobs",
+        "--workload",
+        &w,
+        "--profiles",
+        profiles.to_str().expect("utf-8"),
+        "--policy",
+        "fifo",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nosuchapp") && !stderr.contains("panicked"), "{stderr}");
+}

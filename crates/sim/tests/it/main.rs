@@ -3,6 +3,7 @@
 //! determines a run.
 
 mod fuzz;
+mod jobs;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,113 @@
+//! `gantry sim jobs`: job completion times of queueing policies on Pollux-format workloads.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gantry_core::queue::QueueWeights;
+use gantry_sim::jobs::{self, ClusterShape, JobPolicyKind, Report, SimConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `gantry sim jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// A workload CSV (`name,time,application,num_replicas,batch_size`) or a directory of them.
+    #[arg(long)]
+    workload: PathBuf,
+    /// The cluster: NODESxGPUSxMODEL.
+    #[arg(long, default_value = "16x4xT4", value_parser = ClusterShape::parse)]
+    cluster: ClusterShape,
+    /// Policies, comma-separated: fifo, srtf (oracle bound), tiresias, gantry.
+    #[arg(long, default_value = "fifo,srtf,tiresias,gantry", value_delimiter = ',')]
+    policy: Vec<JobPolicyKind>,
+    /// Let jobs run on a range of GPUs (a quarter to twice the request) instead of exactly it.
+    #[arg(long)]
+    elastic: bool,
+    /// Profile directory (`<app>/placements.csv`, …); default: `job-profiles/` found in a
+    /// directory above the workload.
+    #[arg(long)]
+    profiles: Option<PathBuf>,
+    /// Teams assigned round-robin when the workload has no `team` column.
+    #[arg(long, default_value_t = 4)]
+    teams: usize,
+    /// Seconds without progress after every allocation change.
+    #[arg(long, default_value_t = 30)]
+    restart_s: u64,
+    /// Weights of the `gantry` policy, `key=value,…` (see `docs/scheduling.md`).
+    #[arg(long, default_value = "")]
+    gantry_weights: String,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write results.json, summary.csv, jobs.csv, queue.csv, jct-cdf.svg and queue.svg here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// Runs `gantry sim jobs`.
+pub fn run(args: JobsArgs) -> anyhow::Result<()> {
+    if args.policy.is_empty() {
+        bail!("--policy needs at least one of fifo, srtf, tiresias, gantry");
+    }
+    if args.elastic {
+        bail!(
+            "--elastic is not implemented yet: the simulator models GPU ranges, but no policy grows or \
+             shrinks a job between rounds (issue 8, point 4)"
+        );
+    }
+    let weights = QueueWeights::parse(&args.gantry_weights).map_err(anyhow::Error::msg)?;
+    let workloads = jobs::read_workloads(&args.workload)?;
+    let dir = match &args.profiles {
+        Some(dir) => dir.clone(),
+        None => jobs::find_profiles(&args.workload).with_context(|| {
+            format!("no job-profiles/ directory above {}; pass --profiles", args.workload.display())
+        })?,
+    };
+    let profiles = jobs::load_profiles(&dir, &args.cluster, &workloads)?;
+    let config =
+        SimConfig { tick_s: 60, restart_s: args.restart_s, teams: args.teams.max(1), elastic: args.elastic };
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let total = args.policy.len() * workloads.len();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} runs, eta {eta}")
+            .context("progress bar template")?,
+    );
+    let report = jobs::run_matrix(
+        &args.policy,
+        &workloads,
+        jobs::Setup { profiles: &profiles, shape: &args.cluster, config, weights: &weights },
+        threads,
+        &|done| bar.set_position(done as u64),
+    )?;
+    bar.finish_and_clear();
+    if let Some(dir) = &args.out {
+        write_outputs(dir, &report)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+fn write_outputs(dir: &Path, report: &Report) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let files = [
+        ("results.json", serde_json::to_string_pretty(&report.json())?),
+        ("summary.csv", report.summary_csv()),
+        ("jobs.csv", report.jobs_csv()),
+        ("queue.csv", report.queue_csv()),
+        ("jct-cdf.svg", report.cdf_svg()),
+        ("queue.svg", report.queue_svg()),
+    ];
+    for (file, body) in files {
+        let path = dir.join(file);
+        std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}

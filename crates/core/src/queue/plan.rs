@@ -1,0 +1,295 @@
+//! One scheduling round: rank, admit with backfill and reservation, place gangs.
+
+use std::cmp::Ordering;
+
+use super::fairshare::Usage;
+use super::weights::QueueWeights;
+
+/// A team's share of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Team {
+    /// GPUs the team is guaranteed whenever it asks.
+    pub guaranteed_gpus: u32,
+    /// Fair-share weight (usage is divided by it).
+    pub weight: f64,
+}
+
+/// A job as the queue sees it: waiting or holding GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedJob {
+    /// Caller's id.
+    pub id: u64,
+    /// Team index into the `teams` slice.
+    pub team: usize,
+    /// Priority, higher first.
+    pub priority: i32,
+    /// Submission time, s.
+    pub submitted_s: f64,
+    /// GPUs, all or nothing (a gang of `gpus` one-GPU workers, or one multi-GPU worker).
+    pub gpus: u32,
+    /// GPU-seconds received so far.
+    pub attained_gpu_s: f64,
+    /// Seconds spent waiting since submission (not counting time holding GPUs).
+    pub waited_s: f64,
+    /// GPUs held now, as (node, count); empty when waiting.
+    pub held: Vec<(usize, u32)>,
+    /// Whether the job may be stopped and requeued (checkpointing jobs).
+    pub preemptible: bool,
+}
+
+impl QueuedJob {
+    fn running(&self) -> bool {
+        !self.held.is_empty()
+    }
+}
+
+/// Free GPUs per node available to the queue when none of its jobs holds any.
+pub type NodeFree = [u32];
+
+/// What the round decided for one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Keeps running where it is.
+    Keep {
+        /// The job.
+        job: u64,
+    },
+    /// Starts on these (node, GPUs) parts.
+    Start {
+        /// The job.
+        job: u64,
+        /// Where.
+        nodes: Vec<(usize, u32)>,
+    },
+    /// Is stopped and requeued.
+    Preempt {
+        /// The job.
+        job: u64,
+        /// The highest-ranked job started this round, when one did.
+        by: Option<u64>,
+        /// Why it lost its place.
+        reason: &'static str,
+    },
+    /// Keeps waiting.
+    Wait {
+        /// The job.
+        job: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Key {
+    borrower: bool,
+    priority: i64,
+    band: u32,
+    waiting: bool,
+    share: f64,
+    submitted: f64,
+    id: u64,
+}
+
+fn cmp_key(a: &Key, b: &Key) -> Ordering {
+    a.borrower
+        .cmp(&b.borrower)
+        .then(b.priority.cmp(&a.priority))
+        .then(a.band.cmp(&b.band))
+        .then(a.waiting.cmp(&b.waiting))
+        .then(a.share.total_cmp(&b.share))
+        .then(a.submitted.total_cmp(&b.submitted))
+        .then(a.id.cmp(&b.id))
+}
+
+/// Priority after aging: one level per `aging_s` waited.
+fn effective_priority(w: &QueueWeights, job: &QueuedJob) -> i64 {
+    let aged = if w.aging_s > 0.0 { (job.waited_s / w.aging_s).floor() as i64 } else { 0 };
+    i64::from(job.priority) + aged
+}
+
+/// Indices of `jobs` from first to last claim on the GPUs (see the module doc).
+pub fn rank(w: &QueueWeights, teams: &[Team], jobs: &[QueuedJob], usage: &Usage) -> Vec<usize> {
+    let mut keys: Vec<Key> = jobs
+        .iter()
+        .map(|j| Key {
+            borrower: false,
+            priority: effective_priority(w, j),
+            // Hysteresis: a running job keeps the band below its own, so a job does not lose
+            // its GPUs (and pay a restart) the moment it crosses a threshold.
+            band: w.band(j.attained_gpu_s).saturating_sub(u32::from(w.sticky && j.running())),
+            waiting: w.sticky && !j.running(),
+            share: if w.fair_share {
+                usage.of(j.team) / teams.get(j.team).map_or(1.0, |t| t.weight.max(1e-9))
+            } else {
+                0.0
+            },
+            submitted: j.submitted_s,
+            id: j.id,
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|a, b| cmp_key(&keys[*a], &keys[*b]));
+    let mut within = vec![0u32; teams.len()];
+    for k in &order {
+        let job = &jobs[*k];
+        let guarantee = teams.get(job.team).map_or(0, |t| t.guaranteed_gpus);
+        let used = within.get(job.team).copied().unwrap_or(0);
+        if used + job.gpus <= guarantee {
+            within[job.team] = used + job.gpus;
+        } else {
+            keys[*k].borrower = true;
+        }
+    }
+    order.sort_by(|a, b| cmp_key(&keys[*a], &keys[*b]));
+    order
+}
+
+/// One round: decisions for every job, in the order of `jobs`.
+///
+/// `capacity` is the free GPUs per node when no queued job holds any. Jobs' `held` parts must
+/// lie within it.
+pub fn plan(
+    w: &QueueWeights,
+    teams: &[Team],
+    jobs: &[QueuedJob],
+    usage: &Usage,
+    capacity: &NodeFree,
+) -> Vec<Decision> {
+    let order = rank(w, teams, jobs, usage);
+    let total: u32 = capacity.iter().sum();
+    let borrow = (w.borrow_limit * f64::from(total)).round() as u32;
+    let cap = |team: usize| teams.get(team).map_or(total, |t| t.guaranteed_gpus.saturating_add(borrow));
+    let mut admitted = vec![false; jobs.len()];
+    let mut budget = total;
+    let mut team_used = vec![0u32; teams.len().max(jobs.iter().map(|j| j.team + 1).max().unwrap_or(0))];
+    // Jobs that cannot be preempted keep their GPUs whatever their rank.
+    for (k, job) in jobs.iter().enumerate() {
+        if job.running() && !job.preemptible {
+            admitted[k] = true;
+            budget = budget.saturating_sub(job.gpus);
+            team_used[job.team] += job.gpus;
+        }
+    }
+    let mut head_blocked = false;
+    for k in &order {
+        let job = &jobs[*k];
+        if admitted[*k] {
+            continue;
+        }
+        let fits = job.gpus <= budget && team_used[job.team] + job.gpus <= cap(job.team);
+        // Reservation: once a job is blocked, only jobs that can be preempted when it fits
+        // may start ahead of it.
+        let may_backfill = !head_blocked || job.preemptible || job.running();
+        if fits && may_backfill {
+            admitted[*k] = true;
+            budget -= job.gpus;
+            team_used[job.team] += job.gpus;
+        } else if job.gpus <= total {
+            head_blocked = true;
+        }
+    }
+    decide(jobs, &order, &admitted, capacity)
+}
+
+fn decide(jobs: &[QueuedJob], order: &[usize], admitted: &[bool], capacity: &NodeFree) -> Vec<Decision> {
+    let mut free = capacity.to_vec();
+    for (k, job) in jobs.iter().enumerate() {
+        if admitted[k] {
+            for (node, n) in &job.held {
+                free[*node] = free[*node].saturating_sub(*n);
+            }
+        }
+    }
+    let mut out: Vec<Option<Decision>> = vec![None; jobs.len()];
+    let mut first_started = None;
+    for k in order {
+        let job = &jobs[*k];
+        out[*k] = Some(match (admitted[*k], job.running()) {
+            (true, true) => Decision::Keep { job: job.id },
+            (true, false) => {
+                first_started.get_or_insert(job.id);
+                let nodes = place_gang(&mut free, job.gpus).expect("admission checked the GPU count");
+                Decision::Start { job: job.id, nodes }
+            }
+            (false, true) => Decision::Preempt { job: job.id, by: first_started, reason: "outranked" },
+            (false, false) => Decision::Wait { job: job.id },
+        });
+    }
+    out.into_iter().map(|d| d.expect("every job is in the order")).collect()
+}
+
+/// Places a gang of `gpus` GPUs: on one node if one has room (the fullest that fits), else on as
+/// few nodes as possible (most free first, lowest index on ties). Takes the GPUs from `free`.
+/// `None` (and `free` untouched) when the GPUs are not there.
+pub fn place_gang(free: &mut [u32], gpus: u32) -> Option<Vec<(usize, u32)>> {
+    if free.iter().map(|f| u64::from(*f)).sum::<u64>() < u64::from(gpus) {
+        return None;
+    }
+    let single = free.iter().enumerate().filter(|(_, f)| **f >= gpus).min_by_key(|(i, f)| (**f, *i));
+    if let Some((node, _)) = single {
+        free[node] -= gpus;
+        return Some(vec![(node, gpus)]);
+    }
+    let mut nodes: Vec<usize> = (0..free.len()).filter(|i| free[*i] > 0).collect();
+    nodes.sort_by_key(|i| (std::cmp::Reverse(free[*i]), *i));
+    let mut out = Vec::new();
+    let mut need = gpus;
+    for node in nodes {
+        if need == 0 {
+            break;
+        }
+        let take = free[node].min(need);
+        free[node] -= take;
+        need -= take;
+        out.push((node, take));
+    }
+    Some(out)
+}
+
+/// A running job that explicit preemption could stop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Victim {
+    /// The job.
+    pub id: u64,
+    /// Its priority.
+    pub priority: i32,
+    /// GPUs it would free.
+    pub gpus: u32,
+    /// GPU-seconds of work lost if stopped now (since its last checkpoint, plus restart).
+    pub lost_gpu_s: f64,
+}
+
+/// The victims that free `need` GPUs beyond `free` for a job of priority `priority`: only jobs
+/// of strictly lower priority, lowest priority first, then least GPU-time lost; then any victim
+/// the others make unnecessary is spared. `None` when even all candidates do not suffice.
+pub fn choose_victims(need: u32, free: u32, priority: i32, candidates: &[Victim]) -> Option<Vec<u64>> {
+    if free >= need {
+        return Some(Vec::new());
+    }
+    let mut pool: Vec<&Victim> = candidates.iter().filter(|v| v.priority < priority && v.gpus > 0).collect();
+    pool.sort_by(|a, b| {
+        a.priority.cmp(&b.priority).then(a.lost_gpu_s.total_cmp(&b.lost_gpu_s)).then(a.id.cmp(&b.id))
+    });
+    let mut chosen: Vec<&Victim> = Vec::new();
+    let mut got = free;
+    for v in pool {
+        if got >= need {
+            break;
+        }
+        got += v.gpus;
+        chosen.push(v);
+    }
+    if got < need {
+        return None;
+    }
+    // Spare the costliest victims the rest make unnecessary.
+    chosen.sort_by(|a, b| b.lost_gpu_s.total_cmp(&a.lost_gpu_s));
+    let mut k = 0;
+    while k < chosen.len() {
+        if got - chosen[k].gpus >= need {
+            got -= chosen[k].gpus;
+            chosen.remove(k);
+        } else {
+            k += 1;
+        }
+    }
+    Some(chosen.iter().map(|v| v.id).collect())
+}
