@@ -57,3 +57,11 @@ fn adapters_depend_on_the_core_never_the_reverse() {
         assert!(!dep.starts_with("gantry-") || dep == "gantry-api", "gantry-core depends on {dep}");
     }
 }
+
+#[test]
+fn nothing_shipped_depends_on_the_fake_nvml_library() {
+    for krate in ["cli", "gpu", "agent", "server", "store", "core", "sim", "api"] {
+        let deps = dependencies(krate);
+        assert!(!deps.iter().any(|d| d == "gantry-fake-nvml"), "{krate} depends on gantry-fake-nvml");
+    }
+}

@@ -70,3 +70,66 @@ fn bad_flags_are_one_sentence_errors() {
         assert!(!out.status.success() && err.contains(words) && err.lines().count() == 1, "{args:?}: {err}");
     }
 }
+
+mod fake_nvml_binary {
+    //! The shipped binary on the real NVML adapter: `LD_LIBRARY_PATH` pointing at the fake
+    //! libnvidia-ml, as `scripts/fake-nvml.sh` sets it up, with the default two-H200 scenario.
+
+    use crate::fake_nvml as fake;
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    fn with_fake(fake: &fake::FakeNvml, args: &[&str]) -> Command {
+        let mut cmd = Command::new(crate::harness::GANTRY);
+        cmd.args(args).env("LD_LIBRARY_PATH", fake.dir()).env("RUST_LOG", "warn");
+        cmd
+    }
+
+    #[test]
+    fn gpus_reads_the_fake_h200s_through_the_nvml_adapter_in_gantry_units() {
+        let fake = fake::FakeNvml::new(include_str!("../../../fake-nvml/scenarios/h200.toml"));
+        let out = with_fake(&fake, &["gpus", "--backend", "nvml", "-o", "json"]).output().expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["backend"], "nvml");
+        let gpus = v["gpus"].as_array().expect("gpus");
+        assert_eq!(gpus.len(), 2);
+        assert_eq!(gpus[0]["info"]["name"], "NVIDIA H200");
+        assert_eq!(gpus[0]["info"]["memory_total_bytes"], 150_754_820_096u64);
+    }
+
+    #[test]
+    fn the_exporter_serves_dcgm_metrics_from_the_fake_library() {
+        let fake = fake::FakeNvml::new(include_str!("../../../fake-nvml/scenarios/h200.toml"));
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut child =
+            with_fake(&fake, &["exporter", "--backend", "nvml", "--listen", &listen, "--interval-ms", "200"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the exporter");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let body = loop {
+            let mut body = String::new();
+            if let Ok(mut c) = std::net::TcpStream::connect(&listen) {
+                let _ = c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+                let _ = c.read_to_string(&mut body);
+            }
+            if body.contains("DCGM_FI_DEV_POWER_USAGE{") || Instant::now() > deadline {
+                break body;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        for name in
+            ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP"]
+        {
+            assert!(body.contains(&format!("{name}{{")), "{name} missing:\n{body}");
+        }
+        assert!(body.contains("modelName=\"NVIDIA H200\""), "{body}");
+    }
+}

@@ -6,6 +6,8 @@ mod access;
 mod agent_loss;
 mod crash;
 mod exporter;
+#[path = "../../../fake-nvml/testing.rs"]
+mod fake_nvml;
 mod gpus;
 mod harness;
 mod sandbox;
