@@ -81,3 +81,8 @@ pub fn client(ca: Option<&str>, identity: Option<(&str, &str)>) -> reqwest::Clie
     }
     builder.build().expect("client")
 }
+
+/// Sends a request and reads its JSON answer (panics on a transport or decoding error).
+pub async fn json_of<T: serde::de::DeserializeOwned>(req: reqwest::RequestBuilder) -> T {
+    req.send().await.expect("send").json().await.expect("json")
+}

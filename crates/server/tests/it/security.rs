@@ -58,8 +58,7 @@ async fn a_member_of_another_team_cannot_list_read_log_or_cancel_a_job() {
     let b = s.token_for("bob", Role::Member, &["nlp"]);
     let id =
         s.submit_as(&a, json!({"command": ["echo", "secret-argument"]})).await["id"].as_i64().expect("id");
-    let listed: Vec<Value> =
-        s.as_(&b, reqwest::Method::GET, "/v1/jobs").send().await.expect("send").json().await.expect("json");
+    let listed: Vec<Value> = crate::json_of(s.as_(&b, reqwest::Method::GET, "/v1/jobs")).await;
     assert!(listed.is_empty(), "bob sees {listed:?}");
     let listed: Vec<Value> = s
         .as_(&b, reqwest::Method::GET, "/v1/jobs?team=vision")
@@ -81,8 +80,7 @@ async fn a_member_of_another_team_cannot_list_read_log_or_cancel_a_job() {
     let job = s.store.job(id).expect("read").expect("job");
     assert_ne!(job.state, JobState::Cancelled);
     // Alice sees her own job, command line included.
-    let mine: Vec<Value> =
-        s.as_(&a, reqwest::Method::GET, "/v1/jobs").send().await.expect("send").json().await.expect("json");
+    let mine: Vec<Value> = crate::json_of(s.as_(&a, reqwest::Method::GET, "/v1/jobs")).await;
     assert_eq!(mine.len(), 1);
     assert_eq!(mine[0]["command"][1], "secret-argument");
 }
@@ -136,8 +134,7 @@ async fn a_revoked_or_expired_token_is_refused_on_its_next_request() {
     let s = TestServer::start().await;
     let a = s.token_for("alice", Role::Member, &["vision"]);
     assert_eq!(status(s.as_(&a, reqwest::Method::GET, "/v1/jobs")).await, StatusCode::OK);
-    let me: Value =
-        s.as_(&a, reqwest::Method::GET, "/v1/whoami").send().await.expect("send").json().await.expect("json");
+    let me: Value = crate::json_of(s.as_(&a, reqwest::Method::GET, "/v1/whoami")).await;
     let id = me["token_id"].as_i64().expect("id");
     assert!(me["expires_at"].as_i64().is_some(), "tokens expire: {me}");
     // Bob may not revoke Alice's token, nor learn that it exists.
@@ -286,8 +283,7 @@ async fn every_change_and_refusal_is_audited_and_the_chain_verifies() {
 async fn members_see_only_their_teams_events_and_gpu_holders() {
     let s = TestServer::start().await;
     let a = s.token_for("alice", Role::Member, &["vision"]);
-    let events: Vec<Value> =
-        s.as_(&a, reqwest::Method::GET, "/v1/events").send().await.expect("send").json().await.expect("json");
+    let events: Vec<Value> = crate::json_of(s.as_(&a, reqwest::Method::GET, "/v1/events")).await;
     assert!(events.is_empty(), "cluster events (token creation) are not a member's: {events:?}");
     let all: Vec<Value> = s.get("/v1/events").send().await.expect("send").json().await.expect("json");
     assert!(all.iter().any(|e| e["kind"] == "token.created"));
