@@ -178,7 +178,11 @@ async fn cancelling_a_job_ends_its_daemons_and_removes_its_cgroup() {
     let script = format!("cat /proc/self/cgroup; setsid sleep {m} & (sleep {m} &); sleep {m}");
     let id = submit(&*h.store, &script, 1);
     until("three sleeps, two of them daemons", || (sleepers(&m).len() == 3).then_some(())).await;
-    let groups = cgroup_dirs(&log(&h, id, "stdout"));
+    // The output reaches its file through the agent's copy thread a moment after it is written.
+    let groups = until("the job's cgroup in its log", || {
+        Some(cgroup_dirs(&log(&h, id, "stdout"))).filter(|g| !g.is_empty())
+    })
+    .await;
     assert!(
         !groups.is_empty() && groups.iter().all(|g| g.exists()),
         "the job runs in its own cgroup: {groups:?}"
@@ -306,10 +310,14 @@ async fn a_restarted_agent_ends_the_jobs_and_cgroups_its_previous_run_left() {
     );
     let id = submit(&*h.store, &script, 1);
     until("the job and its daemon", || (sleepers(&m).len() == 2).then_some(())).await;
-    let out = log(&h, id, "stdout");
+    // The output reaches its file through the agent's copy thread a moment after it is written.
+    let out = until("the job's cgroups and directory in its log", || {
+        let out = log(&h, id, "stdout");
+        out.lines().last().is_some_and(|l| l.starts_with('/') && Path::new(l).exists()).then_some(out)
+    })
+    .await;
     let groups = cgroup_dirs(&out);
     let workdir = PathBuf::from(out.lines().last().unwrap_or_default());
-    assert!(workdir.exists(), "{out}");
     // The agent dies without stopping its jobs.
     h.agent.abort();
     let _ = (&mut h.agent).await;
