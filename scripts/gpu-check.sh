@@ -77,13 +77,17 @@ if [[ -n "$load_cmd" ]]; then
   up=$!
   for _ in $(seq 50); do "$gantry" nodes >/dev/null 2>&1 && break; sleep 0.2; done
   head -5 "$data/up.log"
-  id="$("$gantry" submit --gpus 1 -- bash -c "$load_cmd")"
+  # The job's environment is an allow-list: hand it this shell's PATH (python3 may live in a venv).
+  id="$("$gantry" submit --gpus 1 -e "PATH=$PATH" -- bash -c "id -un; ls -l /dev/nvidia0; $load_cmd")"
   sleep 10
   "$gantry" jobs -o json | head -c 1500; echo
   body="$(scrape $((port + 1)))"
   grep -E "job_id=\"$id\"" <<<"$body" | head -5 || true
   grep -q "job_id=\"$id\"" <<<"$body" || { echo "FAIL: job $id's GPU process is not attributed" >&2; missing=1; }
-  "$gantry" cancel "$id" || true
+  for _ in $(seq 60); do "$gantry" job "$id" | grep -qE "succeeded|failed|cancelled" && break; sleep 1; done
+  "$gantry" job "$id" | head -20
+  "$gantry" logs "$id" || true
+  "$gantry" job "$id" | grep -q succeeded || { echo "FAIL: the sandboxed GPU job did not succeed" >&2; missing=1; }
   kill -INT "$up"; wait "$up" || true; up=""
   tail -5 "$data/up.log"
 fi
