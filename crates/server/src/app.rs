@@ -93,6 +93,9 @@ pub struct App {
     pub metrics: Metrics,
     /// Wakes the scheduler early.
     pub wake: Notify,
+    /// Counts changes that may let a pending job start (a submission, a job ending, a node
+    /// joining, a quota changing); the scheduler skips a pass when it has not moved.
+    pub changes: std::sync::atomic::AtomicU64,
     /// Verified tokens.
     pub tokens: TokenCache,
     /// Failed authentications per address.
@@ -170,6 +173,7 @@ impl Server {
             config,
             metrics: Metrics::default(),
             wake: Notify::new(),
+            changes: Default::default(),
             tokens: TokenCache::default(),
             failures: FailureLimiter::default(),
             waiting: Default::default(),

@@ -87,6 +87,13 @@ pub enum Command {
     },
     /// Record a scheduling decision.
     Place(Placement),
+    /// Stop a running job for another and requeue it (a scheduling decision).
+    Preempt {
+        /// The victim.
+        job: JobId,
+        /// Why, with who preempted it.
+        reason: String,
+    },
     /// Mark silent nodes lost.
     ExpireNodes {
         /// Nodes silent since before this (ms) are lost.
@@ -128,6 +135,14 @@ impl App {
                 | Command::RegisterNode { .. }
                 | Command::SetTeam { .. }
         );
+        // A job ending or a GPU changing health frees (or takes) room.
+        let frees = match &command {
+            Command::Heartbeat { heartbeat, .. } => {
+                heartbeat.jobs.iter().any(|j| j.exit.is_some())
+                    || heartbeat.gpus.iter().any(|g| g.health != gantry_store::GpuHealth::Healthy)
+            }
+            _ => false,
+        };
         let credentials_change = matches!(
             command,
             Command::SetUser { .. }
@@ -146,7 +161,11 @@ impl App {
         if let Outcome::Submitted { created: true, .. } = outcome {
             self.metrics.submissions.inc();
         }
-        if wakes || matches!(&outcome, Outcome::Expired(lost) if !lost.is_empty()) {
+        let lost = matches!(&outcome, Outcome::Expired(lost) if !lost.is_empty());
+        if wakes || frees || lost {
+            self.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if wakes || lost {
             self.wake.notify_one();
         }
         Ok(outcome)
@@ -194,6 +213,9 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             Ok(Outcome::Assignments(store.heartbeat(&Heartbeat { at: now, ..heartbeat })?))
         }
         Command::Place(placement) => store.place(&placement).map(|()| Outcome::Done).map_err(Into::into),
+        Command::Preempt { job, reason } => {
+            store.preempt(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
+        }
         Command::ExpireNodes { deadline } => {
             store.expire_nodes(deadline, now).map(Outcome::Expired).map_err(Into::into)
         }

@@ -35,6 +35,8 @@ pub struct Metrics {
     pub scheduling_pass: Histogram,
     /// Accepted submissions.
     pub submissions: Counter,
+    /// Running jobs the scheduler asked to stop for another.
+    pub preemptions: Counter,
 }
 
 impl Default for Metrics {
@@ -45,6 +47,7 @@ impl Default for Metrics {
         let placement_latency = Histogram::new(exponential_buckets(0.005, 2.0, 16));
         let scheduling_pass = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         let submissions = Counter::default();
+        let preemptions = Counter::default();
         registry.register("queue_length", "Pending jobs per team", queue_length.clone());
         registry.register("jobs", "Jobs per state", jobs.clone());
         registry.register(
@@ -58,7 +61,8 @@ impl Default for Metrics {
             scheduling_pass.clone(),
         );
         registry.register("submissions", "Accepted job submissions", submissions.clone());
-        Self { registry, queue_length, jobs, placement_latency, scheduling_pass, submissions }
+        registry.register("preemptions", "Running jobs stopped for another job", preemptions.clone());
+        Self { registry, queue_length, jobs, placement_latency, scheduling_pass, submissions, preemptions }
     }
 }
 

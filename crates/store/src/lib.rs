@@ -69,6 +69,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn cancel(&self, id: JobId, at: i64) -> Result<Job>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
+    /// Asks a running job to stop for another (the agent sends SIGTERM, then SIGKILL after the
+    /// grace period) and requeues it when it ends, without spending its retry budget.
+    /// `Conflict` when the job is not running or already stopping.
+    fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()>;
 
     /// Registers a node (again); returns its new epoch. Jobs of older epochs are requeued. A GPU
     /// that a ready node holds cannot be claimed by another.

@@ -20,6 +20,10 @@ pub enum BenchCommand {
     /// Mixed submit/get/list load from keep-alive clients against a `gantry server` process:
     /// throughput, latency per kind, errors and the server's resident memory.
     Load(super::bench_load::LoadBenchArgs),
+    /// Placements per second of one full scheduling pass over a synthetic fleet and a mixed
+    /// queue, beside the priority-FIFO best-fit pass (`--json`: `placements_per_s`,
+    /// `baseline_placements_per_s`).
+    Schedule(super::bench_schedule::ScheduleBenchArgs),
 }
 
 /// Arguments of `gantry bench submit`.
@@ -41,6 +45,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     let args = match command {
         BenchCommand::Submit(args) => args,
         BenchCommand::Load(args) => return super::bench_load::run(args),
+        BenchCommand::Schedule(args) => return super::bench_schedule::run(&args),
     };
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),

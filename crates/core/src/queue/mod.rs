@@ -49,7 +49,9 @@ mod plan;
 mod weights;
 
 pub use fairshare::Usage;
-pub use plan::{Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, plan, rank};
+pub use plan::{
+    Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, plan, plan_ranked, rank,
+};
 pub use weights::QueueWeights;
 
 #[cfg(test)]

@@ -153,6 +153,18 @@ pub fn plan(
     usage: &Usage,
     capacity: &NodeFree,
 ) -> Vec<Decision> {
+    plan_ranked(w, teams, jobs, usage, capacity).1
+}
+
+/// [`plan`], also returning the rank order it used (indices into `jobs`, first claim first), so a
+/// caller that places jobs itself (the server) does so in the same order.
+pub fn plan_ranked(
+    w: &QueueWeights,
+    teams: &[Team],
+    jobs: &[QueuedJob],
+    usage: &Usage,
+    capacity: &NodeFree,
+) -> (Vec<usize>, Vec<Decision>) {
     let order = rank(w, teams, jobs, usage);
     let total: u32 = capacity.iter().sum();
     let borrow = (w.borrow_limit * f64::from(total)).round() as u32;
@@ -186,7 +198,8 @@ pub fn plan(
             head_blocked = true;
         }
     }
-    decide(jobs, &order, &admitted, capacity)
+    let decisions = decide(jobs, &order, &admitted, capacity);
+    (order, decisions)
 }
 
 fn decide(jobs: &[QueuedJob], order: &[usize], admitted: &[bool], capacity: &NodeFree) -> Vec<Decision> {

@@ -2,6 +2,7 @@
 //! dispatcher, repeat. Agents learn their work from the store on their next heartbeat, so a
 //! decision is always durable before anything acts on it.
 
+mod baseline;
 mod plan;
 
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use std::time::{Duration, Instant};
 use gantry_store::{JobFilter, JobState, Store};
 use tokio::sync::watch;
 
-pub use plan::{Plan, Snapshot, plan};
+pub use baseline::plan_priority_fifo;
+pub use plan::{Plan, Preemption, QueueInput, Snapshot, plan};
 
 use crate::app::{App, now_ms};
 use crate::command::Command;
@@ -21,12 +23,46 @@ use crate::metrics::{StateLabel, TeamLabel};
 const MIN_GAP: Duration = Duration::from_millis(20);
 /// Least time between two checks for silent nodes (a write) and two gauge refreshes (a scan).
 const HOUSEKEEPING: Duration = Duration::from_millis(250);
+/// Most time between two full passes even when nothing was counted as a change (a GPU healthy
+/// again, aging): a safety net, not the normal path.
+const FULL_PASS: Duration = Duration::from_secs(5);
 
-/// When the periodic side jobs of a pass last ran.
+/// When the periodic side jobs of a pass last ran, and what the queue remembers between passes.
 #[derive(Debug, Default)]
 pub struct Housekeeping {
     expired: Option<Instant>,
     gauges: Option<Instant>,
+    /// `App::changes` as of the last pass that read the queue.
+    seen: Option<u64>,
+    full: Option<Instant>,
+    share: FairShare,
+}
+
+/// Decayed GPU usage per team, charged every pass for the GPUs active jobs hold.
+#[derive(Debug, Default)]
+struct FairShare {
+    input: QueueInput,
+    at_ms: Option<i64>,
+}
+
+impl FairShare {
+    fn charge(&mut self, active: &[gantry_store::Job], now_ms: i64) {
+        let dt = self.at_ms.map_or(0.0, |t| (now_ms - t).max(0) as f64 / 1000.0);
+        self.at_ms = Some(now_ms);
+        let half_life = self.input.weights.half_life_s;
+        self.input.usage.decay_to(now_ms as f64 / 1000.0, half_life);
+        for job in active {
+            let team = match self.input.teams.iter().position(|t| *t == job.team) {
+                Some(i) => i,
+                None => {
+                    self.input.teams.push(job.team.clone());
+                    self.input.teams.len() - 1
+                }
+            };
+            let gpus = f64::from(job.request.gpus.max(u32::from(job.request.gpu_memory_mib > 0)));
+            self.input.usage.charge(team, dt * gpus);
+        }
+    }
 }
 
 fn due(last: &mut Option<Instant>) -> bool {
@@ -65,6 +101,24 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         app.dispatch(Command::ExpireNodes { deadline: now_ms() - timeout }).await?;
     }
     let with_counts = due(&mut housekeeping.gauges);
+    let changes = app.changes.load(std::sync::atomic::Ordering::Relaxed);
+    let full = housekeeping.full.is_none_or(|t| t.elapsed() >= FULL_PASS);
+    if housekeeping.seen == Some(changes) && !full {
+        // Nothing was submitted and nothing ended since the last pass placed all it could: the
+        // same snapshot would give the same plan. Skip reading the queue.
+        if with_counts {
+            let store = Arc::clone(&app.store);
+            let counts = tokio::task::spawn_blocking(move || store.job_counts())
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))??;
+            record_gauges(app, &counts);
+        }
+        return Ok(0);
+    }
+    housekeeping.seen = Some(changes);
+    if full {
+        housekeeping.full = Some(Instant::now());
+    }
     let store = Arc::clone(&app.store);
     let (snapshot, counts) = tokio::task::spawn_blocking(move || load(&*store, with_counts))
         .await
@@ -72,6 +126,9 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     if let Some(counts) = counts {
         record_gauges(app, &counts);
     }
+    let mut snapshot = snapshot;
+    housekeeping.share.charge(&snapshot.active, snapshot.at);
+    snapshot.queue = housekeeping.share.input.clone();
     let started = Instant::now();
     let decisions = plan(&snapshot, app.config.policy, 0x9a17);
     app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
@@ -88,7 +145,21 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
                     app.metrics.placement_latency.observe((now_ms() - at).max(0) as f64 / 1000.0);
                 }
             }
-            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "placement refused by the store"),
+            Err(ApiError::Conflict(why)) => {
+                // The snapshot was stale: look again next pass.
+                app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(%why, "placement refused by the store");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    for p in decisions.preemptions {
+        tracing::info!(job = p.job_id, by = ?p.by, reason = %p.reason, "preempting");
+        match app.dispatch(Command::Preempt { job: p.job_id, reason: p.reason }).await {
+            Ok(_) => {
+                app.metrics.preemptions.inc();
+            }
+            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "preemption refused by the store"),
             Err(e) => return Err(e),
         }
     }
@@ -119,6 +190,7 @@ fn load(
         active,
         teams: store.teams()?,
         at: now_ms(),
+        queue: QueueInput::default(),
     };
     Ok((snapshot, counts))
 }

@@ -1,11 +1,26 @@
-//! Planning a scheduling pass: a pure function from a snapshot to placements, on the core's
-//! ledger and policies. Pending jobs go in priority order, then submission order; a team over
-//! its quota is skipped while other teams wait; smaller jobs may fill gaps a blocked job leaves.
+//! Planning a scheduling pass: a pure function from a snapshot to decisions, on the core's
+//! queue and ledger.
+//!
+//! *Who* runs is [`gantry_core::queue::plan_ranked`], the entry point the job simulator's
+//! `gantry` policy calls: team guarantees (a team's `gpu_quota` is the GPUs it is guaranteed;
+//! idle GPUs may be borrowed and are reclaimed when the owner returns), priority raised by aging,
+//! fair share from decayed usage, FIFO, backfill that cannot delay the head, and preemption of
+//! lower-ranked running jobs. The server does not demote by attained service (its jobs do not say
+//! they checkpoint), so every job sits in band 0.
+//!
+//! *Where*: a whole-GPU job goes where the queue placed it (the fullest node that holds it, as in
+//! the simulator, so the two make the same decisions); when the ledger refuses that node (CPU,
+//! memory, a GPU a slice took) or the queue split the job over nodes (a server job runs on one
+//! node), the placement policy looks for any node. Slices and CPU-only jobs count as zero whole
+//! GPUs in the queue and are placed by the policy, in rank order.
+//! A preemption is carried out only when a job started in the same pass was placed on the
+//! victim's node: freeing GPUs on a node nobody wants would only lose work.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use gantry_core::frag::TypicalPods;
+use gantry_core::queue::{self, Decision, QueueWeights, QueuedJob, Usage};
 use gantry_core::resources::WHOLE_GPU;
 use gantry_core::{Cluster, ModelSet, NodeId, NodeSpec, PolicyKind, Request, SplitMix64};
 use gantry_store::{Allocation, Gpu, GpuHealth, Grant, Job, NodeState, Placement, Team};
@@ -27,15 +42,40 @@ pub struct Snapshot {
     pub teams: Vec<Team>,
     /// Now, ms.
     pub at: i64,
+    /// The queue's weights and the fair-share memory the loop keeps between passes.
+    pub queue: QueueInput,
+}
+
+/// The queue's state that outlives a pass.
+#[derive(Debug, Clone, Default)]
+pub struct QueueInput {
+    /// Tunables (defaults as in the simulator).
+    pub weights: QueueWeights,
+    /// Decayed GPU-seconds per team, indexed like `teams`.
+    pub usage: Usage,
+    /// Team names in `usage`'s index order.
+    pub teams: Vec<String>,
 }
 
 /// The core's view of the snapshot, and the way back to node ids and GPU uuids.
-struct Layout<'a> {
-    cluster: Cluster,
-    nodes: Vec<&'a gantry_store::Node>,
+pub(super) struct Layout<'a> {
+    pub(super) cluster: Cluster,
+    pub(super) nodes: Vec<&'a gantry_store::Node>,
     gpus: Vec<Vec<&'a Gpu>>,
-    max_gpu_memory: u64,
-    next_id: u64,
+    index: HashMap<&'a str, usize>,
+    pub(super) max_gpu_memory: u64,
+    pub(super) next_id: u64,
+}
+
+/// A running job the pass asks to stop and requeue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    /// The victim.
+    pub job_id: i64,
+    /// The job it makes room for.
+    pub by: Option<i64>,
+    /// Why, in words (`gantry job` shows it).
+    pub reason: String,
 }
 
 /// What a pass decided.
@@ -45,60 +85,180 @@ pub struct Plan {
     pub placements: Vec<Placement>,
     /// Why each pending job that was not placed waits.
     pub waiting: Vec<(i64, String)>,
+    /// Running jobs to stop and requeue.
+    pub preemptions: Vec<Preemption>,
 }
 
-/// Decides placements for pending jobs. Deterministic for a snapshot and seed.
+/// The queue's input built from a snapshot: jobs (pending first, then active), teams, capacity.
+struct QueueView<'a> {
+    jobs: Vec<QueuedJob>,
+    source: Vec<&'a Job>,
+    teams: Vec<queue::Team>,
+    usage: Usage,
+    capacity: Vec<u32>,
+}
+
+/// Decides placements and preemptions. Deterministic for a snapshot and seed.
 pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let mut layout = Layout::build(s);
-    let mut requests: Vec<Request> =
-        s.pending.iter().chain(&s.active).filter_map(|j| to_request(j, layout.max_gpu_memory)).collect();
-    // The queue is a small sample of the workload: mix in as many whole-GPU requests, so an idle
-    // GPU keeps its value and slices pack onto GPUs already in use instead of opening new ones.
-    let whole = Request::new(0, 0, 1, WHOLE_GPU, 0, ModelSet::Any).expect("one whole GPU is a valid request");
-    requests.extend(std::iter::repeat_n(whole, requests.len().max(1)));
-    let mut policy = kind.build(Arc::new(TypicalPods::from_requests(&requests, 0.95)));
+    let mut policy = kind.build(Arc::new(typical_pods(s, layout.max_gpu_memory)));
     let mut rng = SplitMix64::new(seed);
     let order: Vec<NodeId> = (0..layout.nodes.len()).collect();
-    let quotas: HashMap<&str, u64> = s
-        .teams
-        .iter()
-        .filter_map(|t| Some((t.name.as_str(), u64::from(t.gpu_quota?) * u64::from(WHOLE_GPU))))
-        .collect();
-    let mut usage: HashMap<&str, u64> = HashMap::new();
-    for job in &s.active {
-        let milli = to_request(job, layout.max_gpu_memory).map_or(0, |r| r.gpu_milli_total());
-        *usage.entry(job.team.as_str()).or_default() += milli;
-    }
-    let waiting: HashSet<&str> = s.pending.iter().map(|j| j.team.as_str()).collect();
-    let mut queue: Vec<&Job> = s.pending.iter().collect();
-    queue.sort_by_key(|j| (-i64::from(j.priority), j.id));
     let mut out = Plan::default();
-    for job in queue {
-        let Some(req) = to_request(job, layout.max_gpu_memory) else {
-            out.waiting.push((job.id, "the request is not valid for the scheduler".into()));
-            continue;
-        };
-        let used = usage.get(job.team.as_str()).copied().unwrap_or(0);
-        let over = quotas.get(job.team.as_str()).is_some_and(|q| used + req.gpu_milli_total() > *q);
-        if over && waiting.iter().any(|t| *t != job.team) {
-            out.waiting.push((job.id, format!("team {} is at its GPU quota while others wait", job.team)));
+    let view = QueueView::build(s, &layout, &mut out);
+    let (ranked, decisions) =
+        queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
+    let mut started_on: HashMap<usize, i64> = HashMap::new();
+    let mut victims: Vec<(usize, &Job, Option<u64>)> = Vec::new();
+    for k in ranked {
+        let job = view.source[k];
+        match &decisions[k] {
+            Decision::Keep { .. } => {}
+            Decision::Wait { .. } => out.waiting.push((job.id, waiting_reason(&layout, job))),
+            Decision::Preempt { by, .. } => victims.push((k, job, *by)),
+            Decision::Start { nodes, .. } => {
+                let Some(req) = to_request(job, layout.max_gpu_memory) else { continue };
+                let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU).then(|| nodes[0].0);
+                let here = wanted.and_then(|node| {
+                    started_on.entry(node).or_insert(job.id);
+                    let n = layout.cluster.node(node)?;
+                    let gpus = n.lowest_idle_gpus(req.gpus)?;
+                    Some(gantry_core::Placement { node, gpus })
+                });
+                let placed = here
+                    .filter(|p| layout.cluster.node(p.node).is_some_and(|n| n.fits(&req)))
+                    .or_else(|| policy.place(&layout.cluster, &req, &order, &mut rng));
+                layout.next_id += 1;
+                match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
+                    Some(p) => out.placements.push(layout.placement(job, &req, &p, s.at)),
+                    None => out.waiting.push((job.id, layout.why_not(&req))),
+                }
+            }
+        }
+    }
+    for (k, job, by) in victims {
+        let helps = view.jobs[k].held.iter().any(|(node, _)| started_on.contains_key(node));
+        if !helps || job.stop.is_some() || job.state != gantry_store::JobState::Running {
             continue;
         }
-        let placed = policy.place(&layout.cluster, &req, &order, &mut rng);
-        layout.next_id += 1;
-        let Some(p) = placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) else {
-            out.waiting.push((job.id, layout.why_not(&req)));
-            continue;
+        // The core names the first job started this round; the job placed on the victim's node
+        // is the one it makes room for.
+        let by = view.jobs[k]
+            .held
+            .iter()
+            .find_map(|(n, _)| started_on.get(n).copied())
+            .or_else(|| by.and_then(|b| view.source.get(b as usize)).map(|j| j.id));
+        let reason = match by.and_then(|b| view.source.iter().find(|j| j.id == b)) {
+            Some(b) if b.priority > job.priority => {
+                format!("preempted by job {} (priority {} over {})", b.id, b.priority, job.priority)
+            }
+            Some(b) if b.team != job.team => {
+                format!("preempted by job {}: team {} reclaims GPUs team {} borrowed", b.id, b.team, job.team)
+            }
+            Some(b) => format!("preempted by job {}, which outranks it in the queue", b.id),
+            None => "preempted: outranked in the queue".to_owned(),
         };
-        *usage.entry(job.team.as_str()).or_default() += req.gpu_milli_total();
-        out.placements.push(layout.placement(job, &req, &p, s.at));
+        out.preemptions.push(Preemption { job_id: job.id, by, reason });
     }
     out
 }
 
+fn waiting_reason(layout: &Layout<'_>, job: &Job) -> String {
+    match to_request(job, layout.max_gpu_memory) {
+        None => "the request is not valid for the scheduler".into(),
+        Some(req) if layout.cluster.nodes().iter().any(|n| n.fits(&req)) => {
+            "waiting: jobs ahead in the queue hold the room (reservation)".into()
+        }
+        Some(req) => layout.why_not(&req),
+    }
+}
+
+/// The typical-pod set behind the policy's scores: the queue is a small sample of the workload,
+/// so as many whole-GPU requests are mixed in, and an idle GPU keeps its value and slices pack
+/// onto GPUs already in use instead of opening new ones.
+pub(super) fn typical_pods(s: &Snapshot, max_gpu_memory: u64) -> TypicalPods {
+    let mut requests: Vec<Request> =
+        s.pending.iter().chain(&s.active).filter_map(|j| to_request(j, max_gpu_memory)).collect();
+    let whole = Request::new(0, 0, 1, WHOLE_GPU, 0, ModelSet::Any).expect("one whole GPU is a valid request");
+    requests.extend(std::iter::repeat_n(whole, requests.len().max(1)));
+    TypicalPods::from_requests(&requests, 0.95)
+}
+
+impl<'a> QueueView<'a> {
+    fn build(s: &'a Snapshot, layout: &Layout<'a>, out: &mut Plan) -> Self {
+        let mut names: Vec<&str> = s.queue.teams.iter().map(String::as_str).collect();
+        let mut team_index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let mut index_of = |team: &'a str| {
+            *team_index.entry(team).or_insert_with(|| {
+                names.push(team);
+                names.len() - 1
+            })
+        };
+        let largest = layout.cluster.nodes().iter().map(|n| n.gpu_free.len() as u32).max().unwrap_or(0);
+        let mut view = QueueView {
+            jobs: Vec::with_capacity(s.pending.len() + s.active.len()),
+            source: Vec::with_capacity(s.pending.len() + s.active.len()),
+            teams: Vec::new(),
+            usage: s.queue.usage.clone(),
+            capacity: layout.idle_whole_gpus(),
+        };
+        let secs = |ms: i64| ms as f64 / 1000.0;
+        for job in &s.pending {
+            let Some(req) = to_request(job, layout.max_gpu_memory) else {
+                out.waiting.push((job.id, "the request is not valid for the scheduler".into()));
+                continue;
+            };
+            if whole_gpus(&req) > largest {
+                out.waiting.push((job.id, layout.why_not(&req)));
+                continue;
+            }
+            view.push(job, index_of(&job.team), &req, Vec::new(), secs(s.at - job.submitted_at));
+        }
+        for job in &s.active {
+            let (Some(req), Some(node)) = (
+                to_request(job, layout.max_gpu_memory),
+                job.node_id.as_deref().and_then(|n| layout.index.get(n).copied()),
+            ) else {
+                continue;
+            };
+            let gpus = whole_gpus(&req);
+            view.capacity[node] += gpus;
+            let waited = secs(job.started_at.unwrap_or(s.at) - job.submitted_at);
+            view.push(job, index_of(&job.team), &req, vec![(node, gpus)], waited);
+        }
+        let quotas: HashMap<&str, u32> =
+            s.teams.iter().filter_map(|t| Some((t.name.as_str(), t.gpu_quota?))).collect();
+        view.teams = names
+            .iter()
+            .map(|n| queue::Team { guaranteed_gpus: quotas.get(n).copied().unwrap_or(0), weight: 1.0 })
+            .collect();
+        view
+    }
+
+    fn push(&mut self, job: &'a Job, team: usize, req: &Request, held: Vec<(usize, u32)>, waited_s: f64) {
+        self.jobs.push(QueuedJob {
+            id: self.jobs.len() as u64,
+            team,
+            priority: job.priority,
+            submitted_s: job.submitted_at as f64 / 1000.0,
+            gpus: whole_gpus(req),
+            attained_gpu_s: 0.0,
+            waited_s: waited_s.max(0.0),
+            held,
+            preemptible: true,
+        });
+        self.source.push(job);
+    }
+}
+
+/// Whole GPUs a request takes from the queue's budget (a slice or CPU-only job: none).
+fn whole_gpus(req: &Request) -> u32 {
+    if req.gpu_milli == WHOLE_GPU { req.gpus } else { 0 }
+}
+
 /// The core request for a job: whole GPUs, a slice sized by memory (and compute when given), or
 /// CPU only.
-fn to_request(job: &Job, max_gpu_memory: u64) -> Option<Request> {
+pub(super) fn to_request(job: &Job, max_gpu_memory: u64) -> Option<Request> {
     let r = &job.request;
     let result = if r.gpus > 0 {
         Request::new(r.cpu_milli, r.memory_mib, r.gpus, WHOLE_GPU, 0, ModelSet::Any)
@@ -114,16 +274,21 @@ fn to_request(job: &Job, max_gpu_memory: u64) -> Option<Request> {
 }
 
 impl<'a> Layout<'a> {
-    fn build(s: &'a Snapshot) -> Self {
+    pub(super) fn build(s: &'a Snapshot) -> Self {
         let mut layout = Layout {
             cluster: Cluster::default(),
             nodes: Vec::new(),
             gpus: Vec::new(),
+            index: HashMap::new(),
             max_gpu_memory: s.gpus.iter().map(|g| g.info.memory_mib).max().unwrap_or(0),
             next_id: 0,
         };
+        let mut by_node: HashMap<&str, Vec<&Gpu>> = HashMap::new();
+        for g in &s.gpus {
+            by_node.entry(g.node_id.as_str()).or_default().push(g);
+        }
         for node in &s.nodes {
-            let mut gpus: Vec<&Gpu> = s.gpus.iter().filter(|g| g.node_id == node.id).collect();
+            let mut gpus: Vec<&Gpu> = by_node.remove(node.id.as_str()).unwrap_or_default();
             gpus.sort_by_key(|g| g.info.index);
             let spec = NodeSpec {
                 name: node.id.clone(),
@@ -139,6 +304,7 @@ impl<'a> Layout<'a> {
             if node.state != NodeState::Ready {
                 let _ = layout.cluster.set_schedulable(id, false);
             }
+            layout.index.insert(node.id.as_str(), layout.nodes.len());
             layout.nodes.push(node);
             layout.gpus.push(gpus);
         }
@@ -157,7 +323,7 @@ impl<'a> Layout<'a> {
             let Some(allocs) = by_job.get(&job.id) else {
                 continue;
             };
-            let Some(node) = self.nodes.iter().position(|n| Some(&n.id) == job.node_id.as_ref()) else {
+            let Some(node) = job.node_id.as_deref().and_then(|n| self.index.get(n).copied()) else {
                 continue;
             };
             let indices: Vec<u32> = allocs
@@ -206,8 +372,19 @@ impl<'a> Layout<'a> {
         }
     }
 
+    /// Per node, GPUs wholly idle on a schedulable node (what the queue may hand out).
+    fn idle_whole_gpus(&self) -> Vec<u32> {
+        self.cluster
+            .nodes()
+            .iter()
+            .map(|n| {
+                if n.schedulable { n.gpu_free.iter().filter(|f| **f == WHOLE_GPU).count() as u32 } else { 0 }
+            })
+            .collect()
+    }
+
     /// Why no node takes the request right now.
-    fn why_not(&self, req: &Request) -> String {
+    pub(super) fn why_not(&self, req: &Request) -> String {
         let nodes = self.cluster.nodes();
         if nodes.is_empty() {
             return "waiting for a node to join".into();
@@ -227,7 +404,13 @@ impl<'a> Layout<'a> {
         }
     }
 
-    fn placement(&self, job: &Job, req: &Request, p: &gantry_core::Placement, at: i64) -> Placement {
+    pub(super) fn placement(
+        &self,
+        job: &Job,
+        req: &Request,
+        p: &gantry_core::Placement,
+        at: i64,
+    ) -> Placement {
         let node = self.nodes[p.node];
         let grants = p
             .gpus

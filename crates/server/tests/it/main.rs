@@ -3,6 +3,7 @@
 mod api;
 mod fuzz;
 mod limits;
+mod queue;
 mod scheduling;
 mod security;
 mod tls;

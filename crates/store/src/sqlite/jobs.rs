@@ -164,6 +164,17 @@ pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
     require(c, id)
 }
 
+pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
+    let job = require(c, id)?;
+    if job.state != JobState::Running || job.stop.is_some() {
+        let stop = job.stop.as_deref().map(|s| format!(", stopping ({s})")).unwrap_or_default();
+        return Err(StoreError::Conflict(format!("job {id} is {}{stop}, not preemptible now", job.state)));
+    }
+    c.prepare_cached("UPDATE jobs SET stop = 'preempt', reason = ?2 WHERE id = ?1")?
+        .execute(params![id, reason])?;
+    super::tokens::event(c, at, "job.preempted", &format!("job/{id}"), reason, Some(&job.team))
+}
+
 pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
     let job = require(c, p.job_id)?;
     if job.state != JobState::Pending {
@@ -248,6 +259,8 @@ pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at
     c.prepare_cached("UPDATE jobs SET exit_code = ?2 WHERE id = ?1")?.execute(params![id, exit.exit_code])?;
     match job.stop.as_deref() {
         Some("cancel") => transition(c, &job, JobState::Cancelled, Some("cancelled"), at),
+        // Preemption is not the job's failure: back to the queue, retry budget untouched.
+        Some("preempt") => transition(c, &job, JobState::Pending, job.reason.as_deref(), at),
         Some(_) => requeue_or_fail(c, &job, job.reason.as_deref().unwrap_or("requeued"), at),
         None if exit.exit_code == Some(0) => transition(c, &job, JobState::Succeeded, None, at),
         None => {

@@ -77,3 +77,32 @@ fn an_unhealthy_gpu_asks_its_jobs_to_stop_and_requeues_them_when_they_end() {
     let (other, _) = store.submit(&new_job("b", 1, 0)).expect("submit");
     assert!(store.place(&whole(other, epoch, &["GPU-0"])).is_err(), "unhealthy GPU takes no work");
 }
+
+#[test]
+fn a_preempted_job_is_stopped_and_requeued_without_spending_its_retry_budget() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let mut job = new_job("a", 1, 0);
+    job.max_retries = 0;
+    let (id, _) = store.submit(&job).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    assert!(store.preempt(id, "preempted by job 9", 50).is_err(), "a scheduled job is not running yet");
+    let mut hb = Heartbeat {
+        logs: vec![],
+        node_id: "n1".into(),
+        epoch,
+        gpus: vec![],
+        jobs: vec![JobReport { job_id: id, attempt: 1, exit: None }],
+        at: 60,
+    };
+    store.heartbeat(&hb).expect("heartbeat");
+    store.preempt(id, "preempted by job 9 (priority 100 over 0)", 70).expect("preempt");
+    assert!(store.preempt(id, "again", 71).is_err(), "already stopping");
+    assert!(store.heartbeat(&hb).expect("heartbeat").is_empty(), "the job is no longer assigned");
+    hb.jobs[0].exit = Some(JobExit { exit_code: Some(143), reason: None });
+    store.heartbeat(&hb).expect("heartbeat");
+    let job = store.job(id).expect("get").expect("exists");
+    assert_eq!(job.state, JobState::Pending, "requeued although its retry budget is zero");
+    assert_eq!(job.reason.as_deref(), Some("preempted by job 9 (priority 100 over 0)"));
+    assert!(store.allocations(true).expect("held").is_empty());
+}
