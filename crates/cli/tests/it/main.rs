@@ -10,6 +10,7 @@ mod exporter;
 mod fake_nvml;
 mod gpus;
 mod harness;
+mod preemption;
 mod sandbox;
 mod sharing;
 mod sim;
