@@ -42,6 +42,10 @@ pub struct SubmitRequest {
     /// `CUDA_VISIBLE_DEVICES`, which Gantry sets). Nothing of the agent's environment reaches it.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Queue the job even when no registered node could ever hold what it asks for (a larger
+    /// node may join later). Without it such a submission is refused with the reason (422).
+    #[serde(default)]
+    pub wait_for_capacity: bool,
 }
 
 /// The job id of a submission.

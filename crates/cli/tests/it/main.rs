@@ -13,6 +13,7 @@ mod sharing;
 mod sim;
 mod transport;
 mod walkthrough;
+mod workflow;
 
 use std::process::{Command, Output};
 

@@ -28,7 +28,12 @@ pub async fn submit(
     Extension(who): Extension<Principal>,
     Body(req): Body<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    let wait_for_capacity = req.wait_for_capacity;
     let job = new_job(req, &who)?;
+    if !wait_for_capacity {
+        let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
+        super::capacity::check(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+    }
     match app.dispatch(Command::Submit { job, by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
         other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
@@ -85,9 +90,10 @@ pub async fn list(
     who.require_user()?;
     let state = match q.state.as_deref() {
         None => None,
-        Some(s) => Some(
-            JobState::parse(s).ok_or_else(|| ApiError::BadRequest(format!("state: unknown state `{s}`")))?,
-        ),
+        Some(s) => Some(JobState::parse(s).ok_or_else(|| {
+            let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::BadRequest(format!("state: unknown state `{s}` (known: {})", known.join(", ")))
+        })?),
     };
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let filter =
