@@ -58,6 +58,11 @@ pub struct SubmitArgs {
     /// shell's environment reaches the job.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE", value_parser = parse_env)]
     env: Vec<(String, String)>,
+    /// Longest a run may take: `90s`, `30m`, `2h`, `1d`, Slurm's `HH:MM:SS`, `MM:SS` or
+    /// `D-HH:MM:SS`, or a number of minutes. Then SIGTERM, the grace period, SIGKILL, and state
+    /// `timeout` (`--wait` and `run` exit 124). Example: `--time 2h`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_time)]
+    time: Option<u64>,
     /// Queue the job even if no registered node could ever hold what it asks for (one may join
     /// later); without it such a request is refused at once with the reason.
     #[arg(long)]
@@ -243,6 +248,7 @@ fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
         request_id: Some(request_id()?),
         env: args.env.into_iter().collect(),
         wait_for_capacity: args.wait_for_capacity,
+        time_limit_s: args.time,
     };
     let api = Api::connect(&args.server)?;
     let resp: SubmitResponse = block_on(async {
@@ -265,6 +271,43 @@ fn request_id() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A duration in seconds: `90s`, `30m`, `2h`, `1d`, `HH:MM:SS`, `MM:SS`, `D-HH:MM:SS`, or
+/// minutes.
+pub fn parse_time(text: &str) -> Result<u64, String> {
+    let bad = || format!("`{text}` is not a duration: use 90s, 30m, 2h, 1d, HH:MM:SS or D-HH:MM:SS");
+    let number = |t: &str| t.parse::<u64>().map_err(|_| bad());
+    let t = text.trim();
+    let seconds = if let Some((days, rest)) = t.split_once('-') {
+        number(days)? * 86_400 + clock(rest, true).ok_or_else(bad)?
+    } else if t.contains(':') {
+        clock(t, false).ok_or_else(bad)?
+    } else if let Some(unit) = t.chars().last().filter(char::is_ascii_alphabetic) {
+        let n = number(&t[..t.len() - 1])?;
+        n * match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        }
+    } else {
+        number(t)? * 60
+    };
+    if seconds == 0 { Err(format!("`{text}` is no time at all")) } else { Ok(seconds) }
+}
+
+/// `HH:MM:SS` or `MM:SS` (after days: `HH`, `HH:MM` or `HH:MM:SS`) in seconds.
+fn clock(text: &str, after_days: bool) -> Option<u64> {
+    let parts: Vec<u64> = text.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    match (parts.as_slice(), after_days) {
+        ([h], true) => Some(h * 3600),
+        ([h, m], true) => Some(h * 3600 + m * 60),
+        ([m, s], false) => Some(m * 60 + s),
+        ([h, m, s], _) => Some(h * 3600 + m * 60 + s),
+        _ => None,
+    }
+}
+
 fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
@@ -280,6 +323,15 @@ mod tests {
     fn directives_stop_at_the_first_command_and_keep_quoted_words() {
         let text = "#!/bin/bash\n#GANTRY --gpus 2 --name 'my run'\n# a comment\n\n#GANTRY -e A=\"x y\"\necho hi\n#GANTRY --gpus 8\n";
         assert_eq!(directives(text).expect("parses"), ["--gpus", "2", "--name", "my run", "-e", "A=x y"]);
+    }
+
+    #[test]
+    fn time_limits_read_as_slurm_and_with_units() {
+        let cases = [("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86_400), ("01:30:00", 5400)];
+        for (text, secs) in cases.into_iter().chain([("05:00", 300), ("1-02:00:00", 93_600), ("10", 600)]) {
+            assert_eq!(parse_time(text), Ok(secs), "{text}");
+        }
+        assert!(parse_time("soon").is_err() && parse_time("0s").is_err() && parse_time("1:2:3:4").is_err());
     }
 
     #[test]

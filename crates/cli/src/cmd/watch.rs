@@ -2,7 +2,8 @@
 //! the command exits with the job's exit status, so scripts can chain on it.
 //!
 //! The status of a job that did not exit by itself: `1` for one that failed without a status
-//! (killed by a signal, could not start, ran out of retries), `130` for one that was cancelled.
+//! (killed by a signal, could not start, ran out of retries), `130` for one that was cancelled,
+//! `124` for one its time limit stopped (as `timeout(1)`).
 
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ pub fn result_of(job: &Job) -> anyhow::Result<()> {
     let code = match (job.state, job.exit_code) {
         (JobState::Succeeded, _) => return Ok(()),
         (JobState::Cancelled, _) => 130,
+        (JobState::Timeout, _) => 124,
         (_, Some(code)) if (1..=255).contains(&code) => code as u8,
         _ => 1,
     };

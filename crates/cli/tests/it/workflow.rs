@@ -214,3 +214,20 @@ fn a_config_from_before_contexts_is_read_as_the_default_context() {
     let out = command(cluster.home.path()).args(["jobs", "--token", "nonsense"]).output().expect("run");
     assert!(!out.status.success(), "--token overrides the context's token");
 }
+
+#[test]
+fn a_job_past_its_time_limit_is_stopped_and_ends_in_timeout() {
+    let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB", "--grace", "1"]);
+    let script = cluster.home.path().join("long.sh");
+    std::fs::write(&script, "#!/bin/sh\n#GANTRY --time 00:00:02 --name long\nsleep 60\n").expect("write");
+    let started = std::time::Instant::now();
+    let out = cluster.try_gantry(&["submit", "--wait", &script.display().to_string()]);
+    assert_eq!(code(&out), Some(124), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(30), "stopped long before the job would have ended");
+    let job = job_named(&cluster, "long");
+    assert_eq!(job["state"], "timeout", "{job}");
+    assert!(job["reason"].as_str().unwrap_or_default().contains("time limit of 2s"), "{job}");
+    assert_eq!(job["time_limit_s"], 2);
+    let out = cluster.try_gantry(&["submit", "--time", "soon", "--", "true"]);
+    assert!(text(&out.stderr).contains("is not a duration"), "{out:?}");
+}

@@ -44,6 +44,11 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
     validate::env(&req.env)?;
     validate::resources(&req)?;
+    if let Some(limit) = req.time_limit_s
+        && !(1..=validate::MAX_TIME_LIMIT_S).contains(&limit)
+    {
+        return Err(ApiError::Unprocessable("time_limit_s: must be between 1 second and 31 days".into()));
+    }
     let team = match (req.team, who.token.teams.as_slice()) {
         (Some(team), _) => team,
         (None, [only]) => only.clone(),
@@ -76,6 +81,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         },
         max_retries: req.max_retries.unwrap_or(3).min(100),
         submitted_at: now_ms(),
+        time_limit_s: req.time_limit_s,
     })
 }
 
