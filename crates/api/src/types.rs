@@ -42,6 +42,13 @@ pub struct SubmitRequest {
     /// `CUDA_VISIBLE_DEVICES`, which Gantry sets). Nothing of the agent's environment reaches it.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Queue the job even when no registered node could ever hold what it asks for (a larger
+    /// node may join later). Without it such a submission is refused with the reason (422).
+    #[serde(default)]
+    pub wait_for_capacity: bool,
+    /// Longest a run may take, seconds (1 to 31 days); then SIGTERM, the grace period, SIGKILL,
+    /// and the job ends in state `timeout`. None: no limit.
+    pub time_limit_s: Option<u64>,
 }
 
 /// The job id of a submission.
@@ -334,6 +341,9 @@ pub struct Assignment {
     /// Most output kept per stream, bytes (0: the agent's default).
     #[serde(default)]
     pub log_limit_bytes: u64,
+    /// Longest the run may take, seconds (none: no limit).
+    #[serde(default)]
+    pub time_limit_s: Option<u64>,
 }
 
 impl From<Job> for Assignment {
@@ -350,6 +360,7 @@ impl From<Job> for Assignment {
             cpu_milli: job.request.cpu_milli,
             env: job.env,
             log_limit_bytes: 0,
+            time_limit_s: job.time_limit_s,
         }
     }
 }

@@ -29,8 +29,10 @@ enum Command {
     Server(cmd::server::ServeArgs),
     /// Run the node agent against a server.
     Agent(cmd::agent::AgentArgs),
-    /// Queue a job; prints its id.
+    /// Queue a job (a command after `--`, or a batch script); prints its id.
     Submit(cmd::submit::SubmitArgs),
+    /// Run a job attached (as srun): submit, stream its output, exit with its exit status.
+    Run(cmd::submit::RunArgs),
     /// List jobs.
     Jobs(cmd::jobs::JobsArgs),
     /// Show one job and its history.
@@ -41,6 +43,9 @@ enum Command {
     Cancel(cmd::cancel::CancelArgs),
     /// List nodes.
     Nodes(cmd::nodes::NodesArgs),
+    /// The clusters this client knows (contexts) and which one is current.
+    #[command(subcommand)]
+    Config(cmd::config::ConfigCommand),
     /// Manage API tokens.
     #[command(subcommand)]
     Token(cmd::token::TokenCommand),
@@ -52,7 +57,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_with_hint(e));
     let result = match cli.command {
         Command::Sim(c) => cmd::sim::run(c),
         Command::Exporter(args) => cmd::exporter::run(args),
@@ -61,6 +66,8 @@ fn main() -> ExitCode {
         Command::Server(a) => cmd::server::run(a),
         Command::Agent(a) => cmd::agent::run(a),
         Command::Submit(a) => cmd::submit::run(a),
+        Command::Run(a) => cmd::submit::run_attached(a),
+        Command::Config(c) => cmd::config::run(c),
         Command::Jobs(a) => cmd::jobs::list(a),
         Command::Job(a) => cmd::jobs::show(a),
         Command::Logs(a) => cmd::logs::run(a),
@@ -72,9 +79,32 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The job's own status, already said on stderr.
+        Err(e) if e.is::<cmd::watch::JobExitCode>() => {
+            ExitCode::from(e.downcast_ref::<cmd::watch::JobExitCode>().map_or(1, |c| c.0))
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints clap's error and exits; for `submit` and `run` without `--`, adds how to pass a
+/// command (the usual mistake: `gantry submit --gpus 1 python train.py`).
+fn exit_with_hint(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let args: Vec<String> = std::env::args().collect();
+    let submitting = matches!(args.get(1).map(String::as_str), Some("submit" | "run"));
+    let mistake = matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::ArgumentConflict);
+    if submitting && mistake && !args.iter().any(|a| a == "--") {
+        let _ = e.print();
+        eprintln!(
+            "\nhint: put the job's command after `--`, so its own flags are not read as gantry's:\n  \
+             gantry {} --gpus 1 -- python train.py --lr 3e-4",
+            args[1]
+        );
+        std::process::exit(2);
+    }
+    e.exit()
 }

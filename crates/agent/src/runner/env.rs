@@ -88,6 +88,7 @@ mod tests {
             cpu_milli: 0,
             env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             log_limit_bytes: 0,
+            time_limit_s: None,
         }
     }
 

@@ -32,6 +32,10 @@ struct Local {
     stopping_since: Option<Instant>,
     stop_reason: Option<String>,
     exit: Option<JobExit>,
+    /// When the time limit runs out, with the limit in seconds.
+    deadline: Option<(Instant, u64)>,
+    /// Stopped because the time limit ran out.
+    timed_out: bool,
 }
 
 /// The jobs of this node.
@@ -118,6 +122,8 @@ impl Jobs {
             stopping_since: None,
             stop_reason: None,
             exit: None,
+            deadline: a.time_limit_s.map(|s| (Instant::now() + Duration::from_secs(s), s)),
+            timed_out: false,
         };
         match attempt::start(&a, &self.ctx, &self.exits, &mut self.tasks) {
             Ok(started) => {
@@ -129,7 +135,11 @@ impl Jobs {
             }
             Err(e) => {
                 tracing::warn!(job = job_id, error = %e, "job could not start");
-                local.exit = Some(JobExit { exit_code: None, reason: Some(format!("could not start: {e}")) });
+                local.exit = Some(JobExit {
+                    exit_code: None,
+                    reason: Some(format!("could not start: {e}")),
+                    timed_out: false,
+                });
             }
         }
         self.local.insert(job_id, local);
@@ -157,6 +167,24 @@ impl Jobs {
             {
                 l.signal(libc::SIGKILL);
             }
+        }
+    }
+
+    /// Stops jobs whose time limit ran out (SIGTERM now, SIGKILL after the grace period); they
+    /// end in state `timeout`.
+    pub fn enforce_time_limits(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<(JobId, u64)> = self
+            .local
+            .iter()
+            .filter(|(_, l)| l.exit.is_none() && l.stopping_since.is_none())
+            .filter_map(|(id, l)| l.deadline.filter(|(at, _)| now >= *at).map(|(_, s)| (*id, s)))
+            .collect();
+        for (id, limit) in expired {
+            if let Some(l) = self.local.get_mut(&id) {
+                l.timed_out = true;
+            }
+            self.stop(id, Some(format!("time limit of {limit}s reached")));
         }
     }
 
@@ -212,8 +240,13 @@ impl Jobs {
                     .clone()
                     .or(out_of_memory)
                     .or_else(|| s.signal().map(|sig| format!("killed by signal {sig}"))),
+                timed_out: l.timed_out,
             },
-            Err(e) => JobExit { exit_code: None, reason: Some(format!("lost track of the process: {e}")) },
+            Err(e) => JobExit {
+                exit_code: None,
+                reason: Some(format!("lost track of the process: {e}")),
+                timed_out: false,
+            },
         };
         tracing::info!(job = id, attempt, ?exit, "job ended");
         l.exit = Some(exit);

@@ -132,6 +132,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                 }
                 Some(exit) = exits.recv() => jobs.exited(exit, &gpus),
                 _ = tick.tick() => {
+                    jobs.enforce_time_limits();
                     jobs.enforce_grace();
                     let (reports, processes) = gpus.collect();
                     jobs.enforce_grants(&processes);

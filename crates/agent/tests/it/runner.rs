@@ -136,6 +136,7 @@ pub fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
         request: JobRequest { gpus, ..JobRequest::default() },
         max_retries: 3,
         submitted_at: gantry_server::now_ms(),
+        time_limit_s: None,
     };
     store.submit(&job).expect("submit").0
 }
@@ -230,6 +231,7 @@ async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_re
         request: JobRequest { gpu_memory_mib: 10_000, ..JobRequest::default() },
         max_retries: 0,
         submitted_at: gantry_server::now_ms(),
+        time_limit_s: None,
     };
     let id = h.store.submit(&job_spec).expect("submit").0;
     let running =

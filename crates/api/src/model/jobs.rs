@@ -63,6 +63,9 @@ pub struct Job {
     pub started_at: Option<i64>,
     /// ms since the epoch.
     pub finished_at: Option<i64>,
+    /// Longest a run may take, seconds; the agent stops it then (state `timeout`).
+    #[serde(default)]
+    pub time_limit_s: Option<u64>,
 }
 
 /// One state change of a job.
@@ -87,4 +90,7 @@ pub struct JobExit {
     pub exit_code: Option<i32>,
     /// Why, when not a plain exit (e.g. `killed by signal 9`, `spawn failed: …`).
     pub reason: Option<String>,
+    /// The agent stopped it because its time limit ran out.
+    #[serde(default)]
+    pub timed_out: bool,
 }

@@ -58,6 +58,8 @@ string_enum!(
         Failed => "failed",
         /// Cancelled by a user.
         Cancelled => "cancelled",
+        /// Stopped by the agent when its time limit ran out.
+        Timeout => "timeout",
     }
 );
 
@@ -68,7 +70,7 @@ impl JobState {
     }
     /// Will never change again.
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
+        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Timeout)
     }
 }
 

@@ -15,7 +15,7 @@ use clap::Args;
 use gantry_core::{RandomSource, SplitMix64};
 use serde_json::{Value, json};
 
-use super::client::ClientConfig;
+use super::client::ClientContext;
 
 /// Arguments of `gantry bench load`.
 #[derive(Debug, Args)]
@@ -115,7 +115,7 @@ struct Server {
     child: Child,
     pid: u32,
     url: String,
-    config: ClientConfig,
+    config: ClientContext,
 }
 
 impl Server {
@@ -144,7 +144,7 @@ impl Server {
             bail!("gantry server exited before it was up");
         };
         let text = std::fs::read_to_string(&config_path)?;
-        let config: ClientConfig = toml::from_str(&text)?;
+        let config = super::client::parse_config(&text)?.current().cloned().unwrap_or_default();
         Ok(Self { child, pid, url, config })
     }
 

@@ -21,7 +21,7 @@ pub fn run(args: CancelArgs) -> anyhow::Result<()> {
     if job.state.is_terminal() {
         println!("job {} {}", job.id, job.state);
     } else {
-        println!("job {} is stopping", job.id);
+        println!("job {} cancelling (`gantry jobs` shows it so until its process is gone)", job.id);
     }
     Ok(())
 }

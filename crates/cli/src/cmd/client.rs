@@ -1,41 +1,59 @@
-//! How client commands reach the server: `--server`/`GANTRY_SERVER` and `GANTRY_TOKEN`, else the
-//! client config `gantry up` wrote (`$GANTRY_CONFIG`, else `$XDG_CONFIG_HOME/gantry/config.toml`,
-//! else `~/.config/gantry/config.toml`). An `https://` server is trusted through the cluster CA
-//! (`--ca`/`GANTRY_CA`, else the config's `ca`), never through the system's roots when one is set.
+//! How client commands reach the server. The client config (`$GANTRY_CONFIG`, else
+//! `$XDG_CONFIG_HOME/gantry/config.toml`, else `~/.config/gantry/config.toml`, mode 0600) holds
+//! one context per cluster (server URL, token, CA), as kubectl's kubeconfig does; `gantry up` and
+//! `gantry server` add or update their own and make it current. A command uses `--context`
+//! (`GANTRY_CONTEXT`), else the current one; `--server`/`GANTRY_SERVER` and
+//! `--token`/`GANTRY_TOKEN` override its fields. An `https://` server is trusted through the
+//! cluster CA (`--ca`/`GANTRY_CA`, else the context's `ca`), never through the system's roots when
+//! one is set. A config from before contexts (top-level `server`, `token`, `ca`) is read as a
+//! context named `default`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// Where the server is.
+/// Which cluster, and as whom.
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
-    /// Server URL (default: the client config `gantry up` wrote).
+    /// Server URL (default: the current context's), e.g. `--server https://head:7070`.
     #[arg(long, env = "GANTRY_SERVER")]
     pub server: Option<String>,
-    /// The cluster CA to trust for an https:// server (default: the client config's `ca`).
+    /// API token (default: the current context's). Prefer the environment variable: a flag
+    /// shows in `ps`. Example: `GANTRY_TOKEN=$(cat token) gantry jobs`.
+    #[arg(long, env = "GANTRY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The client context to use instead of the current one (`gantry config get-contexts`).
+    #[arg(long, env = "GANTRY_CONTEXT", value_name = "NAME")]
+    pub context: Option<String>,
+    /// The cluster CA to trust for an https:// server (default: the context's `ca`).
     #[arg(long, env = "GANTRY_CA", value_name = "FILE")]
     pub ca: Option<PathBuf>,
 }
 
-/// The client config file.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// One cluster as the client reaches it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClientConfig {
+pub struct ClientContext {
     /// Server URL.
     pub server: Option<String>,
     /// Bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     /// The cluster CA for an `https://` server: a file path, or the PEM itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<String>,
+    /// The data directory of the `gantry up`/`gantry server` that wrote this context (how a
+    /// restart finds its own context again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
 }
 
-impl ClientConfig {
+impl ClientContext {
     /// The CA as PEM: the field itself when it holds PEM, else the file it names.
     pub fn ca_pem(&self) -> anyhow::Result<Option<String>> {
         match self.ca.as_deref() {
@@ -43,6 +61,64 @@ impl ClientConfig {
             Some(pem) if pem.trim_start().starts_with("-----BEGIN") => Ok(Some(pem.to_owned())),
             Some(path) => read_ca(std::path::Path::new(path)).map(Some),
         }
+    }
+}
+
+/// The client config file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ClientConfig {
+    /// The context commands use without `--context`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_context: Option<String>,
+    /// Clusters by name.
+    #[serde(default)]
+    pub contexts: BTreeMap<String, ClientContext>,
+    /// Before contexts: the one server (read, then moved into the context `default`).
+    #[serde(default, skip_serializing)]
+    server: Option<String>,
+    /// Before contexts: the one token.
+    #[serde(default, skip_serializing)]
+    token: Option<String>,
+    /// Before contexts: the one CA.
+    #[serde(default, skip_serializing)]
+    ca: Option<String>,
+}
+
+/// The context a config from before contexts is read into.
+pub const LEGACY_CONTEXT: &str = "default";
+
+impl ClientConfig {
+    /// Moves top-level `server`/`token`/`ca` (the format before contexts) into `default`.
+    fn migrate(mut self) -> Self {
+        if self.server.is_some() || self.token.is_some() || self.ca.is_some() {
+            let legacy = ClientContext {
+                server: self.server.take(),
+                token: self.token.take(),
+                ca: self.ca.take(),
+                data_dir: None,
+            };
+            self.contexts.entry(LEGACY_CONTEXT.into()).or_insert(legacy);
+            self.current_context.get_or_insert_with(|| LEGACY_CONTEXT.into());
+        }
+        self
+    }
+
+    /// The named context, else the current one; an empty context when the config has none.
+    pub fn context(&self, name: Option<&str>) -> anyhow::Result<ClientContext> {
+        let Some(name) = name.or(self.current_context.as_deref()) else {
+            return Ok(ClientContext::default());
+        };
+        self.contexts.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.contexts.keys().map(String::as_str).collect();
+            let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+            anyhow!("no context named `{name}` in {} (known: {known})", path_text())
+        })
+    }
+
+    /// The current context, if any.
+    pub fn current(&self) -> Option<&ClientContext> {
+        self.current_context.as_deref().and_then(|n| self.contexts.get(n))
     }
 }
 
@@ -68,16 +144,21 @@ pub fn home() -> anyhow::Result<PathBuf> {
     std::env::var_os("HOME").map(PathBuf::from).ok_or_else(|| anyhow!("HOME is not set"))
 }
 
-/// Reads the config; a missing file is an empty config.
+/// Reads the config (a missing file is an empty config), moving a pre-context one into contexts.
 pub fn load_config() -> anyhow::Result<ClientConfig> {
     let path = config_path()?;
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            toml::from_str(&text).with_context(|| format!("client config {} is invalid", path.display()))
+            parse_config(&text).with_context(|| format!("client config {} is invalid", path.display()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ClientConfig::default()),
         Err(e) => Err(e).with_context(|| format!("cannot read client config {}", path.display())),
     }
+}
+
+/// Parses the config text, moving a pre-context one into contexts.
+pub fn parse_config(text: &str) -> anyhow::Result<ClientConfig> {
+    Ok(toml::from_str::<ClientConfig>(text)?.migrate())
 }
 
 /// Writes the config, readable only by the user.
@@ -103,7 +184,8 @@ pub fn save_config(config: &ClientConfig) -> anyhow::Result<PathBuf> {
 
 /// Whether a server was named by flag, environment or the client config.
 pub fn server_configured(args: &ServerArgs) -> bool {
-    args.server.is_some() || load_config().is_ok_and(|c| c.server.is_some())
+    args.server.is_some()
+        || load_config().is_ok_and(|c| c.context(args.context.as_deref()).is_ok_and(|c| c.server.is_some()))
 }
 
 /// An authenticated connection to the server.
@@ -117,20 +199,24 @@ pub struct Api {
 }
 
 impl Api {
-    /// Resolves server and token from flags, environment and the client config.
+    /// Resolves server and token from flags, environment and the client context.
     pub fn connect(args: &ServerArgs) -> anyhow::Result<Self> {
         let config = load_config()?;
-        // The config's CA belongs to the config's server; a server named otherwise brings its own.
-        let config_server = args.server.is_none() || args.server == config.server;
+        let context = config.context(args.context.as_deref())?;
+        // The context's CA belongs to the context's server; a server named otherwise brings its own.
+        let context_server = args.server.is_none() || args.server == context.server;
         let ca = match &args.ca {
             Some(path) => Some(read_ca(path)?),
-            None if config_server => config.ca_pem()?,
+            None if context_server => context.ca_pem()?,
             None => None,
         };
-        let base = args.server.clone().or(config.server).unwrap_or_else(|| "http://127.0.0.1:7070".into());
-        let token = std::env::var("GANTRY_TOKEN").ok().filter(|t| !t.is_empty()).or(config.token);
+        let base = args.server.clone().or(context.server).unwrap_or_else(|| "http://127.0.0.1:7070".into());
+        let token = args.token.clone().filter(|t| !t.is_empty()).or(context.token);
         let token = token.ok_or_else(|| {
-            anyhow!("no token: set GANTRY_TOKEN or run `gantry up` once to write {}", path_text())
+            anyhow!(
+                "no token: pass --token or set GANTRY_TOKEN, or run `gantry up` once to write {}",
+                path_text()
+            )
         })?;
         Self::with_ca(&base, &token, ca.as_deref())
     }
@@ -221,7 +307,7 @@ impl Api {
     }
 }
 
-fn path_text() -> String {
+pub fn path_text() -> String {
     config_path().map_or_else(|_| "the client config".into(), |p| p.display().to_string())
 }
 

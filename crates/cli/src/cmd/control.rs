@@ -50,6 +50,10 @@ pub struct ControlArgs {
     /// rotated away. Agents get it with each job.
     #[arg(long, default_value = "64MiB")]
     pub log_limit: String,
+    /// The client context this cluster is saved as (default: the one this data directory wrote
+    /// before, else `local`, `local-2`, …). Other contexts in the client config are left alone.
+    #[arg(long = "context", value_name = "NAME")]
+    pub context: Option<String>,
 }
 
 /// The data directory, locked, with logging and the store open: what is done before the runtime
@@ -145,7 +149,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
             pki.ca_sha256()
         );
     }
-    announce_tokens(&*prepared.store, &url, pki.as_deref())?;
+    announce_tokens(&*prepared.store, &url, pki.as_deref(), &prepared.data, args.context.as_deref())?;
     Ok(Control { server, url, pki, prepared })
 }
 
@@ -161,33 +165,75 @@ fn local_url(addr: SocketAddr, tls: bool) -> String {
     format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
 }
 
-/// Points the client config at this server (URL and CA) and, unless it already holds a usable
-/// admin token of this store (a fresh store, or the saved token expired, was revoked or belongs to
-/// another cluster), creates one and saves it there. Whoever may run the control plane on this
-/// data directory owns its database anyway. The secret goes to the config file (0600) only,
-/// never to the terminal.
-fn announce_tokens(store: &dyn Store, url: &str, pki: Option<&Pki>) -> anyhow::Result<()> {
-    let mut saved = client::load_config().unwrap_or_default();
-    saved.server = Some(url.to_owned());
-    saved.ca = pki.map(|p| p.ca_path().display().to_string());
+/// Saves this cluster as a context of the client config and makes it current, leaving every
+/// other context alone: the context this data directory wrote before (or `--context`), else a
+/// pre-context config's `default` when its token belongs to this store, else a new one. Unless
+/// the context already holds a usable admin token of this store (a fresh store, or the saved
+/// token expired, was revoked or belongs to another cluster), creates one and saves it there.
+/// Whoever may run the control plane on this data directory owns its database anyway. The secret
+/// goes to the config file (0600) only, never to the terminal.
+fn announce_tokens(
+    store: &dyn Store,
+    url: &str,
+    pki: Option<&Pki>,
+    data: &Path,
+    name: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut config = client::load_config().unwrap_or_default();
     let now = gantry_server::now_ms();
     let usable = |secret: &String| {
         let found = store.token_by_hash(&gantry_server::auth::hash(secret)).ok().flatten();
         found.is_some_and(|t| t.refusal(now).is_none() && t.role == gantry_store::Role::Admin)
     };
-    let fresh = !saved.token.as_ref().is_some_and(usable);
+    let data = data.canonicalize().unwrap_or_else(|_| data.to_owned());
+    let name = context_name(&config, name, &data, |c| c.token.as_ref().is_some_and(usable));
+    let mut context = config.contexts.remove(&name).unwrap_or_default();
+    context.server = Some(url.to_owned());
+    context.ca = pki.map(|p| p.ca_path().display().to_string());
+    context.data_dir = Some(data);
+    let fresh = !context.token.as_ref().is_some_and(usable);
     if fresh {
         let admin =
             gantry_store::User { name: "admin".into(), role: gantry_store::Role::Admin, teams: Vec::new() };
         let ttl = gantry_server::credentials::ADMIN_TOKEN_TTL;
-        saved.token = Some(gantry_server::create_user_token(store, &admin, ttl)?);
+        context.token = Some(gantry_server::create_user_token(store, &admin, ttl)?);
     }
-    let path = client::save_config(&ClientConfig { ..saved })?;
+    config.contexts.insert(name.clone(), context);
+    config.current_context = Some(name.clone());
+    let path = client::save_config(&config)?;
     if fresh {
         println!("created an admin token; it is saved in {} (readable by you only)", path.display());
         println!("  other accounts or machines: `gantry token create --team T` makes a token for them");
     }
+    let others = config.contexts.len() - 1;
+    println!(
+        "client context `{name}` now points here and is current ({others} other context(s) kept; \
+         `gantry config get-contexts` lists them, `gantry config use-context NAME` switches)"
+    );
     Ok(())
+}
+
+/// Which context a control plane on `data` writes: `asked`, else the one naming `data`, else a
+/// context without a data directory whose token `ours` accepts (a pre-context config), else the
+/// first free `local`, `local-2`, ….
+fn context_name(
+    config: &ClientConfig,
+    asked: Option<&str>,
+    data: &Path,
+    ours: impl Fn(&client::ClientContext) -> bool,
+) -> String {
+    if let Some(name) = asked {
+        return name.to_owned();
+    }
+    let mine = config.contexts.iter().find(|(_, c)| c.data_dir.as_deref() == Some(data));
+    let adopted = || config.contexts.iter().find(|(_, c)| c.data_dir.is_none() && ours(c));
+    if let Some((name, _)) = mine.or_else(adopted) {
+        return name.clone();
+    }
+    (1..)
+        .map(|n| if n == 1 { "local".to_owned() } else { format!("local-{n}") })
+        .find(|n| !config.contexts.contains_key(n))
+        .expect("some name is free")
 }
 
 /// Holds an exclusive lock on `<data>/gantry.lock` for the life of the process (released by the

@@ -1,22 +1,37 @@
 //! `gantry jobs` and `gantry job <id>`.
 
 use clap::Args;
+use clap::builder::PossibleValuesParser;
 use gantry_api::types::JobDetail;
-use gantry_store::Job;
+use gantry_store::{Job, JobState};
 
 use super::client::{Api, Output, ServerArgs, block_on};
 use super::table;
 
+/// How `gantry jobs` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum JobsOutput {
+    /// Aligned columns, GPUs by short id.
+    Table,
+    /// Also the node, full GPU UUIDs and start time.
+    Wide,
+    /// JSON for programs (times also as RFC 3339: `submitted_rfc3339`, …).
+    Json,
+}
+
 /// Arguments of `gantry jobs`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry jobs --state running -o wide
+  gantry jobs -o json | jq '.[] | select(.state == \"failed\") | .id'")]
 pub struct JobsArgs {
     #[command(flatten)]
     server: ServerArgs,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "table")]
-    output: Output,
+    output: JobsOutput,
     /// Only jobs in this state.
-    #[arg(long)]
+    #[arg(long, value_parser = PossibleValuesParser::new(JobState::ALL.iter().map(|s| s.as_str())))]
     state: Option<String>,
     /// Only this team's jobs.
     #[arg(long)]
@@ -48,14 +63,45 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
         all.reverse();
         all
     };
+    let now = now_ms();
     match args.output {
-        Output::Json => table::json(&jobs),
-        Output::Table => {
-            let rows: Vec<Vec<String>> = jobs.iter().map(row).collect();
-            table::print(&["ID", "STATE", "TEAM", "NAME", "ASKED", "GPUS", "REASON"], &rows);
+        JobsOutput::Json => table::json(&jobs.iter().map(with_times).collect::<Vec<_>>()),
+        JobsOutput::Table => {
+            let rows: Vec<Vec<String>> = jobs.iter().map(|j| row(j, now, false)).collect();
+            table::print(
+                &["ID", "NAME", "TEAM", "STATE", "ASKED", "GPUS", "AGE", "ELAPSED", "REASON"],
+                &rows,
+            );
+            Ok(())
+        }
+        JobsOutput::Wide => {
+            let rows: Vec<Vec<String>> = jobs.iter().map(|j| row(j, now, true)).collect();
+            let header = [
+                "ID", "NAME", "TEAM", "STATE", "ASKED", "GPUS", "AGE", "ELAPSED", "REASON", "NODE",
+                "STARTED", "PRIORITY",
+            ];
+            table::print(&header, &rows);
             Ok(())
         }
     }
+}
+
+/// The job as the API gives it plus its times in RFC 3339 (the epoch-ms fields stay: scripts
+/// read them).
+fn with_times(j: &Job) -> serde_json::Value {
+    let mut value = serde_json::to_value(j).expect("a job serializes");
+    if let Some(map) = value.as_object_mut() {
+        for (field, ms) in
+            [("submitted", Some(j.submitted_at)), ("started", j.started_at), ("finished", j.finished_at)]
+        {
+            map.insert(format!("{field}_rfc3339"), ms.map(table::rfc3339).into());
+        }
+    }
+    value
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Follows `x-next-before` until the last page; newest first.
@@ -69,16 +115,46 @@ async fn all_pages(api: &Api, path: &str) -> anyhow::Result<Vec<Job>> {
     Ok(all)
 }
 
-fn row(j: &Job) -> Vec<String> {
-    vec![
+fn row(j: &Job, now: i64, wide: bool) -> Vec<String> {
+    let gpus = if !j.state.is_active() {
+        String::new()
+    } else if wide {
+        j.gpu_uuids.join(",")
+    } else {
+        j.gpu_uuids.iter().map(|u| short_gpu(u)).collect::<Vec<_>>().join(",")
+    };
+    let elapsed = j.started_at.map(|s| table::span(j.finished_at.unwrap_or(now) - s)).unwrap_or_default();
+    let mut cells = vec![
         j.id.to_string(),
-        j.state.to_string(),
-        j.team.clone(),
         j.name.clone(),
+        j.team.clone(),
+        state(j),
         asked(j),
-        if j.state.is_active() { j.gpu_uuids.join(",") } else { String::new() },
+        gpus,
+        table::span(now - j.submitted_at),
+        elapsed,
         j.reason.clone().unwrap_or_default(),
-    ]
+    ];
+    if wide {
+        cells.push(j.node_id.clone().unwrap_or_default());
+        cells.push(j.started_at.map(table::when).unwrap_or_default());
+        cells.push(j.priority.to_string());
+    }
+    cells
+}
+
+/// The state, `cancelling` for a running job whose cancel the agent has not yet confirmed.
+pub fn state(j: &Job) -> String {
+    match j.stop.as_deref() {
+        Some("cancel") if j.state.is_active() => "cancelling".into(),
+        _ => j.state.to_string(),
+    }
+}
+
+/// `GPU-1a2b3c4d-…` as `1a2b3c4d`, enough to tell a node's GPUs apart.
+fn short_gpu(uuid: &str) -> String {
+    let id = uuid.strip_prefix("GPU-").unwrap_or(uuid);
+    id.chars().take(8).collect()
 }
 
 fn asked(j: &Job) -> String {
@@ -110,7 +186,7 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         return table::json(&detail);
     }
     let j = &detail.job;
-    println!("job {}  {}  ({})", j.id, j.state, j.name);
+    println!("job {}  {}  ({})", j.id, state(j), j.name);
     println!("team      {}  priority {}", j.team, j.priority);
     println!("command   {}", j.command.join(" "));
     println!("asked     {}", asked(j));

@@ -1,4 +1,5 @@
-//! `gantry logs <id> [--follow]`: the job's stdout on stdout and stderr on stderr.
+//! `gantry logs <id> [--follow]`: the job's stdout on stdout and stderr on stderr. With
+//! `--follow` the command exits with the job's exit status once it ends (see [`super::watch`]).
 //!
 //! Offsets are positions in the whole stream, which log rotation does not change; when output
 //! was rotated away before it was read, the server answers from the oldest output it still has
@@ -9,9 +10,10 @@ use std::time::Duration;
 
 use clap::Args;
 use gantry_api::job_logs::OFFSET_HEADER;
-use gantry_api::types::JobDetail;
+use gantry_store::Job;
 
 use super::client::{Api, ServerArgs, block_on};
+use super::watch::{self, Announcer};
 
 /// Arguments of `gantry logs`.
 #[derive(Debug, Args)]
@@ -20,7 +22,8 @@ pub struct LogsArgs {
     server: ServerArgs,
     /// Job id.
     id: i64,
-    /// Keep printing new output until the job ends.
+    /// Keep printing new output until the job ends, then exit with the job's exit status
+    /// (`gantry logs -f 12 && echo ok`).
     #[arg(short, long)]
     follow: bool,
 }
@@ -28,18 +31,31 @@ pub struct LogsArgs {
 /// Prints (and follows) a job's output.
 pub fn run(args: LogsArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
-    block_on(follow(api, args.id, args.follow))?
+    if !args.follow {
+        return block_on(print_once(api, args.id))?;
+    }
+    let job = block_on(follow(&api, args.id, &mut Announcer::new(true)))??;
+    watch::result_of(&job)
 }
 
-async fn follow(api: Api, id: i64, follow: bool) -> anyhow::Result<()> {
+async fn print_once(api: Api, id: i64) -> anyhow::Result<()> {
+    let (mut out_at, mut err_at) = (0u64, 0u64);
+    while copy(&api, id, "stdout", &mut out_at, &mut std::io::stdout()).await? {}
+    while copy(&api, id, "stderr", &mut err_at, &mut std::io::stderr()).await? {}
+    Ok(())
+}
+
+/// Prints the job's output as it comes until the job ends; returns the job as it ended.
+pub async fn follow(api: &Api, id: i64, announce: &mut Announcer) -> anyhow::Result<Job> {
     let (mut out_at, mut err_at) = (0u64, 0u64);
     loop {
         // Read the state first: output written before the job ended is then already on disk.
-        let done = !follow || api.get::<JobDetail>(&format!("/v1/jobs/{id}")).await?.job.state.is_terminal();
-        let got_out = copy(&api, id, "stdout", &mut out_at, &mut std::io::stdout()).await?;
-        let got_err = copy(&api, id, "stderr", &mut err_at, &mut std::io::stderr()).await?;
-        if done && !got_out && !got_err {
-            return Ok(());
+        let job = watch::job(api, id).await?;
+        announce.saw(&job);
+        let got_out = copy(api, id, "stdout", &mut out_at, &mut std::io::stdout()).await?;
+        let got_err = copy(api, id, "stderr", &mut err_at, &mut std::io::stderr()).await?;
+        if job.state.is_terminal() && !got_out && !got_err {
+            return Ok(job);
         }
         if !got_out && !got_err {
             tokio::time::sleep(Duration::from_millis(300)).await;

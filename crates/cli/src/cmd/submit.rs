@@ -1,15 +1,29 @@
-//! `gantry submit`: queue a job and print its id.
+//! `gantry submit` (queue a job, print its id; `--wait` waits for its result) and `gantry run`
+//! (submit, stream its output, exit with its status: Slurm's `srun`).
+//!
+//! A batch script takes the command's place (`gantry submit train.sh`): its `#GANTRY` lines
+//! before the first command hold flags, as `#SBATCH` lines do for `sbatch`, and flags on the
+//! command line win over them. The script travels in the job (it need not exist on the node) and
+//! runs under the interpreter its `#!` line names, `/bin/sh` without one.
 
+use std::ffi::OsString;
 use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use clap::Args;
+use clap::{Args, FromArgMatches};
 use gantry_api::types::{SubmitRequest, SubmitResponse};
 
 use super::client::{Api, ServerArgs, block_on};
+use super::watch::{self, Announcer};
 
 /// Arguments of `gantry submit`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry submit --gpus 2 --cpu 8 --memory 32768 -- python train.py --lr 3e-4
+  gantry submit --gpus 1 --wait -- ./eval.sh && echo passed
+  gantry submit train.sh            # flags from its `#GANTRY --gpus 2` lines
+  gantry submit --gpus 4 train.sh -- --epochs 3   # --gpus wins; script arguments after --")]
 pub struct SubmitArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -34,7 +48,7 @@ pub struct SubmitArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
-    /// Display name.
+    /// Display name (default: the program's or the script's name).
     #[arg(long)]
     name: Option<String>,
     /// Placements lost to failures before the job fails.
@@ -44,20 +58,184 @@ pub struct SubmitArgs {
     /// shell's environment reaches the job.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE", value_parser = parse_env)]
     env: Vec<(String, String)>,
-    /// The command to run.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// Longest a run may take: `90s`, `30m`, `2h`, `1d`, Slurm's `HH:MM:SS`, `MM:SS` or
+    /// `D-HH:MM:SS`, or a number of minutes. Then SIGTERM, the grace period, SIGKILL, and state
+    /// `timeout` (`--wait` and `run` exit 124). Example: `--time 2h`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_time)]
+    time: Option<u64>,
+    /// Queue the job even if no registered node could ever hold what it asks for (one may join
+    /// later); without it such a request is refused at once with the reason.
+    #[arg(long)]
+    wait_for_capacity: bool,
+    /// Wait until the job ends, saying its state changes on stderr, and exit with its exit status
+    /// (as `sbatch --wait`): `gantry submit --wait -- ./test.sh && deploy`.
+    #[arg(long)]
+    wait: bool,
+    /// A batch script to run instead of a command; `#GANTRY --flag value` lines at its top are
+    /// read as flags (the command line wins).
+    #[arg(value_name = "SCRIPT")]
+    script: Option<PathBuf>,
+    /// The command to run, after `--` (with a script: the script's arguments).
+    #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
-/// Submits and prints the id.
+/// Arguments of `gantry run`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry run --gpus 1 -- nvidia-smi -L
+  gantry run --gpus 2 -- python train.py || echo \"training failed with $?\"
+  gantry run eval.sh")]
+pub struct RunArgs {
+    #[command(flatten)]
+    submit: SubmitArgs,
+    /// Do not say the job's state changes on stderr (its output still streams).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Submits; prints the id, or with `--wait` waits for the result.
 pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
+    let args = match &args.script {
+        Some(script) => reparse::<SubmitArgs>(script)?,
+        None => args,
+    };
+    let wait = args.wait;
+    let (api, id) = submit(args)?;
+    println!("{id}");
+    if !wait {
+        return Ok(());
+    }
+    let job = block_on(watch::until_done(&api, id, &mut Announcer::default()))??;
+    watch::result_of(&job)
+}
+
+/// Submits, streams the output until the job ends and exits with its status.
+pub fn run_attached(args: RunArgs) -> anyhow::Result<()> {
+    let args = match &args.submit.script {
+        Some(script) => reparse::<RunArgs>(script)?,
+        None => args,
+    };
+    let quiet = args.quiet;
+    let (api, id) = submit(args.submit)?;
+    let mut announce = Announcer::new(quiet);
+    let job = block_on(super::logs::follow(&api, id, &mut announce))??;
+    watch::result_of(&job)
+}
+
+/// Parses the command line again with the script's directives in front of it, so that the
+/// command line's flags (later) win.
+fn reparse<A: Args + FromArgMatches>(script: &Path) -> anyhow::Result<A> {
+    let text = read_script(script)?;
+    let directives = directives(&text)?;
+    if directives.is_empty() {
+        let argv: Vec<OsString> = std::env::args_os().skip(2).collect();
+        return parse::<A>(argv);
+    }
+    let mut argv: Vec<OsString> = directives.into_iter().map(OsString::from).collect();
+    argv.extend(std::env::args_os().skip(2));
+    parse::<A>(argv).with_context(|| format!("in the #GANTRY lines of {}", script.display()))
+}
+
+fn parse<A: Args + FromArgMatches>(argv: Vec<OsString>) -> anyhow::Result<A> {
+    let command = A::augment_args(clap::Command::new("gantry").no_binary_name(true).args_override_self(true));
+    let matches = command.try_get_matches_from(argv).map_err(|e| anyhow::anyhow!("{}", e.render()))?;
+    Ok(A::from_arg_matches(&matches)?)
+}
+
+fn read_script(script: &Path) -> anyhow::Result<String> {
+    if !script.is_file() {
+        bail!(
+            "`{}` is not a script file; to run a program, put it after `--`: \
+             gantry submit [FLAGS] -- {} …",
+            script.display(),
+            script.display()
+        );
+    }
+    std::fs::read_to_string(script).with_context(|| format!("cannot read {}", script.display()))
+}
+
+/// Flags that say where to send the token: never taken from a script (a script from elsewhere
+/// would send your token to its server).
+const NOT_IN_SCRIPTS: &[&str] = &["--server", "--token", "--context", "--ca"];
+
+/// The words of the `#GANTRY` lines before the script's first command.
+pub fn directives(text: &str) -> anyhow::Result<Vec<String>> {
+    let mut words = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("#GANTRY") {
+            let found = split_words(rest).with_context(|| format!("line {}", n + 1))?;
+            if let Some(bad) = found.iter().find(|w| NOT_IN_SCRIPTS.iter().any(|f| w.starts_with(f))) {
+                bail!("line {}: {bad} is not accepted in a script; pass it on the command line", n + 1);
+            }
+            words.extend(found);
+        } else if !line.is_empty() && !line.starts_with('#') {
+            break;
+        }
+    }
+    Ok(words)
+}
+
+/// Splits on whitespace, keeping `'…'` and `"…"` together (no escapes inside).
+fn split_words(text: &str) -> anyhow::Result<Vec<String>> {
+    let (mut words, mut word, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => (quote, any) = (Some(c), true),
+            (None, c) if c.is_whitespace() => {
+                if any || !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            (None, c) => word.push(c),
+        }
+    }
+    if quote.is_some() {
+        bail!("unclosed quote");
+    }
+    if any || !word.is_empty() {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+/// The argv that runs a script's text: its `#!` interpreter (else `/bin/sh`) with `-c`, the
+/// text, the script's name as `$0` and then its arguments.
+fn script_command(script: &Path, text: String, args: Vec<String>) -> Vec<String> {
+    let mut argv: Vec<String> = match text.lines().next().and_then(|l| l.strip_prefix("#!")) {
+        Some(interp) if !interp.trim().is_empty() => interp.split_whitespace().map(str::to_owned).collect(),
+        _ => vec!["/bin/sh".into()],
+    };
+    let name = script.file_name().map_or("script".into(), |n| n.to_string_lossy().into_owned());
+    argv.extend(["-c".into(), text, name]);
+    argv.extend(args);
+    argv
+}
+
+fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
     let cpu_milli = match args.cpu {
         Some(c) if !(0.0..=4096.0).contains(&c) => bail!("--cpu must be between 0 and 4096 cores"),
         Some(c) => (c * 1000.0).round() as u64,
         None => 0,
     };
+    let (command, name) = match &args.script {
+        Some(script) => {
+            let text = read_script(script)?;
+            let name = args.name.or_else(|| script.file_name().map(|n| n.to_string_lossy().into_owned()));
+            (script_command(script, text, args.command), name)
+        }
+        None if args.command.is_empty() => bail!(
+            "nothing to run: put the command after `--` (gantry submit --gpus 1 -- python train.py) \
+             or name a batch script (gantry submit train.sh)"
+        ),
+        None => (args.command, args.name),
+    };
     let body = SubmitRequest {
-        command: args.command,
+        command,
         gpus: args.gpus,
         gpu_memory_mib: args.gpu_memory.unwrap_or(0),
         gpu_compute_pct: args.gpu_compute.unwrap_or(0),
@@ -65,22 +243,24 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
         memory_mib: args.memory.unwrap_or(0),
         team: args.team,
         priority: args.priority,
-        name: args.name,
+        name,
         max_retries: args.max_retries,
         request_id: Some(request_id()?),
         env: args.env.into_iter().collect(),
+        wait_for_capacity: args.wait_for_capacity,
+        time_limit_s: args.time,
     };
     let api = Api::connect(&args.server)?;
     let resp: SubmitResponse = block_on(async {
         // A retry after a dropped connection carries the same request id: still one job.
         match api.post("/v1/jobs", &body).await {
             Err(e) if e.to_string().contains("cannot reach") => Err(e),
+            Err(e) if e.to_string().contains("(4") => Err(e),
             Err(_) => api.post("/v1/jobs", &body).await,
             ok => ok,
         }
     })??;
-    println!("{}", resp.id);
-    Ok(())
+    Ok((api, resp.id))
 }
 
 fn request_id() -> anyhow::Result<String> {
@@ -91,9 +271,86 @@ fn request_id() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A duration in seconds: `90s`, `30m`, `2h`, `1d`, `HH:MM:SS`, `MM:SS`, `D-HH:MM:SS`, or
+/// minutes.
+pub fn parse_time(text: &str) -> Result<u64, String> {
+    let bad = || format!("`{text}` is not a duration: use 90s, 30m, 2h, 1d, HH:MM:SS or D-HH:MM:SS");
+    let number = |t: &str| t.parse::<u64>().map_err(|_| bad());
+    let t = text.trim();
+    let seconds = if let Some((days, rest)) = t.split_once('-') {
+        number(days)? * 86_400 + clock(rest, true).ok_or_else(bad)?
+    } else if t.contains(':') {
+        clock(t, false).ok_or_else(bad)?
+    } else if let Some(unit) = t.chars().last().filter(char::is_ascii_alphabetic) {
+        let n = number(&t[..t.len() - 1])?;
+        n * match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        }
+    } else {
+        number(t)? * 60
+    };
+    if seconds == 0 { Err(format!("`{text}` is no time at all")) } else { Ok(seconds) }
+}
+
+/// `HH:MM:SS` or `MM:SS` (after days: `HH`, `HH:MM` or `HH:MM:SS`) in seconds.
+fn clock(text: &str, after_days: bool) -> Option<u64> {
+    let parts: Vec<u64> = text.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    match (parts.as_slice(), after_days) {
+        ([h], true) => Some(h * 3600),
+        ([h, m], true) => Some(h * 3600 + m * 60),
+        ([m, s], false) => Some(m * 60 + s),
+        ([h, m, s], _) => Some(h * 3600 + m * 60 + s),
+        _ => None,
+    }
+}
+
 fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
         _ => Err(format!("`{text}` is not NAME=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives_stop_at_the_first_command_and_keep_quoted_words() {
+        let text = "#!/bin/bash\n#GANTRY --gpus 2 --name 'my run'\n# a comment\n\n#GANTRY -e A=\"x y\"\necho hi\n#GANTRY --gpus 8\n";
+        assert_eq!(directives(text).expect("parses"), ["--gpus", "2", "--name", "my run", "-e", "A=x y"]);
+    }
+
+    #[test]
+    fn time_limits_read_as_slurm_and_with_units() {
+        let cases = [("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86_400), ("01:30:00", 5400)];
+        for (text, secs) in cases.into_iter().chain([("05:00", 300), ("1-02:00:00", 93_600), ("10", 600)]) {
+            assert_eq!(parse_time(text), Ok(secs), "{text}");
+        }
+        assert!(parse_time("soon").is_err() && parse_time("0s").is_err() && parse_time("1:2:3:4").is_err());
+    }
+
+    #[test]
+    fn a_script_may_not_say_where_the_token_goes() {
+        let err = directives("#GANTRY --server=http://elsewhere\n").expect_err("refused");
+        assert!(err.to_string().contains("--server"), "{err}");
+    }
+
+    #[test]
+    fn a_script_runs_under_its_interpreter_with_its_arguments() {
+        let argv = script_command(
+            Path::new("/x/t.py"),
+            "#!/usr/bin/env python3\nprint(1)\n".into(),
+            vec!["a".into()],
+        );
+        assert_eq!(
+            argv,
+            ["/usr/bin/env", "python3", "-c", "#!/usr/bin/env python3\nprint(1)\n", "t.py", "a"]
+        );
+        assert_eq!(script_command(Path::new("s"), "echo".into(), vec![])[0], "/bin/sh");
     }
 }

@@ -28,6 +28,29 @@ pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
 
 /// A time (ms since the Unix epoch) as `YYYY-MM-DD HH:MM UTC`.
 pub fn when(ms: i64) -> String {
+    let (date, h, m, _) = civil(ms);
+    format!("{date} {h:02}:{m:02} UTC")
+}
+
+/// A time (ms since the Unix epoch) as RFC 3339 in UTC with milliseconds.
+pub fn rfc3339(ms: i64) -> String {
+    let (date, h, m, s) = civil(ms);
+    format!("{date}T{h:02}:{m:02}:{s:02}.{:03}Z", ms.rem_euclid(1000))
+}
+
+/// A span as `45s`, `12m`, `3h20m`, `2d4h`.
+pub fn span(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// The date, hour, minute and second of a time (ms since the Unix epoch), UTC.
+fn civil(ms: i64) -> (String, i64, i64, i64) {
     let secs = ms.div_euclid(1000);
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Howard Hinnant's civil_from_days.
@@ -40,7 +63,7 @@ pub fn when(ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", rest / 3600, rest % 3600 / 60)
+    (format!("{year:04}-{month:02}-{day:02}"), rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
 #[cfg(test)]
@@ -50,5 +73,7 @@ mod tests {
         assert_eq!(super::when(0), "1970-01-01 00:00 UTC");
         assert_eq!(super::when(1_796_037_262_716), "2026-11-30 11:14 UTC");
         assert_eq!(super::when(951_827_696_000), "2000-02-29 12:34 UTC");
+        assert_eq!(super::rfc3339(951_827_696_007), "2000-02-29T12:34:56.007Z");
+        assert_eq!(super::span(3_725_000), "1h02m");
     }
 }

@@ -157,12 +157,13 @@ impl Cluster {
         command(self.home.path()).args(args).output().expect("run gantry")
     }
 
-    /// The admin token `gantry up` saved in the client config.
+    /// The admin token `gantry up` saved in the client config's current context.
     pub fn token(&self) -> String {
         let text = std::fs::read_to_string(self.home.path().join(".config/gantry/config.toml"))
             .expect("client config");
         let config: toml::Value = toml::from_str(&text).expect("config toml");
-        config["token"].as_str().expect("token").to_owned()
+        let current = config["current-context"].as_str().expect("current context");
+        config["contexts"][current]["token"].as_str().expect("token").to_owned()
     }
 
     /// Jobs as `gantry jobs -o json` prints them.

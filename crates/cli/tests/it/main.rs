@@ -16,6 +16,7 @@ mod sharing;
 mod sim;
 mod transport;
 mod walkthrough;
+mod workflow;
 
 use std::process::{Command, Output};
 

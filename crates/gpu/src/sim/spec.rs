@@ -105,7 +105,10 @@ impl FleetSpec {
                 }
                 _ => (1, part),
             };
-            let model = find_model(key).ok_or_else(|| bad(format!("unknown GPU model {key:?}")))?;
+            let model = find_model(key).ok_or_else(|| {
+                let known: Vec<&str> = super::models::MODELS.iter().map(|m| m.key).collect();
+                bad(format!("unknown GPU model {key:?} (known: {})", known.join(", ")))
+            })?;
             gpus.extend(std::iter::repeat_n(model, count));
         }
         if gpus.is_empty() || gpus.len() > 64 {

@@ -28,7 +28,12 @@ pub async fn submit(
     Extension(who): Extension<Principal>,
     Body(req): Body<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    let wait_for_capacity = req.wait_for_capacity;
     let job = new_job(req, &who)?;
+    if !wait_for_capacity {
+        let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
+        super::capacity::check(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+    }
     match app.dispatch(Command::Submit { job, by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
         other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
@@ -39,6 +44,11 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
     validate::env(&req.env)?;
     validate::resources(&req)?;
+    if let Some(limit) = req.time_limit_s
+        && !(1..=validate::MAX_TIME_LIMIT_S).contains(&limit)
+    {
+        return Err(ApiError::Unprocessable("time_limit_s: must be between 1 second and 31 days".into()));
+    }
     let team = match (req.team, who.token.teams.as_slice()) {
         (Some(team), _) => team,
         (None, [only]) => only.clone(),
@@ -71,6 +81,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         },
         max_retries: req.max_retries.unwrap_or(3).min(100),
         submitted_at: now_ms(),
+        time_limit_s: req.time_limit_s,
     })
 }
 
@@ -85,9 +96,10 @@ pub async fn list(
     who.require_user()?;
     let state = match q.state.as_deref() {
         None => None,
-        Some(s) => Some(
-            JobState::parse(s).ok_or_else(|| ApiError::BadRequest(format!("state: unknown state `{s}`")))?,
-        ),
+        Some(s) => Some(JobState::parse(s).ok_or_else(|| {
+            let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::BadRequest(format!("state: unknown state `{s}` (known: {})", known.join(", ")))
+        })?),
     };
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let filter =

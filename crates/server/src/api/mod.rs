@@ -3,6 +3,7 @@
 mod access;
 mod agent;
 mod audit;
+mod capacity;
 mod cluster;
 mod extract;
 mod jobs;

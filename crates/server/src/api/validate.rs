@@ -26,6 +26,8 @@ pub const MAX_GPU_MEMORY_MIB: u64 = 16 << 20;
 pub const MAX_CPU_MILLI: u64 = 1_000_000_000;
 /// Largest host memory request or inventory: 1 PiB, in MiB.
 pub const MAX_MEMORY_MIB: u64 = 1 << 30;
+/// Longest time limit: 31 days, in seconds.
+pub const MAX_TIME_LIMIT_S: u64 = 31 * 86_400;
 /// Largest log offset: what a file offset (`i64`) can hold.
 pub const MAX_OFFSET: u64 = i64::MAX as u64;
 

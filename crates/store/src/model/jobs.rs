@@ -25,6 +25,8 @@ pub struct NewJob {
     pub max_retries: u32,
     /// Submission time, ms since the epoch.
     pub submitted_at: i64,
+    /// Longest a run may take, seconds.
+    pub time_limit_s: Option<u64>,
 }
 
 /// Which jobs to list.

@@ -19,8 +19,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
     let r = &job.request;
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
-         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13)",
+         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         job.request_id,
@@ -35,7 +35,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
         r.memory_mib,
         job.max_retries,
         job.submitted_at,
-        rows::to_json(&job.env)?
+        rows::to_json(&job.env)?,
+        job.time_limit_s
     ])?;
     let id = c.last_insert_rowid();
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
@@ -262,6 +263,13 @@ pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at
         // Preemption is not the job's failure: back to the queue, retry budget untouched.
         Some("preempt") => transition(c, &job, JobState::Pending, job.reason.as_deref(), at),
         Some(_) => requeue_or_fail(c, &job, job.reason.as_deref().unwrap_or("requeued"), at),
+        None if exit.timed_out => transition(
+            c,
+            &job,
+            JobState::Timeout,
+            Some(exit.reason.as_deref().unwrap_or("time limit reached")),
+            at,
+        ),
         None if exit.exit_code == Some(0) => transition(c, &job, JobState::Succeeded, None, at),
         None => {
             let reason = exit.reason.clone().unwrap_or_else(|| match exit.exit_code {

@@ -91,7 +91,11 @@ fn finish_unreported_stops(c: &Connection, hb: &Heartbeat) -> Result<()> {
     let reported: HashSet<JobId> = hb.jobs.iter().map(|r| r.job_id).collect();
     for job in jobs::active_on_node(c, &hb.node_id, None)? {
         if job.stop.is_some() && !reported.contains(&job.id) {
-            let exit = JobExit { exit_code: None, reason: Some("stopped before it started".into()) };
+            let exit = JobExit {
+                exit_code: None,
+                reason: Some("stopped before it started".into()),
+                timed_out: false,
+            };
             jobs::exited(c, job.id, job.attempt, &exit, hb.at)?;
         }
     }

@@ -69,7 +69,7 @@ fn a_job_runs_and_succeeds_through_agent_reports_and_releases_its_gpu() {
     hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
     store.heartbeat(&hb).expect("heartbeat");
     assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Running));
-    hb.jobs[0].exit = Some(JobExit { exit_code: Some(0), reason: None });
+    hb.jobs[0].exit = Some(JobExit { exit_code: Some(0), reason: None, timed_out: false });
     assert!(store.heartbeat(&hb).expect("heartbeat").is_empty());
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!((job.state, job.gpu_uuids), (JobState::Succeeded, vec!["GPU-0".to_owned()]));
@@ -118,7 +118,7 @@ fn a_job_that_ends_between_two_heartbeats_is_recorded_as_having_run() {
     let epoch = register(&store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
-    let exit = Some(JobExit { exit_code: Some(0), reason: None });
+    let exit = Some(JobExit { exit_code: Some(0), reason: None, timed_out: false });
     let hb = Heartbeat {
         logs: vec![],
         node_id: "n1".into(),

@@ -24,6 +24,7 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         request: JobRequest { gpus, gpu_memory_mib: memory, ..JobRequest::default() },
         max_retries: 1,
         submitted_at: 1,
+        time_limit_s: None,
     }
 }
 

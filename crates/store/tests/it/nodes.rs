@@ -71,7 +71,7 @@ fn an_unhealthy_gpu_asks_its_jobs_to_stop_and_requeues_them_when_they_end() {
         at: 60,
     };
     assert!(store.heartbeat(&hb).expect("heartbeat").is_empty(), "job is no longer assigned");
-    hb.jobs[0].exit = Some(JobExit { exit_code: None, reason: Some("killed".into()) });
+    hb.jobs[0].exit = Some(JobExit { exit_code: None, reason: Some("killed".into()), timed_out: false });
     store.heartbeat(&hb).expect("heartbeat");
     assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Pending));
     let (other, _) = store.submit(&new_job("b", 1, 0)).expect("submit");

@@ -57,7 +57,7 @@ proptest! {
                 }
                 Op::Exit { job } => {
                     let Some(j) = jobs.get(job).and_then(|id| store.job(*id).expect("get")) else { continue };
-                    let exit = Some(JobExit { exit_code: Some(0), reason: None });
+                    let exit = Some(JobExit { exit_code: Some(0), reason: None, timed_out: false });
                     let report = JobReport { job_id: j.id, attempt: j.attempt, exit };
                     let hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![report], at: 2 };
                     store.heartbeat(&hb).expect("heartbeat");

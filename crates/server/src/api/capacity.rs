@@ -1,0 +1,143 @@
+//! Whether any registered node could ever hold a request: a job no node can hold would wait
+//! forever, so submission refuses it with the reason in the units the user typed (cores, MiB,
+//! GPUs) unless the caller asks to wait for capacity. A cluster without nodes refuses nothing
+//! (the first agent may not have joined yet); a node reporting 0 CPU or memory is not limited there.
+
+use gantry_store::{Gpu, JobRequest, Node};
+
+/// `Err(reason)` when no node in `nodes` (with `gpus`) could hold `req` even when idle.
+pub fn check(req: &JobRequest, nodes: &[Node], gpus: &[Gpu]) -> Result<(), String> {
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let sizes: Vec<Size> = nodes.iter().map(|n| Size::of(n, gpus)).collect();
+    if sizes.iter().any(|s| s.holds(req)) {
+        return Ok(());
+    }
+    let most = Size {
+        cpu_milli: sizes.iter().map(|s| s.cpu_milli).max().unwrap_or(0),
+        memory_mib: sizes.iter().map(|s| s.memory_mib).max().unwrap_or(0),
+        gpus: sizes.iter().map(|s| s.gpus).max().unwrap_or(0),
+        gpu_memory_mib: sizes.iter().map(|s| s.gpu_memory_mib).max().unwrap_or(0),
+    };
+    let mut short = Vec::new();
+    if most.cpu_milli > 0 && req.cpu_milli > most.cpu_milli {
+        short.push(format!(
+            "{} CPU cores, the largest node has {}",
+            cores(req.cpu_milli),
+            cores(most.cpu_milli)
+        ));
+    }
+    if most.memory_mib > 0 && req.memory_mib > most.memory_mib {
+        short.push(format!("{} MiB of memory, the largest node has {} MiB", req.memory_mib, most.memory_mib));
+    }
+    if req.gpus > most.gpus {
+        short.push(format!("{} GPUs, the most on one node is {}", req.gpus, most.gpus));
+    }
+    if req.gpu_memory_mib > most.gpu_memory_mib {
+        short.push(format!(
+            "a {} MiB GPU slice, the largest GPU has {} MiB",
+            req.gpu_memory_mib, most.gpu_memory_mib
+        ));
+    }
+    if short.is_empty() {
+        short.push("each part fits some node, but no single node has all of it".into());
+    }
+    Err(format!(
+        "no registered node could ever hold this job: it asks for {}; submit with --wait-for-capacity \
+         (wait_for_capacity) to queue it for a node that may join",
+        short.join("; ")
+    ))
+}
+
+/// One node's capacity when idle.
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    cpu_milli: u64,
+    memory_mib: u64,
+    gpus: u32,
+    gpu_memory_mib: u64,
+}
+
+impl Size {
+    fn of(node: &Node, gpus: &[Gpu]) -> Self {
+        let mine = gpus.iter().filter(|g| g.node_id == node.id);
+        Self {
+            cpu_milli: node.cpu_milli,
+            memory_mib: node.memory_mib,
+            gpus: gpus.iter().filter(|g| g.node_id == node.id).count() as u32,
+            gpu_memory_mib: mine.map(|g| g.info.memory_mib).max().unwrap_or(0),
+        }
+    }
+
+    fn holds(&self, req: &JobRequest) -> bool {
+        let within = |asked: u64, has: u64| has == 0 || asked <= has;
+        within(req.cpu_milli, self.cpu_milli)
+            && within(req.memory_mib, self.memory_mib)
+            && req.gpus <= self.gpus
+            && req.gpu_memory_mib <= self.gpu_memory_mib
+    }
+}
+
+/// Milli-cores as cores: `64`, `0.5`.
+fn cores(milli: u64) -> String {
+    if milli.is_multiple_of(1000) { (milli / 1000).to_string() } else { format!("{}", milli as f64 / 1000.0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_store::{GpuHealth, GpuInfo, NodeState};
+
+    fn node(id: &str, cores: u64, gpus: usize, mib: u64) -> (Node, Vec<Gpu>) {
+        let node = Node {
+            id: id.into(),
+            hostname: id.into(),
+            state: NodeState::Ready,
+            epoch: 1,
+            cpu_milli: cores * 1000,
+            memory_mib: 65_536,
+            last_heartbeat: 0,
+        };
+        let gpus = (0..gpus)
+            .map(|i| Gpu {
+                info: GpuInfo {
+                    uuid: format!("GPU-{id}-{i}"),
+                    index: i as u32,
+                    model: "A100".into(),
+                    memory_mib: mib,
+                },
+                node_id: id.into(),
+                health: GpuHealth::Healthy,
+                sample: None,
+            })
+            .collect();
+        (node, gpus)
+    }
+
+    #[test]
+    fn a_request_no_node_can_hold_is_refused_in_the_units_the_user_typed() {
+        let (n, g) = node("a", 16, 4, 81_920);
+        let req = JobRequest { cpu_milli: 64_000, gpu_memory_mib: 100_000, ..Default::default() };
+        let err = check(&req, &[n], &g).expect_err("refused");
+        assert!(err.contains("64 CPU cores, the largest node has 16"), "{err}");
+        assert!(err.contains("100000 MiB GPU slice, the largest GPU has 81920 MiB"), "{err}");
+    }
+
+    #[test]
+    fn parts_that_fit_different_nodes_but_not_one_are_refused() {
+        let (a, mut g) = node("a", 64, 0, 0);
+        let (b, gb) = node("b", 8, 8, 81_920);
+        g.extend(gb);
+        let req = JobRequest { cpu_milli: 32_000, gpus: 8, ..Default::default() };
+        assert!(check(&req, &[a.clone(), b.clone()], &g).expect_err("refused").contains("no single node"));
+        let fits = JobRequest { cpu_milli: 8_000, gpus: 8, ..Default::default() };
+        assert_eq!(check(&fits, &[a, b], &g), Ok(()));
+    }
+
+    #[test]
+    fn a_cluster_without_nodes_refuses_nothing() {
+        let req = JobRequest { gpus: 64, ..Default::default() };
+        assert_eq!(check(&req, &[], &[]), Ok(()));
+    }
+}
