@@ -125,6 +125,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             priority: (rng.next_u64() % 3) as i32,
             command: vec!["true".into()],
             env: Default::default(),
+            time_limit_s: None,
             request: JobRequest {
                 gpus,
                 gpu_memory_mib,

@@ -99,7 +99,7 @@ fn a_preempted_job_is_stopped_and_requeued_without_spending_its_retry_budget() {
     store.preempt(id, "preempted by job 9 (priority 100 over 0)", 70).expect("preempt");
     assert!(store.preempt(id, "again", 71).is_err(), "already stopping");
     assert!(store.heartbeat(&hb).expect("heartbeat").is_empty(), "the job is no longer assigned");
-    hb.jobs[0].exit = Some(JobExit { exit_code: Some(143), reason: None });
+    hb.jobs[0].exit = Some(JobExit { exit_code: Some(143), reason: None, timed_out: false });
     store.heartbeat(&hb).expect("heartbeat");
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!(job.state, JobState::Pending, "requeued although its retry budget is zero");
