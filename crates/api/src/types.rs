@@ -372,3 +372,15 @@ pub struct HeartbeatResponse {
     /// Assignments.
     pub assignments: Vec<Assignment>,
 }
+
+/// Which usage to report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+pub struct UsageQuery {
+    /// Start of the period, ms since the epoch (default: 7 days ago).
+    pub since: Option<i64>,
+    /// End of the period, ms since the epoch (default: now).
+    pub until: Option<i64>,
+    /// `team` (default) or `user`.
+    pub by: Option<String>,
+}

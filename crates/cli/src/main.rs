@@ -51,6 +51,8 @@ enum Command {
     Token(cmd::token::TokenCommand),
     /// Read the audit log of every change (admin); `audit verify` checks its hash chain.
     Audit(cmd::audit::AuditArgs),
+    /// GPU-hours allocated per team or user over a period.
+    Usage(cmd::usage::UsageArgs),
     /// Control-plane benchmarks.
     #[command(subcommand)]
     Bench(cmd::bench_submit::BenchCommand),
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Nodes(a) => cmd::nodes::run(a),
         Command::Token(c) => cmd::token::run(c),
         Command::Audit(a) => cmd::audit::run(a),
+        Command::Usage(a) => cmd::usage::run(a),
         Command::Bench(c) => cmd::bench_submit::run(c),
     };
     match result {

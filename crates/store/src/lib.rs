@@ -89,6 +89,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Allocation history (or only what is held now).
     fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>>;
+    /// GPU time allocated between `since` and `until` (ms), per team (and per user when
+    /// `by_user`), from the allocation history; only `teams` when given.
+    fn usage(&self, since: i64, until: i64, by_user: bool, teams: Option<Vec<String>>) -> Result<Vec<Usage>>;
     /// Events, newest first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
 }

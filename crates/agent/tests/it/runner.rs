@@ -137,6 +137,7 @@ pub fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
         max_retries: 3,
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
+        user: None,
     };
     store.submit(&job).expect("submit").0
 }
@@ -232,6 +233,7 @@ async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_re
         max_retries: 0,
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
+        user: None,
     };
     let id = h.store.submit(&job_spec).expect("submit").0;
     let running =

@@ -34,6 +34,7 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
         max_retries: 0,
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
+        user: None,
     };
     store.submit(&job).expect("submit").0
 }

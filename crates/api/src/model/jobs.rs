@@ -66,6 +66,9 @@ pub struct Job {
     /// Longest a run may take, seconds; the agent stops it then (state `timeout`).
     #[serde(default)]
     pub time_limit_s: Option<u64>,
+    /// The user who submitted it (`None` for jobs from before users existed).
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// One state change of a job.
@@ -93,4 +96,18 @@ pub struct JobExit {
     /// The agent stopped it because its time limit ran out.
     #[serde(default)]
     pub timed_out: bool,
+}
+
+/// GPU time allocated to a team (or one of its users) over a period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Usage {
+    /// The team.
+    pub team: String,
+    /// The user who submitted the jobs (`None`: by team, or jobs from before users existed).
+    pub user: Option<String>,
+    /// GPU-hours allocated (a whole GPU for an hour is 1; a slice counts its share).
+    pub gpu_hours: f64,
+    /// Jobs that held GPUs in the period.
+    pub jobs: u64,
 }

@@ -126,6 +126,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             command: vec!["true".into()],
             env: Default::default(),
             time_limit_s: None,
+            user: None,
             request: JobRequest {
                 gpus,
                 gpu_memory_mib,

@@ -28,4 +28,5 @@ pub mod submit;
 pub mod table;
 pub mod token;
 pub mod up;
+pub mod usage;
 pub mod watch;

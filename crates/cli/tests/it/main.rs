@@ -15,6 +15,7 @@ mod sandbox;
 mod sharing;
 mod sim;
 mod transport;
+mod usage;
 mod walkthrough;
 mod workflow;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_store::{Event, EventFilter, JobFilter, JobState, Node, Team};
+use gantry_store::{Event, EventFilter, JobFilter, JobState, Node, Team, Usage};
 
 use super::extract::{Body, Path, Query};
 use super::types::*;
@@ -123,4 +123,29 @@ pub async fn events(
     let filter = EventFilter { limit, before: q.before, teams: who.visible_teams() };
     let events = blocking(&app, move |s| s.events(&filter)).await?;
     Ok((super::next_page(events.len(), limit, events.last().map(|e| e.id)), Json(events)))
+}
+
+/// GPU-hours allocated per team (or per user) over a period, from the allocation history;
+/// members and viewers see their own teams only.
+#[utoipa::path(get, path = "/v1/usage", params(UsageQuery), security(("bearer" = [])),
+    responses((status = 200, body = Vec<Usage>), (status = 400, body = ErrorBody)))]
+pub async fn usage(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Query(q): Query<UsageQuery>,
+) -> Result<Json<Vec<Usage>>, ApiError> {
+    who.require_user()?;
+    let now = crate::app::now_ms();
+    let until = q.until.unwrap_or(now);
+    let since = q.since.unwrap_or(until - 7 * 24 * 3_600_000);
+    if since >= until {
+        return Err(ApiError::Unprocessable("since: must be before until".into()));
+    }
+    let by_user = match q.by.as_deref().unwrap_or("team") {
+        "team" => false,
+        "user" => true,
+        other => return Err(ApiError::BadRequest(format!("by: must be team or user, not `{other}`"))),
+    };
+    let teams = who.visible_teams();
+    Ok(Json(blocking(&app, move |s| s.usage(since, until, by_user, teams)).await?))
 }

@@ -82,6 +82,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         max_retries: req.max_retries.unwrap_or(3).min(100),
         submitted_at: now_ms(),
         time_limit_s: req.time_limit_s,
+        user: who.token.user.clone(),
     })
 }
 

@@ -31,7 +31,7 @@ use crate::error::{ApiError, ErrorBody};
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
-        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events,
+        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami,
         audit::rows, audit::verify,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
@@ -74,6 +74,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/audit", get(audit::rows))
         .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/events", get(cluster::events))
+        .route("/v1/usage", get(cluster::usage))
         .route("/v1/agent/join", post(agent::join))
         .route("/v1/agent/register", post(agent::register))
         .route("/v1/agent/heartbeat", post(agent::heartbeat))

@@ -50,6 +50,7 @@ pub fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> J
         started_at: None,
         finished_at: None,
         time_limit_s: None,
+        user: None,
     }
 }
 

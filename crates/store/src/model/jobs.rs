@@ -27,6 +27,8 @@ pub struct NewJob {
     pub submitted_at: i64,
     /// Longest a run may take, seconds.
     pub time_limit_s: Option<u64>,
+    /// The user who submitted it (`None` for jobs from before users existed).
+    pub user: Option<String>,
 }
 
 /// Which jobs to list.

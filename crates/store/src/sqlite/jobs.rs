@@ -19,8 +19,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
     let r = &job.request;
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
-         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14)",
+         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15)",
     )?
     .execute(params![
         job.request_id,
@@ -36,7 +36,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
         job.max_retries,
         job.submitted_at,
         rows::to_json(&job.env)?,
-        job.time_limit_s
+        job.time_limit_s,
+        job.user
     ])?;
     let id = c.last_insert_rowid();
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
@@ -298,5 +299,38 @@ pub(super) fn allocations(c: &Connection, held_only: bool) -> Result<Vec<Allocat
     );
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map([held_only], rows::allocation)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Allocated GPU time per team (and user) in `[since, until)`: each allocation row counts the
+/// part of its lifetime inside the window, times its share (milli-GPU).
+pub(super) fn usage(
+    c: &Connection,
+    since: i64,
+    until: i64,
+    by_user: bool,
+    teams: Option<&[String]>,
+) -> Result<Vec<Usage>> {
+    let teams = teams.map(|t| rows::to_json(&t)).transpose()?;
+    let user = if by_user { "j.user" } else { "NULL" };
+    let sql = format!(
+        "SELECT j.team, {user}, \
+         SUM((MIN(COALESCE(a.released_at, ?2), ?2) - MAX(a.created_at, ?1)) * a.share_milli), \
+         COUNT(DISTINCT a.job_id) \
+         FROM allocations a JOIN jobs j ON j.id = a.job_id \
+         WHERE a.created_at < ?2 AND COALESCE(a.released_at, ?2) > ?1 \
+         AND (?3 IS NULL OR j.team IN (SELECT value FROM json_each(?3))) \
+         GROUP BY 1, 2 ORDER BY 1, 2"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![since, until, teams], |r| {
+        let milli_ms: i64 = r.get(2)?;
+        Ok(Usage {
+            team: r.get(0)?,
+            user: r.get(1)?,
+            gpu_hours: milli_ms as f64 / 1000.0 / 3_600_000.0,
+            jobs: r.get(3)?,
+        })
+    })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

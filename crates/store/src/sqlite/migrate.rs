@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../../migrations/0002_identity.sql")),
     (3, include_str!("../../migrations/0003_job_env.sql")),
     (4, include_str!("../../migrations/0004_time_limit.sql")),
+    (5, include_str!("../../migrations/0005_job_user.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -183,6 +183,9 @@ impl Store for SqliteStore {
     fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>> {
         self.read(|c| jobs::allocations(c, held_only))
     }
+    fn usage(&self, since: i64, until: i64, by_user: bool, teams: Option<Vec<String>>) -> Result<Vec<Usage>> {
+        self.read(|c| jobs::usage(c, since, until, by_user, teams.as_deref()))
+    }
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         self.read(|c| tokens::events(c, filter))
     }

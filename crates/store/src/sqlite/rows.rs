@@ -8,7 +8,7 @@ use crate::model::*;
 /// Columns read by [`job`], in order.
 pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, gpu_memory_mib, \
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
-     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s";
+     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
@@ -53,6 +53,7 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
         finished_at: r.get(21)?,
         env: json("env", &r.get::<_, String>(22)?)?,
         time_limit_s: r.get(23)?,
+        user: r.get(24)?,
     })
 }
 

@@ -25,6 +25,7 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         max_retries: 1,
         submitted_at: 1,
         time_limit_s: None,
+        user: None,
     }
 }
 
