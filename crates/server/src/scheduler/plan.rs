@@ -392,10 +392,11 @@ impl<'a> Layout<'a> {
         let (most_gpus, most_cpu) =
             nodes.iter().fold((0, 0), |(g, c), n| (g.max(n.gpu_free.len() as u32), c.max(n.spec.cpu_milli)));
         if req.gpus > most_gpus {
-            return format!("waiting: no node has {} GPUs (the largest has {most_gpus})", req.gpus);
+            return format!("waiting: no node has {} free GPUs (the most any has is {most_gpus})", req.gpus);
         }
         if req.cpu_milli > most_cpu {
-            return format!("waiting: no node has {} milli-CPU (the largest has {most_cpu})", req.cpu_milli);
+            let (asked, most) = (cores(req.cpu_milli), cores(most_cpu));
+            return format!("waiting: no node has {asked} CPU cores (the largest has {most})");
         }
         match nodes.iter().find_map(|n| n.why_not(req)) {
             Some(why) if nodes.len() == 1 => format!("waiting: {why}"),
@@ -424,4 +425,10 @@ impl<'a> Layout<'a> {
             .collect();
         Placement { job_id: job.id, node_id: node.id.clone(), epoch: node.epoch, grants, at }
     }
+}
+
+/// Milli-cores as cores, the unit users type (`--cpu 1.5`).
+fn cores(milli: u64) -> String {
+    let text = format!("{:.3}", milli as f64 / 1000.0);
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }

@@ -135,6 +135,6 @@ fn a_job_that_does_not_fit_says_why_it_waits() {
     s.teams = vec![Team { name: "a".into(), gpu_quota: Some(0) }];
     let waiting: std::collections::HashMap<JobId, String> =
         plan(&s, PolicyKind::Gantry, 1).waiting.into_iter().collect();
-    assert!(waiting[&1].contains("no node has 4 GPUs (the largest has 2)"), "{waiting:?}");
+    assert!(waiting[&1].contains("no node has 4 free GPUs (the most any has is 2)"), "{waiting:?}");
     assert!(!waiting.contains_key(&2) && !waiting.contains_key(&3), "{waiting:?}");
 }
