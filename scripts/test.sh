@@ -9,5 +9,12 @@ if ! command -v prometheus >/dev/null 2>&1; then
       || echo "warning: could not install prometheus; the real-scrape test will fail" >&2
   fi
 fi
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's chromium and chromium-driver for the dashboard's browser test" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null) \
+      || echo "warning: could not install chromium; the browser test will fail in CI" >&2
+  fi
+fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo test --workspace "$@"

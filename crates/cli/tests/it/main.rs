@@ -4,7 +4,9 @@
 
 mod access;
 mod agent_loss;
+mod browser;
 mod crash;
+mod dashboard;
 mod exporter;
 #[path = "../../../fake-nvml/testing.rs"]
 mod fake_nvml;

@@ -5,6 +5,7 @@ mod agent;
 mod audit;
 mod capacity;
 mod cluster;
+mod dashboard;
 mod extract;
 mod jobs;
 pub use gantry_api::types;
@@ -50,7 +51,8 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// Every route; all but `/healthz` need a bearer token. Who may call each is checked in its
+/// Every route; all but `/healthz`, `/v1/ca.pem` and the dashboard's static files (`/`,
+/// `/dashboard/*`, which hold no data) need a bearer token. Who may call each is checked in its
 /// handler (or, for mutations, by the dispatcher) through [`Principal`]'s `require_*` methods:
 /// jobs, logs, events — users, scoped to their teams; cancel and submit — members of the job's
 /// team and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
@@ -84,6 +86,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/ca.pem", get(ca_pem))
+        .merge(dashboard::routes())
         .merge(authed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(app)

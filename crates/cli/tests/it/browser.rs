@@ -1,0 +1,161 @@
+//! A headless Chromium driven through chromedriver's W3C WebDriver HTTP API (plain JSON over
+//! reqwest). [`Browser::start`] gives `None` — after printing why — when Chromium is missing
+//! and `CI` is unset; in CI a missing browser fails the test (`.ci/run` installs Debian's
+//! `chromium` and `chromium-driver`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// A chromedriver process with one browser session.
+pub struct Browser {
+    rt: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    session: String,
+    driver: Child,
+}
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium with a 1400×900 window.
+    pub fn start() -> Option<Self> {
+        let found = (
+            on_path("chromedriver"),
+            ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|b| on_path(b)),
+        );
+        let (Some(driver_bin), Some(chrome)) = found else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must have chromium and chromedriver (.ci/run installs them)"
+            );
+            eprintln!(
+                "note: skipping the browser test: chromium or chromedriver is not installed (apt-get install chromium chromium-driver)"
+            );
+            return None;
+        };
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+        let driver = Command::new(driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let http = http();
+        let mut browser = Self { rt, http, session: format!("http://127.0.0.1:{port}"), driver };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while browser.call(reqwest::Method::GET, "/status", None).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not answer");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": chrome, "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,900", "--hide-scrollbars", "--lang=en-GB"]}}}});
+        let created = browser.call(reqwest::Method::POST, "/session", Some(caps)).expect("new session");
+        let id = created["sessionId"].as_str().expect("session id").to_owned();
+        browser.session = format!("{}/session/{id}", browser.session);
+        Some(browser)
+    }
+
+    fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let url = format!("{}{path}", self.session);
+        self.rt.block_on(async {
+            let mut req = self.http.request(method, url);
+            if let Some(body) = body {
+                req = req.json(&body);
+            }
+            let resp = req.send().await.map_err(|e| e.to_string())?;
+            let ok = resp.status().is_success();
+            let value: Value = resp.json().await.map_err(|e| e.to_string())?;
+            if ok { Ok(value["value"].clone()) } else { Err(value["value"].to_string()) }
+        })
+    }
+
+    fn post(&self, path: &str, body: Value) -> Value {
+        self.call(reqwest::Method::POST, path, Some(body)).unwrap_or_else(|e| panic!("webdriver {path}: {e}"))
+    }
+
+    pub fn goto(&self, url: &str) {
+        self.post("/url", json!({ "url": url }));
+    }
+
+    /// Runs `script` (a function body; `arguments` holds `args`) and returns what it returns.
+    pub fn js(&self, script: &str, args: Value) -> Value {
+        self.post("/execute/sync", json!({ "script": script, "args": args }))
+    }
+
+    /// The first element matching a CSS selector.
+    pub fn find(&self, css: &str) -> Value {
+        let found = self.post("/element", json!({ "using": "css selector", "value": css }));
+        found.as_object().and_then(|o| o.values().next().cloned()).expect("element reference")
+    }
+
+    pub fn type_into(&self, css: &str, text: &str) {
+        let id = self.find(css);
+        self.post(&format!("/element/{}/value", id.as_str().expect("id")), json!({ "text": text }));
+    }
+
+    pub fn click(&self, css: &str) {
+        let id = self.find(css);
+        self.post(&format!("/element/{}/click", id.as_str().expect("id")), json!({}));
+    }
+
+    /// Polls a JavaScript expression until it is truthy; returns its value.
+    pub fn wait_for(&self, what: &str, expression: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.js(&format!("return {expression};"), json!([]));
+            if !(v.is_null() || v == json!(false) || v == json!("") || v == json!(0)) {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let body = self.js("return document.body.innerText.slice(0, 2000);", json!([]));
+                panic!(
+                    "timed out waiting for {what}; the page shows:\n{}",
+                    body.as_str().unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Writes a PNG of the viewport to `dir/name.png`.
+    pub fn screenshot(&self, dir: &Path, name: &str) -> PathBuf {
+        let data = self.call(reqwest::Method::GET, "/screenshot", None).expect("screenshot");
+        let png =
+            base64::engine::general_purpose::STANDARD.decode(data.as_str().expect("base64")).expect("png");
+        std::fs::create_dir_all(dir).expect("screenshot dir");
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).expect("write screenshot");
+        path
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.call(reqwest::Method::DELETE, "", None);
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// A plain-HTTP client (reqwest is built without a default TLS provider).
+pub fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// Where screenshots go: `GANTRY_SCREENSHOTS`, else `docs/dashboard/` in the repository.
+pub fn screenshot_dir() -> PathBuf {
+    std::env::var_os("GANTRY_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard"))
+}

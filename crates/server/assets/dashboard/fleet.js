@@ -1,0 +1,77 @@
+// The fleet: every GPU as a cell, grouped by node, coloured by utilisation or memory, outlined
+// by health; hovering names the jobs holding it (from the running jobs the caller may see).
+
+import { gpus as allGpus, jobsUpTo } from './api.js';
+import { html, put, reading, findings, pct, mib } from './view.js';
+
+export function mount(main, ctx, refresh) {
+  ctx.colour = ctx.query.get('by') === 'memory' ? 'memory' : 'util';
+  put(main, html`
+    <div class="bar">
+      <h1>Fleet</h1>
+      <label>Colour by <select id="colour">
+        <option value="util">utilisation</option><option value="memory">memory used</option>
+      </select></label>
+      <span class="legend"><span class="cell u0"></span> 0% <span class="cell u5"></span> 50% <span class="cell u10"></span> 100%
+        <span class="cell none"></span> no reading <span class="cell u3 h-unhealthy"></span> unhealthy</span>
+    </div>
+    <div id="tiles" class="tiles"></div>
+    <div id="heatmap" class="heatmap"></div>`);
+  const select = document.getElementById('colour');
+  select.value = ctx.colour;
+  select.addEventListener('change', () => {
+    ctx.colour = select.value;
+    refresh();
+  });
+}
+
+export async function load() {
+  const [gpus, running] = await Promise.all([
+    allGpus(),
+    jobsUpTo({ state: 'running' }, 2000),
+  ]);
+  return { gpus, running };
+}
+
+function cell(gpu, colour, names) {
+  const r = reading(gpu);
+  const v = r ? (colour === 'memory' ? r.mem : r.util) : null;
+  const bucket = v === null ? 'none' : `u${Math.min(10, Math.max(0, Math.round(v / 10)))}`;
+  const holders = gpu.holders.map((h) => `#${h.job_id} ${names.get(h.job_id) || ''}`.trim());
+  const problems = findings(gpu).map((f) => `${f.kind}: ${f.detail}`);
+  const title = [
+    `${gpu.node_id} GPU ${gpu.index} · ${gpu.model}`,
+    `health ${gpu.health}`,
+    r ? `utilisation ${pct(r.util)} · memory ${mib(r.usedMib)} of ${mib(gpu.memory_mib)}` : 'no reading',
+    ...(holders.length ? holders.map((h) => `job ${h}`) : ['idle']),
+    ...problems,
+  ].join('\n');
+  const cls = `cell ${bucket} h-${gpu.health}${holders.length ? ' held' : ''}`;
+  const href = gpu.holders.length ? `#/job/${gpu.holders[0].job_id}` : `#/node/${encodeURIComponent(gpu.node_id)}`;
+  return html`<a class="${cls}" href="${href}" title="${title}" data-uuid="${gpu.uuid}"></a>`;
+}
+
+export function render({ gpus, running }, ctx) {
+  const names = new Map(running.map((j) => [j.id, `${j.name} (${j.team})`]));
+  const byNode = new Map();
+  for (const g of gpus) {
+    if (!byNode.has(g.node_id)) byNode.set(g.node_id, []);
+    byNode.get(g.node_id).push(g);
+  }
+  const nodes = [...byNode.keys()].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+  const held = gpus.filter((g) => g.holders.length).length;
+  const bad = gpus.filter((g) => g.health !== 'healthy').length;
+  const utils = gpus.map((g) => reading(g)).filter((r) => r && r.util !== null).map((r) => r.util);
+  const mean = utils.length ? utils.reduce((a, b) => a + b, 0) / utils.length : null;
+  const idleHeld = gpus.filter((g) => g.holders.length && (reading(g)?.util ?? 100) < 5).length;
+  put(document.getElementById('tiles'), html`
+    <div class="tile"><b>${gpus.length}</b> GPUs on ${nodes.length} nodes</div>
+    <div class="tile"><b>${held}</b> allocated</div>
+    <div class="tile"><b>${pct(mean)}</b> mean utilisation</div>
+    <div class="tile${idleHeld ? ' warn' : ''}"><b>${idleHeld}</b> allocated but idle</div>
+    <div class="tile${bad ? ' warn' : ''}"><b>${bad}</b> not healthy</div>
+    <div class="tile"><b>${running.length}</b> running jobs</div>`);
+  put(document.getElementById('heatmap'), nodes.map((n) => html`
+    <div class="node"><a class="name" href="#/node/${encodeURIComponent(n)}">${n}</a><div class="cells">${byNode
+      .get(n).sort((a, b) => a.index - b.index).map((g) => cell(g, ctx.colour, names))}</div></div>`));
+}

@@ -1,0 +1,95 @@
+// One job: its fields, state transitions (one per attempt's start and end) and its output,
+// followed while it runs. Output is appended as text nodes, never parsed as markup.
+
+import { json, request, ApiError } from './api.js';
+import { html, put, state, when, duration, mib } from './view.js';
+
+const MAX_CHARS = 2_000_000;
+
+export function mount(main, ctx, refresh) {
+  ctx.id = Number(ctx.arg);
+  ctx.stream = 'stdout';
+  ctx.offset = 0;
+  ctx.decoder = new TextDecoder();
+  put(main, html`
+    <div id="job-head"></div>
+    <div class="columns"><section id="job-fields"></section><section id="job-history"></section></div>
+    <section class="logs">
+      <div class="bar"><h2>Output</h2>
+        <label><input type="radio" name="stream" value="stdout" checked> stdout</label>
+        <label><input type="radio" name="stream" value="stderr"> stderr</label>
+        <label><input type="checkbox" id="follow" checked> follow</label>
+        <span id="log-note" class="muted"></span></div>
+      <pre id="log" tabindex="0"></pre>
+    </section>`);
+  for (const radio of document.querySelectorAll('input[name=stream]')) {
+    radio.addEventListener('change', () => {
+      ctx.stream = radio.value;
+      ctx.offset = 0;
+      ctx.decoder = new TextDecoder();
+      document.getElementById('log').textContent = '';
+      ctx.done = false;
+      refresh();
+    });
+  }
+}
+
+async function logChunk(ctx) {
+  const res = await request(`/v1/jobs/${ctx.id}/logs?stream=${ctx.stream}&offset=${ctx.offset}`);
+  const start = Number(res.headers.get('x-gantry-log-offset') || ctx.offset);
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  const skipped = start > ctx.offset ? start - ctx.offset : 0;
+  ctx.offset = start + bytes.length;
+  return { text: ctx.decoder.decode(bytes, { stream: true }), skipped, size: bytes.length };
+}
+
+export async function load(ctx) {
+  let detail;
+  try {
+    detail = (await json(`/v1/jobs/${ctx.id}`)).value;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return { missing: true };
+    throw e;
+  }
+  const chunks = [];
+  for (let i = 0; i < 8; i++) {
+    const c = await logChunk(ctx);
+    if (c.size === 0) break;
+    chunks.push(c);
+  }
+  return { detail, chunks };
+}
+
+export function render({ missing, detail, chunks }, ctx) {
+  if (missing) {
+    put(document.getElementById('job-head'), html`<h1>Job ${ctx.id}</h1><p class="error">No such job, or not one of your teams'.</p>`);
+    ctx.done = true;
+    return;
+  }
+  const j = detail.job;
+  put(document.getElementById('job-head'), html`<div class="bar"><h1>Job ${j.id} · <span class="name">${j.name}</span></h1>${state(j.state)}</div>`);
+  put(document.getElementById('job-fields'), html`<h2>Details</h2><dl class="fields">
+    <dt>Team</dt><dd>${j.team}</dd>
+    <dt>Command</dt><dd><code>${j.command.join(' ')}</code></dd>
+    <dt>Request</dt><dd>${j.request.gpus} GPU${j.request.gpus === 1 ? '' : 's'}${j.request.gpu_memory_mib ? `, ${mib(j.request.gpu_memory_mib)} slice` : ''}, priority ${j.priority}</dd>
+    <dt>Attempt</dt><dd>${j.attempt} of ${j.max_retries + 1}</dd>
+    <dt>Node</dt><dd>${j.node_id ? html`<a href="#/node/${encodeURIComponent(j.node_id)}">${j.node_id}</a>` : '–'}</dd>
+    <dt>GPUs</dt><dd>${j.gpu_uuids.join(', ') || '–'}</dd>
+    <dt>Submitted</dt><dd>${when(j.submitted_at)}</dd>
+    <dt>Ran</dt><dd>${duration(j.started_at, j.finished_at) || '–'}</dd>
+    <dt>Exit code</dt><dd>${j.exit_code ?? '–'}</dd>
+    <dt>Reason</dt><dd>${j.reason || '–'}</dd>
+  </dl>`);
+  put(document.getElementById('job-history'), html`<h2>Transitions</h2><table class="grid"><thead><tr><th>At</th><th>From</th><th>To</th><th>Reason</th></tr></thead>
+    <tbody>${detail.transitions.map((t) => html`<tr><td>${when(t.at)}</td><td>${t.from ? state(t.from) : ''}</td><td>${state(t.to)}</td><td class="reason">${t.reason || ''}</td></tr>`)}</tbody></table>`);
+  const log = document.getElementById('log');
+  const skipped = chunks.reduce((n, c) => n + c.skipped, 0);
+  if (skipped) log.append(document.createTextNode(`[… ${skipped} bytes rotated away …]\n`));
+  const text = chunks.map((c) => c.text).join('');
+  if (text) log.append(document.createTextNode(text));
+  if (log.textContent.length > MAX_CHARS) log.textContent = log.textContent.slice(-MAX_CHARS / 2);
+  if (text && document.getElementById('follow').checked) log.scrollTop = log.scrollHeight;
+  const final = ['succeeded', 'failed', 'cancelled'].includes(j.state);
+  document.getElementById('log-note').textContent = `${ctx.offset} bytes${final ? ' · finished' : ' · following'}`;
+  if (final && chunks.length === 0) ctx.done = true;
+}
