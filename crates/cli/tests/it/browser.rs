@@ -153,9 +153,13 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::new()
 }
 
-/// Where screenshots go: `GANTRY_SCREENSHOTS`, else `docs/dashboard/` in the repository.
+/// Where screenshots go: `GANTRY_SCREENSHOTS`, else a scratch directory.
 pub fn screenshot_dir() -> PathBuf {
-    std::env::var_os("GANTRY_SCREENSHOTS")
+    // `GANTRY_SCREENSHOTS=docs/dashboard` refreshes the committed pictures; otherwise they go to
+    // a scratch directory, so a test run leaves the tree as it was.
+    let dir = std::env::var_os("GANTRY_SCREENSHOTS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard"))
+        .unwrap_or_else(|| std::env::temp_dir().join("gantry-screenshots"));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
 }

@@ -178,6 +178,8 @@ fn populate(store: &dyn gantry_store::Store) {
             request: JobRequest { gpus: 1 + i % 2, ..JobRequest::default() },
             max_retries: 3,
             submitted_at: now - i64::from(10_000 - i) * 1000,
+            time_limit_s: None,
+            user: None,
         };
         store.submit(&job).expect("submit");
     }
