@@ -13,6 +13,7 @@ pub mod experiment;
 pub mod jobs;
 pub mod report;
 pub mod runner;
+mod svg;
 pub mod trace;
 
 pub use experiment::{Experiment, RunCurve};

@@ -151,17 +151,8 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
     let y_top = (y_max / 5.0).ceil() * 5.0;
     let sx = |x: f64| left + (x - x0 as f64) / (x1 - x0) as f64 * pw;
     let sy = |y: f64| top + (1.0 - y / y_top) * ph;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">Unallocated GPUs vs arrived workload — {trace}</text>"#,
-        left + pw / 2.0
-    );
+    let title = format!("Unallocated GPUs vs arrived workload — {trace}");
+    let mut s = crate::svg::open(w, h, &title, left + pw / 2.0);
     for k in 0..=5 {
         let y = y_top * f64::from(k) / 5.0;
         let _ = writeln!(

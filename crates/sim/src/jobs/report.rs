@@ -284,17 +284,7 @@ fn chart(
     let y1 = if y1 > 0.0 { y1 * 1.05 } else { 1.0 };
     let sx = |x: f64| left + (x - x0) / (x1 - x0) * pw;
     let sy = |y: f64| top + (1.0 - y / y1) * ph;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{title}</text>"#,
-        left + pw / 2.0
-    );
+    let mut s = crate::svg::open(w, h, title, left + pw / 2.0);
     let _ =
         writeln!(s, r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##);
     for k in 0..=4 {
