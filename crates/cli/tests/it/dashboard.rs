@@ -92,6 +92,7 @@ fn in_a_browser_a_member_sees_its_job_run_finish_and_print_and_another_team_sees
     let teams = browser.js("return document.getElementById('teams-body').innerText;", json!([]));
     assert!(teams.as_str().unwrap_or_default().contains("vision"), "{teams}");
     assert!(!teams.as_str().unwrap_or_default().contains("nlp"), "vision sees nlp: {teams}");
+    assert!(teams.as_str().unwrap_or_default().contains("GPU-hours"), "usage is shown: {teams}");
 
     // A member of another team: no job in the list, and the job page says it does not exist.
     browser.click("#logout");
