@@ -5,7 +5,8 @@
 //! one-time `join` token an agent trades for its node credential, and a `node` credential that
 //! acts for one node only (Kubernetes' node authorizer: a kubelet may touch only its own node).
 //! Every request but `/healthz` and `/v1/ca.pem` carries one; expired, revoked and used tokens
-//! get 401, and repeated failures from one address get 429 for a while.
+//! get 401, and repeated failures from one address get 429 for a while (valid credentials from
+//! that address keep working).
 //!
 //! The rules live in [`Principal`]'s methods, next to each other, so that every endpoint's
 //! "who may call this" is one call here.
@@ -243,15 +244,18 @@ pub async fn require_token(
 ) -> Result<Response, ApiError> {
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     let ip = peer.map_or(IpAddr::from([0, 0, 0, 0]), |p| p.ip());
-    if app.failures.blocked(ip) {
-        return Err(ApiError::TooManyFailures);
-    }
     let looked_up = match bearer(&req) {
         Some(secret) => app.tokens.lookup(&app.store, &secret).await,
         None => Err(ApiError::Unauthorized),
     };
+    // Only failures are limited: a valid credential from a throttled address still works, so a
+    // local user spraying bad tokens cannot lock the node's own agent (or anyone else on the
+    // address) out of the API. Guessing a 256-bit secret gains nothing from that.
     let token = match looked_up {
         Ok(token) => token,
+        Err(ApiError::Unauthorized | ApiError::TokenRefused(_)) if app.failures.blocked(ip) => {
+            return Err(ApiError::TooManyFailures);
+        }
         Err(e @ (ApiError::Unauthorized | ApiError::TokenRefused(_))) => {
             app.failures.failed(ip);
             return Err(e);
