@@ -198,8 +198,9 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         Command::Join { credential, by } => {
             let node = credential.node.clone().unwrap_or_default();
             let entry = entry(&by, "node.join", format!("node/{node}"), None, now);
+            let check = by.require_join(&node).and_then(|()| join_target_free(store, &by, &node));
             let change = Change::Join { join_token: by.token.id, credential };
-            audited(store, by.require_join(&node), change, entry)
+            audited(store, check, change, entry)
         }
         Command::RegisterNode { registration, by } => {
             let node = registration.node_id.clone();
@@ -220,6 +221,22 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             store.expire_nodes(deadline, now).map(Outcome::Expired).map_err(Into::into)
         }
     }
+}
+
+/// A join token made for any node may not take over a node that is up: joining revokes the
+/// node's credentials, which would cut off its running agent. A token made for that node
+/// (`--node`) may (a reinstalled machine).
+fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(), ApiError> {
+    if by.token.node.is_some() {
+        return Ok(());
+    }
+    let live = store.nodes()?.iter().any(|n| n.id == node && n.state == gantry_store::NodeState::Ready);
+    if live {
+        return Err(ApiError::Conflict(format!(
+            "node {node} is up; join it with a join token made for it (`gantry token create --role agent --node {node}`)"
+        )));
+    }
+    Ok(())
 }
 
 fn entry(by: &Principal, action: &str, target: String, team: Option<&str>, at: i64) -> AuditEntry {

@@ -200,6 +200,15 @@ async fn a_join_token_works_once_and_only_for_its_node() {
     assert_eq!(status(s.as_(&join, reqwest::Method::GET, "/v1/jobs")).await, StatusCode::UNAUTHORIZED);
     assert_eq!(status(s.as_(&credential, reqwest::Method::GET, "/v1/jobs")).await, StatusCode::FORBIDDEN);
     assert_eq!(s.register(&credential, "n1", &["GPU-1"]).await.status(), StatusCode::OK);
+    // A join token made for any node cannot take over node n1 while it is up.
+    let any = gantry_server::create_join_token(&*s.store, None, HOUR).expect("join");
+    let takeover = s.as_(&any, reqwest::Method::POST, "/v1/agent/join").json(&json!({"node_id": "n1"}));
+    assert_eq!(status(takeover).await, StatusCode::CONFLICT);
+    assert_eq!(
+        s.register(&credential, "n1", &["GPU-1"]).await.status(),
+        StatusCode::OK,
+        "n1 keeps its credential"
+    );
     let expired = gantry_server::create_join_token(&*s.store, None, Duration::from_millis(1)).expect("join");
     tokio::time::sleep(Duration::from_millis(20)).await;
     let late = s.as_(&expired, reqwest::Method::POST, "/v1/agent/join").json(&json!({"node_id": "n3"}));
