@@ -53,6 +53,10 @@ enum Command {
     Audit(cmd::audit::AuditArgs),
     /// GPU-hours allocated per team or user over a period.
     Usage(cmd::usage::UsageArgs),
+    /// Print a shell completion script.
+    Completions(cmd::completions::CompletionsArgs),
+    /// Print the man page (roff): `gantry man > gantry.1`.
+    Man,
     /// Control-plane benchmarks.
     #[command(subcommand)]
     Bench(cmd::bench_submit::BenchCommand),
@@ -78,6 +82,8 @@ fn main() -> ExitCode {
         Command::Token(c) => cmd::token::run(c),
         Command::Audit(a) => cmd::audit::run(a),
         Command::Usage(a) => cmd::usage::run(a),
+        Command::Completions(a) => cmd::completions::completions::<Cli>(a),
+        Command::Man => cmd::completions::man::<Cli>(),
         Command::Bench(c) => cmd::bench_submit::run(c),
     };
     match result {

@@ -12,6 +12,7 @@ pub mod bench_submit;
 pub mod cancel;
 pub mod client;
 pub mod cluster_gpus;
+pub mod completions;
 pub mod config;
 pub mod control;
 pub mod exporter;

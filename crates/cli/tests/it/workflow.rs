@@ -231,3 +231,20 @@ fn a_job_past_its_time_limit_is_stopped_and_ends_in_timeout() {
     let out = cluster.try_gantry(&["submit", "--time", "soon", "--", "true"]);
     assert!(text(&out.stderr).contains("is not a duration"), "{out:?}");
 }
+
+#[test]
+fn completions_and_the_man_page_are_generated_from_the_commands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = crate::gantry(&["completions", shell]);
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for word in ["submit", "audit", "usage", "token"] {
+            assert!(text.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let bad = crate::gantry(&["completions", "tcsh"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("possible values"));
+    let man = crate::gantry(&["man"]);
+    assert!(String::from_utf8_lossy(&man.stdout).starts_with(".ie"), "roff");
+    assert!(String::from_utf8_lossy(&man.stdout).contains(".TH gantry 1"));
+}
