@@ -15,6 +15,7 @@ pub mod cluster_gpus;
 pub mod config;
 pub mod control;
 pub mod exporter;
+pub mod extender;
 pub mod gpus;
 pub mod jobs;
 pub mod logging;
