@@ -155,3 +155,36 @@ fn benchmark_reports_p99_against_best_fit_on_1000_nodes() {
     );
     assert!(r.gantry_p99_us > 0.0 && r.bestfit_p99_us > 0.0);
 }
+
+#[test]
+fn the_extenders_top_node_is_the_one_the_core_policy_places_on_as_binds_change_the_cluster() {
+    use gantry_core::{ModelSet, PolicyKind, RandomSource, SplitMix64};
+    use gantry_k8s::extender::model::default_typical_pods;
+    use gantry_k8s::extender::pod::PodRequest;
+    let mut m = Model::gantry();
+    let names: Vec<String> = (0..40).map(|i| format!("n{i:02}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        m.upsert_node(node(name, if i % 3 == 0 { 4 } else { 8 })).expect("distinct");
+    }
+    let mut policy = PolicyKind::Gantry.build(Arc::new(default_typical_pods()));
+    let mut rng = SplitMix64::new(3);
+    for i in 0..300 {
+        let request = match rng.next_u64() % 4 {
+            0 => gantry_core::Request::new(4000, 8192, 1, 1000, 0, ModelSet::Any),
+            1 => gantry_core::Request::new(8000, 8192, 2, 1000, 0, ModelSet::Any),
+            2 => gantry_core::Request::new(2000, 4096, 1, 500, 10_240, ModelSet::Any),
+            _ => gantry_core::Request::new(1000, 4096, 1, 250, 4096, ModelSet::Any),
+        }
+        .expect("valid");
+        let order: Vec<usize> = (0..names.len()).collect();
+        let expected = policy.place(m.cluster(), &request, &order, &mut rng);
+        let pod = PodRequest { key: format!("ml/p{i}"), uid: String::new(), request };
+        let fit = m.filter(&pod, &names).fit;
+        let scores = m.prioritize(&pod, &fit);
+        let top = scores.iter().find(|h| h.score == 10).map(|h| h.host.clone());
+        assert_eq!(top, expected.map(|p| names[p.node].clone()), "pod {i}");
+        if let Some(top) = top {
+            m.bind(&pod.key, &top).expect("the top node fits");
+        }
+    }
+}
