@@ -2,7 +2,8 @@
 //!
 //! Both sides see the same nodes and the same pod stream, and both bind their choice so that
 //! state (and the policy's per-node caches) moves as it would in a cluster. Reported as p50/p99
-//! per call and the ratio of the two p99s, so the figure is comparable across machines.
+//! per call and the ratio of the two p99s, so the figure is comparable across machines. The timing
+//! is in process (model calls, no HTTP or JSON), which is where the policy's cost lives.
 
 use std::time::{Duration, Instant};
 
