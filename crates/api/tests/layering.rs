@@ -60,7 +60,7 @@ fn adapters_depend_on_the_core_never_the_reverse() {
 
 #[test]
 fn nothing_shipped_depends_on_the_fake_nvml_library() {
-    for krate in ["cli", "gpu", "agent", "server", "store", "core", "sim", "api"] {
+    for krate in ["cli", "gpu", "agent", "server", "store", "core", "sim", "api", "k8s"] {
         let deps = dependencies(krate);
         assert!(!deps.iter().any(|d| d == "gantry-fake-nvml"), "{krate} depends on gantry-fake-nvml");
     }

@@ -21,6 +21,8 @@ enum Command {
     Sim(cmd::sim::SimCommand),
     /// Serve GPU metrics for Prometheus in dcgm-exporter's names and labels.
     Exporter(cmd::exporter::Args),
+    /// Serve the kube-scheduler extender (filter, prioritize, bind) on the gantry policy.
+    Extender(cmd::extender::Args),
     /// List GPUs: this machine's with --backend (inventory, readings, health, findings), else the cluster's.
     Gpus(cmd::gpus::Args),
     /// Start a single-machine cluster: control plane + local agent on an embedded store.
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(c) => cmd::sim::run(c),
         Command::Exporter(args) => cmd::exporter::run(args),
+        Command::Extender(args) => cmd::extender::run(args),
         Command::Gpus(args) => cmd::gpus::run(args),
         Command::Up(a) => cmd::up::run(a),
         Command::Server(a) => cmd::server::run(a),

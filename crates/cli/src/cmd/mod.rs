@@ -16,6 +16,7 @@ pub mod completions;
 pub mod config;
 pub mod control;
 pub mod exporter;
+pub mod extender;
 pub mod gpus;
 pub mod jobs;
 pub mod logging;

@@ -8,6 +8,7 @@ mod browser;
 mod crash;
 mod dashboard;
 mod exporter;
+mod extender;
 #[path = "../../../fake-nvml/testing.rs"]
 mod fake_nvml;
 mod gpus;

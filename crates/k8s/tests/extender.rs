@@ -1,0 +1,190 @@
+//! The extender fed kube-scheduler's own request shapes (`k8s.io/kube-scheduler/extender/v1`,
+//! Go field names as JSON keys, a full `v1.Pod`), in process through the router.
+
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use gantry_core::NodeSpec;
+use gantry_k8s::extender::bench;
+use gantry_k8s::extender::wire::{ExtenderBindingResult, ExtenderFilterResult, HostPriorityList};
+use gantry_k8s::extender::{Model, router};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+fn node(name: &str, gpus: u32) -> NodeSpec {
+    NodeSpec {
+        name: name.to_string(),
+        cpu_milli: 64_000,
+        memory_mib: 256 * 1024,
+        gpus,
+        gpu_model: Some("A100".to_string()),
+        gpu_memory_mib: 81_920,
+    }
+}
+
+/// A pod as kube-scheduler serialises it (trimmed of status fields it also sends).
+fn pod(name: &str, resources: Value) -> Value {
+    json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "ml", "uid": "6f1c2a9e-0000-4000-8000-000000000001",
+                     "resourceVersion": "4711", "creationTimestamp": "2026-11-30T12:00:00Z",
+                     "labels": {"app": "train"}, "annotations": {}},
+        "spec": {"containers": [{"name": "main", "image": "pytorch:2.5",
+                                 "resources": {"limits": resources.clone(), "requests": resources}}],
+                 "schedulerName": "default-scheduler", "restartPolicy": "Never"},
+        "status": {"phase": "Pending", "qosClass": "Guaranteed"}
+    })
+}
+
+/// `ExtenderArgs` with `nodeCacheCapable: true`: no `Nodes`, just `NodeNames`.
+fn args(pod: Value, names: &[&str]) -> Value {
+    json!({"Pod": pod, "NodeNames": names})
+}
+
+/// Three nodes: `full` has every GPU taken, `half` has 4 of 8 free, `empty` has 8 free.
+fn model() -> Arc<Mutex<Model>> {
+    let mut m = Model::gantry();
+    for (name, gpus) in [("full", 8), ("half", 8), ("empty", 8), ("cpu", 0)] {
+        m.upsert_node(node(name, gpus)).expect("distinct");
+    }
+    let whole =
+        |n| gantry_core::Request::new(1000, 1024, n, 1000, 0, gantry_core::ModelSet::Any).expect("valid");
+    m.upsert_pod("ml/a", "full", whole(8)).expect("fits");
+    m.upsert_pod("ml/b", "half", whole(4)).expect("fits");
+    Arc::new(Mutex::new(m))
+}
+
+async fn post(model: &Arc<Mutex<Model>>, path: &str, body: String) -> (StatusCode, Vec<u8>) {
+    let req = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .expect("request");
+    let resp = router(model.clone()).oneshot(req).await.expect("infallible");
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.expect("body");
+    (status, bytes.to_vec())
+}
+
+#[tokio::test]
+async fn filter_excludes_full_nodes_with_a_reason() {
+    let m = model();
+    let body = args(
+        pod("train-0", json!({"cpu": "4", "memory": "16Gi", "gantry.dev/gpu": "2"})),
+        &["full", "half", "empty", "cpu"],
+    );
+    let (status, bytes) = post(&m, "/filter", body.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let raw: Value = serde_json::from_slice(&bytes).expect("json");
+    assert!(raw.get("NodeNames").is_some() && raw.get("FailedNodes").is_some() && raw.get("Error").is_some());
+    let result: ExtenderFilterResult = serde_json::from_value(raw).expect("filter result");
+    assert_eq!(result.node_names, Some(vec!["half".to_string(), "empty".to_string()]));
+    assert_eq!(result.failed_nodes.get("full").map(String::as_str), Some("not enough idle GPUs"));
+    assert!(result.failed_and_unresolvable_nodes.contains_key("cpu"));
+    assert_eq!(result.error, "");
+}
+
+#[tokio::test]
+async fn filter_without_node_cache_echoes_the_fitting_nodes() {
+    let m = model();
+    let nodes = json!({"kind": "NodeList", "apiVersion": "v1", "metadata": {},
+        "items": [{"metadata": {"name": "full"}}, {"metadata": {"name": "empty"}}]});
+    let body = json!({"Pod": pod("train-1", json!({"gantry.dev/gpu": "1"})), "Nodes": nodes});
+    let (status, bytes) = post(&m, "/filter", body.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let raw: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(raw["Nodes"]["items"], json!([{"metadata": {"name": "empty"}}]));
+}
+
+#[tokio::test]
+async fn prioritize_prefers_the_node_the_core_policy_prefers() {
+    let m = model();
+    // Gantry keeps the idle 8-GPU node whole for big requests: a 2-GPU pod goes to `half`.
+    let body = args(pod("train-2", json!({"gantry.dev/gpu": "2"})), &["half", "empty"]);
+    let (status, bytes) = post(&m, "/prioritize", body.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let scores: HostPriorityList = serde_json::from_slice(&bytes).expect("HostPriorityList");
+    let raw: Value = serde_json::from_slice(&bytes).expect("json");
+    assert!(raw[0].get("Host").is_some() && raw[0].get("Score").is_some());
+    let top = scores.iter().max_by_key(|h| h.score).expect("scored");
+    assert_eq!(top.host, "half");
+    assert!(scores.iter().all(|h| (0..=10).contains(&h.score)));
+    assert_eq!(top.score, 10);
+}
+
+#[tokio::test]
+async fn bind_records_the_decision_and_refuses_once_the_node_is_full() {
+    let m = model();
+    let p = pod("train-3", json!({"gantry.dev/gpu": "4"}));
+    post(&m, "/filter", args(p, &["half"]).to_string()).await;
+    let bind = json!({"PodName": "train-3", "PodNamespace": "ml", "PodUID": "6f1c2a9e-0000-4000-8000-000000000001", "Node": "half"});
+    let (_, bytes) = post(&m, "/bind", bind.to_string()).await;
+    let ok: ExtenderBindingResult = serde_json::from_slice(&bytes).expect("binding result");
+    assert_eq!(ok.error, "");
+    let p = pod("train-4", json!({"gantry.dev/gpu": "4"}));
+    post(&m, "/filter", args(p, &["half"]).to_string()).await;
+    let bind = json!({"PodName": "train-4", "PodNamespace": "ml", "PodUID": "x", "Node": "half"});
+    let (status, bytes) = post(&m, "/bind", bind.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let refused: ExtenderBindingResult = serde_json::from_slice(&bytes).expect("binding result");
+    assert!(refused.error.contains("not enough idle GPUs"), "{}", refused.error);
+}
+
+#[tokio::test]
+async fn malformed_json_gets_400() {
+    let m = model();
+    for path in ["/filter", "/prioritize", "/bind"] {
+        let (status, body) = post(&m, path, "{\"Pod\": ".to_string()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(String::from_utf8_lossy(&body).starts_with("malformed request"));
+    }
+}
+
+#[test]
+fn benchmark_reports_p99_against_best_fit_on_1000_nodes() {
+    let r = bench::run(1000, 200);
+    println!(
+        "extender on {} nodes, {} calls: gantry p50 {:.0} us p99 {:.0} us; best-fit p50 {:.0} us p99 {:.0} us; p99 ratio {:.2}",
+        r.nodes,
+        r.calls,
+        r.gantry_p50_us,
+        r.gantry_p99_us,
+        r.bestfit_p50_us,
+        r.bestfit_p99_us,
+        r.ratio()
+    );
+    assert!(r.gantry_p99_us > 0.0 && r.bestfit_p99_us > 0.0);
+}
+
+#[test]
+fn the_extenders_top_node_is_the_one_the_core_policy_places_on_as_binds_change_the_cluster() {
+    use gantry_core::{ModelSet, PolicyKind, RandomSource, SplitMix64};
+    use gantry_k8s::extender::model::default_typical_pods;
+    use gantry_k8s::extender::pod::PodRequest;
+    let mut m = Model::gantry();
+    let names: Vec<String> = (0..40).map(|i| format!("n{i:02}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        m.upsert_node(node(name, if i % 3 == 0 { 4 } else { 8 })).expect("distinct");
+    }
+    let mut policy = PolicyKind::Gantry.build(Arc::new(default_typical_pods()));
+    let mut rng = SplitMix64::new(3);
+    for i in 0..300 {
+        let request = match rng.next_u64() % 4 {
+            0 => gantry_core::Request::new(4000, 8192, 1, 1000, 0, ModelSet::Any),
+            1 => gantry_core::Request::new(8000, 8192, 2, 1000, 0, ModelSet::Any),
+            2 => gantry_core::Request::new(2000, 4096, 1, 500, 10_240, ModelSet::Any),
+            _ => gantry_core::Request::new(1000, 4096, 1, 250, 4096, ModelSet::Any),
+        }
+        .expect("valid");
+        let order: Vec<usize> = (0..names.len()).collect();
+        let expected = policy.place(m.cluster(), &request, &order, &mut rng);
+        let pod = PodRequest { key: format!("ml/p{i}"), uid: String::new(), request };
+        let fit = m.filter(&pod, &names).fit;
+        let scores = m.prioritize(&pod, &fit);
+        let top = scores.iter().find(|h| h.score == 10).map(|h| h.host.clone());
+        assert_eq!(top, expected.map(|p| names[p.node].clone()), "pod {i}");
+        if let Some(top) = top {
+            m.bind(&pod.key, &top).expect("the top node fits");
+        }
+    }
+}
