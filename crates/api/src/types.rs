@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Gpu, GpuInfo, Job, JobId, Role, TokenKind, Transition};
+use crate::model::{Gpu, GpuInfo, Job, JobId, Node, Role, TokenKind, Transition};
 use serde::{Deserialize, Serialize};
 
 /// A job submission.
@@ -383,4 +383,21 @@ pub struct UsageQuery {
     pub until: Option<i64>,
     /// `team` (default) or `user`.
     pub by: Option<String>,
+}
+
+/// A node with its GPU counts (no job names: every user may see them, like `sinfo`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeView {
+    /// The node.
+    #[serde(flatten)]
+    pub node: Node,
+    /// GPU model (the first GPU's; nodes hold one model).
+    pub gpu_model: Option<String>,
+    /// GPUs.
+    pub gpus: u32,
+    /// GPUs that are healthy and hold no allocation, not even a slice.
+    pub gpus_free: u32,
+    /// GPUs that are not healthy.
+    pub gpus_unhealthy: u32,
 }

@@ -1,7 +1,7 @@
-//! `gantry nodes`.
+//! `gantry nodes`: like `sinfo`, each node's state and its GPUs: model, free, total, unhealthy.
 
 use clap::Args;
-use gantry_store::Node;
+use gantry_api::types::NodeView;
 
 use super::client::{Api, Output, ServerArgs, block_on};
 use super::table;
@@ -19,23 +19,29 @@ pub struct NodesArgs {
 /// Lists nodes.
 pub fn run(args: NodesArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
-    let nodes: Vec<Node> = block_on(api.get("/v1/nodes"))??;
+    let nodes: Vec<NodeView> = block_on(api.get("/v1/nodes"))??;
     if args.output == Output::Json {
         return table::json(&nodes);
     }
     let rows: Vec<Vec<String>> = nodes
         .iter()
-        .map(|n| {
+        .map(|v| {
+            let n = &v.node;
             vec![
                 n.id.clone(),
                 n.hostname.clone(),
                 n.state.to_string(),
-                n.epoch.to_string(),
+                v.gpu_model.clone().unwrap_or_else(|| "-".into()),
+                format!("{}/{}", v.gpus_free, v.gpus),
+                v.gpus_unhealthy.to_string(),
                 format!("{}", n.cpu_milli / 1000),
                 format!("{}", n.memory_mib),
+                n.epoch.to_string(),
             ]
         })
         .collect();
-    table::print(&["NODE", "HOST", "STATE", "EPOCH", "CPUS", "MEMORY_MIB"], &rows);
+    let header =
+        ["NODE", "HOST", "STATE", "GPU MODEL", "GPUS FREE", "UNHEALTHY", "CPUS", "MEMORY_MIB", "EPOCH"];
+    table::print(&header, &rows);
     Ok(())
 }

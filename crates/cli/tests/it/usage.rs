@@ -63,4 +63,16 @@ fn usage_totals_equal_the_allocation_history_replayed_independently() {
     assert!(hers.iter().all(|r| r["team"] == "vision") && !hers.is_empty(), "{hers:?}");
     let csv = cluster.gantry(&["usage", "-o", "csv"]);
     assert!(csv.starts_with("team,user,gpu_hours,jobs\n"), "{csv}");
+    // `nodes` is an sinfo-like summary: counts every user may see, no job names.
+    let nodes: Vec<serde_json::Value> =
+        serde_json::from_str(&as_alice(&["nodes", "-o", "json"])).expect("json");
+    assert_eq!(nodes.len(), 1);
+    assert_eq!((nodes[0]["gpus"].as_u64(), nodes[0]["gpus_free"].as_u64()), (Some(4), Some(4)), "{nodes:?}");
+    assert_eq!(nodes[0]["gpu_model"], "NVIDIA A100-SXM4-80GB");
+    assert!(
+        nodes[0]["state"] == "ready" && nodes[0]["id"].is_string(),
+        "the node's own fields stay: {nodes:?}"
+    );
+    let table = cluster.gantry(&["nodes"]);
+    assert!(table.contains("GPUS FREE") && table.contains("4/4"), "{table}");
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_store::{Event, EventFilter, JobFilter, JobState, Node, Team, Usage};
+use gantry_store::{Event, EventFilter, JobFilter, JobState, Team, Usage};
 
 use super::extract::{Body, Path, Query};
 use super::types::*;
@@ -17,14 +17,30 @@ use crate::auth::Principal;
 use crate::command::Command;
 use crate::error::{ApiError, ErrorBody};
 
-/// Nodes and their liveness.
-#[utoipa::path(get, path = "/v1/nodes", security(("bearer" = [])), responses((status = 200, body = Vec<Node>)))]
+/// Nodes, their liveness and GPU counts (free, unhealthy); counts only, no job names.
+#[utoipa::path(get, path = "/v1/nodes", security(("bearer" = [])), responses((status = 200, body = Vec<NodeView>)))]
 pub async fn nodes(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
-) -> Result<Json<Vec<Node>>, ApiError> {
+) -> Result<Json<Vec<NodeView>>, ApiError> {
     who.require_user()?;
-    Ok(Json(blocking(&app, |s| s.nodes()).await?))
+    let (nodes, gpus, held) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?, s.allocations(true)?))).await?;
+    let busy: std::collections::HashSet<String> = held.into_iter().map(|a| a.gpu_uuid).collect();
+    let views = nodes
+        .into_iter()
+        .map(|node| {
+            let mine: Vec<_> = gpus.iter().filter(|g| g.node_id == node.id).collect();
+            let healthy = |g: &&gantry_store::Gpu| g.health == gantry_store::GpuHealth::Healthy;
+            NodeView {
+                gpu_model: mine.first().map(|g| g.info.model.clone()),
+                gpus: mine.len() as u32,
+                gpus_free: mine.iter().filter(|g| healthy(g) && !busy.contains(&g.info.uuid)).count() as u32,
+                gpus_unhealthy: mine.iter().filter(|g| !healthy(g)).count() as u32,
+                node,
+            }
+        })
+        .collect();
+    Ok(Json(views))
 }
 
 /// GPUs with health, latest sample and holders.
