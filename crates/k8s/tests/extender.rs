@@ -143,16 +143,7 @@ async fn malformed_json_gets_400() {
 #[test]
 fn benchmark_reports_p99_against_best_fit_on_1000_nodes() {
     let r = bench::run(1000, 200);
-    println!(
-        "extender on {} nodes, {} calls: gantry p50 {:.0} us p99 {:.0} us; best-fit p50 {:.0} us p99 {:.0} us; p99 ratio {:.2}",
-        r.nodes,
-        r.calls,
-        r.gantry_p50_us,
-        r.gantry_p99_us,
-        r.bestfit_p50_us,
-        r.bestfit_p99_us,
-        r.ratio()
-    );
+    println!("{r}");
     assert!(r.gantry_p99_us > 0.0 && r.bestfit_p99_us > 0.0);
 }
 

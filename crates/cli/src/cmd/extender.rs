@@ -32,18 +32,7 @@ pub struct Args {
 /// Runs the extender until SIGINT/SIGTERM (or the benchmark).
 pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(n) = args.bench_nodes {
-        let r = bench::run(n as usize, 1000);
-        println!(
-            "extender filter+prioritize on {} nodes, {} calls: gantry p50 {:.0} us, p99 {:.0} us; \
-             best-fit p50 {:.0} us, p99 {:.0} us; p99 ratio {:.2}",
-            r.nodes,
-            r.calls,
-            r.gantry_p50_us,
-            r.gantry_p99_us,
-            r.bestfit_p50_us,
-            r.bestfit_p99_us,
-            r.ratio()
-        );
+        println!("{}", bench::run(n as usize, 1000));
         return Ok(());
     }
     init_logging();

@@ -29,6 +29,23 @@ pub struct BenchReport {
     pub bestfit_p99_us: f64,
 }
 
+impl std::fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "extender filter+prioritize on {} nodes, {} calls: gantry p50 {:.0} us, p99 {:.0} us; \
+             best-fit p50 {:.0} us, p99 {:.0} us; p99 ratio {:.2}",
+            self.nodes,
+            self.calls,
+            self.gantry_p50_us,
+            self.gantry_p99_us,
+            self.bestfit_p50_us,
+            self.bestfit_p99_us,
+            self.ratio()
+        )
+    }
+}
+
 impl BenchReport {
     /// Extender p99 over best-fit p99.
     pub fn ratio(&self) -> f64 {

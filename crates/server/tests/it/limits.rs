@@ -63,15 +63,7 @@ async fn a_huge_heartbeat_epoch_is_a_conflict_not_a_server_error() {
 #[tokio::test]
 async fn malformed_query_strings_and_paths_get_a_json_400() {
     let s = TestServer::start().await;
-    let id: Value = s
-        .post("/v1/jobs")
-        .json(&json!({"command": ["true"]}))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let id: Value = crate::json_of(s.post("/v1/jobs").json(&json!({"command": ["true"]}))).await;
     let id = id["id"].as_i64().expect("id");
     for path in [
         "/v1/jobs?limit=-1".to_owned(),
