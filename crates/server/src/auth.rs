@@ -39,11 +39,6 @@ pub struct Principal {
 }
 
 impl Principal {
-    /// The caller's role.
-    pub fn role(&self) -> Role {
-        self.token.role
-    }
-
     /// The caller as the audit log names it.
     pub fn actor(&self, team: Option<&str>) -> Actor {
         let name = match (&self.token.user, &self.token.node, self.token.kind) {

@@ -33,8 +33,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The audit log's head: the last row's id and hash.
     fn audit_head(&self) -> Result<Option<(i64, String)>>;
 
-    /// Stores a token's hash without an audit row (bootstrap and tests); returns its id.
-    fn create_token(&self, token: &NewToken) -> Result<i64>;
     /// Finds a token by the hex SHA-256 of its secret.
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
     /// One token.
@@ -43,8 +41,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>>;
     /// Usable admin tokens at `now`.
     fn admin_token_count(&self, now: i64) -> Result<u64>;
-    /// Creates or replaces a user without an audit row (bootstrap and tests).
-    fn set_user(&self, user: &User, at: i64) -> Result<()>;
     /// One user.
     fn user(&self, name: &str) -> Result<Option<User>>;
     /// All users.

@@ -103,10 +103,6 @@ impl Store for SqliteStore {
     fn audit_head(&self) -> Result<Option<(i64, String)>> {
         self.read(audit::head)
     }
-    fn create_token(&self, token: &NewToken) -> Result<i64> {
-        let token = token.clone();
-        self.writer.write(move |c| tokens::create(c, &token))
-    }
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
         self.read(|c| tokens::by_hash(c, hash))
     }
@@ -118,10 +114,6 @@ impl Store for SqliteStore {
     }
     fn admin_token_count(&self, now: i64) -> Result<u64> {
         self.read(|c| tokens::admin_count(c, now))
-    }
-    fn set_user(&self, user: &User, at: i64) -> Result<()> {
-        let user = user.clone();
-        self.writer.write(move |c| tokens::set_user(c, &user, at))
     }
     fn user(&self, name: &str) -> Result<Option<User>> {
         self.read(|c| tokens::user(c, name))
