@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use gantry_store::{Actor, AuditEntry, Change, Changed, NewToken, Role, Store, TokenKind, User};
+use gantry_store::{
+    Actor, AuditEntry, Change, Changed, NewToken, Role, Store, StoreError, TokenKind, TokenRecord, User,
+};
 
 use crate::app::{ServerError, now_ms};
 use crate::auth;
@@ -92,4 +94,11 @@ pub fn create_join_token(
         NewToken { node: node.map(str::to_owned), ..new_token(&secret, TokenKind::Join, &name, Some(ttl)) };
     store_token(store, token)?;
     Ok(secret)
+}
+
+/// The record of `secret` if it may be used now (known, not expired, revoked or used): the
+/// middleware's rule, for callers holding a secret outside a request (`gantry up`'s saved tokens).
+pub fn usable(store: &dyn Store, secret: &str) -> Result<Option<TokenRecord>, StoreError> {
+    let found = store.token_by_hash(&auth::hash(secret))?;
+    Ok(found.filter(|t| t.refusal(now_ms()).is_none()))
 }

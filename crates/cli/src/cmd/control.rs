@@ -180,10 +180,9 @@ fn announce_tokens(
     name: Option<&str>,
 ) -> anyhow::Result<()> {
     let mut config = client::load_config().unwrap_or_default();
-    let now = gantry_server::now_ms();
     let usable = |secret: &String| {
-        let found = store.token_by_hash(&gantry_server::auth::hash(secret)).ok().flatten();
-        found.is_some_and(|t| t.refusal(now).is_none() && t.role == gantry_store::Role::Admin)
+        let found = gantry_server::credentials::usable(store, secret).ok().flatten();
+        found.is_some_and(|t| t.role == gantry_store::Role::Admin)
     };
     let data = data.canonicalize().unwrap_or_else(|_| data.to_owned());
     let name = context_name(&config, name, &data, |c| c.token.as_ref().is_some_and(usable));

@@ -142,9 +142,8 @@ fn local_credential(store: &dyn Store, data: &Path, node_id: &str) -> anyhow::Re
     let path = gantry_agent::runner::credential::path(&data.join("agent"));
     if let Ok(token) = std::fs::read_to_string(&path) {
         let token = token.trim().to_owned();
-        let found = store.token_by_hash(&gantry_server::auth::hash(&token))?;
-        let now = gantry_server::now_ms();
-        if found.is_some_and(|t| t.node.as_deref() == Some(node_id) && t.refusal(now).is_none()) {
+        let found = gantry_server::credentials::usable(store, &token)?;
+        if found.is_some_and(|t| t.node.as_deref() == Some(node_id)) {
             return Ok(token);
         }
     }
