@@ -108,6 +108,7 @@ fn update_gpu(c: &Connection, node_id: &str, g: &GpuReport, at: i64) -> Result<(
         .query_row([&g.uuid, node_id], |r| r.get(0))
         .optional()?;
     let Some(old) = old else { return Ok(()) };
+    super::workflow::record_use(c, &g.uuid, g.sample.as_ref(), at)?;
     let sample = g.sample.as_ref().map(rows::to_json).transpose()?;
     c.prepare_cached("UPDATE gpus SET health = ?2, sample = ?3, updated_at = ?4 WHERE uuid = ?1")?
         .execute(params![g.uuid, g.health.as_str(), sample, at])?;
