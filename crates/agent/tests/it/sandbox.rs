@@ -35,6 +35,11 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     };
     store.submit(&job).expect("submit").0
 }
