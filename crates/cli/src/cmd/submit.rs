@@ -78,8 +78,8 @@ pub struct SubmitArgs {
     /// Start only after other jobs ended as asked: `ok:ID` (succeeded), `notok:ID` (failed,
     /// cancelled or timed out), `any:ID` (ended). If one can no longer be met the job is
     /// cancelled with the reason. Example: `--after ok:12,any:13`.
-    #[arg(long, value_name = "DEPS", value_parser = gantry_api::workflow::parse_dependencies)]
-    pub(super) after: Option<Vec<gantry_api::workflow::Dependency>>,
+    #[arg(long, value_name = "DEPS", value_parser = parse_after)]
+    pub(super) after: Option<String>,
     /// Only GPUs of these models (a name matches `A100-80GB` as `A100`); refused when no node
     /// has one, unless --wait-for-capacity. Example: `--gpu-model A100,H100`.
     #[arg(long, value_name = "MODELS", value_delimiter = ',')]
@@ -281,7 +281,10 @@ fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
         wait_for_capacity: args.wait_for_capacity,
         time_limit_s: args.time,
         array: args.array,
-        after: args.after.unwrap_or_default(),
+        after: match &args.after {
+            Some(text) => gantry_api::workflow::parse_dependencies(text).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
         labels: args.labels.into_iter().collect(),
         gpu_models: args.gpu_model,
         workdir: args.workdir,
@@ -351,6 +354,10 @@ fn clock(text: &str, after_days: bool) -> Option<u64> {
 
 fn parse_array(text: &str) -> Result<String, String> {
     gantry_api::workflow::ArraySpec::parse(text).map(|_| text.to_owned())
+}
+
+fn parse_after(text: &str) -> Result<String, String> {
+    gantry_api::workflow::parse_dependencies(text).map(|_| text.to_owned())
 }
 
 fn parse_workdir(text: &str) -> Result<String, String> {
