@@ -47,7 +47,13 @@ impl ArraySpec {
         for part in list.split(',') {
             let part = part.trim();
             let (range, step) = match part.split_once(':') {
-                Some((r, s)) => (r, s.parse::<u32>().ok().filter(|s| *s > 0).ok_or_else(|| bad(format!("bad step in `{part}`")))?),
+                Some((r, s)) => (
+                    r,
+                    s.parse::<u32>()
+                        .ok()
+                        .filter(|s| *s > 0)
+                        .ok_or_else(|| bad(format!("bad step in `{part}`")))?,
+                ),
                 None => (part, 1),
             };
             let number = |s: &str| -> Result<u32, String> {
@@ -142,7 +148,9 @@ pub fn parse_dependencies(text: &str) -> Result<Vec<Dependency>, String> {
             "notok" => DependencyKind::NotOk,
             "any" => DependencyKind::Any,
             other => {
-                return Err(format!("after: unknown condition `{other}` (known: ok, notok, any; e.g. `ok:12,any:13`)"));
+                return Err(format!(
+                    "after: unknown condition `{other}` (known: ok, notok, any; e.g. `ok:12,any:13`)"
+                ));
             }
         };
         // Slurm allows `afterok:12:13`.
@@ -179,7 +187,9 @@ pub fn check_label(key: &str, value: &str) -> Result<(), String> {
     }
     let value_ok = value.len() <= 63 && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if !value_ok {
-        return Err(format!("label: the value of `{key}` must be at most 63 letters, digits, '-', '_' or '.'"));
+        return Err(format!(
+            "label: the value of `{key}` must be at most 63 letters, digits, '-', '_' or '.'"
+        ));
     }
     Ok(())
 }
@@ -194,7 +204,9 @@ pub fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), String> {
 
 /// Parses one `key=value`.
 pub fn parse_label(text: &str) -> Result<(String, String), String> {
-    let (k, v) = text.split_once('=').ok_or_else(|| format!("label: `{text}` is not KEY=VALUE (e.g. `exp=lr-sweep`)"))?;
+    let (k, v) = text
+        .split_once('=')
+        .ok_or_else(|| format!("label: `{text}` is not KEY=VALUE (e.g. `exp=lr-sweep`)"))?;
     check_label(k, v)?;
     Ok((k.to_owned(), v.to_owned()))
 }

@@ -287,7 +287,11 @@ fn audited(
 fn cancel(store: &dyn Store, id: JobId, array: bool, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
     let job = store.job(id)?;
     let team = job.as_ref().map(|j| j.team.clone());
-    let (action, change) = if array { ("job.cancel_array", Change::CancelArray(id)) } else { ("job.cancel", Change::Cancel(id)) };
+    let (action, change) = if array {
+        ("job.cancel_array", Change::CancelArray(id))
+    } else {
+        ("job.cancel", Change::Cancel(id))
+    };
     let entry = entry(by, action, format!("job/{id}"), team.as_deref(), now);
     let check = match &job {
         Some(job) if by.sees_team(&job.team) => by.require_member_of(&job.team),

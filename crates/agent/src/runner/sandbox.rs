@@ -163,7 +163,12 @@ impl Sandbox {
     /// again ([`gantry_api::workflow::check_workdir`]: relative, no `..`), and since the work
     /// directory was just made empty nothing in it can be a link leading elsewhere; a part that
     /// exists and is not a plain directory is refused all the same.
-    pub fn make_subdir(&self, workdir: &Path, sub: Option<&str>, user: &Identity) -> Result<PathBuf, AgentError> {
+    pub fn make_subdir(
+        &self,
+        workdir: &Path,
+        sub: Option<&str>,
+        user: &Identity,
+    ) -> Result<PathBuf, AgentError> {
         let Some(sub) = sub else {
             return Ok(workdir.to_path_buf());
         };
@@ -171,7 +176,10 @@ impl Sandbox {
         let mut dir = workdir.to_path_buf();
         for part in sub.split('/') {
             dir.push(part);
-            let io = |source| AgentError::Io { what: format!("creating the job's workdir {}", dir.display()), source };
+            let io = |source| AgentError::Io {
+                what: format!("creating the job's workdir {}", dir.display()),
+                source,
+            };
             match std::fs::symlink_metadata(&dir) {
                 Ok(m) if m.file_type().is_dir() => continue,
                 Ok(_) => return Err(AgentError::Refused(format!("workdir: {sub} is not a directory"))),

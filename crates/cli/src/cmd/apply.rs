@@ -143,7 +143,8 @@ pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<Submit
         (None, false) => file.command.clone(),
         (Some(script), true) => {
             let path = base.join(script);
-            let text = std::fs::read_to_string(&path).with_context(|| format!("script: cannot read {}", path.display()))?;
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("script: cannot read {}", path.display()))?;
             super::submit::script_command(&path, text, Vec::new())
         }
     };
@@ -152,11 +153,17 @@ pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<Submit
         Some(c) => (c * 1000.0).round() as u64,
         None => 0,
     };
-    let time_limit_s = file.time.as_deref().map(super::submit::parse_time).transpose().map_err(|e| anyhow::anyhow!("time: {e}"))?;
+    let time_limit_s = file
+        .time
+        .as_deref()
+        .map(super::submit::parse_time)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("time: {e}"))?;
     if let Some(a) = &file.array {
         ArraySpec::parse(a).map_err(anyhow::Error::msg)?;
     }
-    let after = file.after.as_deref().map(workflow::parse_dependencies).transpose().map_err(anyhow::Error::msg)?;
+    let after =
+        file.after.as_deref().map(workflow::parse_dependencies).transpose().map_err(anyhow::Error::msg)?;
     workflow::check_labels(&file.labels).map_err(anyhow::Error::msg)?;
     if let Some(dir) = &file.workdir {
         workflow::check_workdir(dir).map_err(anyhow::Error::msg)?;

@@ -25,8 +25,11 @@ pub fn run(args: CancelArgs) -> anyhow::Result<()> {
         detail.job.array.is_some_and(|a| a.id == id)
     };
     if whole_array {
-        let _: Job = block_on(api.post(&format!("/v1/jobs/{id}/cancel?array=true"), &serde_json::Map::new()))??;
-        println!("array {id} cancelled (running members stop: `gantry jobs --array {id}` shows them cancelling)");
+        let _: Job =
+            block_on(api.post(&format!("/v1/jobs/{id}/cancel?array=true"), &serde_json::Map::new()))??;
+        println!(
+            "array {id} cancelled (running members stop: `gantry jobs --array {id}` shows them cancelling)"
+        );
         return Ok(());
     }
     let job: Job = block_on(api.post(&format!("/v1/jobs/{id}/cancel"), &serde_json::Map::new()))??;

@@ -265,7 +265,10 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         println!("after     {}", j.after.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
     }
     if !j.labels.is_empty() {
-        println!("labels    {}", j.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","));
+        println!(
+            "labels    {}",
+            j.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+        );
     }
     if !j.gpu_models.is_empty() {
         println!("models    {}", j.gpu_models.join(","));

@@ -28,8 +28,7 @@ pub async fn watch(api: &Api, path: &str, output: JobsOutput) -> anyhow::Result<
     loop {
         let mut listed: Vec<Job> = api.get(path).await?;
         listed.reverse();
-        let changed: Vec<Job> =
-            listed.into_iter().filter(|j| last.get(&j.id) != Some(&seen(j))).collect();
+        let changed: Vec<Job> = listed.into_iter().filter(|j| last.get(&j.id) != Some(&seen(j))).collect();
         for j in &changed {
             last.insert(j.id, seen(j));
         }

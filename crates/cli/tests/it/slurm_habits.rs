@@ -56,7 +56,16 @@ fn most_at_once(cluster: &Cluster, ids: &[i64]) -> usize {
 fn an_array_runs_one_job_per_index_never_more_than_its_limit_at_once() {
     let cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB"]);
     let out = cluster.gantry(&[
-        "submit", "--array", "0-5%2", "--gpus", "1", "--name", "sweep", "--", "sh", "-c",
+        "submit",
+        "--array",
+        "0-5%2",
+        "--gpus",
+        "1",
+        "--name",
+        "sweep",
+        "--",
+        "sh",
+        "-c",
         "echo index=$GANTRY_ARRAY_INDEX array=$GANTRY_ARRAY_ID; sleep 1",
     ]);
     let array = out.trim().to_owned();
@@ -119,8 +128,10 @@ fn dependencies_wait_for_their_jobs_and_end_when_they_can_never_be_met() {
     assert!(after["started_at"].as_i64() >= before["finished_at"].as_i64(), "{before} {after}");
 
     let failing = cluster.gantry(&["submit", "--", "sh", "-c", "exit 1"]).trim().to_owned();
-    let on_ok = cluster.gantry(&["submit", "--after", &format!("ok:{failing}"), "--", "true"]).trim().to_owned();
-    let on_any = cluster.gantry(&["submit", "--after", &format!("any:{failing}"), "--", "true"]).trim().to_owned();
+    let on_ok =
+        cluster.gantry(&["submit", "--after", &format!("ok:{failing}"), "--", "true"]).trim().to_owned();
+    let on_any =
+        cluster.gantry(&["submit", "--after", &format!("any:{failing}"), "--", "true"]).trim().to_owned();
     let on_notok =
         cluster.gantry(&["submit", "--after", &format!("notok:{failing}"), "--", "true"]).trim().to_owned();
     let ended = until_state(&cluster, &on_ok, "cancelled");
@@ -235,7 +246,8 @@ fn a_member_of_another_team_cannot_depend_on_select_or_cancel_a_teams_array() {
         assert_eq!(text(&out.stdout).trim(), "[]", "{args:?}: {out:?}");
     }
     let members: Vec<serde_json::Value> =
-        serde_json::from_str(&text(&as_user(&bob, &["jobs", "--array", &array, "-o", "json"]).stdout)).expect("json");
+        serde_json::from_str(&text(&as_user(&bob, &["jobs", "--array", &array, "-o", "json"]).stdout))
+            .expect("json");
     assert_eq!(members.len(), 3);
     assert!(members.iter().all(|j| j["state"] != "cancelled"), "{members:?}");
     let mine = as_user(&bob, &["cancel", &array]);

@@ -62,7 +62,10 @@ pub fn gate(pending: &[Job], active: &[Job], deps: &HashMap<JobId, Vec<JobState>
         let Some(limit) = array.max_running else { continue };
         let now = running.entry(array.id).or_default();
         if *now >= limit {
-            out.held.push((job.id, format!("waiting: array {} runs {now} members, its limit (%{limit})", array.id)));
+            out.held.push((
+                job.id,
+                format!("waiting: array {} runs {now} members, its limit (%{limit})", array.id),
+            ));
         } else {
             *now += 1;
         }
@@ -98,14 +101,19 @@ fn standing(d: &Dependency, states: Option<&[JobState]>) -> Standing {
         }
         DependencyKind::NotOk => {
             if states.contains(&JobState::Succeeded) {
-                return Standing::Never(format!("dependency {} succeeded (the job waited for it to fail)", d.job));
+                return Standing::Never(format!(
+                    "dependency {} succeeded (the job waited for it to fail)",
+                    d.job
+                ));
             }
         }
         DependencyKind::Any => {}
     }
     match unfinished {
         None => Standing::Met,
-        Some(s) => Standing::Waiting(format!("waiting for dependency {} ({}: it is {s})", d.job, d.kind.as_str())),
+        Some(s) => {
+            Standing::Waiting(format!("waiting for dependency {} ({}: it is {s})", d.job, d.kind.as_str()))
+        }
     }
 }
 
@@ -172,7 +180,11 @@ mod tests {
     #[test]
     fn notok_and_any_follow_how_the_dependency_ended() {
         let deps = HashMap::from([(1, vec![JobState::Succeeded]), (3, vec![JobState::Failed])]);
-        let pending = [after(2, DependencyKind::NotOk, 1), after(4, DependencyKind::Any, 3), after(5, DependencyKind::NotOk, 3)];
+        let pending = [
+            after(2, DependencyKind::NotOk, 1),
+            after(4, DependencyKind::Any, 3),
+            after(5, DependencyKind::NotOk, 3),
+        ];
         let g = gate(&pending, &[], &deps);
         assert_eq!(g.failed.len(), 1);
         assert_eq!(g.failed[0].0, 2);

@@ -210,7 +210,10 @@ fn load(
 }
 
 /// The states of every job a pending job waits for (each member's, for an array's id).
-fn dependency_states(store: &dyn Store, pending: &[gantry_store::Job]) -> Result<DepStates, gantry_store::StoreError> {
+fn dependency_states(
+    store: &dyn Store,
+    pending: &[gantry_store::Job],
+) -> Result<DepStates, gantry_store::StoreError> {
     let mut out = DepStates::new();
     for id in pending.iter().flat_map(|j| j.after.iter().map(|d| d.job)) {
         if out.contains_key(&id) {
@@ -218,7 +221,11 @@ fn dependency_states(store: &dyn Store, pending: &[gantry_store::Job]) -> Result
         }
         let Some(job) = store.job(id)? else { continue };
         let states = if job.array.is_some_and(|a| a.id == id) {
-            store.jobs(&JobFilter { array: Some(id), ..JobFilter::default() })?.iter().map(|m| m.state).collect()
+            store
+                .jobs(&JobFilter { array: Some(id), ..JobFilter::default() })?
+                .iter()
+                .map(|m| m.state)
+                .collect()
         } else {
             vec![job.state]
         };

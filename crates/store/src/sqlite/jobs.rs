@@ -22,7 +22,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
     // One transaction: the array exists whole or not at all. The first member's id is the
     // array's; only it carries the request id.
     let mut indices = array.indices.iter();
-    let first = *indices.next().ok_or_else(|| StoreError::Conflict("an array needs at least one index".into()))?;
+    let first =
+        *indices.next().ok_or_else(|| StoreError::Conflict("an array needs at least one index".into()))?;
     let head = insert(c, job, Some((None, first, array.max_running)), job.request_id.as_deref())?;
     for index in indices {
         insert(c, job, Some((Some(head), *index, array.max_running)), None)?;
@@ -71,7 +72,8 @@ fn insert(
     ])?;
     let id = c.last_insert_rowid();
     if let Some((array_id, ..)) = array {
-        c.prepare_cached("UPDATE jobs SET array_id = ?2 WHERE id = ?1")?.execute(params![id, array_id.unwrap_or(id)])?;
+        c.prepare_cached("UPDATE jobs SET array_id = ?2 WHERE id = ?1")?
+            .execute(params![id, array_id.unwrap_or(id)])?;
     }
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
     Ok(id)
@@ -151,7 +153,13 @@ fn record_transition(
 
 /// Moves a job to `to`, recording the transition; a job leaving `scheduled`/`running` gives
 /// back its allocations in the same transaction.
-pub(super) fn transition(c: &Connection, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
+pub(super) fn transition(
+    c: &Connection,
+    job: &Job,
+    to: JobState,
+    reason: Option<&str>,
+    at: i64,
+) -> Result<()> {
     if job.state.is_active() && !to.is_active() {
         release(c, job.id, at)?;
     }

@@ -56,7 +56,12 @@ fn utilisation(sample: &serde_json::Value) -> Option<f64> {
 }
 
 /// Charges the GPU time used since the GPU's last sample to the allocations held on it.
-pub(super) fn record_use(c: &Connection, gpu: &str, sample: Option<&serde_json::Value>, at: i64) -> Result<()> {
+pub(super) fn record_use(
+    c: &Connection,
+    gpu: &str,
+    sample: Option<&serde_json::Value>,
+    at: i64,
+) -> Result<()> {
     let Some(pct) = sample.and_then(utilisation) else {
         return Ok(());
     };

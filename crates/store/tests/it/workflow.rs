@@ -58,7 +58,12 @@ fn a_label_selector_keeps_the_jobs_carrying_every_pair() {
     let select = |pairs: &[(&str, &str)]| -> Vec<JobId> {
         let labels: BTreeMap<String, String> =
             pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        store.jobs(&JobFilter { labels, ..JobFilter::default() }).expect("list").iter().map(|j| j.id).collect()
+        store
+            .jobs(&JobFilter { labels, ..JobFilter::default() })
+            .expect("list")
+            .iter()
+            .map(|j| j.id)
+            .collect()
     };
     assert_eq!(select(&[("exp", "lr")]), [a, b]);
     assert_eq!(select(&[("exp", "lr"), ("seed", "1")]), [a]);
@@ -127,7 +132,11 @@ fn gpu_time_used_equals_the_samples_replayed_independently() {
         let usage = store.usage(since, 10_000_000, false, None).expect("usage");
         for (team, hours) in expected {
             let row = usage.iter().find(|u| u.team == team).expect("a row per team");
-            assert!((row.used_gpu_hours - hours).abs() < 1e-9, "team {team} since {since}: {} vs {hours}", row.used_gpu_hours);
+            assert!(
+                (row.used_gpu_hours - hours).abs() < 1e-9,
+                "team {team} since {since}: {} vs {hours}",
+                row.used_gpu_hours
+            );
             assert!(row.used_gpu_hours <= row.gpu_hours + 1e-9, "used never exceeds allocated");
             assert!((row.waste_gpu_hours - (row.gpu_hours - row.used_gpu_hours).max(0.0)).abs() < 1e-9);
         }
