@@ -193,7 +193,10 @@ fn labels_select_jobs_in_yaml_and_watch_streams_their_changes() {
     let b = cluster.gantry(&["submit", "--label", "exp=b", "--", "true"]).trim().to_owned();
     let mut states: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
-    while !states.get(&a).is_some_and(|s| s.last().is_some_and(|l| l == "succeeded")) {
+    let done = |states: &BTreeMap<String, Vec<String>>| {
+        states.get(&a).and_then(|s| s.last()).is_some_and(|l| l == "succeeded")
+    };
+    while !done(&states) {
         let line = lines.next().expect("watch keeps printing").expect("line");
         let j: serde_json::Value = serde_json::from_str(&line).expect("one JSON document per line");
         assert!(j["submitted_rfc3339"].is_string(), "{j}");
