@@ -9,6 +9,9 @@ use super::client::{Api, ServerArgs, block_on};
 
 /// Arguments of `gantry cancel`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry cancel 12          # a job; if 12 is an array's id, every unfinished member
+  gantry cancel 12_3        # only member 3 of array 12")]
 pub struct CancelArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -20,10 +23,10 @@ pub struct CancelArgs {
 pub fn run(args: CancelArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
     let id = block_on(super::jobs::resolve(&api, &args.id))??;
-    let whole_array = !args.id.contains('_') && {
-        let detail: JobDetail = block_on(api.get(&format!("/v1/jobs/{id}")))??;
-        detail.job.array.is_some_and(|a| a.id == id)
-    };
+    // A job that cannot be read is cancelled as one job: the server refuses it (and audits that).
+    let whole_array = !args.id.contains('_')
+        && block_on(api.get::<JobDetail>(&format!("/v1/jobs/{id}")))?
+            .is_ok_and(|d| d.job.array.is_some_and(|a| a.id == id));
     if whole_array {
         let _: Job =
             block_on(api.post(&format!("/v1/jobs/{id}/cancel?array=true"), &serde_json::Map::new()))??;

@@ -216,6 +216,9 @@ fn asked(j: &Job) -> String {
 
 /// Arguments of `gantry job <id>`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry job 12
+  gantry job 12_3 -o yaml   # member 3 of array 12; times also as RFC 3339")]
 pub struct JobArgs {
     #[command(flatten)]
     server: ServerArgs,

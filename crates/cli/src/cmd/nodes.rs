@@ -8,6 +8,9 @@ use super::table;
 
 /// Arguments of `gantry nodes`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry nodes
+  gantry nodes -o yaml      # or json; last_heartbeat also as RFC 3339")]
 pub struct NodesArgs {
     #[command(flatten)]
     server: ServerArgs,

@@ -256,3 +256,37 @@ fn a_member_of_another_team_cannot_depend_on_select_or_cancel_a_teams_array() {
     let mine = as_user(&bob, &["cancel", &array]);
     assert!(mine.status.success(), "{mine:?}");
 }
+
+#[test]
+fn every_new_flag_is_in_help_with_an_example() {
+    let cases: [(&[&str], &[&str]); 6] = [
+        (
+            &["submit"],
+            &[
+                "--array",
+                "0-99%8",
+                "--after",
+                "ok:12,any:13",
+                "--gpu-model",
+                "A100,H100",
+                "--workdir",
+                "--label",
+                "exp=lr-sweep",
+            ],
+        ),
+        (&["apply"], &["-f", "gantry apply -f job.yaml"]),
+        (&["jobs"], &["--selector", "-l exp=lr-sweep", "--watch", "gantry jobs -w", "yaml", "--array"]),
+        (&["job"], &["12_3 -o yaml"]),
+        (&["nodes"], &["-o yaml"]),
+        (&["usage"], &["WASTE", "csv", "yaml"]),
+    ];
+    for (command, wanted) in cases {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let out = crate::gantry(&args);
+        let help = text(&out.stdout);
+        for w in wanted {
+            assert!(help.contains(w), "`gantry {} --help` lacks {w}:\n{help}", command.join(" "));
+        }
+    }
+}
