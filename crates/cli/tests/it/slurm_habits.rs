@@ -138,6 +138,17 @@ fn dependencies_wait_for_their_jobs_and_end_when_they_can_never_be_met() {
     assert_eq!(ended["reason"], format!("dependency {failing} failed"));
     until_state(&cluster, &on_any, "succeeded");
     until_state(&cluster, &on_notok, "succeeded");
+    // On an array's id, a dependency waits for every member.
+    let array = cluster.gantry(&["submit", "--array", "0-2", "--", "sleep", "1"]).trim().to_owned();
+    let on_array =
+        cluster.gantry(&["submit", "--after", &format!("ok:{array}"), "--", "true"]).trim().to_owned();
+    let last = until_state(&cluster, &on_array, "succeeded")["started_at"].as_i64();
+    let members: Vec<serde_json::Value> =
+        serde_json::from_str(&cluster.gantry(&["jobs", "--array", &array, "-o", "json"])).expect("json");
+    assert_eq!(members.len(), 3);
+    for m in &members {
+        assert!(m["state"] == "succeeded" && m["finished_at"].as_i64() <= last, "{m}");
+    }
     let on_missing = cluster.try_gantry(&["submit", "--after", "ok:99999", "--", "true"]);
     assert!(!on_missing.status.success() && text(&on_missing.stderr).contains("not found"), "{on_missing:?}");
     let bad = cluster.try_gantry(&["submit", "--after", "soon:1", "--", "true"]);
