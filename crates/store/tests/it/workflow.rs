@@ -174,3 +174,46 @@ fn replay(plan: &[(JobId, &str, u32, i64)], beats: &[Beat], since: i64) -> BTree
     }
     used
 }
+
+/// The cost of the used-GPU-time ledger on heartbeats: 8 GPUs, each held by a job, heartbeats
+/// with utilisation samples (charged) against the same heartbeats without (nothing charged), in
+/// the same run. Prints the ratio; asserts nothing about time.
+#[test]
+#[ignore = "benchmark: cargo test -p gantry-store --test it -- --ignored heartbeat_cost --nocapture"]
+fn heartbeat_cost_of_the_used_gpu_time_ledger() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 8);
+    for i in 0..8u32 {
+        let id = store.submit(&new_job(&format!("j{i}"), 1, 0)).expect("submit").0;
+        let grant = Grant { uuid: format!("GPU-{i}"), share_milli: 1000, memory_mib: 1000 };
+        let placement = Placement { job_id: id, node_id: "n1".into(), epoch, grants: vec![grant], at: 20 };
+        store.place(&placement).expect("place");
+    }
+    let beats = 1000;
+    let run = |sampled: bool, start: i64| {
+        let began = std::time::Instant::now();
+        for k in 0..beats {
+            let sample = sampled.then(|| serde_json::json!({ "sample": { "gpu_util_percent": 50.0 } }));
+            let gpus = (0..8)
+                .map(|i| GpuReport {
+                    uuid: format!("GPU-{i}"),
+                    health: GpuHealth::Healthy,
+                    sample: sample.clone(),
+                })
+                .collect();
+            let at = start + k * 1000;
+            store
+                .heartbeat(&Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![], at })
+                .expect("hb");
+        }
+        began.elapsed().as_secs_f64() / f64::from(beats as u32)
+    };
+    let without = run(false, 1_000);
+    let with = run(true, 10_000_000);
+    println!(
+        "heartbeat of 8 held GPUs: {:.3} ms without samples, {:.3} ms with (ledger charged), ratio {:.2}",
+        without * 1e3,
+        with * 1e3,
+        with / without
+    );
+}
