@@ -10,7 +10,7 @@
 //! GPU-hour used; two slices on one GPU each get the GPU's utilisation times their share. Used
 //! never exceeds allocated for an allocation: it is charged only while held, at most its share.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use super::jobs;
 use crate::model::*;
@@ -55,27 +55,24 @@ fn utilisation(sample: &serde_json::Value) -> Option<f64> {
     pct.is_finite().then(|| pct.clamp(0.0, 100.0))
 }
 
-/// Charges the GPU time used since the GPU's last sample to the allocations held on it.
+/// Charges the GPU time used since the GPU's last sample (`last`) to the allocations held on it;
+/// returns the new sample time when the sample had a utilisation (the caller stores it).
 pub(super) fn record_use(
     c: &Connection,
     gpu: &str,
     sample: Option<&serde_json::Value>,
+    last: Option<i64>,
     at: i64,
-) -> Result<()> {
+) -> Result<Option<i64>> {
     let Some(pct) = sample.and_then(utilisation) else {
-        return Ok(());
+        return Ok(None);
     };
-    let last: Option<Option<i64>> = c
-        .prepare_cached("SELECT used_sampled_at FROM gpus WHERE uuid = ?1")?
-        .query_row([gpu], |r| r.get(0))
-        .optional()?;
-    c.prepare_cached("UPDATE gpus SET used_sampled_at = ?2 WHERE uuid = ?1")?.execute(params![gpu, at])?;
-    let Some(Some(last)) = last else {
-        return Ok(());
+    let Some(last) = last else {
+        return Ok(Some(at));
     };
     let from = last.max(at - MAX_GAP_MS);
     if from >= at {
-        return Ok(());
+        return Ok(Some(at.max(last)));
     }
     let held: Vec<(i64, i64, i64)> = c
         .prepare_cached(
@@ -98,7 +95,7 @@ pub(super) fn record_use(
             t = end;
         }
     }
-    Ok(())
+    Ok(Some(at))
 }
 
 /// GPU time used per team (and user) in the hours starting in `[since, until)`, milli-GPU-ms.
