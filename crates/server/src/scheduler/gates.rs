@@ -210,4 +210,38 @@ mod tests {
         assert_eq!(held, [12, 13, 14], "one running, so one more may start");
         assert!(g.held[0].1.contains("limit (%2)"), "{}", g.held[0].1);
     }
+
+    proptest::proptest! {
+        /// Whatever runs and waits, the gate admits exactly as many members of each array as its
+        /// limit leaves room for (or all that wait), never more.
+        #[test]
+        fn the_gate_fills_an_arrays_limit_and_never_passes_it(
+            arrays in proptest::collection::vec((1u32..6, 0usize..8, 0usize..10), 1..5),
+        ) {
+            let (mut active, mut pending, mut next) = (Vec::new(), Vec::new(), 100);
+            for (k, (limit, running, waiting)) in arrays.iter().enumerate() {
+                let id = 1000 * (k as i64 + 1);
+                for i in 0..(running + waiting) {
+                    next += 1;
+                    let state = if i < *running { JobState::Running } else { JobState::Pending };
+                    let j = Job {
+                        array: Some(ArrayMember { id, index: i as u32, max_running: Some(*limit) }),
+                        ..job(next, state)
+                    };
+                    if i < *running { active.push(j) } else { pending.push(j) }
+                }
+            }
+            let g = gate(&pending, &active, &HashMap::new());
+            proptest::prop_assert!(g.failed.is_empty());
+            for (k, (limit, running, waiting)) in arrays.iter().enumerate() {
+                let id = 1000 * (k as i64 + 1);
+                let admitted = pending
+                    .iter()
+                    .filter(|j| j.array.is_some_and(|a| a.id == id) && !g.stops(j.id))
+                    .count();
+                let room = (*limit as usize).saturating_sub(*running);
+                proptest::prop_assert_eq!(admitted, room.min(*waiting));
+            }
+        }
+    }
 }
