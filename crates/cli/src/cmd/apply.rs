@@ -233,6 +233,17 @@ mod tests {
     }
 
     #[test]
+    fn a_script_is_read_beside_the_file_and_runs_under_its_interpreter() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("t.sh"), "#!/bin/bash\necho hi\n").expect("write");
+        let file = parse("script: t.sh\n").expect("valid");
+        let req = request(file, dir.path(), "s").expect("request");
+        assert_eq!(req.command[..3], ["/bin/bash", "-c", "#!/bin/bash\necho hi\n"]);
+        let both = parse("script: t.sh\ncommand: [x]\n").expect("valid");
+        assert!(request(both, dir.path(), "s").is_err());
+    }
+
+    #[test]
     fn bad_values_are_refused_before_anything_is_sent() {
         for (text, field) in [
             ("command: [x]\narray: 9-0\n", "array"),

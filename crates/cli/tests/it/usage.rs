@@ -73,6 +73,8 @@ fn usage_totals_equal_the_allocation_history_replayed_independently() {
     }
     let csv = cluster.gantry(&["usage", "-o", "csv"]);
     assert!(csv.starts_with("team,user,gpu_hours,used_gpu_hours,waste_gpu_hours,jobs\n"), "{csv}");
+    let yaml = cluster.gantry(&["usage", "-o", "yaml"]);
+    assert!(yaml.contains("used_gpu_hours:") && yaml.contains("waste_gpu_hours:"), "{yaml}");
     // `nodes` is an sinfo-like summary: counts every user may see, no job names.
     let nodes: Vec<serde_json::Value> =
         serde_json::from_str(&as_alice(&["nodes", "-o", "json"])).expect("json");
