@@ -49,6 +49,12 @@ pub struct SubmitRequest {
     /// Longest a run may take, seconds (1 to 31 days); then SIGTERM, the grace period, SIGKILL,
     /// and the job ends in state `timeout`. None: no limit.
     pub time_limit_s: Option<u64>,
+    /// Workers of a gang (2 to 256), each asking for `gpus` whole GPUs, placed all at once:
+    /// on one node when one has room, else on the fewest nodes. Each worker gets `RANK`,
+    /// `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`; one failed worker ends the
+    /// whole gang. None or 1: a job of one worker.
+    #[serde(default)]
+    pub replicas: Option<u32>,
 }
 
 /// The job id of a submission.
@@ -344,6 +350,10 @@ pub struct Assignment {
     /// Longest the run may take, seconds (none: no limit).
     #[serde(default)]
     pub time_limit_s: Option<u64>,
+    /// The worker's place in its gang: the agent sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+    /// `MASTER_ADDR` and `MASTER_PORT` from it. None for a job of one worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<crate::model::Gang>,
 }
 
 impl From<Job> for Assignment {
@@ -361,6 +371,7 @@ impl From<Job> for Assignment {
             env: job.env,
             log_limit_bytes: 0,
             time_limit_s: job.time_limit_s,
+            gang: job.gang,
         }
     }
 }

@@ -65,6 +65,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn cancel(&self, id: JobId, at: i64) -> Result<Job>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
+    /// Records a gang's placement: every worker in one transaction, with the rendezvous (rank 0's
+    /// node as master address, a port no other running gang uses there), or nothing.
+    fn place_gang(&self, placement: &GangPlacement) -> Result<()>;
     /// Asks a running job to stop for another (the agent sends SIGTERM, then SIGKILL after the
     /// grace period) and requeues it when it ends, without spending its retry budget.
     /// `Conflict` when the job is not running or already stopping.

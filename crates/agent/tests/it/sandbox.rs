@@ -35,6 +35,7 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
         user: None,
+        replicas: 1,
     };
     store.submit(&job).expect("submit").0
 }

@@ -127,6 +127,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             env: Default::default(),
             time_limit_s: None,
             user: None,
+            gang: None,
             request: JobRequest {
                 gpus,
                 gpu_memory_mib,

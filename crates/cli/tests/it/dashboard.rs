@@ -181,6 +181,7 @@ fn populate(store: &dyn gantry_store::Store) {
             submitted_at: now - i64::from(10_000 - i) * 1000,
             time_limit_s: None,
             user: None,
+            replicas: 1,
         };
         store.submit(&job).expect("submit");
     }

@@ -33,6 +33,7 @@ pub async fn submit(
     if !wait_for_capacity {
         let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
         super::capacity::check(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_gang(&job.request, job.replicas, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
     }
     match app.dispatch(Command::Submit { job, by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
@@ -83,6 +84,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         submitted_at: now_ms(),
         time_limit_s: req.time_limit_s,
         user: who.token.user.clone(),
+        replicas: req.replicas.unwrap_or(1),
     })
 }
 

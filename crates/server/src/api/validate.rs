@@ -54,7 +54,22 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
     if r.gpu_compute_pct > 0 && r.gpu_memory_mib == 0 {
         return Err(bad("gpu_compute_pct", "needs gpu_memory_mib (it sizes a slice)"));
     }
-    Ok(())
+    replicas(r)
+}
+
+/// Most workers in one gang.
+pub const MAX_REPLICAS: u32 = 256;
+
+/// A gang's workers each take whole GPUs.
+fn replicas(r: &SubmitRequest) -> Result<(), ApiError> {
+    match r.replicas {
+        None | Some(1) => Ok(()),
+        Some(n) if !(2..=MAX_REPLICAS).contains(&n) => Err(bad("replicas", "must be between 1 and 256")),
+        Some(_) if r.gpus == 0 => {
+            Err(bad("replicas", "a gang's workers each take whole GPUs: give gpus (at least 1 per worker)"))
+        }
+        Some(_) => Ok(()),
+    }
 }
 
 /// A node's inventory within the same caps as requests.

@@ -51,6 +51,7 @@ pub fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> J
         finished_at: None,
         time_limit_s: None,
         user: None,
+        gang: None,
     }
 }
 

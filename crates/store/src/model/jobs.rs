@@ -29,6 +29,19 @@ pub struct NewJob {
     pub time_limit_s: Option<u64>,
     /// The user who submitted it (`None` for jobs from before users existed).
     pub user: Option<String>,
+    /// Workers, all placed at once (1: a plain job). Each asks for `request`.
+    pub replicas: u32,
+}
+
+/// A gang's placement: every worker at once, in rank order, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangPlacement {
+    /// The gang.
+    pub gang_id: JobId,
+    /// One placement per worker, by rank (`job_id` is the worker's id).
+    pub workers: Vec<super::Placement>,
+    /// ms since the epoch.
+    pub at: i64,
 }
 
 /// Which jobs to list.

@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::gangs;
 use super::rows::{self, ALLOCATION_COLUMNS, JOB_COLUMNS};
 use crate::model::*;
 use crate::{Result, StoreError};
@@ -19,8 +20,8 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
     let r = &job.request;
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
-         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15)",
+         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
+         replicas) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16)",
     )?
     .execute(params![
         job.request_id,
@@ -37,10 +38,14 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
         job.submitted_at,
         rows::to_json(&job.env)?,
         job.time_limit_s,
-        job.user
+        job.user,
+        job.replicas.max(1)
     ])?;
     let id = c.last_insert_rowid();
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
+    if job.replicas > 1 {
+        gangs::insert_workers(c, id, job)?;
+    }
     Ok((id, true))
 }
 
@@ -49,7 +54,7 @@ pub(super) fn get(c: &Connection, id: JobId) -> Result<Option<Job>> {
     Ok(c.prepare_cached(&sql)?.query_row([id], rows::job).optional()?)
 }
 
-fn require(c: &Connection, id: JobId) -> Result<Job> {
+pub(super) fn require(c: &Connection, id: JobId) -> Result<Job> {
     get(c, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))
 }
 
@@ -69,7 +74,9 @@ pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
 }
 
 pub(super) fn counts(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
-    let mut stmt = c.prepare_cached("SELECT team, state, COUNT(*) FROM jobs GROUP BY team, state")?;
+    // A gang counts once, not once per worker.
+    let mut stmt =
+        c.prepare_cached("SELECT team, state, COUNT(*) FROM jobs WHERE gang_id IS NULL GROUP BY team, state")?;
     let rows = stmt.query_map([], |r| {
         let state: String = r.get(1)?;
         Ok((r.get(0)?, rows::parse_enum("job state", &state, JobState::parse)?, r.get(2)?))
@@ -94,7 +101,7 @@ pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> 
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-fn record_transition(
+pub(super) fn record_transition(
     c: &Connection,
     id: JobId,
     from: Option<JobState>,
@@ -111,7 +118,7 @@ fn record_transition(
 
 /// Moves a job to `to`, recording the transition; a job leaving `scheduled`/`running` gives
 /// back its allocations in the same transaction.
-fn transition(c: &Connection, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
+pub(super) fn transition(c: &Connection, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
     if job.state.is_active() && !to.is_active() {
         release(c, job.id, at)?;
     }
@@ -138,6 +145,9 @@ fn release(c: &Connection, id: JobId, at: i64) -> Result<()> {
 /// (`cancelled` if a cancel was pending). Only a lost *run* spends the budget: a placement whose
 /// process never started (say, `gantry up` restarted before its agent picked it up) does not.
 pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) -> Result<()> {
+    if let Some(gang) = gangs::parent(job) {
+        return gangs::worker_lost(c, job, gang, reason, at);
+    }
     if job.stop.as_deref() == Some("cancel") {
         return transition(c, job, JobState::Cancelled, Some("cancelled"), at);
     }
@@ -155,7 +165,13 @@ pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) 
 }
 
 pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
-    let job = require(c, id)?;
+    // Cancelling a worker cancels its gang: the gang runs as one job.
+    let target = gangs::gang_of(c, id)?.unwrap_or(id);
+    let job = require(c, target)?;
+    if gangs::is_gang(&job) {
+        gangs::cancel(c, &job, at)?;
+        return require(c, id);
+    }
     match job.state {
         JobState::Pending => transition(c, &job, JobState::Cancelled, Some("cancelled"), at)?,
         s if s.is_active() => {
@@ -167,10 +183,14 @@ pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
 }
 
 pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
-    let job = require(c, id)?;
+    // Preempting a worker preempts its whole gang.
+    let job = require(c, gangs::gang_of(c, id)?.unwrap_or(id))?;
     if job.state != JobState::Running || job.stop.is_some() {
         let stop = job.stop.as_deref().map(|s| format!(", stopping ({s})")).unwrap_or_default();
         return Err(StoreError::Conflict(format!("job {id} is {}{stop}, not preemptible now", job.state)));
+    }
+    if gangs::is_gang(&job) {
+        return gangs::preempt(c, &job, reason, at);
     }
     c.prepare_cached("UPDATE jobs SET stop = 'preempt', reason = ?2 WHERE id = ?1")?
         .execute(params![id, reason])?;
@@ -178,6 +198,14 @@ pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Resul
 }
 
 pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
+    if require(c, p.job_id)?.gang.is_some() {
+        return Err(StoreError::Conflict(format!("job {} belongs to a gang: place the gang", p.job_id)));
+    }
+    place_one(c, p)
+}
+
+/// Places one job (a plain job, or one worker of a gang being placed).
+pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
     let job = require(c, p.job_id)?;
     if job.state != JobState::Pending {
         return Err(StoreError::Conflict(format!("job {} is {}, not pending", job.id, job.state)));
@@ -244,6 +272,9 @@ pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Resul
         c.prepare_cached("UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1")?
             .execute(params![id, at])?;
         record_transition(c, id, Some(JobState::Scheduled), JobState::Running, None, at)?;
+        if let Some(gang) = gangs::parent(&job) {
+            gangs::worker_started(c, gang, at)?;
+        }
     }
     Ok(())
 }
@@ -259,6 +290,9 @@ pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at
         return Ok(());
     }
     c.prepare_cached("UPDATE jobs SET exit_code = ?2 WHERE id = ?1")?.execute(params![id, exit.exit_code])?;
+    if let Some(gang) = gangs::parent(&job) {
+        return gangs::worker_exited(c, &job, gang, exit, at);
+    }
     match job.stop.as_deref() {
         Some("cancel") => transition(c, &job, JobState::Cancelled, Some("cancelled"), at),
         // Preemption is not the job's failure: back to the queue, retry budget untouched.

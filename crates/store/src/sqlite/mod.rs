@@ -9,6 +9,7 @@
 
 mod audit;
 mod changes;
+mod gangs;
 mod jobs;
 mod migrate;
 mod nodes;
@@ -150,6 +151,10 @@ impl Store for SqliteStore {
     fn place(&self, placement: &Placement) -> Result<()> {
         let placement = placement.clone();
         self.writer.write(move |c| jobs::place(c, &placement))
+    }
+    fn place_gang(&self, placement: &GangPlacement) -> Result<()> {
+        let placement = placement.clone();
+        self.writer.write(move |c| gangs::place(c, &placement))
     }
     fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
         let reason = reason.to_owned();

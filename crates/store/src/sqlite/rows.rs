@@ -8,7 +8,8 @@ use crate::model::*;
 /// Columns read by [`job`], in order.
 pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, gpu_memory_mib, \
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
-     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user";
+     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user, \
+     replicas, gang_id, rank, local_rank, master_addr, master_port";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
@@ -54,7 +55,28 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
         env: json("env", &r.get::<_, String>(22)?)?,
         time_limit_s: r.get(23)?,
         user: r.get(24)?,
+        gang: gang(r)?,
     })
+}
+
+/// The gang columns (25..=30): a gang (replicas > 1, no parent), a worker (a parent), or neither.
+fn gang(r: &Row<'_>) -> rusqlite::Result<Option<Gang>> {
+    let replicas: u32 = r.get(25)?;
+    let parent: Option<JobId> = r.get(26)?;
+    if replicas <= 1 && parent.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Gang {
+        id: match parent {
+            Some(id) => id,
+            None => r.get(0)?,
+        },
+        replicas,
+        rank: r.get(27)?,
+        local_rank: r.get(28)?,
+        master_addr: r.get(29)?,
+        master_port: r.get(30)?,
+    }))
 }
 
 pub(super) const ALLOCATION_COLUMNS: &str =

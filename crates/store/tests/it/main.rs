@@ -26,6 +26,7 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         submitted_at: 1,
         time_limit_s: None,
         user: None,
+        replicas: 1,
     }
 }
 
