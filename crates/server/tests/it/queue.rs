@@ -107,6 +107,7 @@ fn core_input(s: &Snapshot) -> (Vec<queue::Team>, Vec<QueuedJob>, Vec<u32>) {
             priority: j.priority,
             submitted_s: j.submitted_at as f64 / 1000.0,
             gpus: j.request.gpus,
+            worker_gpus: j.request.gpus,
             attained_gpu_s: 0.0,
             waited_s: (j.started_at.unwrap_or(s.at) - j.submitted_at) as f64 / 1000.0,
             held: node.map(|n| vec![(n, j.request.gpus)]).unwrap_or_default(),
