@@ -78,6 +78,9 @@ pub struct JobDetail {
     /// Most output kept per stream (stdout, stderr), bytes; older output is rotated away.
     #[serde(default)]
     pub log_limit_bytes: u64,
+    /// A gang's workers by rank, each with its node and GPUs (empty for other jobs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<Job>,
 }
 
 /// Which jobs to list.

@@ -59,6 +59,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// Number of jobs per (team, state).
     fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>>;
+    /// A gang's workers, by rank (none for a job that is not a gang).
+    fn workers(&self, gang: JobId) -> Result<Vec<Job>>;
     /// A job's state changes, oldest first.
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>>;
     /// Cancels a pending job now, or asks the agent to stop an active one.

@@ -123,8 +123,12 @@ pub async fn get(
     who.require_user()?;
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
-    let transitions = blocking(&app, move |s| s.transitions(id)).await?;
-    Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes }))
+    let gang = job.gang.as_ref().is_some_and(|g| !g.is_worker());
+    let (transitions, workers) = blocking(&app, move |s| {
+        Ok((s.transitions(id)?, if gang { s.workers(id)? } else { Vec::new() }))
+    })
+    .await?;
+    Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes, workers }))
 }
 
 /// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL).

@@ -142,6 +142,9 @@ impl Store for SqliteStore {
     fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>> {
         self.read(jobs::counts)
     }
+    fn workers(&self, gang: JobId) -> Result<Vec<Job>> {
+        self.read(|c| gangs::workers(c, gang))
+    }
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
         self.read(|c| jobs::transitions(c, id))
     }
