@@ -74,7 +74,8 @@ fn rendezvous(a: &Assignment) -> Vec<(String, String)> {
     let Some(g) = a.gang.as_ref().filter(|g| g.is_worker()) else {
         return Vec::new();
     };
-    let (Some(rank), Some(local), Some(addr), Some(port)) = (g.rank, g.local_rank, &g.master_addr, g.master_port)
+    let (Some(rank), Some(local), Some(addr), Some(port)) =
+        (g.rank, g.local_rank, &g.master_addr, g.master_port)
     else {
         return Vec::new();
     };
@@ -130,10 +131,11 @@ mod tests {
             master_port: Some(29_505),
         });
         let env = build(&a, "u", Path::new("/w")).expect("env");
-        let got: Vec<(&str, &str)> = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GANTRY_GANG_ID"]
-            .iter()
-            .map(|k| (*k, env[*k].as_str()))
-            .collect();
+        let got: Vec<(&str, &str)> =
+            ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GANTRY_GANG_ID"]
+                .iter()
+                .map(|k| (*k, env[*k].as_str()))
+                .collect();
         let want = [
             ("MASTER_ADDR", "node-a"),
             ("MASTER_PORT", "29505"),

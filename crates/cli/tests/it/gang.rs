@@ -88,7 +88,8 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
     for w in &workers {
         assert_eq!(w["state"], "succeeded", "{w}");
         let id = w["id"].as_i64().expect("id");
-        let text = std::fs::read_to_string(out.join(format!("worker-{id}.env"))).expect("the worker wrote its env");
+        let text =
+            std::fs::read_to_string(out.join(format!("worker-{id}.env"))).expect("the worker wrote its env");
         let env = parse_env(&text);
         assert_eq!(env["WORLD_SIZE"], "4");
         assert_eq!(env["RANK"], w["gang"]["rank"].to_string(), "RANK is the worker's rank");
@@ -97,7 +98,10 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
         ranks.insert(env["RANK"].clone());
         rendezvous.insert((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()));
         let node = w["node_id"].as_str().expect("placed on a node").to_owned();
-        assert!(local_by_node.entry(node).or_default().insert(env["LOCAL_RANK"].clone()), "LOCAL_RANK repeats");
+        assert!(
+            local_by_node.entry(node).or_default().insert(env["LOCAL_RANK"].clone()),
+            "LOCAL_RANK repeats"
+        );
     }
     assert_eq!(ranks, ["0", "1", "2", "3"].map(String::from).into_iter().collect());
     assert_eq!(rendezvous.len(), 1, "one rendezvous for the gang: {rendezvous:?}");
@@ -107,7 +111,10 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
     assert_eq!(local_by_node.len(), 2, "two workers on each node: {local_by_node:?}");
     assert!(local_by_node.values().all(|l| *l == two), "LOCAL_RANK 0 and 1 on each node: {local_by_node:?}");
     let detail = cluster.gantry(&["job", &gang.to_string()]);
-    assert!(detail.contains("4 workers") && detail.contains("rank   3"), "gantry job shows the gang:\n{detail}");
+    assert!(
+        detail.contains("4 workers") && detail.contains("rank   3"),
+        "gantry job shows the gang:\n{detail}"
+    );
     let listing = cluster.gantry(&["jobs"]);
     assert!(listing.contains("4x1 GPU"), "gantry jobs shows the gang's size:\n{listing}");
     cluster.assert_no_double_allocation();
@@ -124,7 +131,19 @@ fn one_failed_worker_stops_the_others_and_the_gang_fails_when_no_retry_is_left()
         d = out.display()
     );
     let gang: i64 = cluster
-        .gantry(&["submit", "--replicas", "4", "--gpus", "1", "--max-retries", "0", "--", "sh", "-c", &script])
+        .gantry(&[
+            "submit",
+            "--replicas",
+            "4",
+            "--gpus",
+            "1",
+            "--max-retries",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .trim()
         .parse()
         .expect("a job id");
@@ -156,7 +175,19 @@ fn a_failed_worker_with_a_retry_left_requeues_the_whole_gang_and_cancel_stops_ev
         d = out.display()
     );
     let gang: i64 = cluster
-        .gantry(&["submit", "--replicas", "2", "--gpus", "1", "--max-retries", "1", "--", "sh", "-c", &script])
+        .gantry(&[
+            "submit",
+            "--replicas",
+            "2",
+            "--gpus",
+            "1",
+            "--max-retries",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .trim()
         .parse()
         .expect("a job id");

@@ -50,8 +50,8 @@ mod weights;
 
 pub use fairshare::Usage;
 pub use plan::{
-    Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, place_workers, plan, plan_ranked,
-    rank,
+    Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, place_workers, plan,
+    plan_ranked, rank,
 };
 pub use weights::QueueWeights;
 

@@ -280,7 +280,10 @@ fn small_jobs_do_not_starve_a_large_gang() {
         assert_eq!(*decision, Decision::Wait { job: k as u64 }, "a small job overtook the gang");
     }
     let without = plan(&QueueWeights::default(), &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
-    assert!(without[3..].iter().any(|d| matches!(d, Decision::Start { .. })), "the reservation is what holds them");
+    assert!(
+        without[3..].iter().any(|d| matches!(d, Decision::Start { .. })),
+        "the reservation is what holds them"
+    );
     jobs.drain(..2);
     let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
     assert!(matches!(&d[0], Decision::Start { nodes, .. } if nodes == &vec![(0, 4), (1, 4)]), "{d:?}");

@@ -58,7 +58,7 @@ pub fn check_gang(req: &JobRequest, replicas: u32, nodes: &[Node], gpus: &[Gpu])
     }
     check(req, nodes, gpus)?;
     let holds = |s: &Size| {
-        let by_gpus = if req.gpus == 0 { replicas } else { s.gpus / req.gpus };
+        let by_gpus = s.gpus.checked_div(req.gpus).unwrap_or(replicas);
         let by = |asked: u64, has: u64| if asked == 0 || has == 0 { replicas } else { (has / asked) as u32 };
         by_gpus.min(by(req.cpu_milli, s.cpu_milli)).min(by(req.memory_mib, s.memory_mib))
     };

@@ -33,7 +33,8 @@ pub async fn submit(
     if !wait_for_capacity {
         let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
         super::capacity::check(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
-        super::capacity::check_gang(&job.request, job.replicas, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_gang(&job.request, job.replicas, &nodes, &gpus)
+            .map_err(ApiError::Unprocessable)?;
     }
     match app.dispatch(Command::Submit { job, by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
@@ -124,10 +125,9 @@ pub async fn get(
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let gang = job.gang.as_ref().is_some_and(|g| !g.is_worker());
-    let (transitions, workers) = blocking(&app, move |s| {
-        Ok((s.transitions(id)?, if gang { s.workers(id)? } else { Vec::new() }))
-    })
-    .await?;
+    let (transitions, workers) =
+        blocking(&app, move |s| Ok((s.transitions(id)?, if gang { s.workers(id)? } else { Vec::new() })))
+            .await?;
     Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes, workers }))
 }
 

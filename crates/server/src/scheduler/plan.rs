@@ -182,8 +182,11 @@ fn is_worker(job: &Job) -> bool {
 impl Snapshot {
     /// A gang's workers (pending ones, by rank).
     pub(super) fn gang_workers(&self, gang: i64) -> Vec<&Job> {
-        let mut workers: Vec<&Job> =
-            self.pending.iter().filter(|j| j.gang.as_ref().is_some_and(|g| g.is_worker() && g.id == gang)).collect();
+        let mut workers: Vec<&Job> = self
+            .pending
+            .iter()
+            .filter(|j| j.gang.as_ref().is_some_and(|g| g.is_worker() && g.id == gang))
+            .collect();
         workers.sort_by_key(|j| j.gang.as_ref().and_then(|g| g.rank));
         workers
     }
@@ -244,9 +247,10 @@ impl<'a> QueueView<'a> {
         // A gang holds what its workers hold.
         let mut gang_held: HashMap<i64, Vec<(usize, u32)>> = HashMap::new();
         for w in s.active.iter().filter(|j| is_worker(j)) {
-            let (Some(gang), Some(node)) =
-                (w.gang.as_ref().map(|g| g.id), w.node_id.as_deref().and_then(|n| layout.index.get(n).copied()))
-            else {
+            let (Some(gang), Some(node)) = (
+                w.gang.as_ref().map(|g| g.id),
+                w.node_id.as_deref().and_then(|n| layout.index.get(n).copied()),
+            ) else {
                 continue;
             };
             view.capacity[node] += w.request.gpus;

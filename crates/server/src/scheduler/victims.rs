@@ -55,7 +55,13 @@ impl<'v, 'a> Victims<'v, 'a> {
 
     /// Frees `parts` ((node, GPUs)) for job `k`, which waits: picks victims on each node, or
     /// none at all when some node cannot be freed. Records the preemptions and why `k` waits.
-    pub(super) fn make_room(&mut self, k: usize, parts: &[(usize, u32)], layout: &mut Layout<'_>, out: &mut Plan) {
+    pub(super) fn make_room(
+        &mut self,
+        k: usize,
+        parts: &[(usize, u32)],
+        layout: &mut Layout<'_>,
+        out: &mut Plan,
+    ) {
         let job = self.view.source[k];
         let mut picked: Vec<usize> = Vec::new();
         let mut idle_per_part = Vec::with_capacity(parts.len());
@@ -85,7 +91,11 @@ impl<'v, 'a> Victims<'v, 'a> {
                 self.freeing[*node] += gpus;
             }
             let victim = self.view.source[*c];
-            out.preemptions.push(Preemption { job_id: victim.id, by: Some(job.id), reason: self.reason(k, *c) });
+            out.preemptions.push(Preemption {
+                job_id: victim.id,
+                by: Some(job.id),
+                reason: self.reason(k, *c),
+            });
         }
         // Claim the room: idle GPUs are held for the job on the ledger (nothing later in the
         // pass takes them), the rest comes from the GPUs being freed.
@@ -115,9 +125,18 @@ impl<'v, 'a> Victims<'v, 'a> {
             return None;
         }
         let victim = self.view.source[c];
-        let priority = if self.reclaims(k, c) { self.view.source[k].priority.saturating_sub(1) } else { victim.priority };
+        let priority = if self.reclaims(k, c) {
+            self.view.source[k].priority.saturating_sub(1)
+        } else {
+            victim.priority
+        };
         let running_s = (self.at - victim.started_at.unwrap_or(self.at)).max(0) as f64 / 1000.0;
-        Some(Victim { id: c as u64, priority, gpus, lost_gpu_s: f64::from(self.view.jobs[c].gpus) * running_s })
+        Some(Victim {
+            id: c as u64,
+            priority,
+            gpus,
+            lost_gpu_s: f64::from(self.view.jobs[c].gpus) * running_s,
+        })
     }
 
     /// Whether `k` is within its team's guarantee and `c` is another team's job, of no higher
@@ -138,16 +157,23 @@ impl<'v, 'a> Victims<'v, 'a> {
         } else {
             let name = |t: usize| self.view.names.get(t).copied().unwrap_or("?");
             let (mine, theirs) = (self.view.jobs[k].team, self.view.jobs[c].team);
-            format!("preempted by job {}: team {} reclaims GPUs team {} borrowed", by.id, name(mine), name(theirs))
+            format!(
+                "preempted by job {}: team {} reclaims GPUs team {} borrowed",
+                by.id,
+                name(mine),
+                name(theirs)
+            )
         }
     }
 }
 
 /// Wholly idle GPUs of a schedulable node.
 fn idle_gpus(layout: &Layout<'_>, node: usize) -> u32 {
-    layout.cluster.node(node).filter(|n| n.schedulable).map_or(0, |n| {
-        n.gpu_free.iter().filter(|f| **f == WHOLE_GPU).count() as u32
-    })
+    layout
+        .cluster
+        .node(node)
+        .filter(|n| n.schedulable)
+        .map_or(0, |n| n.gpu_free.iter().filter(|f| **f == WHOLE_GPU).count() as u32)
 }
 
 /// Holds `gpus` idle GPUs of `node` on the ledger for the rest of the pass.

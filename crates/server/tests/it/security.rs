@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use gantry_store::{JobState, Role, Store, User};
+use gantry_store::{JobState, Role, User};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

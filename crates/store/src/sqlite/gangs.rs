@@ -107,8 +107,10 @@ pub(super) fn place(c: &Connection, gp: &GangPlacement) -> Result<()> {
     let mut per_node: HashMap<&str, u32> = HashMap::new();
     for p in &gp.workers {
         let local = per_node.entry(p.node_id.as_str()).or_insert(0);
-        c.prepare_cached("UPDATE jobs SET local_rank = ?2, master_addr = ?3, master_port = ?4 WHERE id = ?1")?
-            .execute(params![p.job_id, *local, addr, port])?;
+        c.prepare_cached(
+            "UPDATE jobs SET local_rank = ?2, master_addr = ?3, master_port = ?4 WHERE id = ?1",
+        )?
+        .execute(params![p.job_id, *local, addr, port])?;
         *local += 1;
     }
     c.prepare_cached(
@@ -138,7 +140,9 @@ fn free_port(c: &Connection, gang: JobId, addr: &str) -> Result<u16> {
 /// A worker's process started: the gang runs once its first worker does.
 pub(super) fn worker_started(c: &Connection, gang: JobId, at: i64) -> Result<()> {
     let changed = c
-        .prepare_cached("UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1 AND state = 'scheduled'")?
+        .prepare_cached(
+            "UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1 AND state = 'scheduled'",
+        )?
         .execute(params![gang, at])?;
     if changed > 0 {
         jobs::record_transition(c, gang, Some(JobState::Scheduled), JobState::Running, None, at)?;
@@ -147,7 +151,13 @@ pub(super) fn worker_started(c: &Connection, gang: JobId, at: i64) -> Result<()>
 }
 
 /// A worker's process ended (the worker is active and the report is for its attempt).
-pub(super) fn worker_exited(c: &Connection, worker: &Job, gang: JobId, exit: &JobExit, at: i64) -> Result<()> {
+pub(super) fn worker_exited(
+    c: &Connection,
+    worker: &Job,
+    gang: JobId,
+    exit: &JobExit,
+    at: i64,
+) -> Result<()> {
     let rank = worker.gang.as_ref().and_then(|g| g.rank).unwrap_or(0);
     let plain = match exit.exit_code {
         Some(code) => format!("exited with status {code}"),
@@ -191,13 +201,22 @@ pub(super) fn worker_lost(c: &Connection, worker: &Job, gang: JobId, reason: &st
 
 /// Ends the gang's current attempt: records why (the first reason wins; a cancel overrides any)
 /// and asks every active worker to stop.
-pub(super) fn stop(c: &Connection, gang: JobId, kind: &str, reason: &str, exit: Option<i32>, at: i64) -> Result<()> {
+pub(super) fn stop(
+    c: &Connection,
+    gang: JobId,
+    kind: &str,
+    reason: &str,
+    exit: Option<i32>,
+    at: i64,
+) -> Result<()> {
     let job = require(c, gang)?;
     if !job.state.is_active() || (job.stop.is_some() && kind != "cancel") {
         return Ok(());
     }
-    c.prepare_cached("UPDATE jobs SET stop = ?2, reason = ?3, exit_code = COALESCE(?4, exit_code) WHERE id = ?1")?
-        .execute(params![gang, kind, reason, exit])?;
+    c.prepare_cached(
+        "UPDATE jobs SET stop = ?2, reason = ?3, exit_code = COALESCE(?4, exit_code) WHERE id = ?1",
+    )?
+    .execute(params![gang, kind, reason, exit])?;
     let (worker_stop, worker_reason) = match kind {
         "cancel" => ("cancel", "cancelled".to_owned()),
         "preempt" => ("preempt", reason.to_owned()),

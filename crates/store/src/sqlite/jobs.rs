@@ -75,8 +75,9 @@ pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
 
 pub(super) fn counts(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
     // A gang counts once, not once per worker.
-    let mut stmt =
-        c.prepare_cached("SELECT team, state, COUNT(*) FROM jobs WHERE gang_id IS NULL GROUP BY team, state")?;
+    let mut stmt = c.prepare_cached(
+        "SELECT team, state, COUNT(*) FROM jobs WHERE gang_id IS NULL GROUP BY team, state",
+    )?;
     let rows = stmt.query_map([], |r| {
         let state: String = r.get(1)?;
         Ok((r.get(0)?, rows::parse_enum("job state", &state, JobState::parse)?, r.get(2)?))
@@ -118,7 +119,13 @@ pub(super) fn record_transition(
 
 /// Moves a job to `to`, recording the transition; a job leaving `scheduled`/`running` gives
 /// back its allocations in the same transaction.
-pub(super) fn transition(c: &Connection, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
+pub(super) fn transition(
+    c: &Connection,
+    job: &Job,
+    to: JobState,
+    reason: Option<&str>,
+    at: i64,
+) -> Result<()> {
     if job.state.is_active() && !to.is_active() {
         release(c, job.id, at)?;
     }

@@ -22,8 +22,10 @@ fn register(store: &SqliteStore, id: &str, gpus: u32) -> u64 {
 }
 
 fn on(job_id: JobId, node: &str, epoch: u64, gpus: &[u32]) -> Placement {
-    let grants =
-        gpus.iter().map(|i| Grant { uuid: format!("GPU-{node}-{i}"), share_milli: 1000, memory_mib: 81920 }).collect();
+    let grants = gpus
+        .iter()
+        .map(|i| Grant { uuid: format!("GPU-{node}-{i}"), share_milli: 1000, memory_mib: 81920 })
+        .collect();
     Placement { job_id, node_id: node.into(), epoch, grants, at: 20 }
 }
 
@@ -103,23 +105,41 @@ fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_r
     start(&store, w0, w1, epoch, 1);
     assert_eq!(state(&store, gang), JobState::Running);
     // Node a reports worker 0 failed; node b is then told to stop worker 1 (no longer assigned).
-    store.heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(1) }], 40)).expect("hb");
+    store
+        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(1) }], 40))
+        .expect("hb");
     assert_eq!(state(&store, w0), JobState::Failed);
-    assert!(store.heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: None }], 41)).expect("hb").is_empty());
+    assert!(
+        store
+            .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: None }], 41))
+            .expect("hb")
+            .is_empty()
+    );
     assert_eq!(state(&store, gang), JobState::Running, "the gang waits for its last worker to stop");
-    let killed = Some(JobExit { exit_code: None, reason: Some("killed by signal 15".into()), timed_out: false });
-    store.heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: killed }], 42)).expect("hb");
+    let killed =
+        Some(JobExit { exit_code: None, reason: Some("killed by signal 15".into()), timed_out: false });
+    store
+        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: killed }], 42))
+        .expect("hb");
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!(g.state, JobState::Pending, "{g:?}");
     assert!(g.reason.unwrap_or_default().contains("worker 0"), "says which worker ended it");
     assert_eq!([state(&store, w0), state(&store, w1)], [JobState::Pending; 2]);
     assert!(store.allocations(true).expect("held").is_empty());
     // Second attempt (max_retries = 1): the failure spends the budget.
-    let gp = GangPlacement { gang_id: gang, workers: vec![on(w0, "a", epoch, &[0, 1]), on(w1, "b", epoch, &[0, 1])], at: 50 };
+    let gp = GangPlacement {
+        gang_id: gang,
+        workers: vec![on(w0, "a", epoch, &[0, 1]), on(w1, "b", epoch, &[0, 1])],
+        at: 50,
+    };
     store.place_gang(&gp).expect("place again");
     start(&store, w0, w1, epoch, 2);
-    store.heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 2, exit: exit(3) }], 60)).expect("hb");
-    store.heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 2, exit: exit(143) }], 61)).expect("hb");
+    store
+        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 2, exit: exit(3) }], 60))
+        .expect("hb");
+    store
+        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 2, exit: exit(143) }], 61))
+        .expect("hb");
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!((g.state, g.exit_code), (JobState::Failed, Some(3)), "{g:?}");
     assert!(g.reason.unwrap_or_default().contains("retry budget"));
@@ -144,9 +164,13 @@ fn every_worker_succeeding_is_the_gang_succeeding() {
     let (_dir, store) = open();
     let (gang, w0, w1, epoch) = placed_gang(&store);
     start(&store, w0, w1, epoch, 1);
-    store.heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(0) }], 40)).expect("hb");
+    store
+        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(0) }], 40))
+        .expect("hb");
     assert_eq!(state(&store, gang), JobState::Running);
-    store.heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: exit(0) }], 41)).expect("hb");
+    store
+        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: exit(0) }], 41))
+        .expect("hb");
     assert_eq!(state(&store, gang), JobState::Succeeded);
 }
 
@@ -156,7 +180,12 @@ fn cancelling_a_worker_cancels_the_whole_gang() {
     let (gang, w0, w1, epoch) = placed_gang(&store);
     start(&store, w0, w1, epoch, 1);
     store.cancel(w1, 40).expect("cancel");
-    assert!(store.heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: None }], 41)).expect("hb").is_empty());
+    assert!(
+        store
+            .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: None }], 41))
+            .expect("hb")
+            .is_empty()
+    );
     // Neither node reports its worker any more: the agents stopped them.
     store.heartbeat(&hb("a", epoch, vec![], 42)).expect("hb");
     store.heartbeat(&hb("b", epoch, vec![], 42)).expect("hb");
@@ -184,8 +213,12 @@ fn a_preempted_gang_is_requeued_whole_without_spending_a_retry_and_a_lost_node_s
             at: 50,
         };
         store.place_gang(&gp).expect("place again");
-        store.heartbeat(&hb("a", epoch_a, vec![JobReport { job_id: w0, attempt, exit: None }], 60)).expect("hb");
-        store.heartbeat(&hb("b", epoch_b, vec![JobReport { job_id: w1, attempt, exit: None }], 60)).expect("hb");
+        store
+            .heartbeat(&hb("a", epoch_a, vec![JobReport { job_id: w0, attempt, exit: None }], 60))
+            .expect("hb");
+        store
+            .heartbeat(&hb("b", epoch_b, vec![JobReport { job_id: w1, attempt, exit: None }], 60))
+            .expect("hb");
         register(&store, "b", 2);
         assert_eq!(state(&store, gang), JobState::Running, "worker 0 still has to stop");
         store.heartbeat(&hb("a", epoch_a, vec![], 70)).expect("hb");
