@@ -139,9 +139,18 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
             Decision::Keep { .. } | Decision::Preempt { .. } => {}
             Decision::Wait { .. } => out.waiting.push((job.id, waiting_reason(&layout, job))),
             Decision::Start { nodes, .. } if is_gang(job) => {
-                match super::gang::place(&mut layout, job, &s.gang_workers(job.id), nodes, s.at) {
+                let workers = s.gang_workers(job.id);
+                if workers.len() != job.gang.as_ref().map_or(0, |g| g.replicas as usize) {
+                    out.waiting.push((job.id, "waiting for its workers to be requeued".into()));
+                    continue;
+                }
+                match super::gang::place(&mut layout, job, &workers, nodes, s.at) {
                     Some(p) => out.gangs.push(p),
-                    None => victims.make_room(k, nodes, &mut layout, &mut out),
+                    None => {
+                        let why = to_request(job, layout.max_gpu_memory)
+                            .map_or_else(|| "waiting for room".into(), |r| layout.why_not(&r));
+                        victims.make_room(k, nodes, &mut layout, &mut out, why);
+                    }
                 }
             }
             Decision::Start { nodes, .. } => {
@@ -159,7 +168,8 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
                 match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
                     Some(p) => out.placements.push(layout.placement(job, &req, &p, s.at)),
                     None if req.gpu_milli == WHOLE_GPU && req.gpus > 0 => {
-                        victims.make_room(k, nodes, &mut layout, &mut out)
+                        let why = layout.why_not(&req);
+                        victims.make_room(k, nodes, &mut layout, &mut out, why);
                     }
                     None => out.waiting.push((job.id, layout.why_not(&req))),
                 }

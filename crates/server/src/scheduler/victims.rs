@@ -54,15 +54,21 @@ impl<'v, 'a> Victims<'v, 'a> {
     }
 
     /// Frees `parts` ((node, GPUs)) for job `k`, which waits: picks victims on each node, or
-    /// none at all when some node cannot be freed. Records the preemptions and why `k` waits.
+    /// none at all when some node cannot be freed. Records the preemptions and why `k` waits
+    /// (`otherwise` when its GPUs are idle already and something else keeps it out).
     pub(super) fn make_room(
         &mut self,
         k: usize,
         parts: &[(usize, u32)],
         layout: &mut Layout<'_>,
         out: &mut Plan,
+        otherwise: String,
     ) {
         let job = self.view.source[k];
+        if parts.iter().all(|(node, need)| idle_gpus(layout, *node) >= *need) {
+            out.waiting.push((job.id, otherwise));
+            return;
+        }
         let mut picked: Vec<usize> = Vec::new();
         let mut idle_per_part = Vec::with_capacity(parts.len());
         for (node, need) in parts {
