@@ -10,9 +10,9 @@
 //!
 //! *Where*: a whole-GPU job goes where the queue placed it (the fullest node that holds it, as in
 //! the simulator, so the two make the same decisions); when the ledger refuses that node (CPU,
-//! memory, a GPU a slice took) or the queue split the job over nodes (a server job runs on one
-//! node), the placement policy looks for any node. Slices and CPU-only jobs count as zero whole
-//! GPUs in the queue and are placed by the policy, in rank order.
+//! memory, a GPU a slice took), the placement policy looks for any node. A job of one worker is
+//! never split between nodes (`worker_gpus` = its GPUs). Slices and CPU-only jobs count as zero
+//! whole GPUs in the queue and are placed by the policy, in rank order.
 //! A gang (`replicas` > 1) is queued as one job of `replicas` × `gpus` GPUs that may be split
 //! only between workers; its workers are placed on the nodes the queue chose, all at once
 //! ([`GangPlacement`]), or not at all.
