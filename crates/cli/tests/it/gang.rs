@@ -69,7 +69,7 @@ fn parse_env(text: &str) -> BTreeMap<String, String> {
 fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variables_set() {
     let (cluster, agents) = two_nodes();
     let out = cluster.shared();
-    let script = format!("env > {}/worker-$GANTRY_JOB_ID.env", out.display());
+    let script = format!("env > {}/worker-$GANTRY_JOB_ID.env; echo hello from rank $RANK", out.display());
     let gang: i64 = cluster
         .gantry(&["submit", "--replicas", "4", "--gpus", "1", "--name", "ddp", "--", "sh", "-c", &script])
         .trim()
@@ -117,6 +117,11 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
     );
     let listing = cluster.gantry(&["jobs"]);
     assert!(listing.contains("4x1 GPU"), "gantry jobs shows the gang's size:\n{listing}");
+    let logs = eventually(Duration::from_secs(20), "rank 0's output", || {
+        let logs = cluster.gantry(&["logs", &gang.to_string()]);
+        logs.contains("hello from rank 0").then_some(logs)
+    });
+    assert!(!logs.contains("rank 1"), "a gang's output is rank 0's:\n{logs}");
     cluster.assert_no_double_allocation();
     agents.into_iter().for_each(stop_agent);
 }

@@ -147,7 +147,8 @@ pub async fn cancel(
 
 /// A job's output from `offset`, a position in the whole stream (the agent writes it; this serves
 /// the files). Output beyond the job's log limit is rotated away: a reader asking for it gets the
-/// oldest output kept, and the `x-gantry-log-offset` header says where that starts.
+/// oldest output kept, and the `x-gantry-log-offset` header says where that starts. A gang's output
+/// is its rank 0 worker's (as torchrun prints it); each worker's own is under its id.
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", params(("id" = i64, Path, description = "job id"), LogQuery),
     security(("bearer" = [])), responses((status = 200, body = String, content_type = "text/plain",
         headers(("x-gantry-log-offset" = u64, description = "position of the first byte returned"))),
@@ -165,7 +166,12 @@ pub async fn logs(
             return Err(ApiError::BadRequest(format!("stream: must be stdout or stderr, not `{s}`")));
         }
     };
-    visible_job(&app, &who, id).await?;
+    let job = visible_job(&app, &who, id).await?;
+    let id = if job.gang.as_ref().is_some_and(|g| !g.is_worker()) {
+        blocking(&app, move |s| s.workers(id)).await?.first().map_or(id, |w| w.id)
+    } else {
+        id
+    };
     let dir = job_logs::dir(&app.config.logs_dir, id);
     let offset = q.offset.unwrap_or(0);
     validate::at_most("offset", offset, validate::MAX_OFFSET)?;
