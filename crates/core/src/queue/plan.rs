@@ -202,7 +202,9 @@ pub fn plan_ranked(
             team_used[job.team] += job.gpus;
         } else if job.gpus <= total {
             head_blocked = true;
-            if w.gang_reservation && reserved == 0 && !job.running() && job.gpus > job.worker_gpus.max(1) {
+            // A gang larger than its team may ever hold reserves nothing: it would idle GPUs.
+            let gang = job.gpus > job.worker_gpus.max(1) && job.gpus <= cap(job.team);
+            if w.gang_reservation && reserved == 0 && !job.running() && gang {
                 reserved = job.gpus;
             }
         }

@@ -290,6 +290,18 @@ fn small_jobs_do_not_starve_a_large_gang() {
 }
 
 #[test]
+fn a_gang_held_back_by_its_teams_cap_reserves_nothing() {
+    // Team 0 may hold at most 4 GPUs (no guarantee, borrow limit 0.5 of 8); its 2 × 4 gang cannot
+    // start whatever is free, so team 1's small jobs use the idle GPUs.
+    let w = QueueWeights { gang_reservation: true, borrow_limit: 0.5, ..QueueWeights::default() };
+    let mut jobs = vec![gang(0, 2, 4, 0)];
+    jobs.extend((1..4).map(|id| QueuedJob { team: 1, ..gang(id, 1, 1, 0) }));
+    let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert_eq!(d[0], Decision::Wait { job: 0 });
+    assert!(d[1..].iter().all(|d| matches!(d, Decision::Start { .. })), "{d:?}");
+}
+
+#[test]
 fn service_bands_are_geometric_and_capped() {
     let w = QueueWeights::parse("band_base_gpu_s=100,band_factor=2,bands=3").expect("weights");
     assert_eq!([w.band(0.0), w.band(99.0), w.band(100.0), w.band(250.0), w.band(1e9)], [0, 0, 1, 2, 3]);
