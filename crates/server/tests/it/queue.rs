@@ -356,6 +356,28 @@ proptest! {
     }
 
     #[test]
+    fn two_gangs_never_deadlock_in_the_server_every_placed_gang_is_whole(
+        nodes in 1usize..4,
+        a in (2u32..5, prop::sample::select(vec![1u32, 2, 4])),
+        b in (2u32..5, prop::sample::select(vec![1u32, 2, 4])),
+    ) {
+        let mut s = cluster(nodes, 4);
+        s.at = 1_000;
+        gang(&mut s, 1, "t", 1, a.0, a.1);
+        gang(&mut s, 100, "t", 0, b.0, b.1);
+        let p = plan(&s, PolicyKind::Gantry, 5);
+        for g in &p.gangs {
+            let replicas = if g.gang_id == 1 { a.0 } else { b.0 };
+            prop_assert_eq!(g.workers.len() as u32, replicas, "all workers or none");
+        }
+        let mut idle = vec![4u32; nodes];
+        if queue::place_workers(&mut idle, a.0, a.1).is_some() {
+            prop_assert!(p.gangs.iter().any(|g| g.gang_id == 1), "the first gang fits alone and starts: {:?}", p);
+        }
+        prop_assert!(p.preemptions.is_empty());
+    }
+
+    #[test]
     fn the_server_never_preempts_a_job_of_equal_or_higher_priority_except_to_reclaim_a_guarantee(
         running in prop::collection::vec((0usize..2, 0i32..3, prop::sample::select(vec![1u32, 2])), 0..8),
         pending in prop::collection::vec((0usize..2, 0i32..4, prop::sample::select(vec![1u32, 2, 4])), 1..6),
