@@ -8,8 +8,11 @@
 //! the agent check the same thing: the server refuses a bad submission with a sentence, and the
 //! agent refuses to start an assignment that slipped past (an older server).
 
-/// Names a job may not declare, exactly.
-const RESERVED: &[&str] = &["CUDA_VISIBLE_DEVICES"];
+/// Names a job may not declare, exactly: the GPU grant and the rendezvous of a gang's workers
+/// (a worker that could set its own `RANK` or `MASTER_ADDR` could join or hijack another gang's
+/// rendezvous).
+const RESERVED: &[&str] =
+    &["CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK"];
 
 /// Prefixes a job may not declare: the agent's own variables and the MPS share limits.
 const RESERVED_PREFIXES: &[&str] = &["GANTRY_", "CUDA_MPS_"];
@@ -56,6 +59,11 @@ mod tests {
             "GANTRY_JOB_ID",
             "GANTRY_GPU_MEMORY_LIMIT_MIB",
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "WORLD_SIZE",
+            "RANK",
+            "LOCAL_RANK",
         ] {
             let err = check(name, "v").expect_err(name);
             assert!(err.contains("set by Gantry"), "{err}");

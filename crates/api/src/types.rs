@@ -68,6 +68,12 @@ pub struct SubmitRequest {
     /// Where the job starts: a relative path inside its private directory, created for it
     /// (no `..`, not absolute).
     pub workdir: Option<String>,
+    /// Workers of a gang (2 to 256), each asking for `gpus` whole GPUs, placed all at once:
+    /// on one node when one has room, else on the fewest nodes. Each worker gets `RANK`,
+    /// `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`; one failed worker ends the
+    /// whole gang. None or 1: a job of one worker.
+    #[serde(default)]
+    pub replicas: Option<u32>,
 }
 
 /// The job id of a submission.
@@ -91,6 +97,9 @@ pub struct JobDetail {
     /// Most output kept per stream (stdout, stderr), bytes; older output is rotated away.
     #[serde(default)]
     pub log_limit_bytes: u64,
+    /// A gang's workers by rank, each with its node and GPUs (empty for other jobs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<Job>,
 }
 
 /// Which jobs to list.
@@ -383,6 +392,10 @@ pub struct Assignment {
     /// [`crate::workflow::check_workdir`]; the agent creates it).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// The worker's place in its gang: the agent sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+    /// `MASTER_ADDR` and `MASTER_PORT` from it. None for a job of one worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<crate::model::Gang>,
 }
 
 impl From<Job> for Assignment {
@@ -402,6 +415,7 @@ impl From<Job> for Assignment {
             time_limit_s: job.time_limit_s,
             array: job.array,
             workdir: job.workdir,
+            gang: job.gang,
         }
     }
 }

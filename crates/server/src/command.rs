@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use gantry_store::{
-    AuditEntry, Change, Changed, Heartbeat, Job, JobId, NewJob, NewToken, NodeRegistration, Placement, Store,
-    Team, User,
+    AuditEntry, Change, Changed, GangPlacement, Heartbeat, Job, JobId, NewJob, NewToken, NodeRegistration,
+    Placement, Store, Team, User,
 };
 
 use crate::app::{self, App};
@@ -89,6 +89,8 @@ pub enum Command {
     },
     /// Record a scheduling decision.
     Place(Placement),
+    /// Record a gang's placement: every worker at once (a scheduling decision).
+    PlaceGang(GangPlacement),
     /// Stop a running job for another and requeue it (a scheduling decision).
     Preempt {
         /// The victim.
@@ -223,6 +225,9 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             Ok(Outcome::Assignments(store.heartbeat(&Heartbeat { at: now, ..heartbeat })?))
         }
         Command::Place(placement) => store.place(&placement).map(|()| Outcome::Done).map_err(Into::into),
+        Command::PlaceGang(placement) => {
+            store.place_gang(&placement).map(|()| Outcome::Done).map_err(Into::into)
+        }
         Command::Preempt { job, reason } => {
             store.preempt(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }

@@ -59,6 +59,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// Number of jobs per (team, state).
     fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>>;
+    /// A gang's workers, by rank (none for a job that is not a gang).
+    fn workers(&self, gang: JobId) -> Result<Vec<Job>>;
     /// A job's state changes, oldest first.
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>>;
     /// Cancels a pending job now, or asks the agent to stop an active one.
@@ -68,6 +70,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
+    /// Records a gang's placement: every worker in one transaction, with the rendezvous (rank 0's
+    /// node as master address, a port no other running gang uses there), or nothing.
+    fn place_gang(&self, placement: &GangPlacement) -> Result<()>;
     /// Asks a running job to stop for another (the agent sends SIGTERM, then SIGKILL after the
     /// grace period) and requeues it when it ends, without spending its retry budget.
     /// `Conflict` when the job is not running or already stopping.

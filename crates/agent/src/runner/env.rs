@@ -11,7 +11,9 @@
 //!    `PATH`) but never a placement variable ([`gantry_api::job_env::check`]);
 //! 3. the placement: `GANTRY_JOB_ID`, for an array member `GANTRY_ARRAY_ID` and
 //!    `GANTRY_ARRAY_INDEX`, `CUDA_VISIBLE_DEVICES` and the GPU grant
-//!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits).
+//!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits), and for a gang's
+//!    worker the rendezvous torchrun would set (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
+//!    `RANK`, `LOCAL_RANK`) plus `GANTRY_GANG_ID`. A job can declare none of these.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -57,6 +59,7 @@ fn placement(a: &Assignment, mps: bool) -> Vec<(String, String)> {
         vars.push(("GANTRY_ARRAY_ID".to_owned(), array.id.to_string()));
         vars.push(("GANTRY_ARRAY_INDEX".to_owned(), array.index.to_string()));
     }
+    vars.extend(rendezvous(a));
     if a.gpu_memory_mib > 0 {
         vars.push(("GANTRY_GPU_MEMORY_LIMIT_MIB".to_owned(), a.gpu_memory_mib.to_string()));
         if mps {
@@ -69,6 +72,29 @@ fn placement(a: &Assignment, mps: bool) -> Vec<(String, String)> {
         }
     }
     vars
+}
+
+/// A gang worker's rendezvous variables (none for a job of one worker or a gang not yet placed).
+fn rendezvous(a: &Assignment) -> Vec<(String, String)> {
+    let Some(g) = a.gang.as_ref().filter(|g| g.is_worker()) else {
+        return Vec::new();
+    };
+    let (Some(rank), Some(local), Some(addr), Some(port)) =
+        (g.rank, g.local_rank, &g.master_addr, g.master_port)
+    else {
+        return Vec::new();
+    };
+    [
+        ("GANTRY_GANG_ID", g.id.to_string()),
+        ("MASTER_ADDR", addr.clone()),
+        ("MASTER_PORT", port.to_string()),
+        ("WORLD_SIZE", g.replicas.to_string()),
+        ("RANK", rank.to_string()),
+        ("LOCAL_RANK", local.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }
 
 /// Whether an MPS control daemon's pipe directory is configured.
@@ -96,6 +122,7 @@ mod tests {
             time_limit_s: None,
             array: None,
             workdir: None,
+            gang: None,
         }
     }
 
@@ -107,6 +134,44 @@ mod tests {
         };
         let env = build(&a, "gantry-job", Path::new("/w/15-1")).expect("env");
         assert_eq!((env["GANTRY_ARRAY_ID"].as_str(), env["GANTRY_ARRAY_INDEX"].as_str()), ("12", "3"));
+    }
+
+    #[test]
+    fn a_gang_worker_gets_the_rendezvous_and_cannot_declare_it() {
+        let mut a = assignment(&[]);
+        a.gang = Some(gantry_api::model::Gang {
+            id: 5,
+            replicas: 4,
+            rank: Some(3),
+            local_rank: Some(1),
+            master_addr: Some("node-a".into()),
+            master_port: Some(29_505),
+        });
+        let env = build(&a, "u", Path::new("/w")).expect("env");
+        let got: Vec<(&str, &str)> =
+            ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GANTRY_GANG_ID"]
+                .iter()
+                .map(|k| (*k, env[*k].as_str()))
+                .collect();
+        let want = [
+            ("MASTER_ADDR", "node-a"),
+            ("MASTER_PORT", "29505"),
+            ("WORLD_SIZE", "4"),
+            ("RANK", "3"),
+            ("LOCAL_RANK", "1"),
+            ("GANTRY_GANG_ID", "5"),
+        ];
+        assert_eq!(got, want);
+        for name in ["RANK", "MASTER_ADDR"] {
+            a.env = [(name.to_owned(), "0".to_owned())].into();
+            assert!(build(&a, "u", Path::new("/w")).is_err(), "{name} must not be declarable");
+        }
+    }
+
+    #[test]
+    fn a_job_of_one_worker_gets_no_rendezvous() {
+        let env = build(&assignment(&[]), "u", Path::new("/w")).expect("env");
+        assert!(!env.contains_key("RANK") && !env.contains_key("MASTER_ADDR"));
     }
 
     #[test]

@@ -143,6 +143,7 @@ pub fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
         labels: Default::default(),
         gpu_models: Vec::new(),
         workdir: None,
+        replicas: 1,
     };
     store.submit(&job).expect("submit").0
 }
@@ -244,6 +245,7 @@ async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_re
         labels: Default::default(),
         gpu_models: Vec::new(),
         workdir: None,
+        replicas: 1,
     };
     let id = h.store.submit(&job_spec).expect("submit").0;
     let running =

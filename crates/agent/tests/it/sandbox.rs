@@ -40,6 +40,7 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
         labels: Default::default(),
         gpu_models: Vec::new(),
         workdir: None,
+        replicas: 1,
     };
     store.submit(&job).expect("submit").0
 }
@@ -359,6 +360,7 @@ fn submit_in(store: &dyn Store, command: &str, workdir: &str) -> i64 {
         labels: Default::default(),
         gpu_models: Vec::new(),
         workdir: Some(workdir.into()),
+        replicas: 1,
     };
     store.submit(&job).expect("submit").0
 }

@@ -85,6 +85,37 @@ pub struct Job {
     /// Where the job starts, relative to its private directory (`None`: that directory).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Its place in a gang: on the gang itself (`rank` none) and on each of its workers.
+    /// `None` for a job of one worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<Gang>,
+}
+
+/// A gang (`--replicas N`) or one of its workers. The gang is the job users submit, read and
+/// cancel; each worker is a job of its own, placed on one node and run by that node's agent
+/// with the rendezvous variables a PyTorch job expects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Gang {
+    /// The gang's job id (a worker's parent; the gang's own id on the gang).
+    pub id: JobId,
+    /// Workers in the gang (`WORLD_SIZE`).
+    pub replicas: u32,
+    /// This worker's rank, 0..replicas (`RANK`); none on the gang itself.
+    pub rank: Option<u32>,
+    /// Rank among the gang's workers on the same node (`LOCAL_RANK`), once placed.
+    pub local_rank: Option<u32>,
+    /// Address of rank 0's node (`MASTER_ADDR`), once placed.
+    pub master_addr: Option<String>,
+    /// Rendezvous port chosen for the gang (`MASTER_PORT`), once placed.
+    pub master_port: Option<u16>,
+}
+
+impl Gang {
+    /// Whether this is a worker (not the gang itself).
+    pub fn is_worker(&self) -> bool {
+        self.rank.is_some()
+    }
 }
 
 /// One state change of a job.

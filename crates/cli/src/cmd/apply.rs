@@ -99,6 +99,9 @@ pub struct JobFile {
     /// Work directory inside the job's own.
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
+    #[serde(default)]
+    pub replicas: Option<u32>,
     /// Queue even if no node could hold it now.
     #[serde(default)]
     pub wait_for_capacity: bool,
@@ -189,6 +192,7 @@ pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<Submit
         labels: file.labels,
         gpu_models: file.gpu_model,
         workdir: file.workdir,
+        replicas: file.replicas,
     })
 }
 

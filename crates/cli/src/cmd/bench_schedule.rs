@@ -132,6 +132,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             labels: Default::default(),
             gpu_models: Vec::new(),
             workdir: None,
+            gang: None,
             request: JobRequest {
                 gpus,
                 gpu_memory_mib,

@@ -207,10 +207,24 @@ fn short_gpu(uuid: &str) -> String {
 
 fn asked(j: &Job) -> String {
     let r = &j.request;
-    match (r.gpus, r.gpu_memory_mib) {
-        (0, 0) => "cpu".into(),
-        (0, mib) => format!("{mib} MiB slice"),
-        (n, _) => format!("{n} GPU"),
+    match (r.gpus, r.gpu_memory_mib, &j.gang) {
+        (n, _, Some(g)) if !g.is_worker() => format!("{}x{n} GPU", g.replicas),
+        (n, _, Some(g)) => format!("{n} GPU, rank {} of gang {}", g.rank.unwrap_or(0), g.id),
+        (0, 0, _) => "cpu".into(),
+        (0, mib, _) => format!("{mib} MiB slice"),
+        (n, _, _) => format!("{n} GPU"),
+    }
+}
+
+/// A gang in one line: its size and, once placed, the rendezvous.
+fn gang_line(g: &gantry_store::Gang) -> String {
+    let place = match (g.rank, &g.master_addr, g.master_port) {
+        (Some(rank), _, _) => format!("worker rank {rank} of gang {}", g.id),
+        (None, _, _) => format!("{} workers", g.replicas),
+    };
+    match (&g.master_addr, g.master_port) {
+        (Some(addr), Some(port)) => format!("{place}; rendezvous {addr}:{port} (WORLD_SIZE {})", g.replicas),
+        _ => place,
     }
 }
 
@@ -253,6 +267,20 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     );
     if let Some(node) = &j.node_id {
         println!("node      {node}  gpus {}", j.gpu_uuids.join(","));
+    }
+    if let Some(g) = &j.gang {
+        println!("gang      {}", gang_line(g));
+    }
+    for w in &detail.workers {
+        let rank = w.gang.as_ref().and_then(|g| g.rank).map_or("-".into(), |r| r.to_string());
+        let local = w.gang.as_ref().and_then(|g| g.local_rank).map_or("-".into(), |r| r.to_string());
+        let node = w.node_id.as_deref().unwrap_or("-");
+        println!(
+            "  rank {rank:>3}  job {:<6} {:<10} node {node}  local rank {local}  gpus {}",
+            w.id,
+            state(w),
+            w.gpu_uuids.join(",")
+        );
     }
     if let Some(code) = j.exit_code {
         println!("exit      {code}");

@@ -22,6 +22,7 @@ use super::watch::{self, Announcer};
 #[command(after_help = "Examples:
   gantry submit --gpus 2 --cpu 8 --memory 32768 -- python train.py --lr 3e-4
   gantry submit --gpus 1 --wait -- ./eval.sh && echo passed
+  gantry submit --replicas 4 --gpus 2 -- torchrun train.py   # 4 workers × 2 GPUs, all at once
   gantry submit train.sh            # flags from its `#GANTRY --gpus 2` lines
   gantry submit --gpus 4 train.sh -- --epochs 3   # --gpus wins; script arguments after --
   gantry submit --array 0-99%8 --gpus 1 -- python sweep.py   # 100 jobs, at most 8 at once
@@ -33,6 +34,11 @@ pub struct SubmitArgs {
     /// Whole GPUs.
     #[arg(long, default_value_t = 0, conflicts_with = "gpu_memory")]
     gpus: u32,
+    /// Workers of a gang, each with `--gpus` GPUs, started all at once (on one node if one has
+    /// room, else on the fewest nodes). Each gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    /// MASTER_PORT as torchrun would set them; one failed worker ends the whole gang.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    replicas: Option<u32>,
     /// A slice of one GPU with this much GPU memory, MiB.
     #[arg(long, value_name = "MIB")]
     gpu_memory: Option<u64>,
@@ -288,6 +294,7 @@ fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
         labels: args.labels.into_iter().collect(),
         gpu_models: args.gpu_model,
         workdir: args.workdir,
+        replicas: args.replicas,
     };
     let api = Api::connect(&args.server)?;
     let id = send(&api, &body)?.id;

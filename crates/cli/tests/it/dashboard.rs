@@ -186,6 +186,7 @@ fn populate(store: &dyn gantry_store::Store) {
             labels: Default::default(),
             gpu_models: Vec::new(),
             workdir: None,
+            replicas: 1,
         };
         store.submit(&job).expect("submit");
     }

@@ -11,6 +11,7 @@ mod exporter;
 mod extender;
 #[path = "../../../fake-nvml/testing.rs"]
 mod fake_nvml;
+mod gang;
 mod gpus;
 mod harness;
 mod preemption;

@@ -41,8 +41,12 @@
 //! Jobs that keep running keep their GPUs (no migration, so no restart). Each newly admitted job
 //! is placed in rank order ([`place_gang`]): on one node if any node has room (the fullest such
 //! node, best fit, which keeps whole nodes free for gangs), else on the fewest nodes (nodes with
-//! the most free GPUs first). Admission already checked the GPU count, so placement cannot fail
-//! and two gangs can never hold part of each other's GPUs: no deadlock.
+//! the most free GPUs first), splitting a gang only between its workers ([`place_workers`]).
+//! Admission already checked the GPU count, so two gangs can never hold part of each other's
+//! GPUs: no deadlock. With 1-GPU workers placement cannot fail; a gang of larger workers that
+//! does not fit the nodes' remainders keeps its admitted GPUs (a reservation) and waits. With
+//! `gang_reservation`, once a gang is blocked no waiting job starts unless it leaves the gang's
+//! GPUs free, so small jobs cannot starve it.
 
 mod fairshare;
 mod plan;
@@ -50,7 +54,8 @@ mod weights;
 
 pub use fairshare::Usage;
 pub use plan::{
-    Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, plan, plan_ranked, rank,
+    Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, place_workers, plan,
+    plan_ranked, rank,
 };
 pub use weights::QueueWeights;
 

@@ -27,6 +27,9 @@ pub struct QueuedJob {
     pub submitted_s: f64,
     /// GPUs, all or nothing (a gang of `gpus` one-GPU workers, or one multi-GPU worker).
     pub gpus: u32,
+    /// GPUs of one worker: the job may be split between nodes only at worker boundaries
+    /// (`gpus` for a job that must run on one node; 1 or 0: any split).
+    pub worker_gpus: u32,
     /// GPU-seconds received so far.
     pub attained_gpu_s: f64,
     /// Seconds spent waiting since submission (not counting time holding GPUs).
@@ -181,6 +184,8 @@ pub fn plan_ranked(
         }
     }
     let mut head_blocked = false;
+    // GPUs a blocked gang keeps free for itself (`gang_reservation`).
+    let mut reserved = 0u32;
     for k in &order {
         let job = &jobs[*k];
         if admitted[*k] {
@@ -190,12 +195,18 @@ pub fn plan_ranked(
         // Reservation: once a job is blocked, only jobs that can be preempted when it fits
         // may start ahead of it.
         let may_backfill = !head_blocked || job.preemptible || job.running();
-        if fits && may_backfill {
+        let leaves_room = job.running() || job.gpus + reserved <= budget;
+        if fits && may_backfill && leaves_room {
             admitted[*k] = true;
             budget -= job.gpus;
             team_used[job.team] += job.gpus;
         } else if job.gpus <= total {
             head_blocked = true;
+            // A gang larger than its team may ever hold reserves nothing: it would idle GPUs.
+            let gang = job.gpus > job.worker_gpus.max(1) && job.gpus <= cap(job.team);
+            if w.gang_reservation && reserved == 0 && !job.running() && gang {
+                reserved = job.gpus;
+            }
         }
     }
     let decisions = decide(jobs, &order, &admitted, capacity);
@@ -218,9 +229,16 @@ fn decide(jobs: &[QueuedJob], order: &[usize], admitted: &[bool], capacity: &Nod
         out[*k] = Some(match (admitted[*k], job.running()) {
             (true, true) => Decision::Keep { job: job.id },
             (true, false) => {
-                first_started.get_or_insert(job.id);
-                let nodes = place_gang(&mut free, job.gpus).expect("admission checked the GPU count");
-                Decision::Start { job: job.id, nodes }
+                // Admission counted GPUs; workers larger than one GPU may still not fit the
+                // nodes' remainders. Such a job keeps its admitted GPUs (a reservation) and waits.
+                let per = job.worker_gpus.max(1);
+                match place_workers(&mut free, job.gpus.div_ceil(per), per) {
+                    Some(nodes) => {
+                        first_started.get_or_insert(job.id);
+                        Decision::Start { job: job.id, nodes }
+                    }
+                    None => Decision::Wait { job: job.id },
+                }
             }
             (false, true) => Decision::Preempt { job: job.id, by: first_started, reason: "outranked" },
             (false, false) => Decision::Wait { job: job.id },
@@ -233,7 +251,17 @@ fn decide(jobs: &[QueuedJob], order: &[usize], admitted: &[bool], capacity: &Nod
 /// few nodes as possible (most free first, lowest index on ties). Takes the GPUs from `free`.
 /// `None` (and `free` untouched) when the GPUs are not there.
 pub fn place_gang(free: &mut [u32], gpus: u32) -> Option<Vec<(usize, u32)>> {
-    if free.iter().map(|f| u64::from(*f)).sum::<u64>() < u64::from(gpus) {
+    place_workers(free, gpus, 1)
+}
+
+/// Places `workers` workers of `per_worker` GPUs each, all or nothing: on one node if one holds
+/// them all (the fullest that does), else on as few nodes as possible (nodes holding the most
+/// workers first, lowest index on ties). Returns (node, GPUs) parts, GPUs a multiple of
+/// `per_worker`, and takes them from `free`; `None` (and `free` untouched) when they do not fit.
+pub fn place_workers(free: &mut [u32], workers: u32, per_worker: u32) -> Option<Vec<(usize, u32)>> {
+    let per = per_worker.max(1);
+    let gpus = workers.checked_mul(per)?;
+    if free.iter().map(|f| u64::from(f / per)).sum::<u64>() < u64::from(workers) {
         return None;
     }
     let single = free.iter().enumerate().filter(|(_, f)| **f >= gpus).min_by_key(|(i, f)| (**f, *i));
@@ -241,18 +269,18 @@ pub fn place_gang(free: &mut [u32], gpus: u32) -> Option<Vec<(usize, u32)>> {
         free[node] -= gpus;
         return Some(vec![(node, gpus)]);
     }
-    let mut nodes: Vec<usize> = (0..free.len()).filter(|i| free[*i] > 0).collect();
-    nodes.sort_by_key(|i| (std::cmp::Reverse(free[*i]), *i));
+    let mut nodes: Vec<usize> = (0..free.len()).filter(|i| free[*i] >= per).collect();
+    nodes.sort_by_key(|i| (std::cmp::Reverse(free[*i] / per), *i));
     let mut out = Vec::new();
-    let mut need = gpus;
+    let mut need = workers;
     for node in nodes {
         if need == 0 {
             break;
         }
-        let take = free[node].min(need);
-        free[node] -= take;
+        let take = (free[node] / per).min(need);
+        free[node] -= take * per;
         need -= take;
-        out.push((node, take));
+        out.push((node, take * per));
     }
     Some(out)
 }

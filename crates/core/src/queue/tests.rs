@@ -25,6 +25,7 @@ fn jobs_strategy() -> impl Strategy<Value = Vec<QueuedJob>> {
                     priority,
                     submitted_s: i as f64,
                     gpus,
+                    worker_gpus: 1,
                     attained_gpu_s: attained,
                     waited_s: waited,
                     preemptible: preemptible || held.is_empty(),
@@ -146,7 +147,7 @@ proptest! {
             for (i, r) in raw.iter().enumerate() {
                 if u64::from(r.4) <= now && !pushed[i] {
                     pushed[i] = true;
-                    jobs.push(QueuedJob { id: i as u64, team: r.0, priority: r.1, submitted_s: f64::from(r.4), gpus: r.2,
+                    jobs.push(QueuedJob { id: i as u64, team: r.0, priority: r.1, submitted_s: f64::from(r.4), gpus: r.2, worker_gpus: 1,
                         attained_gpu_s: 0.0, waited_s: 0.0, held: Vec::new(), preemptible: true });
                     remaining.push(f64::from(r.3));
                 }
@@ -191,6 +192,116 @@ fn a_gang_prefers_the_fullest_node_that_fits_then_the_fewest_nodes() {
 }
 
 #[test]
+fn workers_are_never_split_and_go_to_one_node_when_one_holds_them() {
+    let mut free = vec![3, 4, 2, 0];
+    assert_eq!(place_workers(&mut free, 2, 2), Some(vec![(1, 4)]), "one node holds both workers");
+    assert_eq!(place_workers(&mut free, 3, 2), None, "5 GPUs are left but only 2 workers of 2 fit");
+    assert_eq!(free, vec![3, 0, 2, 0], "nothing is taken when the gang does not fit");
+    assert_eq!(place_workers(&mut free, 2, 2), Some(vec![(0, 2), (2, 2)]));
+    assert_eq!(place_workers(&mut free, 1, 2), None);
+    assert_eq!(place_workers(&mut free, 1, 1), Some(vec![(0, 1)]));
+}
+
+/// A gang of `workers` × `per` GPUs, waiting.
+fn gang(id: u64, workers: u32, per: u32, priority: i32) -> QueuedJob {
+    QueuedJob {
+        id,
+        team: 0,
+        priority,
+        submitted_s: id as f64,
+        gpus: workers * per,
+        worker_gpus: per,
+        attained_gpu_s: 0.0,
+        waited_s: 0.0,
+        held: Vec::new(),
+        preemptible: true,
+    }
+}
+
+proptest! {
+    #[test]
+    fn gangs_start_whole_on_whole_workers_or_not_at_all(
+        raw in prop::collection::vec((1u32..=4, prop::sample::select(vec![1u32, 2, 4]), 0i32..3), 1..12),
+        capacity in prop::collection::vec(0u32..=8, 1..5),
+    ) {
+        let jobs: Vec<QueuedJob> =
+            raw.iter().enumerate().map(|(i, (w, per, prio))| gang(i as u64, *w, *per, *prio)).collect();
+        let w = QueueWeights::default();
+        let decisions = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &capacity);
+        let mut used = vec![0u32; capacity.len()];
+        for (job, d) in jobs.iter().zip(&decisions) {
+            if let Decision::Start { nodes, .. } = d {
+                let total: u32 = nodes.iter().map(|(_, n)| n).sum();
+                prop_assert_eq!(total, job.gpus, "all or nothing");
+                for (node, n) in nodes {
+                    prop_assert_eq!(n % job.worker_gpus, 0, "a worker is never split between nodes");
+                    used[*node] += n;
+                }
+            }
+        }
+        for (u, c) in used.iter().zip(&capacity) {
+            prop_assert!(u <= c, "a node gives out more GPUs than it has");
+        }
+    }
+
+    #[test]
+    fn two_gangs_never_deadlock_the_higher_ranked_one_starts(
+        a in (1u32..=4, prop::sample::select(vec![1u32, 2, 4])),
+        b in (1u32..=4, prop::sample::select(vec![1u32, 2, 4])),
+        capacity in prop::collection::vec(0u32..=8, 1..5),
+    ) {
+        let jobs = vec![gang(0, a.0, a.1, 1), gang(1, b.0, b.1, 0)];
+        let decisions = plan(&QueueWeights::default(), &teams(0), &jobs, &Usage::new(3, 0.0), &capacity);
+        let mut free = capacity.clone();
+        if place_workers(&mut free, a.0, a.1).is_some() {
+            prop_assert!(matches!(decisions[0], Decision::Start { .. }), "the head gang fits alone: {decisions:?}");
+        }
+        // Neither gang holds part of the cluster while waiting: a waiting gang has no GPUs.
+        for d in &decisions {
+            let starts_or_waits = matches!(d, Decision::Start { .. } | Decision::Wait { .. });
+            prop_assert!(starts_or_waits, "{:?}", d);
+        }
+    }
+}
+
+#[test]
+fn small_jobs_do_not_starve_a_large_gang() {
+    // 2 × 4 GPUs; a running 1-GPU job on each node; an 8-GPU gang (2 workers × 4) waits; 1-GPU
+    // jobs keep arriving behind it. With gang reservation none of them starts: the gang waits only
+    // for the jobs already running, then starts on both nodes.
+    let w = QueueWeights { gang_reservation: true, ..QueueWeights::default() };
+    let running = |id: u64, node: usize| QueuedJob { held: vec![(node, 1)], ..gang(id, 1, 1, 0) };
+    let mut jobs = vec![running(0, 0), running(1, 1), gang(2, 2, 4, 0)];
+    jobs[2].submitted_s = -1.0;
+    jobs.extend((3..8).map(|id| gang(id, 1, 1, 0)));
+    let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert_eq!(d[2], Decision::Wait { job: 2 });
+    for (k, decision) in d.iter().enumerate().skip(3) {
+        assert_eq!(*decision, Decision::Wait { job: k as u64 }, "a small job overtook the gang");
+    }
+    let without = plan(&QueueWeights::default(), &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert!(
+        without[3..].iter().any(|d| matches!(d, Decision::Start { .. })),
+        "the reservation is what holds them"
+    );
+    jobs.drain(..2);
+    let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert!(matches!(&d[0], Decision::Start { nodes, .. } if nodes == &vec![(0, 4), (1, 4)]), "{d:?}");
+}
+
+#[test]
+fn a_gang_held_back_by_its_teams_cap_reserves_nothing() {
+    // Team 0 may hold at most 4 GPUs (no guarantee, borrow limit 0.5 of 8); its 2 × 4 gang cannot
+    // start whatever is free, so team 1's small jobs use the idle GPUs.
+    let w = QueueWeights { gang_reservation: true, borrow_limit: 0.5, ..QueueWeights::default() };
+    let mut jobs = vec![gang(0, 2, 4, 0)];
+    jobs.extend((1..4).map(|id| QueuedJob { team: 1, ..gang(id, 1, 1, 0) }));
+    let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert_eq!(d[0], Decision::Wait { job: 0 });
+    assert!(d[1..].iter().all(|d| matches!(d, Decision::Start { .. })), "{d:?}");
+}
+
+#[test]
 fn service_bands_are_geometric_and_capped() {
     let w = QueueWeights::parse("band_base_gpu_s=100,band_factor=2,bands=3").expect("weights");
     assert_eq!([w.band(0.0), w.band(99.0), w.band(100.0), w.band(250.0), w.band(1e9)], [0, 0, 1, 2, 3]);
@@ -215,6 +326,7 @@ fn a_non_preemptible_job_does_not_backfill_ahead_of_a_blocked_head() {
         priority: 0,
         submitted_s: id as f64,
         gpus,
+        worker_gpus: 1,
         attained_gpu_s: 0.0,
         waited_s: 0.0,
         held,

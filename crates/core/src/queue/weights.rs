@@ -21,6 +21,10 @@ pub struct QueueWeights {
     pub sticky: bool,
     /// Simulator only: the fraction of the cluster guaranteed to teams, split evenly.
     pub team_guarantee: f64,
+    /// Once a gang of several workers is blocked, no waiting job starts unless it leaves the
+    /// gang's GPUs free, so a stream of small jobs cannot starve it (the server turns it on; off
+    /// by default so the simulator's published figures stay as measured).
+    pub gang_reservation: bool,
 }
 
 impl Default for QueueWeights {
@@ -35,6 +39,7 @@ impl Default for QueueWeights {
             fair_share: true,
             team_guarantee: 1.0,
             sticky: true,
+            gang_reservation: false,
         }
     }
 }
@@ -61,12 +66,13 @@ impl QueueWeights {
                 "borrow_limit" => w.borrow_limit = v,
                 "fair_share" => w.fair_share = v != 0.0,
                 "sticky" => w.sticky = v != 0.0,
+                "gang_reservation" => w.gang_reservation = v != 0.0,
                 "team_guarantee" if v <= 1.0 => w.team_guarantee = v,
                 "team_guarantee" => return Err("team_guarantee is a fraction of the cluster, 0 to 1".into()),
                 other => {
                     return Err(format!(
                         "unknown weight `{other}`; known: band_base_gpu_s, band_factor, bands, aging_s, \
-                         half_life_s, borrow_limit, fair_share, sticky, team_guarantee"
+                         half_life_s, borrow_limit, fair_share, sticky, team_guarantee, gang_reservation"
                     ));
                 }
             }

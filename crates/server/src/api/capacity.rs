@@ -69,6 +69,30 @@ pub fn check_models(models: &[String], nodes: &[Node], gpus: &[Gpu]) -> Result<(
     ))
 }
 
+/// `Err(reason)` when the registered nodes, even all idle, hold fewer than `replicas` workers
+/// of `req` (each worker must fit one node).
+pub fn check_gang(req: &JobRequest, replicas: u32, nodes: &[Node], gpus: &[Gpu]) -> Result<(), String> {
+    if nodes.is_empty() || replicas <= 1 {
+        return Ok(());
+    }
+    check(req, nodes, gpus)?;
+    let holds = |s: &Size| {
+        let by_gpus = s.gpus.checked_div(req.gpus).unwrap_or(replicas);
+        let by = |asked: u64, has: u64| if asked == 0 || has == 0 { replicas } else { (has / asked) as u32 };
+        by_gpus.min(by(req.cpu_milli, s.cpu_milli)).min(by(req.memory_mib, s.memory_mib))
+    };
+    let workers: u64 = nodes.iter().map(|n| u64::from(holds(&Size::of(n, gpus)))).sum();
+    if workers < u64::from(replicas) {
+        return Err(format!(
+            "no registered nodes could ever hold this gang: it asks for {replicas} workers of {} GPUs, \
+             the nodes hold {workers} such workers when idle; submit with --wait-for-capacity \
+             (wait_for_capacity) to queue it for nodes that may join",
+            req.gpus
+        ));
+    }
+    Ok(())
+}
+
 /// One node's capacity when idle.
 #[derive(Debug, Clone, Copy)]
 struct Size {
@@ -152,6 +176,18 @@ mod tests {
         assert!(check(&req, &[a.clone(), b.clone()], &g).expect_err("refused").contains("no single node"));
         let fits = JobRequest { cpu_milli: 8_000, gpus: 8, ..Default::default() };
         assert_eq!(check(&fits, &[a, b], &g), Ok(()));
+    }
+
+    #[test]
+    fn a_gang_larger_than_the_cluster_is_refused_and_one_that_fits_across_nodes_is_not() {
+        let (a, mut g) = node("a", 16, 4, 81_920);
+        let (b, gb) = node("b", 16, 4, 81_920);
+        g.extend(gb);
+        let req = JobRequest { gpus: 3, ..Default::default() };
+        let err = check_gang(&req, 3, &[a.clone(), b.clone()], &g).expect_err("two workers of 3 fit");
+        assert!(err.contains("3 workers of 3 GPUs") && err.contains("hold 2"), "{err}");
+        let req = JobRequest { gpus: 2, ..Default::default() };
+        assert_eq!(check_gang(&req, 4, &[a, b], &g), Ok(()));
     }
 
     #[test]

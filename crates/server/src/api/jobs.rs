@@ -40,6 +40,8 @@ pub async fn submit(
         let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
         super::capacity::check(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
         super::capacity::check_models(&job.gpu_models, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_gang(&job.request, job.replicas, &nodes, &gpus)
+            .map_err(ApiError::Unprocessable)?;
     }
     match app.dispatch(Command::Submit { job: Box::new(job), by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
@@ -97,6 +99,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         labels: req.labels,
         gpu_models: req.gpu_models,
         workdir: req.workdir,
+        replicas: req.replicas.unwrap_or(1),
     })
 }
 
@@ -146,8 +149,11 @@ pub async fn get(
     who.require_user()?;
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
-    let transitions = blocking(&app, move |s| s.transitions(id)).await?;
-    Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes }))
+    let gang = job.gang.as_ref().is_some_and(|g| !g.is_worker());
+    let (transitions, workers) =
+        blocking(&app, move |s| Ok((s.transitions(id)?, if gang { s.workers(id)? } else { Vec::new() })))
+            .await?;
+    Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes, workers }))
 }
 
 /// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL). With
@@ -168,7 +174,8 @@ pub async fn cancel(
 
 /// A job's output from `offset`, a position in the whole stream (the agent writes it; this serves
 /// the files). Output beyond the job's log limit is rotated away: a reader asking for it gets the
-/// oldest output kept, and the `x-gantry-log-offset` header says where that starts.
+/// oldest output kept, and the `x-gantry-log-offset` header says where that starts. A gang's output
+/// is its rank 0 worker's (as torchrun prints it); each worker's own is under its id.
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", params(("id" = i64, Path, description = "job id"), LogQuery),
     security(("bearer" = [])), responses((status = 200, body = String, content_type = "text/plain",
         headers(("x-gantry-log-offset" = u64, description = "position of the first byte returned"))),
@@ -186,7 +193,12 @@ pub async fn logs(
             return Err(ApiError::BadRequest(format!("stream: must be stdout or stderr, not `{s}`")));
         }
     };
-    visible_job(&app, &who, id).await?;
+    let job = visible_job(&app, &who, id).await?;
+    let id = if job.gang.as_ref().is_some_and(|g| !g.is_worker()) {
+        blocking(&app, move |s| s.workers(id)).await?.first().map_or(id, |w| w.id)
+    } else {
+        id
+    };
     let dir = job_logs::dir(&app.config.logs_dir, id);
     let offset = q.offset.unwrap_or(0);
     validate::at_most("offset", offset, validate::MAX_OFFSET)?;

@@ -54,7 +54,22 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
     if r.gpu_compute_pct > 0 && r.gpu_memory_mib == 0 {
         return Err(bad("gpu_compute_pct", "needs gpu_memory_mib (it sizes a slice)"));
     }
-    Ok(())
+    replicas(r)
+}
+
+/// Most workers in one gang.
+pub const MAX_REPLICAS: u32 = 256;
+
+/// A gang's workers each take whole GPUs.
+fn replicas(r: &SubmitRequest) -> Result<(), ApiError> {
+    match r.replicas {
+        None | Some(1) => Ok(()),
+        Some(n) if !(2..=MAX_REPLICAS).contains(&n) => Err(bad("replicas", "must be between 1 and 256")),
+        Some(_) if r.gpus == 0 => {
+            Err(bad("replicas", "a gang's workers each take whole GPUs: give gpus (at least 1 per worker)"))
+        }
+        Some(_) => Ok(()),
+    }
 }
 
 /// The batch-workflow fields: dependencies, labels, GPU models, the work directory.
@@ -76,6 +91,9 @@ pub fn workflow(r: &SubmitRequest) -> Result<(), ApiError> {
     }
     if let Some(dir) = &r.workdir {
         w::check_workdir(dir).map_err(ApiError::Unprocessable)?;
+    }
+    if r.array.is_some() && r.replicas.is_some_and(|n| n > 1) {
+        return Err(bad("array", "an array of gangs is not supported: give array or replicas, not both"));
     }
     Ok(())
 }

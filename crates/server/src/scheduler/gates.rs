@@ -164,6 +164,7 @@ mod tests {
             labels: Default::default(),
             gpu_models: Vec::new(),
             workdir: None,
+            gang: None,
         }
     }
 

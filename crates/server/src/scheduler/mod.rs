@@ -3,8 +3,10 @@
 //! decision is always durable before anything acts on it.
 
 mod baseline;
+mod gang;
 mod gates;
 mod plan;
+mod victims;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,7 +56,8 @@ impl FairShare {
         self.at_ms = Some(now_ms);
         let half_life = self.input.weights.half_life_s;
         self.input.usage.decay_to(now_ms as f64 / 1000.0, half_life);
-        for job in active {
+        // A gang is charged for all its workers once; its workers are not charged again.
+        for job in active.iter().filter(|j| !j.gang.as_ref().is_some_and(gantry_store::Gang::is_worker)) {
             let team = match self.input.teams.iter().position(|t| *t == job.team) {
                 Some(i) => i,
                 None => {
@@ -62,7 +65,8 @@ impl FairShare {
                     self.input.teams.len() - 1
                 }
             };
-            let gpus = f64::from(job.request.gpus.max(u32::from(job.request.gpu_memory_mib > 0)));
+            let replicas = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
+            let gpus = f64::from(job.request.gpus.max(u32::from(job.request.gpu_memory_mib > 0)) * replicas);
             self.input.usage.charge(team, dt * gpus);
         }
     }
@@ -161,6 +165,23 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
                 // The snapshot was stale: look again next pass.
                 app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::debug!(%why, "placement refused by the store");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    for gang in decisions.gangs {
+        let (id, submitted) = (gang.gang_id, snapshot.pending.iter().find(|j| j.id == gang.gang_id));
+        let submitted = submitted.map(|j| j.submitted_at);
+        match app.dispatch(Command::PlaceGang(gang)).await {
+            Ok(_) => {
+                placed += 1;
+                if let Some(at) = submitted {
+                    app.metrics.placement_latency.observe((now_ms() - at).max(0) as f64 / 1000.0);
+                }
+            }
+            Err(ApiError::Conflict(why)) => {
+                app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(gang = id, %why, "gang placement refused by the store");
             }
             Err(e) => return Err(e),
         }

@@ -10,11 +10,19 @@
 //!
 //! *Where*: a whole-GPU job goes where the queue placed it (the fullest node that holds it, as in
 //! the simulator, so the two make the same decisions); when the ledger refuses that node (CPU,
-//! memory, a GPU a slice took) or the queue split the job over nodes (a server job runs on one
-//! node), the placement policy looks for any node. Slices and CPU-only jobs count as zero whole
-//! GPUs in the queue and are placed by the policy, in rank order.
-//! A preemption is carried out only when a job started in the same pass was placed on the
-//! victim's node: freeing GPUs on a node nobody wants would only lose work.
+//! memory, a GPU a slice took), the placement policy looks for any node. A job of one worker is
+//! never split between nodes (`worker_gpus` = its GPUs). Slices and CPU-only jobs count as zero
+//! whole GPUs in the queue and are placed by the policy, in rank order.
+//! A gang (`replicas` > 1) is queued as one job of `replicas` × `gpus` GPUs that may be split
+//! only between workers; its workers are placed on the nodes the queue chose, all at once
+//! ([`GangPlacement`]), or not at all.
+//!
+//! *Preemption* ([`super::victims`]): the queue names the running jobs that lost their place;
+//! one is stopped only when a job the queue started cannot get its GPUs otherwise, and then
+//! [`gantry_core::queue::choose_victims`] picks the fewest, cheapest among them on the nodes the
+//! queue chose for it: lowest priority first, least GPU-time lost, never a job of equal or higher
+//! priority (a team reclaiming its guarantee may stop another team's borrower of equal
+//! priority). Preempting a gang's worker preempts the whole gang.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +31,9 @@ use gantry_core::frag::TypicalPods;
 use gantry_core::queue::{self, Decision, QueueWeights, QueuedJob, Usage};
 use gantry_core::resources::WHOLE_GPU;
 use gantry_core::{Cluster, ModelSet, NodeId, NodeSpec, PolicyKind, Request, SplitMix64};
-use gantry_store::{Allocation, Gpu, GpuHealth, Grant, Job, NodeState, Placement, Team};
+use gantry_store::{Allocation, GangPlacement, Gpu, GpuHealth, Grant, Job, NodeState, Placement, Team};
+
+use super::victims::Victims;
 
 /// What a pass looks at.
 #[derive(Debug, Clone, Default)]
@@ -47,7 +57,7 @@ pub struct Snapshot {
 }
 
 /// The queue's state that outlives a pass.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct QueueInput {
     /// Tunables (defaults as in the simulator).
     pub weights: QueueWeights,
@@ -55,6 +65,14 @@ pub struct QueueInput {
     pub usage: Usage,
     /// Team names in `usage`'s index order.
     pub teams: Vec<String>,
+}
+
+impl Default for QueueInput {
+    fn default() -> Self {
+        // The server holds GPUs free for a blocked gang, so small jobs cannot starve it.
+        let weights = QueueWeights { gang_reservation: true, ..QueueWeights::default() };
+        Self { weights, usage: Usage::default(), teams: Vec::new() }
+    }
 }
 
 /// The core's view of the snapshot, and the way back to node ids and GPU uuids.
@@ -83,6 +101,8 @@ pub struct Preemption {
 pub struct Plan {
     /// Placements, in queue order.
     pub placements: Vec<Placement>,
+    /// Gangs placed, every worker at once.
+    pub gangs: Vec<GangPlacement>,
     /// Why each pending job that was not placed waits.
     pub waiting: Vec<(i64, String)>,
     /// Running jobs to stop and requeue.
@@ -90,12 +110,14 @@ pub struct Plan {
 }
 
 /// The queue's input built from a snapshot: jobs (pending first, then active), teams, capacity.
-struct QueueView<'a> {
-    jobs: Vec<QueuedJob>,
-    source: Vec<&'a Job>,
-    teams: Vec<queue::Team>,
+pub(super) struct QueueView<'a> {
+    pub(super) jobs: Vec<QueuedJob>,
+    pub(super) source: Vec<&'a Job>,
+    pub(super) teams: Vec<queue::Team>,
     usage: Usage,
     capacity: Vec<u32>,
+    /// Team names in the index order of `teams`.
+    pub(super) names: Vec<&'a str>,
 }
 
 /// Decides placements and preemptions. Deterministic for a snapshot and seed.
@@ -108,19 +130,33 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let view = QueueView::build(s, &layout, &mut out);
     let (ranked, decisions) =
         queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
-    let mut started_on: HashMap<usize, i64> = HashMap::new();
-    let mut victims: Vec<(usize, &Job, Option<u64>)> = Vec::new();
+    let mut victims = Victims::new(&view, &decisions, &layout, s.at);
     for k in ranked {
         let job = view.source[k];
         match &decisions[k] {
-            Decision::Keep { .. } => {}
+            // A running job that lost its place is only a candidate: it is stopped below when a
+            // started job needs its GPUs.
+            Decision::Keep { .. } | Decision::Preempt { .. } => {}
             Decision::Wait { .. } => out.waiting.push((job.id, waiting_reason(&layout, job))),
-            Decision::Preempt { by, .. } => victims.push((k, job, *by)),
+            Decision::Start { nodes, .. } if is_gang(job) => {
+                let workers = s.gang_workers(job.id);
+                if workers.len() != job.gang.as_ref().map_or(0, |g| g.replicas as usize) {
+                    out.waiting.push((job.id, "waiting for its workers to be requeued".into()));
+                    continue;
+                }
+                match super::gang::place(&mut layout, job, &workers, nodes, s.at) {
+                    Some(p) => out.gangs.push(p),
+                    None => {
+                        let why = to_request(job, layout.max_gpu_memory)
+                            .map_or_else(|| "waiting for room".into(), |r| layout.why_not(&r));
+                        victims.make_room(k, nodes, &mut layout, &mut out, why);
+                    }
+                }
+            }
             Decision::Start { nodes, .. } => {
                 let Some(req) = layout.request(job) else { continue };
                 let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU).then(|| nodes[0].0);
                 let here = wanted.and_then(|node| {
-                    started_on.entry(node).or_insert(job.id);
                     let n = layout.cluster.node(node)?;
                     let gpus = n.lowest_idle_gpus(req.gpus)?;
                     Some(gantry_core::Placement { node, gpus })
@@ -131,36 +167,39 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
                 layout.next_id += 1;
                 match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
                     Some(p) => out.placements.push(layout.placement(job, &req, &p, s.at)),
+                    None if req.gpu_milli == WHOLE_GPU && req.gpus > 0 => {
+                        let why = layout.why_not(&req);
+                        victims.make_room(k, nodes, &mut layout, &mut out, why);
+                    }
                     None => out.waiting.push((job.id, layout.why_not(&req))),
                 }
             }
         }
     }
-    for (k, job, by) in victims {
-        let helps = view.jobs[k].held.iter().any(|(node, _)| started_on.contains_key(node));
-        if !helps || job.stop.is_some() || job.state != gantry_store::JobState::Running {
-            continue;
-        }
-        // The core names the first job started this round; the job placed on the victim's node
-        // is the one it makes room for.
-        let by = view.jobs[k]
-            .held
-            .iter()
-            .find_map(|(n, _)| started_on.get(n).copied())
-            .or_else(|| by.and_then(|b| view.source.get(b as usize)).map(|j| j.id));
-        let reason = match by.and_then(|b| view.source.iter().find(|j| j.id == b)) {
-            Some(b) if b.priority > job.priority => {
-                format!("preempted by job {} (priority {} over {})", b.id, b.priority, job.priority)
-            }
-            Some(b) if b.team != job.team => {
-                format!("preempted by job {}: team {} reclaims GPUs team {} borrowed", b.id, b.team, job.team)
-            }
-            Some(b) => format!("preempted by job {}, which outranks it in the queue", b.id),
-            None => "preempted: outranked in the queue".to_owned(),
-        };
-        out.preemptions.push(Preemption { job_id: job.id, by, reason });
-    }
     out
+}
+
+/// Whether the job is a gang (not one of its workers, not a plain job).
+pub(super) fn is_gang(job: &Job) -> bool {
+    job.gang.as_ref().is_some_and(|g| !g.is_worker())
+}
+
+/// Whether the job is a gang's worker.
+fn is_worker(job: &Job) -> bool {
+    job.gang.as_ref().is_some_and(gantry_store::Gang::is_worker)
+}
+
+impl Snapshot {
+    /// A gang's workers (pending ones, by rank).
+    pub(super) fn gang_workers(&self, gang: i64) -> Vec<&Job> {
+        let mut workers: Vec<&Job> = self
+            .pending
+            .iter()
+            .filter(|j| j.gang.as_ref().is_some_and(|g| g.is_worker() && g.id == gang))
+            .collect();
+        workers.sort_by_key(|j| j.gang.as_ref().and_then(|g| g.rank));
+        workers
+    }
 }
 
 fn waiting_reason(layout: &Layout<'_>, job: &Job) -> String {
@@ -201,9 +240,10 @@ impl<'a> QueueView<'a> {
             teams: Vec::new(),
             usage: s.queue.usage.clone(),
             capacity: layout.idle_whole_gpus(),
+            names: Vec::new(),
         };
         let secs = |ms: i64| ms as f64 / 1000.0;
-        for job in &s.pending {
+        for job in s.pending.iter().filter(|j| !is_worker(j)) {
             let Some(req) = to_request(job, layout.max_gpu_memory) else {
                 out.waiting.push((job.id, "the request is not valid for the scheduler".into()));
                 continue;
@@ -214,7 +254,29 @@ impl<'a> QueueView<'a> {
             }
             view.push(job, index_of(&job.team), &req, Vec::new(), secs(s.at - job.submitted_at));
         }
-        for job in &s.active {
+        // A gang holds what its workers hold.
+        let mut gang_held: HashMap<i64, Vec<(usize, u32)>> = HashMap::new();
+        for w in s.active.iter().filter(|j| is_worker(j)) {
+            let (Some(gang), Some(node)) = (
+                w.gang.as_ref().map(|g| g.id),
+                w.node_id.as_deref().and_then(|n| layout.index.get(n).copied()),
+            ) else {
+                continue;
+            };
+            view.capacity[node] += w.request.gpus;
+            let parts = gang_held.entry(gang).or_default();
+            match parts.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, held)) => *held += w.request.gpus,
+                None => parts.push((node, w.request.gpus)),
+            }
+        }
+        for job in s.active.iter().filter(|j| is_gang(j)) {
+            let Some(req) = to_request(job, layout.max_gpu_memory) else { continue };
+            let held = gang_held.remove(&job.id).unwrap_or_default();
+            let waited = secs(job.started_at.unwrap_or(s.at) - job.submitted_at);
+            view.push(job, index_of(&job.team), &req, held, waited);
+        }
+        for job in s.active.iter().filter(|j| j.gang.is_none()) {
             let (Some(req), Some(node)) = (
                 to_request(job, layout.max_gpu_memory),
                 job.node_id.as_deref().and_then(|n| layout.index.get(n).copied()),
@@ -232,16 +294,20 @@ impl<'a> QueueView<'a> {
             .iter()
             .map(|n| queue::Team { guaranteed_gpus: quotas.get(n).copied().unwrap_or(0), weight: 1.0 })
             .collect();
+        view.names = names;
         view
     }
 
     fn push(&mut self, job: &'a Job, team: usize, req: &Request, held: Vec<(usize, u32)>, waited_s: f64) {
+        // A plain job runs on one node; a gang splits only between its workers.
+        let replicas = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
         self.jobs.push(QueuedJob {
             id: self.jobs.len() as u64,
             team,
             priority: job.priority,
             submitted_s: job.submitted_at as f64 / 1000.0,
-            gpus: whole_gpus(req),
+            gpus: whole_gpus(req) * replicas,
+            worker_gpus: whole_gpus(req),
             attained_gpu_s: 0.0,
             waited_s: waited_s.max(0.0),
             held,

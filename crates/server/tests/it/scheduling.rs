@@ -56,6 +56,7 @@ pub fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> J
         labels: Default::default(),
         gpu_models: Vec::new(),
         workdir: None,
+        gang: None,
     }
 }
 

@@ -300,3 +300,42 @@ async fn members_see_only_their_teams_events_and_gpu_holders() {
     let all: Vec<Value> = s.get("/v1/events").send().await.expect("send").json().await.expect("json");
     assert!(all.iter().any(|e| e["kind"] == "token.created"));
 }
+
+#[tokio::test]
+async fn a_member_of_another_team_cannot_read_cancel_or_join_a_gang() {
+    let s = TestServer::start().await;
+    let a = s.token_for("alice", Role::Member, &["vision"]);
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    let body = json!({"command": ["torchrun", "train.py"], "gpus": 1, "replicas": 2});
+    let gang = s.submit_as(&a, body).await["id"].as_i64().expect("id");
+    let workers = s.store.workers(gang).expect("workers");
+    assert_eq!(workers.len(), 2);
+    assert!(workers.iter().all(|w| w.team == "vision"), "workers belong to the gang's team");
+    for id in std::iter::once(gang).chain(workers.iter().map(|w| w.id)) {
+        let read = s.as_(&b, reqwest::Method::GET, &format!("/v1/jobs/{id}"));
+        assert_eq!(status(read).await, StatusCode::NOT_FOUND, "job {id}");
+        let cancel = s.as_(&b, reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel"));
+        assert_eq!(status(cancel).await, StatusCode::NOT_FOUND, "job {id}");
+    }
+    let listed: Vec<Value> = crate::json_of(s.as_(&b, reqwest::Method::GET, "/v1/jobs")).await;
+    assert!(listed.is_empty(), "bob sees {listed:?}");
+    // There is no way to name a gang to join: a submission that tries is refused, and one that
+    // declares the rendezvous variables is refused too.
+    for forged in [
+        json!({"command": ["true"], "gpus": 1, "gang": {"id": gang, "replicas": 2, "rank": 1}}),
+        json!({"command": ["true"], "gpus": 1, "gang_id": gang}),
+        json!({"command": ["true"], "gpus": 1, "env": {"MASTER_ADDR": "evil"}}),
+        json!({"command": ["true"], "gpus": 1, "env": {"RANK": "0"}}),
+        json!({"command": ["true"], "gpus": 0, "replicas": 2}),
+        json!({"command": ["true"], "gpus": 1, "replicas": 100_000}),
+    ] {
+        let submit = s.as_(&b, reqwest::Method::POST, "/v1/jobs").json(&forged);
+        let code = status(submit).await;
+        assert!(code.is_client_error(), "{forged} got {code}");
+    }
+    assert!(s.store.workers(gang).expect("workers").iter().all(|w| w.state == JobState::Pending));
+    // Alice reads her gang with its workers.
+    let detail: Value = crate::json_of(s.as_(&a, reqwest::Method::GET, &format!("/v1/jobs/{gang}"))).await;
+    assert_eq!(detail["job"]["gang"]["replicas"], 2);
+    assert_eq!(detail["workers"].as_array().map(Vec::len), Some(2));
+}

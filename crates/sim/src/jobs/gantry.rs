@@ -58,6 +58,7 @@ impl JobPolicy for GantryPolicy {
                 priority: j.row.priority,
                 submitted_s: j.row.submit,
                 gpus: j.min_gpus,
+                worker_gpus: 1,
                 attained_gpu_s: j.attained_gpu_s,
                 waited_s: self.waited.get(&j.id).copied().unwrap_or(0.0),
                 held: parts(j.alloc),

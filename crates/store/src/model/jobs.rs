@@ -40,6 +40,19 @@ pub struct NewJob {
     pub gpu_models: Vec<String>,
     /// Where it starts, relative to its private directory.
     pub workdir: Option<String>,
+    /// Workers, all placed at once (1: a plain job). Each asks for `request`.
+    pub replicas: u32,
+}
+
+/// A gang's placement: every worker at once, in rank order, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangPlacement {
+    /// The gang.
+    pub gang_id: JobId,
+    /// One placement per worker, by rank (`job_id` is the worker's id).
+    pub workers: Vec<super::Placement>,
+    /// ms since the epoch.
+    pub at: i64,
 }
 
 /// Which jobs to list.

@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::gangs;
 use super::rows::{self, ALLOCATION_COLUMNS, JOB_COLUMNS};
 use crate::model::*;
 use crate::{Result, StoreError};
@@ -43,9 +44,9 @@ fn insert(
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
          gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
-         array_index, array_max_running, after, labels, gpu_models, workdir) \
+         array_index, array_max_running, after, labels, gpu_models, workdir, replicas) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21)",
+         ?19, ?20, ?21, ?22)",
     )?
     .execute(params![
         request_id,
@@ -69,6 +70,7 @@ fn insert(
         rows::to_json(&job.labels)?,
         rows::to_json(&job.gpu_models)?,
         job.workdir,
+        job.replicas.max(1)
     ])?;
     let id = c.last_insert_rowid();
     if let Some((array_id, ..)) = array {
@@ -76,6 +78,9 @@ fn insert(
             .execute(params![id, array_id.unwrap_or(id)])?;
     }
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
+    if job.replicas > 1 {
+        gangs::insert_workers(c, id, job)?;
+    }
     Ok(id)
 }
 
@@ -111,7 +116,10 @@ pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
 }
 
 pub(super) fn counts(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
-    let mut stmt = c.prepare_cached("SELECT team, state, COUNT(*) FROM jobs GROUP BY team, state")?;
+    // A gang counts once, not once per worker.
+    let mut stmt = c.prepare_cached(
+        "SELECT team, state, COUNT(*) FROM jobs WHERE gang_id IS NULL GROUP BY team, state",
+    )?;
     let rows = stmt.query_map([], |r| {
         let state: String = r.get(1)?;
         Ok((r.get(0)?, rows::parse_enum("job state", &state, JobState::parse)?, r.get(2)?))
@@ -136,7 +144,7 @@ pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> 
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-fn record_transition(
+pub(super) fn record_transition(
     c: &Connection,
     id: JobId,
     from: Option<JobState>,
@@ -186,6 +194,9 @@ fn release(c: &Connection, id: JobId, at: i64) -> Result<()> {
 /// (`cancelled` if a cancel was pending). Only a lost *run* spends the budget: a placement whose
 /// process never started (say, `gantry up` restarted before its agent picked it up) does not.
 pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) -> Result<()> {
+    if let Some(gang) = gangs::parent(job) {
+        return gangs::worker_lost(c, job, gang, reason, at);
+    }
     if job.stop.as_deref() == Some("cancel") {
         return transition(c, job, JobState::Cancelled, Some("cancelled"), at);
     }
@@ -203,7 +214,13 @@ pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) 
 }
 
 pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
-    let job = require(c, id)?;
+    // Cancelling a worker cancels its gang: the gang runs as one job.
+    let target = gangs::gang_of(c, id)?.unwrap_or(id);
+    let job = require(c, target)?;
+    if gangs::is_gang(&job) {
+        gangs::cancel(c, &job, at)?;
+        return require(c, id);
+    }
     match job.state {
         JobState::Pending => transition(c, &job, JobState::Cancelled, Some("cancelled"), at)?,
         s if s.is_active() => {
@@ -215,10 +232,14 @@ pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
 }
 
 pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
-    let job = require(c, id)?;
+    // Preempting a worker preempts its whole gang.
+    let job = require(c, gangs::gang_of(c, id)?.unwrap_or(id))?;
     if job.state != JobState::Running || job.stop.is_some() {
         let stop = job.stop.as_deref().map(|s| format!(", stopping ({s})")).unwrap_or_default();
         return Err(StoreError::Conflict(format!("job {id} is {}{stop}, not preemptible now", job.state)));
+    }
+    if gangs::is_gang(&job) {
+        return gangs::preempt(c, &job, reason, at);
     }
     c.prepare_cached("UPDATE jobs SET stop = 'preempt', reason = ?2 WHERE id = ?1")?
         .execute(params![id, reason])?;
@@ -226,6 +247,14 @@ pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Resul
 }
 
 pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
+    if require(c, p.job_id)?.gang.is_some() {
+        return Err(StoreError::Conflict(format!("job {} belongs to a gang: place the gang", p.job_id)));
+    }
+    place_one(c, p)
+}
+
+/// Places one job (a plain job, or one worker of a gang being placed).
+pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
     let job = require(c, p.job_id)?;
     if job.state != JobState::Pending {
         return Err(StoreError::Conflict(format!("job {} is {}, not pending", job.id, job.state)));
@@ -292,6 +321,9 @@ pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Resul
         c.prepare_cached("UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1")?
             .execute(params![id, at])?;
         record_transition(c, id, Some(JobState::Scheduled), JobState::Running, None, at)?;
+        if let Some(gang) = gangs::parent(&job) {
+            gangs::worker_started(c, gang, at)?;
+        }
     }
     Ok(())
 }
@@ -307,6 +339,9 @@ pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at
         return Ok(());
     }
     c.prepare_cached("UPDATE jobs SET exit_code = ?2 WHERE id = ?1")?.execute(params![id, exit.exit_code])?;
+    if let Some(gang) = gangs::parent(&job) {
+        return gangs::worker_exited(c, &job, gang, exit, at);
+    }
     match job.stop.as_deref() {
         Some("cancel") => transition(c, &job, JobState::Cancelled, Some("cancelled"), at),
         // Preemption is not the job's failure: back to the queue, retry budget untouched.

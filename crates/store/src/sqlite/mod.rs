@@ -9,6 +9,7 @@
 
 mod audit;
 mod changes;
+mod gangs;
 mod jobs;
 mod migrate;
 mod nodes;
@@ -142,6 +143,9 @@ impl Store for SqliteStore {
     fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>> {
         self.read(jobs::counts)
     }
+    fn workers(&self, gang: JobId) -> Result<Vec<Job>> {
+        self.read(|c| gangs::workers(c, gang))
+    }
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
         self.read(|c| jobs::transitions(c, id))
     }
@@ -155,6 +159,10 @@ impl Store for SqliteStore {
     fn place(&self, placement: &Placement) -> Result<()> {
         let placement = placement.clone();
         self.writer.write(move |c| jobs::place(c, &placement))
+    }
+    fn place_gang(&self, placement: &GangPlacement) -> Result<()> {
+        let placement = placement.clone();
+        self.writer.write(move |c| gangs::place(c, &placement))
     }
     fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
         let reason = reason.to_owned();

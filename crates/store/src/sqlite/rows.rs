@@ -9,7 +9,8 @@ use crate::model::*;
 pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, gpu_memory_mib, \
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user, \
-     array_id, array_index, array_max_running, after, labels, gpu_models, workdir";
+     array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
+     replicas, gang_id, rank, local_rank, master_addr, master_port";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
@@ -63,7 +64,28 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
         labels: json("labels", &r.get::<_, String>(29)?)?,
         gpu_models: json("gpu models", &r.get::<_, String>(30)?)?,
         workdir: r.get(31)?,
+        gang: gang(r)?,
     })
+}
+
+/// The gang columns (25..=30): a gang (replicas > 1, no parent), a worker (a parent), or neither.
+fn gang(r: &Row<'_>) -> rusqlite::Result<Option<Gang>> {
+    let replicas: u32 = r.get(32)?;
+    let parent: Option<JobId> = r.get(33)?;
+    if replicas <= 1 && parent.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Gang {
+        id: match parent {
+            Some(id) => id,
+            None => r.get(0)?,
+        },
+        replicas,
+        rank: r.get(34)?,
+        local_rank: r.get(35)?,
+        master_addr: r.get(36)?,
+        master_port: r.get(37)?,
+    }))
 }
 
 pub(super) const ALLOCATION_COLUMNS: &str =

@@ -1,6 +1,7 @@
 //! Integration tests of the SQLite store.
 
 mod audit;
+mod gangs;
 mod jobs;
 mod nodes;
 mod props;
@@ -32,6 +33,7 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         labels: Default::default(),
         gpu_models: Vec::new(),
         workdir: None,
+        replicas: 1,
     }
 }
 

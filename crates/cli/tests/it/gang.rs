@@ -1,0 +1,231 @@
+//! Gangs end to end through the real binary: `gantry up` without its local agent and two
+//! `gantry agent` nodes of 2 simulated GPUs each. Every worker of a 4 × 1-GPU gang is started
+//! with the rendezvous torchrun expects; one failed worker stops the others (SIGTERM through the
+//! agents' normal stop path) and ends the gang.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Child;
+use std::time::Duration;
+
+use gantry_store::Store;
+
+use crate::harness::{Cluster, command, eventually};
+
+/// A `gantry agent` joining `cluster` as `node` with 2 simulated GPUs (a seed per node, so the
+/// two fleets' GPU UUIDs differ).
+fn start_agent(cluster: &Cluster, node: &str, seed: u64) -> Child {
+    let join = cluster.gantry(&["token", "create", "--role", "agent", "--name", node]).trim().to_owned();
+    let dir = cluster.home.path().join(format!("node-{node}"));
+    let fleet = cluster.home.path().join(format!("fleet-{node}.toml"));
+    std::fs::write(&fleet, format!("seed = {seed}\ngpus = \"2xA100-80GB\"\n")).expect("fleet file");
+    command(cluster.home.path())
+        .args(["agent", "--server", &cluster.url(), "--node-id", node, "--backend", "simulated"])
+        .arg("--simulated-gpus")
+        .arg(&fleet)
+        .args(["--grace", "1", "--data-dir"])
+        .arg(&dir)
+        .arg("--work-dir")
+        .arg(cluster.outside.path().join(format!("node-{node}-work")))
+        .env("GANTRY_JOIN_TOKEN", join)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start agent")
+}
+
+fn stop_agent(mut agent: Child) {
+    let _ = std::process::Command::new("kill").arg(agent.id().to_string()).status();
+    let _ = agent.wait();
+}
+
+/// A cluster of two 2-GPU nodes, n1 and n2, both registered.
+fn two_nodes() -> (Cluster, Vec<Child>) {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let agents = vec![start_agent(&cluster, "n1", 1), start_agent(&cluster, "n2", 2)];
+    eventually(Duration::from_secs(20), "both nodes to register", || {
+        let nodes = cluster.gantry(&["nodes"]);
+        (nodes.contains("n1") && nodes.contains("n2")).then_some(())
+    });
+    (cluster, agents)
+}
+
+fn job(cluster: &Cluster, id: i64) -> serde_json::Value {
+    cluster.jobs().into_iter().find(|j| j["id"].as_i64() == Some(id)).expect("job listed")
+}
+
+fn workers_of(cluster: &Cluster, gang: i64) -> Vec<serde_json::Value> {
+    let mut workers: Vec<serde_json::Value> =
+        cluster.jobs().into_iter().filter(|j| j["gang"]["id"] == gang && j["id"] != gang).collect();
+    workers.sort_by_key(|w| w["gang"]["rank"].as_u64());
+    workers
+}
+
+/// `NAME=value` lines as a map.
+fn parse_env(text: &str) -> BTreeMap<String, String> {
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+#[test]
+fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variables_set() {
+    let (cluster, agents) = two_nodes();
+    let out = cluster.shared();
+    let script = format!("env > {}/worker-$GANTRY_JOB_ID.env; echo hello from rank $RANK", out.display());
+    let gang: i64 = cluster
+        .gantry(&["submit", "--replicas", "4", "--gpus", "1", "--name", "ddp", "--", "sh", "-c", &script])
+        .trim()
+        .parse()
+        .expect("a job id");
+    let done = eventually(Duration::from_secs(60), "the gang to succeed", || {
+        let j = job(&cluster, gang);
+        matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled")).then_some(j)
+    });
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let workers = workers_of(&cluster, gang);
+    assert_eq!(workers.len(), 4, "{workers:?}");
+    let mut ranks = BTreeSet::new();
+    let mut rendezvous = BTreeSet::new();
+    let mut local_by_node: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for w in &workers {
+        assert_eq!(w["state"], "succeeded", "{w}");
+        let id = w["id"].as_i64().expect("id");
+        let text =
+            std::fs::read_to_string(out.join(format!("worker-{id}.env"))).expect("the worker wrote its env");
+        let env = parse_env(&text);
+        assert_eq!(env["WORLD_SIZE"], "4");
+        assert_eq!(env["RANK"], w["gang"]["rank"].to_string(), "RANK is the worker's rank");
+        assert!(env["CUDA_VISIBLE_DEVICES"].starts_with("GPU-"), "one GPU each: {text}");
+        assert!(!env["CUDA_VISIBLE_DEVICES"].contains(','), "one GPU each: {text}");
+        ranks.insert(env["RANK"].clone());
+        rendezvous.insert((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()));
+        let node = w["node_id"].as_str().expect("placed on a node").to_owned();
+        assert!(
+            local_by_node.entry(node).or_default().insert(env["LOCAL_RANK"].clone()),
+            "LOCAL_RANK repeats"
+        );
+    }
+    assert_eq!(ranks, ["0", "1", "2", "3"].map(String::from).into_iter().collect());
+    assert_eq!(rendezvous.len(), 1, "one rendezvous for the gang: {rendezvous:?}");
+    let (addr, port) = rendezvous.into_iter().next().expect("one");
+    assert!(!addr.is_empty() && port.parse::<u16>().is_ok_and(|p| p >= 29_500), "{addr}:{port}");
+    let two: BTreeSet<String> = ["0", "1"].map(String::from).into_iter().collect();
+    assert_eq!(local_by_node.len(), 2, "two workers on each node: {local_by_node:?}");
+    assert!(local_by_node.values().all(|l| *l == two), "LOCAL_RANK 0 and 1 on each node: {local_by_node:?}");
+    let detail = cluster.gantry(&["job", &gang.to_string()]);
+    assert!(
+        detail.contains("4 workers") && detail.contains("rank   3"),
+        "gantry job shows the gang:\n{detail}"
+    );
+    let listing = cluster.gantry(&["jobs"]);
+    assert!(listing.contains("4x1 GPU"), "gantry jobs shows the gang's size:\n{listing}");
+    let logs = eventually(Duration::from_secs(20), "rank 0's output", || {
+        let logs = cluster.gantry(&["logs", &gang.to_string()]);
+        logs.contains("hello from rank 0").then_some(logs)
+    });
+    assert!(!logs.contains("rank 1"), "a gang's output is rank 0's:\n{logs}");
+    cluster.assert_no_double_allocation();
+    agents.into_iter().for_each(stop_agent);
+}
+
+#[test]
+fn one_failed_worker_stops_the_others_and_the_gang_fails_when_no_retry_is_left() {
+    let (cluster, agents) = two_nodes();
+    let out = cluster.shared();
+    // Rank 3 fails at once; the others wait for SIGTERM and record that they got it.
+    let script = format!(
+        "trap 'touch {d}/term-$RANK; exit 143' TERM; [ \"$RANK\" = 3 ] && exit 1; sleep 600 & wait",
+        d = out.display()
+    );
+    let gang: i64 = cluster
+        .gantry(&[
+            "submit",
+            "--replicas",
+            "4",
+            "--gpus",
+            "1",
+            "--max-retries",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .trim()
+        .parse()
+        .expect("a job id");
+    let done = eventually(Duration::from_secs(60), "the gang to end", || {
+        let j = job(&cluster, gang);
+        matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled")).then_some(j)
+    });
+    assert_eq!(done["state"], "failed", "{done}");
+    let reason = done["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("worker 3") && reason.contains("retry budget"), "{reason}");
+    let workers = workers_of(&cluster, gang);
+    assert_eq!(workers[3]["state"], "failed", "{:?}", workers[3]);
+    for w in &workers[..3] {
+        assert_eq!(w["state"], "cancelled", "stopped with its gang: {w}");
+        let rank = w["gang"]["rank"].to_string();
+        assert!(out.join(format!("term-{rank}")).exists(), "rank {rank} was sent SIGTERM");
+    }
+    assert!(cluster.store().allocations(true).expect("held").is_empty(), "every GPU is released");
+    agents.into_iter().for_each(stop_agent);
+}
+
+#[test]
+fn a_failed_worker_with_a_retry_left_requeues_the_whole_gang_and_cancel_stops_every_worker() {
+    let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB", "--grace", "1"]);
+    let out = cluster.shared();
+    // The first attempt's rank 1 fails; the second attempt runs until cancelled.
+    let script = format!(
+        "if [ \"$RANK\" = 1 ] && [ ! -e {d}/failed-once ]; then touch {d}/failed-once; exit 1; fi; sleep 600",
+        d = out.display()
+    );
+    let gang: i64 = cluster
+        .gantry(&[
+            "submit",
+            "--replicas",
+            "2",
+            "--gpus",
+            "1",
+            "--max-retries",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .trim()
+        .parse()
+        .expect("a job id");
+    let back = eventually(Duration::from_secs(60), "the gang to run a second time", || {
+        let j = job(&cluster, gang);
+        (j["state"] == "running" && j["attempt"] == 2).then_some(j)
+    });
+    assert_eq!(back["gang"]["replicas"], 2, "{back}");
+    let workers = workers_of(&cluster, gang);
+    assert!(workers.iter().all(|w| w["attempt"] == 2), "both workers placed again: {workers:?}");
+    // Cancelling one worker cancels the gang and every worker.
+    let worker = workers[0]["id"].to_string();
+    cluster.gantry(&["cancel", &worker]);
+    eventually(Duration::from_secs(30), "the gang and its workers to be cancelled", || {
+        let all = std::iter::once(job(&cluster, gang)).chain(workers_of(&cluster, gang));
+        all.into_iter().all(|j| j["state"] == "cancelled").then_some(())
+    });
+    cluster.assert_no_double_allocation();
+}
+
+#[test]
+fn a_gang_is_refused_with_a_sentence_when_it_cannot_ever_fit_or_asks_for_no_gpus() {
+    let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB"]);
+    eventually(Duration::from_secs(20), "the local node to register", || {
+        cluster.gantry(&["nodes"]).contains("ready").then_some(())
+    });
+    let out = cluster.try_gantry(&["submit", "--replicas", "3", "--gpus", "1", "--", "true"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("3 workers of 1 GPUs") && err.contains("hold 2"), "{err}");
+    let out = cluster.try_gantry(&["submit", "--replicas", "2", "--", "true"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("whole GPUs"));
+    let out = cluster.try_gantry(&["submit", "--replicas", "2", "--gpus", "1", "-e", "RANK=0", "--", "true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set by Gantry"), "RANK cannot be forged");
+}
