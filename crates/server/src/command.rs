@@ -190,7 +190,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             let team = job.team.clone();
             let check = by.require_member_of(&team);
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
-            audited(store, check, Change::Submit(*job), entry)
+            audited(store, check, Change::Submit(job), entry)
         }
         Command::Cancel { id, array, by } => cancel(store, id, array, &by, now),
         Command::SetTeam { team, by } => {

@@ -9,7 +9,7 @@ use super::{Actor, Job, JobId, NewJob, NewToken, NodeRegistration, Team, User};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// Queue a job.
-    Submit(NewJob),
+    Submit(Box<NewJob>),
     /// Cancel a job.
     Cancel(JobId),
     /// Cancel every unfinished member of the array a job belongs to.

@@ -20,7 +20,7 @@ fn chain(store: &SqliteStore) -> std::result::Result<(), ChainError> {
 fn history(store: &SqliteStore) {
     for i in 0..5 {
         store
-            .apply(Change::Submit(new_job(&format!("k{i}"), 0, 0)), entry("alice", "job.submit"))
+            .apply(Change::Submit(Box::new(new_job(&format!("k{i}"), 0, 0))), entry("alice", "job.submit"))
             .expect("apply");
     }
     store.audit_refusal(entry("mallory", "job.cancel"), "denied: not visible".into()).expect("refusal");
@@ -33,8 +33,9 @@ fn raw(dir: &tempfile::TempDir) -> rusqlite::Connection {
 #[test]
 fn each_change_is_recorded_with_its_target_and_a_failed_one_with_its_error() {
     let (_dir, store) = open();
-    let Changed::Submitted { id, .. } =
-        store.apply(Change::Submit(new_job("a", 0, 0)), entry("alice", "job.submit")).expect("apply")
+    let Changed::Submitted { id, .. } = store
+        .apply(Change::Submit(Box::new(new_job("a", 0, 0))), entry("alice", "job.submit"))
+        .expect("apply")
     else {
         panic!("not a submission")
     };
