@@ -56,6 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let opened = args.backend.open()?;
     let devices = Devices::new(opened.backend.inventory(), &args.slice_gpus)?;
     anyhow::ensure!(!devices.resources().is_empty(), "no GPUs found: nothing to offer the kubelet");
+    devices.check_message_size()?;
     let health = HealthConfig {
         quiet_period: Duration::from_secs(args.quiet_period_s),
         probe_backoff_initial: Duration::from_secs(args.probe_backoff_s),

@@ -30,6 +30,9 @@ pub const ENV_MEMORY_LIMIT_MIB: &str = "GANTRY_GPU_MEMORY_LIMIT_MIB";
 /// The same limit for CUDA MPS clients (`0=<MiB>M`): enforced when the node runs an MPS daemon.
 pub const ENV_MPS_MEMORY_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 
+/// The largest message the kubelet's gRPC client accepts (gRPC's default receive limit).
+pub const KUBELET_MAX_MESSAGE: usize = 4 * 1024 * 1024;
+
 /// The two resources the plugin advertises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Resource {
@@ -83,6 +86,21 @@ pub enum DeviceError {
     /// No single GPU has that much memory available.
     #[error("no GPU has {0} MiB available for one slice")]
     NoGpuHolds(usize),
+    /// The slice device list would not fit in one kubelet message.
+    #[error(
+        "offering GPUs {gpus:?} as slices lists {devices} MiB devices ({bytes} bytes), over the kubelet's \
+         {limit}-byte gRPC message limit; slice fewer GPUs"
+    )]
+    TooManySliceDevices {
+        /// The sliced GPUs.
+        gpus: Vec<u32>,
+        /// Devices listed.
+        devices: usize,
+        /// Encoded size of the list.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The whole-GPU choice failed.
     #[error(transparent)]
     Choice(#[from] ChoiceError),
@@ -129,6 +147,19 @@ impl Devices {
             }
         }
         Ok(Self { gpus, topology })
+    }
+
+    /// Refuses a `gantry.dev/gpu-memory` list the kubelet could not receive (its gRPC client
+    /// keeps the default 4 MiB message limit; the list is about 20 bytes per MiB).
+    pub fn check_message_size(&self) -> Result<(), DeviceError> {
+        use prost::Message;
+        let list = super::api::ListAndWatchResponse { devices: self.list(Resource::GpuMemory, &[]) };
+        let bytes = list.encoded_len();
+        if bytes <= KUBELET_MAX_MESSAGE {
+            return Ok(());
+        }
+        let gpus = self.offered(Resource::GpuMemory).map(|g| g.index).collect();
+        Err(DeviceError::TooManySliceDevices { gpus, devices: list.devices.len(), bytes, limit: KUBELET_MAX_MESSAGE })
     }
 
     /// The resources with at least one GPU behind them.

@@ -113,3 +113,12 @@ fn preferred_slice_units_all_come_from_the_best_fitting_gpu() {
 fn slicing_a_gpu_the_node_lacks_is_a_clear_error() {
     assert_eq!(Devices::new(&[gpu(0, 8, &[])], &[5]).err(), Some(DeviceError::UnknownSliceGpu(5)));
 }
+
+#[test]
+fn a_slice_list_the_kubelet_could_not_receive_is_refused_at_start() {
+    // "Unhealthy" is longer than "Healthy": check_message_size measures the longer list.
+    let h200 = 143_771;
+    assert!(Devices::new(&[gpu(0, h200, &[]), gpu(1, h200, &[])], &[0]).expect("valid").check_message_size().is_ok());
+    let err = Devices::new(&[gpu(0, h200, &[]), gpu(1, h200, &[])], &[0, 1]).expect("valid").check_message_size();
+    assert!(matches!(err, Err(DeviceError::TooManySliceDevices { devices: 287_542, .. })), "{err:?}");
+}
