@@ -65,7 +65,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let collector = Collector::new(opened.backend, health, FindingsConfig::default());
     let monitor = HealthMonitor::start(collector, Duration::from_millis(args.interval_ms))
         .context("starting the GPU health thread")?;
-    let cfg = PluginConfig { dir: args.kubelet_dir.clone(), poll: Duration::from_millis(args.kubelet_poll_ms) };
+    let cfg =
+        PluginConfig { dir: args.kubelet_dir.clone(), poll: Duration::from_millis(args.kubelet_poll_ms) };
     let rt = runtime()?;
     rt.block_on(serve(cfg, Arc::new(devices), monitor.subscribe(), shutdown_signal()))?;
     tracing::info!("device plugin stopped");

@@ -28,8 +28,12 @@ fn scenario() -> String {
     for (i, uuid) in UUIDS.iter().enumerate() {
         let bus = format!("00000000:{:02X}:00.0", 0x18 + i);
         let peers = match i {
-            1 => r#"nvlink_peers = ["00000000:1A:00.0", "00000000:1A:00.0", "00000000:1A:00.0", "00000000:1A:00.0"]"#,
-            2 => r#"nvlink_peers = ["00000000:19:00.0", "00000000:19:00.0", "00000000:19:00.0", "00000000:19:00.0"]"#,
+            1 => {
+                r#"nvlink_peers = ["00000000:1A:00.0", "00000000:1A:00.0", "00000000:1A:00.0", "00000000:1A:00.0"]"#
+            }
+            2 => {
+                r#"nvlink_peers = ["00000000:19:00.0", "00000000:19:00.0", "00000000:19:00.0", "00000000:19:00.0"]"#
+            }
             _ => "",
         };
         let mem = if i == 3 { 4 * GIB } else { 80 * GIB };
@@ -103,7 +107,16 @@ fn the_device_plugin_serves_an_independent_kubelet_through_health_flips_allocati
     let plugin = Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(["device-plugin", "--backend", "nvml", "--kubelet-dir"])
         .arg(&kubelet_dir)
-        .args(["--slice-gpus", "3", "--interval-ms", "100", "--quiet-period-s", "2", "--probe-backoff-s", "1"])
+        .args([
+            "--slice-gpus",
+            "3",
+            "--interval-ms",
+            "100",
+            "--quiet-period-s",
+            "2",
+            "--probe-backoff-s",
+            "1",
+        ])
         .args(["--kubelet-poll-ms", "100"])
         .env("LD_LIBRARY_PATH", fake.dir())
         .env("RUST_LOG", "info")

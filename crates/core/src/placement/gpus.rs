@@ -185,15 +185,18 @@ fn for_each_combination(items: &[u32], k: usize, f: &mut dyn FnMut(&[u32])) {
     }
 }
 
-fn greedy(topo: &NodeTopology, intact: &[(u32, u32)], must: Vec<u32>, rest: Vec<u32>, need: usize) -> Vec<u32> {
+fn greedy(
+    topo: &NodeTopology,
+    intact: &[(u32, u32)],
+    must: Vec<u32>,
+    rest: Vec<u32>,
+    need: usize,
+) -> Vec<u32> {
     let mut chosen = must;
     let mut rest = rest;
     for _ in 0..need {
-        let best = rest
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, g)| cost(topo, intact, &chosen, &[**g]))
-            .map(|(i, _)| i);
+        let best =
+            rest.iter().enumerate().min_by_key(|(_, g)| cost(topo, intact, &chosen, &[**g])).map(|(i, _)| i);
         if let Some(i) = best {
             chosen.push(rest.remove(i));
         }
@@ -258,8 +261,14 @@ mod tests {
     fn impossible_requests_are_errors_not_panics() {
         let topo = NodeTopology::new(4);
         assert_eq!(choose_gpus(&topo, &[0, 1], &[2], 1), Err(ChoiceError::MustNotAvailable(2)));
-        assert_eq!(choose_gpus(&topo, &[0, 1], &[0, 1], 1), Err(ChoiceError::TooManyMust { must: 2, size: 1 }));
-        assert_eq!(choose_gpus(&topo, &[0, 1], &[], 3), Err(ChoiceError::NotEnough { size: 3, available: 2 }));
+        assert_eq!(
+            choose_gpus(&topo, &[0, 1], &[0, 1], 1),
+            Err(ChoiceError::TooManyMust { must: 2, size: 1 })
+        );
+        assert_eq!(
+            choose_gpus(&topo, &[0, 1], &[], 3),
+            Err(ChoiceError::NotEnough { size: 3, available: 2 })
+        );
         assert_eq!(choose_gpus(&topo, &[0, 1], &[], 0), Ok(vec![]));
     }
 

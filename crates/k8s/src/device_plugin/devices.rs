@@ -159,7 +159,12 @@ impl Devices {
             return Ok(());
         }
         let gpus = self.offered(Resource::GpuMemory).map(|g| g.index).collect();
-        Err(DeviceError::TooManySliceDevices { gpus, devices: list.devices.len(), bytes, limit: KUBELET_MAX_MESSAGE })
+        Err(DeviceError::TooManySliceDevices {
+            gpus,
+            devices: list.devices.len(),
+            bytes,
+            limit: KUBELET_MAX_MESSAGE,
+        })
     }
 
     /// The resources with at least one GPU behind them.
@@ -277,7 +282,12 @@ impl Devices {
         }
     }
 
-    fn preferred_slice(&self, available: &[String], must: &[String], size: usize) -> Result<Vec<String>, DeviceError> {
+    fn preferred_slice(
+        &self,
+        available: &[String],
+        must: &[String],
+        size: usize,
+    ) -> Result<Vec<String>, DeviceError> {
         let r = Resource::GpuMemory;
         let mut per_gpu: BTreeMap<u32, Vec<&String>> = BTreeMap::new();
         for id in available {

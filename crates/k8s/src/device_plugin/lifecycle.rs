@@ -152,11 +152,12 @@ impl Generation {
             let svc = PluginService::new(*r, devices.clone(), health.clone(), stopped.clone());
             let svc = DevicePluginServer::new(svc).max_decoding_message_size(MAX_MESSAGE);
             let mut until = stopped.clone();
-            let server = Server::builder()
-                .add_service(svc)
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+            let server = Server::builder().add_service(svc).serve_with_incoming_shutdown(
+                UnixListenerStream::new(listener),
+                async move {
                     let _ = until.wait_for(|s| *s).await;
-                });
+                },
+            );
             tracing::info!(resource = r.name(), socket = %path.display(), "serving");
             servers.push((path, tokio::spawn(server)));
         }
@@ -181,7 +182,9 @@ impl Generation {
                 Ok(Ok(Ok(()))) => {}
                 Ok(Ok(Err(e))) => tracing::warn!(error = %e, "a device plugin server failed"),
                 Ok(Err(e)) => tracing::warn!(error = %e, "a device plugin server panicked"),
-                Err(_) => tracing::warn!(socket = %path.display(), "a device plugin server did not stop in 5 s"),
+                Err(_) => {
+                    tracing::warn!(socket = %path.display(), "a device plugin server did not stop in 5 s")
+                }
             }
             if let Err(e) = remove_socket(&path) {
                 tracing::warn!(error = %e, "cannot remove our socket");
@@ -218,7 +221,10 @@ async fn register_all(dir: &Path, resources: &[Resource]) -> Result<(u64, u64), 
             version: VERSION.to_owned(),
             endpoint: r.socket().to_owned(),
             resource_name: r.name().to_owned(),
-            options: Some(DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }),
+            options: Some(DevicePluginOptions {
+                pre_start_required: false,
+                get_preferred_allocation_available: true,
+            }),
         };
         match tokio::time::timeout(Duration::from_secs(10), client.register(req)).await {
             Err(_) => return Err(Fatal::Unreachable("Register timed out".to_owned())),
@@ -245,4 +251,128 @@ async fn connect(path: PathBuf) -> Result<tonic::transport::Channel, tonic::tran
             async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
         }))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device_plugin::api::Empty;
+    use crate::device_plugin::api::registration_server::{Registration, RegistrationServer};
+    use gantry_gpu::{GpuInfo, MIB};
+    use tokio::sync::mpsc;
+
+    /// A kubelet's Registration service that records requests, or refuses them all.
+    struct Kubelet {
+        seen: mpsc::UnboundedSender<RegisterRequest>,
+        refuse: bool,
+    }
+
+    #[tonic::async_trait]
+    impl Registration for Kubelet {
+        async fn register(
+            &self,
+            req: tonic::Request<RegisterRequest>,
+        ) -> Result<tonic::Response<Empty>, tonic::Status> {
+            if self.refuse {
+                return Err(tonic::Status::already_exists("resource name already registered"));
+            }
+            let _ = self.seen.send(req.into_inner());
+            Ok(tonic::Response::new(Empty {}))
+        }
+    }
+
+    fn kubelet(dir: &Path, refuse: bool) -> (mpsc::UnboundedReceiver<RegisterRequest>, JoinHandle<()>) {
+        let (seen, rx) = mpsc::unbounded_channel();
+        let path = dir.join(KUBELET_SOCKET);
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).expect("bind kubelet.sock");
+        let server = Server::builder()
+            .add_service(RegistrationServer::new(Kubelet { seen, refuse }))
+            .serve_with_incoming(UnixListenerStream::new(listener));
+        (rx, tokio::spawn(async move { server.await.expect("kubelet serves") }))
+    }
+
+    fn devices() -> Arc<Devices> {
+        let gpu = |index: u32| GpuInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "T4".to_owned(),
+            pci_bus_id: format!("00000000:{index:02X}:00.0"),
+            memory_total_bytes: 8 * MIB,
+            power_limit_watts: None,
+            max_sm_clock_mhz: None,
+            nvlink_peers: Vec::new(),
+            mig_enabled: false,
+        };
+        Arc::new(Devices::new(&[gpu(0), gpu(1)], &[1]).expect("valid"))
+    }
+
+    fn config(dir: &Path) -> PluginConfig {
+        PluginConfig { dir: dir.to_path_buf(), poll: Duration::from_millis(20) }
+    }
+
+    async fn next(rx: &mut mpsc::UnboundedReceiver<RegisterRequest>) -> RegisterRequest {
+        tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("registered in time")
+            .expect("open")
+    }
+
+    #[tokio::test]
+    async fn a_refused_registration_stops_the_plugin_with_the_kubelets_reason() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_rx, k) = kubelet(dir.path(), true);
+        let (_tx, health) = watch::channel(vec![true, true]);
+        let r = run(config(dir.path()), devices(), health, std::future::pending()).await;
+        assert!(
+            matches!(&r, Err(PluginError::Refused { message, .. }) if message.contains("already registered")),
+            "{r:?}"
+        );
+        assert!(!dir.path().join(Resource::Gpu.socket()).exists(), "socket left behind");
+        k.abort();
+    }
+
+    #[tokio::test]
+    async fn without_a_kubelet_the_plugin_waits_and_shuts_down_cleanly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_tx, health) = watch::channel(vec![true, true]);
+        let r =
+            run(config(dir.path()), devices(), health, tokio::time::sleep(Duration::from_millis(100))).await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("read dir").count(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_plugin_registers_both_resources_and_again_when_its_sockets_are_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut rx, k) = kubelet(dir.path(), false);
+        let (_tx, health) = watch::channel(vec![true, true]);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let plugin = tokio::spawn(run(config(dir.path()), devices(), health, async move {
+            let _ = stopped.await;
+        }));
+        let mut names = [next(&mut rx).await, next(&mut rx).await];
+        names.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+        assert_eq!(
+            names
+                .iter()
+                .map(|r| (r.resource_name.as_str(), r.endpoint.as_str(), r.version.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("gantry.dev/gpu", "gantry-gpu.sock", "v1beta1"),
+                ("gantry.dev/gpu-memory", "gantry-gpu-memory.sock", "v1beta1")
+            ]
+        );
+        std::fs::remove_file(dir.path().join(Resource::Gpu.socket())).expect("delete our socket");
+        let again = next(&mut rx).await;
+        assert_eq!(again.version, VERSION);
+        let _ = stop.send(());
+        let r =
+            tokio::time::timeout(Duration::from_secs(30), plugin).await.expect("stops").expect("no panic");
+        assert!(r.is_ok(), "{r:?}");
+        for res in [Resource::Gpu, Resource::GpuMemory] {
+            assert!(!dir.path().join(res.socket()).exists(), "{} left behind", res.socket());
+        }
+        k.abort();
+    }
 }

@@ -88,16 +88,19 @@ mod tests {
 
     #[test]
     fn a_fatal_xid_turns_a_gpu_unhealthy_and_it_serves_again_after_recovery() {
-        let backend = SimulatedBackend::new(&FleetSpec::from_flag_or_file("2xH100", 1).expect("spec")).expect("fleet");
+        let backend =
+            SimulatedBackend::new(&FleetSpec::from_flag_or_file("2xH100", 1).expect("spec")).expect("fleet");
         let fleet = backend.handle();
         let cfg = HealthConfig {
             quiet_period: Duration::from_millis(50),
             probe_backoff_initial: Duration::from_millis(10),
             ..HealthConfig::default()
         };
-        let monitor =
-            HealthMonitor::start(Collector::new(Box::new(backend), cfg, FindingsConfig::default()), Duration::from_millis(5))
-                .expect("thread starts");
+        let monitor = HealthMonitor::start(
+            Collector::new(Box::new(backend), cfg, FindingsConfig::default()),
+            Duration::from_millis(5),
+        )
+        .expect("thread starts");
         let mut rx = monitor.subscribe();
         assert_eq!(*rx.borrow_and_update(), [true, true]);
         fleet.inject_now(1, FaultKind::Xid(79)).expect("inject");

@@ -49,8 +49,14 @@ fn status(e: DeviceError) -> Status {
 
 #[tonic::async_trait]
 impl DevicePlugin for PluginService {
-    async fn get_device_plugin_options(&self, _: Request<Empty>) -> Result<Response<DevicePluginOptions>, Status> {
-        Ok(Response::new(DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }))
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<DevicePluginOptions>, Status> {
+        Ok(Response::new(DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }))
     }
 
     type ListAndWatchStream = ReceiverStream<Result<ListAndWatchResponse, Status>>;
@@ -66,7 +72,12 @@ impl DevicePlugin for PluginService {
                 let list = devices.list(r, &flags);
                 if last.as_ref() != Some(&list) {
                     let unhealthy = list.iter().filter(|d| d.health != super::api::HEALTHY).count();
-                    tracing::info!(resource = r.name(), devices = list.len(), unhealthy, "ListAndWatch sends the device list");
+                    tracing::info!(
+                        resource = r.name(),
+                        devices = list.len(),
+                        unhealthy,
+                        "ListAndWatch sends the device list"
+                    );
                     if tx.send(Ok(ListAndWatchResponse { devices: list.clone() })).await.is_err() {
                         break;
                     }
@@ -91,8 +102,9 @@ impl DevicePlugin for PluginService {
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let mut out = PreferredAllocationResponse::default();
         for c in req.into_inner().container_requests {
-            let size = usize::try_from(c.allocation_size)
-                .map_err(|_| Status::invalid_argument(format!("allocation_size {} is negative", c.allocation_size)))?;
+            let size = usize::try_from(c.allocation_size).map_err(|_| {
+                Status::invalid_argument(format!("allocation_size {} is negative", c.allocation_size))
+            })?;
             let ids = self
                 .devices
                 .preferred(self.resource, &c.available_device_i_ds, &c.must_include_device_i_ds, size)

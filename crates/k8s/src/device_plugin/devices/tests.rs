@@ -16,7 +16,12 @@ fn gpu(index: u32, mib: u64, peers: &[&str]) -> GpuInfo {
 
 /// GPUs 0–2 whole (1 and 2 joined by NVLink), GPU 3 offered as 16 MiB of slices.
 fn node() -> Devices {
-    let inv = [gpu(0, 16, &[]), gpu(1, 16, &["00000000:1A:00.0"]), gpu(2, 16, &["00000000:19:00.0"]), gpu(3, 16, &[])];
+    let inv = [
+        gpu(0, 16, &[]),
+        gpu(1, 16, &["00000000:1A:00.0"]),
+        gpu(2, 16, &["00000000:19:00.0"]),
+        gpu(3, 16, &[]),
+    ];
     Devices::new(&inv, &[3]).expect("valid slice list")
 }
 
@@ -55,7 +60,8 @@ fn allocate_names_the_gpus_by_uuid_for_the_runtime_and_for_cuda() {
 
 #[test]
 fn a_slice_gets_its_gpu_and_its_memory_limit() {
-    let r = node().allocate(Resource::GpuMemory, &ids(&["3-0", "3-1", "3-7"]), &[true; 4]).expect("allocated");
+    let r =
+        node().allocate(Resource::GpuMemory, &ids(&["3-0", "3-1", "3-7"]), &[true; 4]).expect("allocated");
     assert_eq!(r.envs[ENV_NVIDIA_VISIBLE_DEVICES], "GPU-0003");
     assert_eq!(r.envs[ENV_MEMORY_LIMIT_MIB], "3");
     assert_eq!(r.envs[ENV_MPS_MEMORY_LIMIT], "0=3M");
@@ -65,10 +71,14 @@ fn a_slice_gets_its_gpu_and_its_memory_limit() {
 fn allocate_refuses_unknown_unhealthy_and_cross_resource_devices() {
     let d = node();
     let all = [true; 4];
-    let unknown = |r: Resource, id: &str| DeviceError::UnknownDevice { resource: r.name(), id: id.to_owned() };
+    let unknown =
+        |r: Resource, id: &str| DeviceError::UnknownDevice { resource: r.name(), id: id.to_owned() };
     assert_eq!(d.allocate(Resource::Gpu, &ids(&["GPU-0003"]), &all), Err(unknown(Resource::Gpu, "GPU-0003")));
     for bad in ["3-16", "0-1", "3", "x-1", "3--1", ""] {
-        assert_eq!(d.allocate(Resource::GpuMemory, &ids(&[bad]), &all), Err(unknown(Resource::GpuMemory, bad)));
+        assert_eq!(
+            d.allocate(Resource::GpuMemory, &ids(&[bad]), &all),
+            Err(unknown(Resource::GpuMemory, bad))
+        );
     }
     assert_eq!(
         d.allocate(Resource::Gpu, &ids(&["GPU-0001"]), &[true, false, true, true]),
@@ -92,7 +102,10 @@ fn preferred_whole_gpus_follow_blocks_then_nvlink() {
     let d = node();
     let avail = ids(&["GPU-0000", "GPU-0001", "GPU-0002"]);
     assert_eq!(d.preferred(Resource::Gpu, &avail, &[], 2).expect("choice"), ["GPU-0000", "GPU-0001"]);
-    assert_eq!(d.preferred(Resource::Gpu, &avail, &ids(&["GPU-0002"]), 2).expect("choice"), ["GPU-0001", "GPU-0002"]);
+    assert_eq!(
+        d.preferred(Resource::Gpu, &avail, &ids(&["GPU-0002"]), 2).expect("choice"),
+        ["GPU-0001", "GPU-0002"]
+    );
     assert!(d.preferred(Resource::Gpu, &avail, &[], 4).is_err());
 }
 
@@ -104,7 +117,9 @@ fn preferred_slice_units_all_come_from_the_best_fitting_gpu() {
     let avail = ids(&["0-0", "0-1", "0-2", "0-3", "0-4", "0-5", "0-6", "0-7", "1-4", "1-5", "1-6", "1-7"]);
     assert_eq!(d.preferred(Resource::GpuMemory, &avail, &[], 3).expect("choice"), ["1-4", "1-5", "1-6"]);
     assert_eq!(d.preferred(Resource::GpuMemory, &avail, &[], 6).expect("choice").len(), 6);
-    assert!(d.preferred(Resource::GpuMemory, &avail, &[], 6).expect("choice").iter().all(|i| i.starts_with("0-")));
+    assert!(
+        d.preferred(Resource::GpuMemory, &avail, &[], 6).expect("choice").iter().all(|i| i.starts_with("0-"))
+    );
     assert_eq!(d.preferred(Resource::GpuMemory, &avail, &ids(&["0-7"]), 2).expect("choice"), ["0-7", "0-0"]);
     assert_eq!(d.preferred(Resource::GpuMemory, &avail, &[], 9), Err(DeviceError::NoGpuHolds(9)));
 }
@@ -118,7 +133,13 @@ fn slicing_a_gpu_the_node_lacks_is_a_clear_error() {
 fn a_slice_list_the_kubelet_could_not_receive_is_refused_at_start() {
     // "Unhealthy" is longer than "Healthy": check_message_size measures the longer list.
     let h200 = 143_771;
-    assert!(Devices::new(&[gpu(0, h200, &[]), gpu(1, h200, &[])], &[0]).expect("valid").check_message_size().is_ok());
-    let err = Devices::new(&[gpu(0, h200, &[]), gpu(1, h200, &[])], &[0, 1]).expect("valid").check_message_size();
+    assert!(
+        Devices::new(&[gpu(0, h200, &[]), gpu(1, h200, &[])], &[0])
+            .expect("valid")
+            .check_message_size()
+            .is_ok()
+    );
+    let err =
+        Devices::new(&[gpu(0, h200, &[]), gpu(1, h200, &[])], &[0, 1]).expect("valid").check_message_size();
     assert!(matches!(err, Err(DeviceError::TooManySliceDevices { devices: 287_542, .. })), "{err:?}");
 }
