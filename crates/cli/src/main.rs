@@ -23,6 +23,8 @@ enum Command {
     Exporter(cmd::exporter::Args),
     /// Serve the kube-scheduler extender (filter, prioritize, bind) on the gantry policy.
     Extender(cmd::extender::Args),
+    /// Serve the kubelet device plugin: gantry.dev/gpu and gantry.dev/gpu-memory, health from the GPU layer.
+    DevicePlugin(cmd::device_plugin::Args),
     /// List GPUs: this machine's with --backend (inventory, readings, health, findings), else the cluster's.
     Gpus(cmd::gpus::Args),
     /// Start a single-machine cluster: control plane + local agent on an embedded store.
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Command::Sim(c) => cmd::sim::run(c),
         Command::Exporter(args) => cmd::exporter::run(args),
         Command::Extender(args) => cmd::extender::run(args),
+        Command::DevicePlugin(args) => cmd::device_plugin::run(args),
         Command::Gpus(args) => cmd::gpus::run(args),
         Command::Up(a) => cmd::up::run(a),
         Command::Server(a) => cmd::server::run(a),

@@ -1,13 +1,17 @@
 //! Gantry as Kubernetes components, on Kubernetes' own state.
 //!
-//! This slice holds the kube-scheduler extender ([`extender`]): the wire types kube-scheduler
-//! sends and expects, a model of nodes and the GPU pods on them, and an axum router answering
-//! `POST /filter`, `/prioritize` and `/bind` with the scheduling core's `gantry` policy — the
-//! same [`gantry_core::Policy`] that `gantry sim` runs. It is not yet a controller: the model is
-//! filled through [`extender::Model::upsert_node`] / [`extender::Model::upsert_pod`], which a
-//! future API-server watcher will call. The kubelet device plugin comes later (issue 10).
-//!
-//! Start reading at [`extender::wire`] (the JSON), then [`extender::model`] (decisions), then
-//! [`extender::router`] (HTTP).
+//! - [`device_plugin`]: the kubelet device plugin (gRPC over a unix socket) advertising
+//!   `gantry.dev/gpu` and `gantry.dev/gpu-memory` from the GPU layer, with its health state
+//!   machine (devices turn `Unhealthy` on a fatal XID and `Healthy` again after recovery) and
+//!   the core's choice of GPUs for GetPreferredAllocation. Start at
+//!   [`device_plugin::lifecycle::run`].
+//! - [`extender`]: the kube-scheduler extender: the wire types kube-scheduler sends and
+//!   expects, a model of nodes and the GPU pods on them, and an axum router answering
+//!   `POST /filter`, `/prioritize` and `/bind` with the scheduling core's `gantry` policy — the
+//!   same [`gantry_core::Policy`] that `gantry sim` runs. It is not yet a controller: the model
+//!   is filled through [`extender::Model::upsert_node`] / [`extender::Model::upsert_pod`], which
+//!   a future API-server watcher will call. Start at [`extender::wire`] (the JSON), then
+//!   [`extender::model`] (decisions), then [`extender::router`] (HTTP).
 
+pub mod device_plugin;
 pub mod extender;

@@ -9,7 +9,10 @@ use std::sync::Arc;
 
 use gantry_core::frag::TypicalPods;
 use gantry_core::rng::{permutation, shuffle};
-use gantry_core::{Cluster, LedgerError, ModelSet, NodeSpec, PolicyKind, RandomSource, Request, SplitMix64};
+use gantry_core::{
+    Cluster, LedgerError, ModelSet, NodeId, NodeSpec, Placement, PolicyKind, RandomSource, Request,
+    SplitMix64,
+};
 
 use crate::trace::PodRow;
 
@@ -39,6 +42,15 @@ pub struct RunCurve {
     pub failed: usize,
     /// Pods submitted.
     pub submitted: usize,
+}
+
+/// Every decision of one run, for replaying it elsewhere (the Kubernetes extender's test).
+#[derive(Debug, Clone, Default)]
+pub struct Replay {
+    /// The nodes in tie-breaking order (the seeded priority permutation).
+    pub order: Vec<NodeId>,
+    /// Each arrival's request and where it was placed (`None`: it found no node).
+    pub pods: Vec<(Request, Option<Placement>)>,
 }
 
 impl Experiment {
@@ -101,6 +113,18 @@ impl Experiment {
 
     /// Runs one policy with one seed.
     pub fn run(&self, policy: PolicyKind, seed: u64) -> RunCurve {
+        self.run_recorded(policy, seed, None)
+    }
+
+    /// Runs one policy with one seed and returns every placement it made, in arrival order, with
+    /// the node order that broke ties.
+    pub fn replay(&self, policy: PolicyKind, seed: u64) -> Replay {
+        let mut replay = Replay::default();
+        self.run_recorded(policy, seed, Some(&mut replay));
+        replay
+    }
+
+    fn run_recorded(&self, policy: PolicyKind, seed: u64, mut record: Option<&mut Replay>) -> RunCurve {
         let mut rng = SplitMix64::new(seed);
         let arrivals = self.arrivals(&mut rng);
         let nodes = self.template.nodes().len();
@@ -108,6 +132,9 @@ impl Experiment {
         // perm[i] is node i's priority; ties go to the lowest priority number.
         let mut order: Vec<usize> = (0..nodes).collect();
         order.sort_by_key(|i| perm[*i]);
+        if let Some(r) = record.as_deref_mut() {
+            r.order = order.clone();
+        }
         let mut cluster = self.template.clone();
         let mut policy = policy.build(self.typical.clone());
         let mut bins = Bins::default();
@@ -119,13 +146,19 @@ impl Experiment {
         for (k, pod) in arrivals.iter().enumerate() {
             let req = &self.requests[*pod];
             arrived += req.gpu_milli_total();
-            match policy.place(&cluster, req, &order, &mut rng) {
-                Some(p) if cluster.allocate(k as u64, req, &p).is_ok() => {
+            let placed = policy
+                .place(&cluster, req, &order, &mut rng)
+                .filter(|p| cluster.allocate(k as u64, req, p).is_ok());
+            match &placed {
+                Some(p) => {
                     let f = self.typical.node_fragment(&cluster.nodes()[p.node]);
                     frag_total += f - node_frag[p.node];
                     node_frag[p.node] = f;
                 }
-                _ => failed += 1,
+                None => failed += 1,
+            }
+            if let Some(r) = record.as_deref_mut() {
+                r.pods.push((*req, placed));
             }
             let arrive_pct = (100.0 * arrived as f64 / capacity).round_ties_even();
             let alloc_pct = (100.0 * cluster.used_milli() as f64 / capacity * 100.0).round() / 100.0;

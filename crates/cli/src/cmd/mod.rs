@@ -16,6 +16,7 @@ pub mod cluster_gpus;
 pub mod completions;
 pub mod config;
 pub mod control;
+pub mod device_plugin;
 pub mod exporter;
 pub mod extender;
 pub mod gpus;

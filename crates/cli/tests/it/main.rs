@@ -1,5 +1,5 @@
 //! Tests of the `gantry` binary (one test binary, one module per subcommand or scenario):
-//! the exporter and local `gpus`, and end to end `gantry up` with the client commands, crashes
+//! the exporter and local `gpus`, the device plugin against a fake kubelet, and end to end `gantry up` with the client commands, crashes
 //! and agent loss.
 
 mod access;
@@ -7,6 +7,7 @@ mod agent_loss;
 mod browser;
 mod crash;
 mod dashboard;
+mod device_plugin;
 mod exporter;
 mod extender;
 #[path = "../../../fake-nvml/testing.rs"]

@@ -3,11 +3,13 @@
 //! Every node that passes the filter ([`crate::Node::fits`]) is scored by the policy; the highest
 //! score wins, and ties go to the node that comes first in the caller's node order (the
 //! simulator passes a seeded permutation, the server its join order). Inside the node a policy
-//! picks the GPU for a slice; whole-GPU requests take the lowest-index idle GPUs.
+//! picks the GPU for a slice; whole-GPU requests take the lowest-index idle GPUs in the ledger, and
+//! [`gpus`] says which physical GPUs a node should hand out (blocks, NVLink) once it is chosen.
 
 mod baselines;
 mod fgd;
 mod gantry;
+pub mod gpus;
 
 use std::str::FromStr;
 use std::sync::Arc;

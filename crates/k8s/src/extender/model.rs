@@ -133,8 +133,12 @@ impl Model {
         if let Some(reason) = n.why_not(&request) {
             return Err(ModelError::DoesNotFit { node: node.to_string(), reason: reason.to_string() });
         }
+        // The GPUs the policy takes on this node, as `gantry sim` would; the ledger's own pick
+        // only if the policy declines (it scores nodes the filter already accepted).
         let gpus = if request.gpus == 0 {
             Vec::new()
+        } else if let Some(p) = self.policy.place(&self.cluster, &request, &[id], &mut SplitMix64::new(0)) {
+            p.gpus
         } else if request.is_slice() {
             best_fit_gpu(n, &request).into_iter().collect()
         } else {
