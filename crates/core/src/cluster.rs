@@ -147,6 +147,37 @@ pub struct Cluster {
     used_milli: u64,
     capacity_milli: u64,
     clock: u64,
+    journal: Journal,
+}
+
+/// The nodes that changed, in the order they changed, so that policies caching per-node work
+/// revisit only those. Bounded: past [`Journal::limit`] entries it is dropped, and a reader whose
+/// cursor predates what is kept must look at every node again.
+#[derive(Debug, Clone, Default)]
+struct Journal {
+    /// Cursor of `changed[0]`.
+    start: u64,
+    changed: Vec<NodeId>,
+}
+
+impl Journal {
+    fn record(&mut self, node: NodeId, nodes: usize) {
+        if self.changed.len() >= Self::limit(nodes) {
+            self.start += self.changed.len() as u64;
+            self.changed.clear();
+        }
+        self.changed.push(node);
+    }
+
+    /// Entries kept: enough that a reader rescanning every node after a drop costs no more than
+    /// the entries it would have read.
+    fn limit(nodes: usize) -> usize {
+        (4 * nodes).max(4096)
+    }
+
+    fn cursor(&self) -> u64 {
+        self.start + self.changed.len() as u64
+    }
 }
 
 impl Cluster {
@@ -183,6 +214,7 @@ impl Cluster {
             version: self.clock,
             spec,
         });
+        self.journal.record(self.nodes.len() - 1, self.nodes.len());
         Ok(self.nodes.len() - 1)
     }
 
@@ -250,6 +282,21 @@ impl Cluster {
         self.used_milli
     }
 
+    /// Position in the change journal; see [`Cluster::changed_since`].
+    pub fn journal_cursor(&self) -> u64 {
+        self.journal.cursor()
+    }
+
+    /// The nodes changed (allocations, releases, schedulability, joins) since `cursor`, oldest
+    /// first and possibly repeated, or `None` when that part of the journal is no longer kept
+    /// (or `cursor` comes from another cluster): the caller must then look at every node.
+    pub fn changed_since(&self, cursor: u64) -> Option<&[NodeId]> {
+        if cursor < self.journal.start || cursor > self.journal.cursor() {
+            return None;
+        }
+        Some(&self.journal.changed[(cursor - self.journal.start) as usize..])
+    }
+
     /// Number of allocations held.
     pub fn allocation_count(&self) -> usize {
         self.held.len()
@@ -262,6 +309,7 @@ impl Cluster {
         let node = self.nodes.get_mut(id).ok_or(LedgerError::NoSuchNode(id))?;
         node.schedulable = schedulable;
         node.version = clock;
+        self.journal.record(id, self.nodes.len());
         Ok(())
     }
 
@@ -291,6 +339,7 @@ impl Cluster {
         node.version = clock;
         self.used_milli += req.gpu_milli_total();
         self.held.insert(id, Held { request: *req, placement: placement.clone() });
+        self.journal.record(placement.node, self.nodes.len());
         Ok(())
     }
 
@@ -312,6 +361,7 @@ impl Cluster {
         self.used_milli -= req.gpu_milli_total();
         let node_id = held.placement.node;
         self.recompute_classes(node_id);
+        self.journal.record(node_id, self.nodes.len());
         Ok((req, held.placement))
     }
 

@@ -6,6 +6,7 @@
 //! picks the GPU for a slice; whole-GPU requests take the lowest-index idle GPUs.
 
 mod baselines;
+mod classes;
 mod fgd;
 mod gantry;
 
@@ -21,7 +22,7 @@ use crate::rng::RandomSource;
 
 pub use baselines::{BestFit, Clustering, DotProduct, Packing, RandomPolicy};
 pub use fgd::Fgd;
-pub use gantry::Gantry;
+pub use gantry::{Gantry, GantryParams};
 
 /// Where a request goes: a node and, for GPU requests, which of its GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
