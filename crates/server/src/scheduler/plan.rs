@@ -108,13 +108,14 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let view = QueueView::build(s, &layout, &mut out);
     let (ranked, decisions) =
         queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
+    let mut reasons = Reasons::default();
     let mut started_on: HashMap<usize, i64> = HashMap::new();
     let mut victims: Vec<(usize, &Job, Option<u64>)> = Vec::new();
     for k in ranked {
         let job = view.source[k];
         match &decisions[k] {
             Decision::Keep { .. } => {}
-            Decision::Wait { .. } => out.waiting.push((job.id, waiting_reason(&layout, job))),
+            Decision::Wait { .. } => reasons.defer(&mut out, job, layout.request(job), true),
             Decision::Preempt { by, .. } => victims.push((k, job, *by)),
             Decision::Start { nodes, .. } => {
                 let Some(req) = layout.request(job) else { continue };
@@ -131,11 +132,12 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
                 layout.next_id += 1;
                 match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
                     Some(p) => out.placements.push(layout.placement(job, &req, &p, s.at)),
-                    None => out.waiting.push((job.id, layout.why_not(&req))),
+                    None => reasons.defer(&mut out, job, Some(req), false),
                 }
             }
         }
     }
+    reasons.fill(&layout, &mut out);
     for (k, job, by) in victims {
         let helps = view.jobs[k].held.iter().any(|(node, _)| started_on.contains_key(node));
         if !helps || job.stop.is_some() || job.state != gantry_store::JobState::Running {
@@ -163,13 +165,33 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     out
 }
 
-fn waiting_reason(layout: &Layout<'_>, job: &Job) -> String {
-    match layout.request(job) {
-        None => "the request is not valid for the scheduler".into(),
-        Some(req) if layout.cluster.nodes().iter().any(|n| n.fits(&req)) => {
-            "waiting: jobs ahead in the queue hold the room (reservation)".into()
+/// Why jobs wait, worked out once the pass has placed what it could: against the ledger as the
+/// pass leaves it (what the job waits for now), and once per distinct request, since asking
+/// every node for every waiting job is the slowest part of a pass over a long queue.
+#[derive(Default)]
+struct Reasons {
+    /// (index in `Plan::waiting`, request, whether the queue held it back).
+    deferred: Vec<(usize, Option<Request>, bool)>,
+}
+
+impl Reasons {
+    fn defer(&mut self, out: &mut Plan, job: &Job, req: Option<Request>, held_back: bool) {
+        self.deferred.push((out.waiting.len(), req, held_back));
+        out.waiting.push((job.id, String::new()));
+    }
+
+    fn fill(self, layout: &Layout<'_>, out: &mut Plan) {
+        let mut memo: HashMap<(Option<Request>, bool), String> = HashMap::new();
+        for (i, req, held_back) in self.deferred {
+            let reason = memo.entry((req, held_back)).or_insert_with(|| match req {
+                None => "the request is not valid for the scheduler".into(),
+                Some(req) if held_back && layout.cluster.nodes().iter().any(|n| n.fits(&req)) => {
+                    "waiting: jobs ahead in the queue hold the room (reservation)".into()
+                }
+                Some(req) => layout.why_not(&req),
+            });
+            out.waiting[i].1.clone_from(reason);
         }
-        Some(req) => layout.why_not(&req),
     }
 }
 
