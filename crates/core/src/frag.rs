@@ -159,8 +159,9 @@ fn bucketed(counts: &HashMap<Key, u64>, level: u32) -> Vec<(Key, u64)> {
         5 => 50,
         _ => 100,
     };
-    // bucket -> (count, Σ count·cpu, Σ count·share)
-    let mut buckets: HashMap<(i64, u32, bool, u32, ModelSet), (u64, u128, u128)> = HashMap::new();
+    // (CPU bucket, share bucket, whole GPUs, GPUs, models) -> (count, Σ count·cpu, Σ count·share)
+    type Bucket = (i64, u32, bool, u32, ModelSet);
+    let mut buckets: HashMap<Bucket, (u64, u128, u128)> = HashMap::new();
     for ((cpu, milli, gpus, models), count) in counts {
         let cpu_bucket = ((*cpu as f64).log2() * per_doubling).floor() as i64;
         let whole = *milli == WHOLE_GPU;
