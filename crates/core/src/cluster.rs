@@ -4,7 +4,7 @@
 //! they change anything, so no sequence of calls can allocate more than a node or a GPU has, or
 //! hand out the same share twice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::placement::Placement;
 use crate::resources::{ModelId, ModelSet, NodeSpec, Request, WHOLE_GPU};
@@ -148,6 +148,8 @@ pub struct Cluster {
     capacity_milli: u64,
     clock: u64,
     journal: Journal,
+    /// Node names, so that a join checks for a duplicate without comparing every node.
+    names: HashSet<String>,
 }
 
 /// The nodes that changed, in the order they changed, so that policies caching per-node work
@@ -192,13 +194,14 @@ impl Cluster {
 
     /// Adds a node (a node joining); returns its id.
     pub fn add_node(&mut self, spec: NodeSpec) -> Result<NodeId, LedgerError> {
-        if self.nodes.iter().any(|n| n.spec.name == spec.name) {
+        if self.names.contains(&spec.name) {
             return Err(LedgerError::DuplicateNode(spec.name));
         }
         let model = match &spec.gpu_model {
             Some(name) if spec.gpus > 0 => Some(self.intern_model(name)?),
             _ => None,
         };
+        self.names.insert(spec.name.clone());
         let gpus = spec.gpus as usize;
         self.capacity_milli += u64::from(spec.gpus) * u64::from(WHOLE_GPU);
         self.clock += 1;
@@ -396,4 +399,41 @@ fn check_fit(node: &Node, req: &Request, placement: &Placement) -> Result<(), Le
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            gpus: 1,
+            gpu_model: Some("T4".into()),
+            gpu_memory_mib: 0,
+        }
+    }
+
+    #[test]
+    fn a_second_node_with_the_same_name_is_refused_and_changes_nothing() {
+        let mut cluster = Cluster::new(vec![spec("a"), spec("b")]).expect("distinct names");
+        assert_eq!(cluster.add_node(spec("a")), Err(LedgerError::DuplicateNode("a".into())));
+        assert_eq!(cluster.nodes().len(), 2);
+        assert_eq!(cluster.add_node(spec("c")), Ok(2));
+    }
+
+    #[test]
+    fn the_journal_names_changed_nodes_until_it_is_dropped() {
+        let mut cluster = Cluster::new(vec![spec("a"), spec("b")]).expect("distinct names");
+        let cursor = cluster.journal_cursor();
+        cluster.set_schedulable(1, false).expect("node exists");
+        assert_eq!(cluster.changed_since(cursor), Some(&[1][..]));
+        for _ in 0..Journal::limit(2) {
+            cluster.set_schedulable(0, true).expect("node exists");
+        }
+        assert_eq!(cluster.changed_since(cursor), None, "entries past the limit are dropped");
+        assert_eq!(cluster.changed_since(cluster.journal_cursor()), Some(&[][..]));
+    }
 }
