@@ -4,7 +4,7 @@
 //! they change anything, so no sequence of calls can allocate more than a node or a GPU has, or
 //! hand out the same share twice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::placement::Placement;
 use crate::resources::{ModelId, ModelSet, NodeSpec, Request, WHOLE_GPU};
@@ -147,6 +147,39 @@ pub struct Cluster {
     used_milli: u64,
     capacity_milli: u64,
     clock: u64,
+    journal: Journal,
+    /// Node names, so that a join checks for a duplicate without comparing every node.
+    names: HashSet<String>,
+}
+
+/// The nodes that changed, in the order they changed, so that policies caching per-node work
+/// revisit only those. Bounded: past [`Journal::limit`] entries it is dropped, and a reader whose
+/// cursor predates what is kept must look at every node again.
+#[derive(Debug, Clone, Default)]
+struct Journal {
+    /// Cursor of `changed[0]`.
+    start: u64,
+    changed: Vec<NodeId>,
+}
+
+impl Journal {
+    fn record(&mut self, node: NodeId, nodes: usize) {
+        if self.changed.len() >= Self::limit(nodes) {
+            self.start += self.changed.len() as u64;
+            self.changed.clear();
+        }
+        self.changed.push(node);
+    }
+
+    /// Entries kept: enough that a reader rescanning every node after a drop costs no more than
+    /// the entries it would have read.
+    fn limit(nodes: usize) -> usize {
+        (4 * nodes).max(4096)
+    }
+
+    fn cursor(&self) -> u64 {
+        self.start + self.changed.len() as u64
+    }
 }
 
 impl Cluster {
@@ -161,13 +194,14 @@ impl Cluster {
 
     /// Adds a node (a node joining); returns its id.
     pub fn add_node(&mut self, spec: NodeSpec) -> Result<NodeId, LedgerError> {
-        if self.nodes.iter().any(|n| n.spec.name == spec.name) {
+        if self.names.contains(&spec.name) {
             return Err(LedgerError::DuplicateNode(spec.name));
         }
         let model = match &spec.gpu_model {
             Some(name) if spec.gpus > 0 => Some(self.intern_model(name)?),
             _ => None,
         };
+        self.names.insert(spec.name.clone());
         let gpus = spec.gpus as usize;
         self.capacity_milli += u64::from(spec.gpus) * u64::from(WHOLE_GPU);
         self.clock += 1;
@@ -183,6 +217,7 @@ impl Cluster {
             version: self.clock,
             spec,
         });
+        self.journal.record(self.nodes.len() - 1, self.nodes.len());
         Ok(self.nodes.len() - 1)
     }
 
@@ -250,6 +285,21 @@ impl Cluster {
         self.used_milli
     }
 
+    /// Position in the change journal; see [`Cluster::changed_since`].
+    pub fn journal_cursor(&self) -> u64 {
+        self.journal.cursor()
+    }
+
+    /// The nodes changed (allocations, releases, schedulability, joins) since `cursor`, oldest
+    /// first and possibly repeated, or `None` when that part of the journal is no longer kept
+    /// (or `cursor` comes from another cluster): the caller must then look at every node.
+    pub fn changed_since(&self, cursor: u64) -> Option<&[NodeId]> {
+        if cursor < self.journal.start || cursor > self.journal.cursor() {
+            return None;
+        }
+        Some(&self.journal.changed[(cursor - self.journal.start) as usize..])
+    }
+
     /// Number of allocations held.
     pub fn allocation_count(&self) -> usize {
         self.held.len()
@@ -262,6 +312,7 @@ impl Cluster {
         let node = self.nodes.get_mut(id).ok_or(LedgerError::NoSuchNode(id))?;
         node.schedulable = schedulable;
         node.version = clock;
+        self.journal.record(id, self.nodes.len());
         Ok(())
     }
 
@@ -291,6 +342,7 @@ impl Cluster {
         node.version = clock;
         self.used_milli += req.gpu_milli_total();
         self.held.insert(id, Held { request: *req, placement: placement.clone() });
+        self.journal.record(placement.node, self.nodes.len());
         Ok(())
     }
 
@@ -312,6 +364,7 @@ impl Cluster {
         self.used_milli -= req.gpu_milli_total();
         let node_id = held.placement.node;
         self.recompute_classes(node_id);
+        self.journal.record(node_id, self.nodes.len());
         Ok((req, held.placement))
     }
 
@@ -346,4 +399,41 @@ fn check_fit(node: &Node, req: &Request, placement: &Placement) -> Result<(), Le
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            gpus: 1,
+            gpu_model: Some("T4".into()),
+            gpu_memory_mib: 0,
+        }
+    }
+
+    #[test]
+    fn a_second_node_with_the_same_name_is_refused_and_changes_nothing() {
+        let mut cluster = Cluster::new(vec![spec("a"), spec("b")]).expect("distinct names");
+        assert_eq!(cluster.add_node(spec("a")), Err(LedgerError::DuplicateNode("a".into())));
+        assert_eq!(cluster.nodes().len(), 2);
+        assert_eq!(cluster.add_node(spec("c")), Ok(2));
+    }
+
+    #[test]
+    fn the_journal_names_changed_nodes_until_it_is_dropped() {
+        let mut cluster = Cluster::new(vec![spec("a"), spec("b")]).expect("distinct names");
+        let cursor = cluster.journal_cursor();
+        cluster.set_schedulable(1, false).expect("node exists");
+        assert_eq!(cluster.changed_since(cursor), Some(&[1][..]));
+        for _ in 0..Journal::limit(2) {
+            cluster.set_schedulable(0, true).expect("node exists");
+        }
+        assert_eq!(cluster.changed_since(cursor), None, "entries past the limit are dropped");
+        assert_eq!(cluster.changed_since(cluster.journal_cursor()), Some(&[][..]));
+    }
 }

@@ -29,8 +29,9 @@
 
 use std::sync::Arc;
 
-use super::fgd::{FragCache, points};
-use super::{Placement, Policy, Score, pick};
+use super::classes::NodeClasses;
+use super::fgd::{each_outcome, points};
+use super::{Placement, Policy, Score, finish, pick};
 use crate::cluster::{Cluster, Node, NodeId};
 use crate::frag::{Shape, TypicalPods};
 use crate::resources::{ModelSet, Request, WHOLE_GPU};
@@ -68,11 +69,21 @@ impl Default for GantryParams {
 }
 
 /// One way a node could take the request, before the live reservation cost.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Outcome {
     gpu: Option<u32>,
     delta: f64,
-    idle_taken: u32,
+    /// The k-blocks (block shape, milli-GPU) this outcome destroys (empty when it takes no
+    /// idle GPU).
+    lost: Vec<(usize, f64)>,
+}
+
+/// What Gantry keeps per (node class, request shape): the outcomes, and an upper bound of
+/// their score (the reservation cost only ever lowers it).
+#[derive(Debug, Clone)]
+struct Scored {
+    bound: i64,
+    outcomes: Vec<Outcome>,
 }
 
 /// A multi-GPU shape whose k-blocks are worth keeping.
@@ -84,35 +95,32 @@ struct BlockShape {
     demand_share: f64,
 }
 
-/// Gantry's policy. One instance serves one [`Cluster`] (it caches per-node work).
+/// Gantry's policy. One instance serves one [`Cluster`]: it scores each class of identical
+/// nodes once per request shape and keeps the result until an allocation changes the node
+/// (see [`super::classes`]).
 #[derive(Debug)]
 pub struct Gantry {
+    model: Model,
+    classes: NodeClasses<Scored>,
+    scratch: Vec<u32>,
+    /// k-blocks per node and block shape, and their sums over nodes.
+    node_blocks: Vec<Vec<u64>>,
+    blocks_left: Vec<u64>,
+}
+
+/// Everything Gantry's score reads that is not the node: weights, the workload's statistics,
+/// and the live scarcity of k-blocks.
+#[derive(Debug)]
+struct Model {
     params: GantryParams,
     /// Expected terminal waste of a gap, indexed by its free milli-GPU.
     waste: Vec<f64>,
-    frag: FragCache<Vec<Outcome>>,
+    typical: Arc<TypicalPods>,
     all_shapes: Vec<Shape>,
     blocks: Vec<BlockShape>,
     cpu_per_gpu_milli: f64,
     prices: Vec<f64>,
     scarcity: Vec<f64>,
-    /// Per node: the version seen, its idle GPUs and its k-blocks per block shape.
-    nodes: Vec<NodeBlocks>,
-    /// k-blocks left per block shape, summed over nodes.
-    blocks_left: Vec<u64>,
-}
-
-/// For one (idle GPUs taken, CPU taken): the (block shape, milli-GPU) of k-blocks destroyed.
-type LostBlocks = (u32, u64, Vec<(usize, f64)>);
-
-/// What Gantry remembers of one node between decisions (valid while its version is unchanged).
-#[derive(Debug, Clone, Default)]
-struct NodeBlocks {
-    version: u64,
-    idle: u32,
-    blocks: Vec<u64>,
-    /// Per (idle GPUs taken, CPU taken): the (block shape, milli-GPU) that would destroy.
-    lost: Vec<LostBlocks>,
 }
 
 impl Gantry {
@@ -148,18 +156,87 @@ impl Gantry {
             }
         }
         let waste = terminal_waste(&all_shapes, params.fill_rate);
-        Self {
+        let model = Model {
             waste,
             params,
-            frag: FragCache::new(Arc::new(TypicalPods::from_shapes(shapes))),
+            typical: Arc::new(TypicalPods::from_shapes(shapes)),
             all_shapes,
             blocks,
             cpu_per_gpu_milli,
             prices: Vec::new(),
             scarcity: Vec::new(),
-            nodes: Vec::new(),
+        };
+        Self {
+            model,
+            classes: NodeClasses::default(),
+            scratch: Vec::new(),
+            node_blocks: Vec::new(),
             blocks_left: Vec::new(),
         }
+    }
+
+    /// The straightforward scorer: every node in `order` scored from scratch and k-blocks
+    /// counted over every node, nothing cached. [`Policy::place`] returns the same placement;
+    /// the property tests hold it to that.
+    pub fn place_exhaustive(
+        &mut self,
+        cluster: &Cluster,
+        req: &Request,
+        order: &[NodeId],
+    ) -> Option<Placement> {
+        self.model.prepare(cluster);
+        self.model.scarcity.clear();
+        if self.model.wants_scarcity(req) {
+            let mut left = vec![0u64; self.model.blocks.len()];
+            for n in cluster.nodes() {
+                left.iter_mut().zip(self.model.node_blocks(n)).for_each(|(l, b)| *l += b);
+            }
+            self.model.compute_scarcity(cluster, &left);
+        }
+        let (model, scratch) = (&self.model, &mut self.scratch);
+        pick(cluster, req, order, false, |_, node| model.score(&model.outcomes(scratch, node, req), req))
+    }
+
+    /// Counts the k-blocks of a node whose free-resource vector changed.
+    fn node_changed(
+        model: &Model,
+        node_blocks: &mut Vec<Vec<u64>>,
+        left: &mut [u64],
+        id: NodeId,
+        node: &Node,
+    ) {
+        if node_blocks.len() <= id {
+            node_blocks.resize(id + 1, vec![0; left.len()]);
+        }
+        let now = model.node_blocks(node);
+        for ((l, was), now) in left.iter_mut().zip(node_blocks[id].iter_mut()).zip(now) {
+            *l = *l - *was + now;
+            *was = now;
+        }
+    }
+}
+
+impl Model {
+    /// Computes the model prices the first time (and when the cluster's model table grows);
+    /// returns whether they changed.
+    fn prepare(&mut self, cluster: &Cluster) -> bool {
+        if self.prices.len() == cluster.models().len() {
+            return false;
+        }
+        self.compute_prices(cluster);
+        true
+    }
+
+    fn wants_scarcity(&self, req: &Request) -> bool {
+        req.gpus > 0 && self.params.reservation_weight > 0.0 && !self.blocks.is_empty()
+    }
+
+    /// A node's k-blocks per block shape.
+    fn node_blocks<'a>(&'a self, n: &'a Node) -> impl Iterator<Item = u64> + 'a {
+        let idle = n.idle_gpus() as u32;
+        self.blocks.iter().map(move |shape| {
+            if n.schedulable && shape.models.allows(n.model) { blocks_of(shape, idle, n.cpu_free) } else { 0 }
+        })
     }
 
     /// Shadow price of each model's GPU share (see the module docs).
@@ -186,35 +263,67 @@ impl Gantry {
         self.prices = prices;
     }
 
-    /// How scarce each block shape's k-blocks are now: min(1, expected future k-GPU requests /
-    /// k-blocks left).
-    fn compute_scarcity(&mut self, cluster: &Cluster) {
-        let nb = self.blocks.len();
-        self.nodes.resize(cluster.nodes().len(), NodeBlocks::default());
-        self.blocks_left.resize(nb, 0);
-        for (memo, n) in self.nodes.iter_mut().zip(cluster.nodes()) {
-            if memo.version == n.version && memo.blocks.len() == nb {
-                continue;
-            }
-            memo.blocks.resize(nb, 0);
-            memo.version = n.version;
-            memo.idle = n.idle_gpus() as u32;
-            memo.lost.clear();
-            for (b, (shape, left)) in self.blocks.iter().zip(self.blocks_left.iter_mut()).enumerate() {
-                let now = if n.schedulable && shape.models.allows(n.model) {
-                    blocks_of(shape, memo.idle, n.cpu_free)
-                } else {
-                    0
-                };
-                *left = *left - memo.blocks[b] + now;
-                memo.blocks[b] = now;
-            }
-        }
+    /// How scarce each block shape's k-blocks are now, given how many are left: min(1,
+    /// expected future k-GPU requests / k-blocks left).
+    fn compute_scarcity(&mut self, cluster: &Cluster, blocks_left: &[u64]) {
         let free_gpus = (cluster.capacity_milli() - cluster.used_milli()) as f64 / f64::from(WHOLE_GPU);
-        for (b, left) in self.blocks.iter().zip(&self.blocks_left) {
+        self.scarcity.clear();
+        for (b, left) in self.blocks.iter().zip(blocks_left) {
             let expected = free_gpus * b.demand_share / f64::from(b.gpus);
             self.scarcity.push((expected / (*left).max(1) as f64).min(1.0));
         }
+    }
+
+    /// Every way the node could take `req`, scored without the live reservation cost (the node
+    /// has passed the filter).
+    fn outcomes(&self, scratch: &mut Vec<u32>, node: &Node, req: &Request) -> Scored {
+        let params = &self.params;
+        let before = self.typical.node_fragment(node);
+        let stranding = stranding_change(node, req, self.cpu_per_gpu_milli);
+        let price =
+            node.model.map_or(0.0, |m| (self.prices[m as usize] - 1.0) * req.gpu_milli_total() as f64);
+        let fixed = params.stranding_weight * stranding + params.model_price_weight * price;
+        let blocks: Vec<u64> = self.node_blocks(node).collect();
+        let idle = node.idle_gpus() as u32;
+        let mut outcomes = Vec::new();
+        each_outcome(&self.typical, scratch, node, req, |gpu, after| {
+            let idle_taken = match gpu {
+                Some(g) => u32::from(node.gpu_free[g as usize] == WHOLE_GPU),
+                None => req.gpus,
+            };
+            let saved =
+                gpu.map_or(0.0, |g| waste_saved(&self.waste, node.gpu_free[g as usize], req.gpu_milli));
+            let delta = before - after - fixed + params.waste_weight * saved;
+            let lost = if idle_taken == 0 {
+                Vec::new()
+            } else {
+                lost_blocks(&self.blocks, &blocks, idle, node.cpu_free - req.cpu_milli, idle_taken)
+            };
+            outcomes.push(Outcome { gpu, delta, lost });
+        });
+        let bound = if params.reservation_weight >= 0.0 {
+            outcomes.iter().map(|o| points(o.delta)).max().unwrap_or(i64::MIN)
+        } else {
+            i64::MAX
+        };
+        Scored { bound, outcomes }
+    }
+
+    /// The best outcome with the live reservation cost (first in GPU order among equals).
+    fn score(&self, scored: &Scored, req: &Request) -> Option<Score> {
+        let mut best: Option<Score> = None;
+        for o in &scored.outcomes {
+            let cost = if self.scarcity.is_empty() || !self.wants_scarcity(req) {
+                0.0
+            } else {
+                o.lost.iter().map(|(b, milli)| self.scarcity[*b] * milli).sum()
+            };
+            let value = points(o.delta - self.params.reservation_weight * cost);
+            if best.is_none_or(|b| value > b.value) {
+                best = Some(Score { value, gpu: o.gpu });
+            }
+        }
+        best
     }
 }
 
@@ -276,85 +385,50 @@ impl Policy for Gantry {
         order: &[NodeId],
         _: &mut dyn RandomSource,
     ) -> Option<Placement> {
-        if self.prices.len() != cluster.models().len() {
-            self.compute_prices(cluster);
+        if self.model.prepare(cluster) {
+            self.classes.clear_values();
         }
-        self.scarcity.clear();
-        if req.gpus > 0 && self.params.reservation_weight > 0.0 && !self.blocks.is_empty() {
-            self.compute_scarcity(cluster);
+        let (model, node_blocks) = (&self.model, &mut self.node_blocks);
+        self.blocks_left.resize(model.blocks.len(), 0);
+        let left = &mut self.blocks_left;
+        self.classes.sync(cluster, order, |id, node| Self::node_changed(model, node_blocks, left, id, node));
+        self.model.scarcity.clear();
+        if self.model.wants_scarcity(req) {
+            self.model.compute_scarcity(cluster, &self.blocks_left);
         }
-        let shape = self.frag.shape_id(req, cluster.nodes().len());
-        let (params, ratio) = (self.params, self.cpu_per_gpu_milli);
-        let waste = &self.waste;
-        let (prices, blocks, scarcity) = (&self.prices, &self.blocks, &self.scarcity);
-        let memos = &mut self.nodes;
-        let frag = &mut self.frag;
-        pick(cluster, req, order, false, |id, node| {
-            let outcomes = frag.cached(shape, id, node, |f, node| {
-                let before = f.before(node);
-                let stranding = stranding_change(node, req, ratio);
-                let price =
-                    node.model.map_or(0.0, |m| (prices[m as usize] - 1.0) * req.gpu_milli_total() as f64);
-                let fixed = params.stranding_weight * stranding + params.model_price_weight * price;
-                let mut outcomes = Vec::new();
-                f.each_outcome(node, req, |gpu, after| {
-                    let idle_taken = match gpu {
-                        Some(g) => u32::from(node.gpu_free[g as usize] == WHOLE_GPU),
-                        None => req.gpus,
-                    };
-                    let saved =
-                        gpu.map_or(0.0, |g| waste_saved(waste, node.gpu_free[g as usize], req.gpu_milli));
-                    let delta = before - after - fixed + params.waste_weight * saved;
-                    outcomes.push(Outcome { gpu, delta, idle_taken });
-                });
-                outcomes
-            });
-            let mut best: Option<Score> = None;
-            for o in outcomes {
-                let cost = if o.idle_taken == 0 || scarcity.is_empty() {
-                    0.0
-                } else {
-                    let lost = lost_blocks(&mut memos[id], blocks, node, req, o.idle_taken);
-                    lost.iter().map(|(b, milli)| scarcity[*b] * milli).sum()
-                };
-                let value = points(o.delta - params.reservation_weight * cost);
-                if best.is_none_or(|b| value > b.value) {
-                    best = Some(Score { value, gpu: o.gpu });
-                }
-            }
-            best
-        })
+        let shape = self.classes.shape_id(req);
+        let (model, scratch) = (&self.model, &mut self.scratch);
+        let best = self.classes.best(
+            cluster,
+            req,
+            shape,
+            |node| model.outcomes(scratch, node, req),
+            |scored| scored.bound,
+            |scored, _, _| model.score(scored, req),
+        )?;
+        finish(cluster, req, best.node, best.score.gpu)
     }
 }
 
-/// The k-blocks (block shape, milli-GPU) the node loses if it gives up `taken` idle GPUs and
-/// the request's CPU; remembered per node until the node changes.
-fn lost_blocks<'a>(
-    memo: &'a mut NodeBlocks,
+/// The k-blocks (block shape, milli-GPU) a node with `blocks` k-blocks and `idle` idle GPUs
+/// loses if it gives up `taken` idle GPUs and is left with `cpu_after` CPU.
+fn lost_blocks(
     blocks: &[BlockShape],
-    node: &Node,
-    req: &Request,
+    now: &[u64],
+    idle: u32,
+    cpu_after: u64,
     taken: u32,
-) -> &'a [(usize, f64)] {
-    let i = match memo.lost.iter().position(|(t, c, _)| *t == taken && *c == req.cpu_milli) {
-        Some(i) => i,
-        None => {
-            let cpu_after = node.cpu_free - req.cpu_milli;
-            let lost = blocks
-                .iter()
-                .enumerate()
-                .filter(|(b, _)| memo.blocks[*b] > 0)
-                .filter_map(|(b, shape)| {
-                    let after = blocks_of(shape, memo.idle.saturating_sub(taken), cpu_after);
-                    let lost = memo.blocks[b] - after.min(memo.blocks[b]);
-                    (lost > 0).then(|| (b, lost as f64 * f64::from(shape.gpus * WHOLE_GPU)))
-                })
-                .collect();
-            memo.lost.push((taken, req.cpu_milli, lost));
-            memo.lost.len() - 1
-        }
-    };
-    &memo.lost[i].2
+) -> Vec<(usize, f64)> {
+    blocks
+        .iter()
+        .enumerate()
+        .filter(|(b, _)| now[*b] > 0)
+        .filter_map(|(b, shape)| {
+            let after = blocks_of(shape, idle.saturating_sub(taken), cpu_after);
+            let lost = now[b] - after.min(now[b]);
+            (lost > 0).then(|| (b, lost as f64 * f64::from(shape.gpus * WHOLE_GPU)))
+        })
+        .collect()
 }
 
 /// Change in the node's CPU-stranded GPU share if it takes `req`.

@@ -7,6 +7,7 @@
 //! [`gpus`] says which physical GPUs a node should hand out (blocks, NVLink) once it is chosen.
 
 mod baselines;
+mod classes;
 mod fgd;
 mod gantry;
 pub mod gpus;
@@ -23,7 +24,7 @@ use crate::rng::RandomSource;
 
 pub use baselines::{BestFit, Clustering, DotProduct, Packing, RandomPolicy};
 pub use fgd::Fgd;
-pub use gantry::Gantry;
+pub use gantry::{Gantry, GantryParams};
 
 /// Where a request goes: a node and, for GPU requests, which of its GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -55,6 +55,8 @@ fn check_invariants(cluster: &Cluster) {
     assert_eq!(free + cluster.used_milli(), cluster.capacity_milli());
 }
 
+mod scoring;
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

@@ -131,13 +131,14 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let (ranked, decisions) =
         queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
     let mut victims = Victims::new(&view, &decisions, &layout, s.at);
+    let mut reasons = Reasons::default();
     for k in ranked {
         let job = view.source[k];
         match &decisions[k] {
             // A running job that lost its place is only a candidate: it is stopped below when a
             // started job needs its GPUs.
             Decision::Keep { .. } | Decision::Preempt { .. } => {}
-            Decision::Wait { .. } => out.waiting.push((job.id, waiting_reason(&layout, job))),
+            Decision::Wait { .. } => reasons.defer(&mut out, job, layout.request(job), true),
             Decision::Start { nodes, .. } if is_gang(job) => {
                 let workers = s.gang_workers(job.id);
                 if workers.len() != job.gang.as_ref().map_or(0, |g| g.replicas as usize) {
@@ -171,11 +172,12 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
                         let why = layout.why_not(&req);
                         victims.make_room(k, nodes, &mut layout, &mut out, why);
                     }
-                    None => out.waiting.push((job.id, layout.why_not(&req))),
+                    None => reasons.defer(&mut out, job, Some(req), false),
                 }
             }
         }
     }
+    reasons.fill(&layout, &mut out);
     out
 }
 
@@ -202,13 +204,33 @@ impl Snapshot {
     }
 }
 
-fn waiting_reason(layout: &Layout<'_>, job: &Job) -> String {
-    match layout.request(job) {
-        None => "the request is not valid for the scheduler".into(),
-        Some(req) if layout.cluster.nodes().iter().any(|n| n.fits(&req)) => {
-            "waiting: jobs ahead in the queue hold the room (reservation)".into()
+/// Why jobs wait, worked out once the pass has placed what it could: against the ledger as the
+/// pass leaves it (what the job waits for now), and once per distinct request, since asking
+/// every node for every waiting job is the slowest part of a pass over a long queue.
+#[derive(Default)]
+struct Reasons {
+    /// (index in `Plan::waiting`, request, whether the queue held it back).
+    deferred: Vec<(usize, Option<Request>, bool)>,
+}
+
+impl Reasons {
+    fn defer(&mut self, out: &mut Plan, job: &Job, req: Option<Request>, held_back: bool) {
+        self.deferred.push((out.waiting.len(), req, held_back));
+        out.waiting.push((job.id, String::new()));
+    }
+
+    fn fill(self, layout: &Layout<'_>, out: &mut Plan) {
+        let mut memo: HashMap<(Option<Request>, bool), String> = HashMap::new();
+        for (i, req, held_back) in self.deferred {
+            let reason = memo.entry((req, held_back)).or_insert_with(|| match req {
+                None => "the request is not valid for the scheduler".into(),
+                Some(req) if held_back && layout.cluster.nodes().iter().any(|n| n.fits(&req)) => {
+                    "waiting: jobs ahead in the queue hold the room (reservation)".into()
+                }
+                Some(req) => layout.why_not(&req),
+            });
+            out.waiting[i].1.clone_from(reason);
         }
-        Some(req) => layout.why_not(&req),
     }
 }
 
