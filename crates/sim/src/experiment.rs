@@ -28,6 +28,21 @@ pub struct Experiment {
     tune: f64,
 }
 
+/// A policy chose a placement the ledger refuses: a bug in the policy, reported rather than
+/// counted as a pod that found no node.
+#[derive(Debug, thiserror::Error)]
+#[error("policy `{policy}` (seed {seed}) placed pod #{pod} where the ledger refuses it: {error}")]
+pub struct Refused {
+    /// The policy.
+    pub policy: &'static str,
+    /// The seed.
+    pub seed: u64,
+    /// Index of the pod in the sorted trace.
+    pub pod: usize,
+    /// The ledger's reason.
+    pub error: LedgerError,
+}
+
 /// The curves of one run, indexed by arrived % (0..=130).
 #[derive(Debug, Clone)]
 pub struct RunCurve {
@@ -99,8 +114,9 @@ impl Experiment {
         order
     }
 
-    /// Runs one policy with one seed.
-    pub fn run(&self, policy: PolicyKind, seed: u64) -> RunCurve {
+    /// Runs one policy with one seed. A placement the ledger refuses is an error.
+    pub fn run(&self, policy: PolicyKind, seed: u64) -> Result<RunCurve, Refused> {
+        let kind = policy;
         let mut rng = SplitMix64::new(seed);
         let arrivals = self.arrivals(&mut rng);
         let nodes = self.template.nodes().len();
@@ -120,19 +136,25 @@ impl Experiment {
             let req = &self.requests[*pod];
             arrived += req.gpu_milli_total();
             match policy.place(&cluster, req, &order, &mut rng) {
-                Some(p) if cluster.allocate(k as u64, req, &p).is_ok() => {
+                Some(p) => {
+                    cluster.allocate(k as u64, req, &p).map_err(|error| Refused {
+                        policy: kind.as_str(),
+                        seed,
+                        pod: *pod,
+                        error,
+                    })?;
                     let f = self.typical.node_fragment(&cluster.nodes()[p.node]);
                     frag_total += f - node_frag[p.node];
                     node_frag[p.node] = f;
                 }
-                _ => failed += 1,
+                None => failed += 1,
             }
             let arrive_pct = (100.0 * arrived as f64 / capacity).round_ties_even();
             let alloc_pct = (100.0 * cluster.used_milli() as f64 / capacity * 100.0).round() / 100.0;
             bins.add(arrive_pct, alloc_pct, 100.0 * frag_total / capacity);
         }
         let (alloc_pct, frag_pct) = bins.curves();
-        RunCurve { alloc_pct, frag_pct, failed, submitted: arrivals.len() }
+        Ok(RunCurve { alloc_pct, frag_pct, failed, submitted: arrivals.len() })
     }
 }
 

@@ -43,14 +43,21 @@
 //! node, best fit, which keeps whole nodes free for gangs), else on the fewest nodes (nodes with
 //! the most free GPUs first). Admission already checked the GPU count, so placement cannot fail
 //! and two gangs can never hold part of each other's GPUs: no deadlock.
+//!
+//! # Elastic jobs
+//! A job with a range of GPUs is admitted at its minimum like any other, then [`plan_elastic`]
+//! decides its width: keep what it holds, grow into spare GPUs where goodput per GPU gains most,
+//! and resize only when the gain pays for the restart (see that module).
 
+mod elastic;
 mod fairshare;
 mod plan;
 mod weights;
 
+pub use elastic::{ElasticJob, ElasticSettings, plan_elastic};
 pub use fairshare::Usage;
 pub use plan::{
-    Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, plan, plan_ranked, rank,
+    Decision, NodeFree, QueuedJob, Team, Victim, admit, choose_victims, place_gang, plan, plan_ranked, rank,
 };
 pub use weights::QueueWeights;
 

@@ -21,6 +21,9 @@ pub struct QueueWeights {
     pub sticky: bool,
     /// Simulator only: the fraction of the cluster guaranteed to teams, split evenly.
     pub team_guarantee: f64,
+    /// Elastic jobs: a resize must gain this many times the goodput its restart costs
+    /// (see [`super::plan_elastic`]).
+    pub resize_margin: f64,
 }
 
 impl Default for QueueWeights {
@@ -35,6 +38,7 @@ impl Default for QueueWeights {
             fair_share: true,
             team_guarantee: 1.0,
             sticky: true,
+            resize_margin: 2.0,
         }
     }
 }
@@ -63,10 +67,11 @@ impl QueueWeights {
                 "sticky" => w.sticky = v != 0.0,
                 "team_guarantee" if v <= 1.0 => w.team_guarantee = v,
                 "team_guarantee" => return Err("team_guarantee is a fraction of the cluster, 0 to 1".into()),
+                "resize_margin" => w.resize_margin = v,
                 other => {
                     return Err(format!(
                         "unknown weight `{other}`; known: band_base_gpu_s, band_factor, bands, aging_s, \
-                         half_life_s, borrow_limit, fair_share, sticky, team_guarantee"
+                         half_life_s, borrow_limit, fair_share, sticky, team_guarantee, resize_margin"
                     ));
                 }
             }

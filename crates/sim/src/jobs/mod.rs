@@ -51,14 +51,22 @@ impl JobPolicyKind {
         }
     }
 
-    /// A fresh policy instance.
-    pub fn build(self, weights: &QueueWeights) -> Box<dyn JobPolicy + Send> {
+    /// A fresh policy instance; under `config.elastic` the policies that can resize jobs do.
+    pub fn build(self, weights: &QueueWeights, config: &SimConfig) -> Box<dyn JobPolicy + Send> {
         match self {
             Self::Fifo => Box::new(baselines::Fifo),
             Self::Srtf => Box::new(baselines::Srtf),
             Self::Tiresias => Box::new(baselines::Tiresias::default()),
+            Self::Gantry if config.elastic => {
+                Box::new(GantryPolicy::elastic(weights.clone(), config.restart_s as f64))
+            }
             Self::Gantry => Box::new(GantryPolicy::new(weights.clone())),
         }
+    }
+
+    /// Whether this policy resizes elastic jobs under `--elastic` (the others run every job rigid).
+    pub fn resizes(self) -> bool {
+        matches!(self, Self::Gantry)
     }
 }
 
@@ -149,7 +157,7 @@ pub fn run_matrix(
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some((p, w)) = pairs.get(k).copied() else { break };
-                    let mut policy = policies[p].build(weights);
+                    let mut policy = policies[p].build(weights, &config);
                     let run = simulate(&workloads[w].jobs, profiles, shape, policy.as_mut(), config);
                     results.lock().expect("no thread panics while holding the lock")[k] = Some(run);
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1);
@@ -165,7 +173,7 @@ pub fn run_matrix(
             let run = runs.next().flatten().expect("every pair ran")?;
             files.push((workload.file.clone(), run));
         }
-        report.policies.push(PolicyReport::new(*policy, files));
+        report.policies.push(PolicyReport::new(*policy, config.elastic && policy.resizes(), files));
     }
     Ok(report)
 }
