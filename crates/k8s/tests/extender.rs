@@ -208,7 +208,8 @@ fn an_openb_trace_replayed_through_the_extender_lands_every_pod_on_the_node_and_
     let mut nodes: Vec<_> = nodes.into_iter().step_by(4).collect();
     let pods = read_pods(&openb("openb_pod_list_default.csv")).expect("pod list");
     let exp = Experiment::new(nodes.clone(), pods, 1.0).expect("cluster");
-    let replay = exp.replay(PolicyKind::Gantry, 7);
+    let replay =
+        exp.replay(PolicyKind::Gantry, 7).expect("the ledger takes every placement the policy makes");
     // The extender's model, filled with the same nodes in the same (name) order the simulator
     // uses, scoring with the same policy over the same typical pods.
     nodes.sort_by(|a, b| a.name.cmp(&b.name));

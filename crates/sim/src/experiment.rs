@@ -31,6 +31,21 @@ pub struct Experiment {
     tune: f64,
 }
 
+/// A policy chose a placement the ledger refuses: a bug in the policy, reported rather than
+/// counted as a pod that found no node.
+#[derive(Debug, thiserror::Error)]
+#[error("policy `{policy}` (seed {seed}) placed pod #{pod} where the ledger refuses it: {error}")]
+pub struct Refused {
+    /// The policy.
+    pub policy: &'static str,
+    /// The seed.
+    pub seed: u64,
+    /// Index of the pod in the sorted trace.
+    pub pod: usize,
+    /// The ledger's reason.
+    pub error: LedgerError,
+}
+
 /// The curves of one run, indexed by arrived % (0..=130).
 #[derive(Debug, Clone)]
 pub struct RunCurve {
@@ -111,20 +126,26 @@ impl Experiment {
         order
     }
 
-    /// Runs one policy with one seed.
-    pub fn run(&self, policy: PolicyKind, seed: u64) -> RunCurve {
+    /// Runs one policy with one seed. A placement the ledger refuses is an error.
+    pub fn run(&self, policy: PolicyKind, seed: u64) -> Result<RunCurve, Refused> {
         self.run_recorded(policy, seed, None)
     }
 
     /// Runs one policy with one seed and returns every placement it made, in arrival order, with
     /// the node order that broke ties.
-    pub fn replay(&self, policy: PolicyKind, seed: u64) -> Replay {
+    pub fn replay(&self, policy: PolicyKind, seed: u64) -> Result<Replay, Refused> {
         let mut replay = Replay::default();
-        self.run_recorded(policy, seed, Some(&mut replay));
-        replay
+        self.run_recorded(policy, seed, Some(&mut replay))?;
+        Ok(replay)
     }
 
-    fn run_recorded(&self, policy: PolicyKind, seed: u64, mut record: Option<&mut Replay>) -> RunCurve {
+    fn run_recorded(
+        &self,
+        policy: PolicyKind,
+        seed: u64,
+        mut record: Option<&mut Replay>,
+    ) -> Result<RunCurve, Refused> {
+        let kind = policy;
         let mut rng = SplitMix64::new(seed);
         let arrivals = self.arrivals(&mut rng);
         let nodes = self.template.nodes().len();
@@ -146,11 +167,15 @@ impl Experiment {
         for (k, pod) in arrivals.iter().enumerate() {
             let req = &self.requests[*pod];
             arrived += req.gpu_milli_total();
-            let placed = policy
-                .place(&cluster, req, &order, &mut rng)
-                .filter(|p| cluster.allocate(k as u64, req, p).is_ok());
+            let placed = policy.place(&cluster, req, &order, &mut rng);
             match &placed {
                 Some(p) => {
+                    cluster.allocate(k as u64, req, p).map_err(|error| Refused {
+                        policy: kind.as_str(),
+                        seed,
+                        pod: *pod,
+                        error,
+                    })?;
                     let f = self.typical.node_fragment(&cluster.nodes()[p.node]);
                     frag_total += f - node_frag[p.node];
                     node_frag[p.node] = f;
@@ -165,7 +190,7 @@ impl Experiment {
             bins.add(arrive_pct, alloc_pct, 100.0 * frag_total / capacity);
         }
         let (alloc_pct, frag_pct) = bins.curves();
-        RunCurve { alloc_pct, frag_pct, failed, submitted: arrivals.len() }
+        Ok(RunCurve { alloc_pct, frag_pct, failed, submitted: arrivals.len() })
     }
 }
 

@@ -16,6 +16,6 @@ pub mod runner;
 mod svg;
 pub mod trace;
 
-pub use experiment::{Experiment, Replay, RunCurve};
+pub use experiment::{Experiment, Refused, Replay, RunCurve};
 pub use runner::{PolicyResult, Stat, paired, run_all};
 pub use trace::{PodRow, TraceError, read_nodes, read_pods};

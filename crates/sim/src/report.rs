@@ -1,5 +1,5 @@
 //! Reports: the JSON contract of `gantry sim fgd --json`, a text table, CSV curves and an SVG
-//! line chart (median with a 25–75 % band) of unallocated GPU % against arrived workload %.
+//! line chart (mean with a ± 1 std band) of unallocated GPU % against arrived workload %.
 
 use std::fmt::Write as _;
 
@@ -140,14 +140,14 @@ const COLORS: [&str; 8] =
     ["#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#17becf", "#8c564b"];
 
 /// An SVG line chart: x = arrived % from 75 to 120, y = unallocated GPU %, one line per policy
-/// (median over seeds) with its 25–75 % band.
+/// (mean over seeds, the statistic of the tables and the JSON) with a band of ± one standard
+/// deviation; the legend gives the mean at 100 % arrived.
 pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
     let (x0, x1) = (75usize, 120usize);
     let (w, h, left, right, top, bottom) = (780.0, 480.0, 70.0, 170.0, 40.0, 78.0);
     let pw = w - left - right;
     let ph = h - top - bottom;
-    let y_max =
-        results.iter().flat_map(|r| (x0..=x1).map(|b| r.unallocated(b).p75)).fold(0.0f64, f64::max).max(1.0);
+    let y_max = results.iter().flat_map(|r| (x0..=x1).map(|b| upper(r, b))).fold(0.0f64, f64::max).max(1.0);
     let y_top = (y_max / 5.0).ceil() * 5.0;
     let sx = |x: f64| left + (x - x0 as f64) / (x1 - x0) as f64 * pw;
     let sy = |y: f64| top + (1.0 - y / y_top) * ph;
@@ -189,9 +189,9 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
     for (i, r) in results.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let upper: Vec<String> =
-            (x0..=x1).map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).p75))).collect();
+            (x0..=x1).map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(upper(r, b)))).collect();
         let lower: Vec<String> =
-            (x0..=x1).rev().map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).p25))).collect();
+            (x0..=x1).rev().map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(lower(r, b)))).collect();
         let _ = writeln!(
             s,
             r#"<polygon points="{} {}" fill="{color}" fill-opacity="0.18" stroke="none"/>"#,
@@ -199,7 +199,7 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
             lower.join(" ")
         );
         let line: Vec<String> =
-            (x0..=x1).map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).median))).collect();
+            (x0..=x1).map(|b| format!("{:.1},{:.1}", sx(b as f64), sy(r.unallocated(b).mean))).collect();
         let _ = writeln!(
             s,
             r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
@@ -214,15 +214,27 @@ pub fn svg(trace: &str, results: &[PolicyResult]) -> String {
             lx + 28.0,
             ly + 4.0,
             r.policy.as_str(),
-            r.unallocated(100).median
+            r.unallocated(100).mean
         );
     }
     let _ = writeln!(
         s,
-        r##"<text x="{}" y="{}" font-size="10" fill="#555">lines: median over seeds; bands: 25–75 %; legend: median at 100 %</text>"##,
+        r##"<text x="{}" y="{}" font-size="10" fill="#555">lines: mean over seeds (as in the table); bands: ± 1 std; legend: mean at 100 %</text>"##,
         left,
         h - 8.0
     );
     s.push_str("</svg>\n");
     s
+}
+
+/// Top of a policy's band at arrived % `bin`: mean + one standard deviation.
+fn upper(r: &PolicyResult, bin: usize) -> f64 {
+    let u = r.unallocated(bin);
+    u.mean + u.std
+}
+
+/// Bottom of the band: mean − one standard deviation, not below zero.
+fn lower(r: &PolicyResult, bin: usize) -> f64 {
+    let u = r.unallocated(bin);
+    (u.mean - u.std).max(0.0)
 }

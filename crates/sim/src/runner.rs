@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gantry_core::PolicyKind;
 
-use crate::experiment::{Experiment, MAX_BIN, RunCurve};
+use crate::experiment::{Experiment, MAX_BIN, Refused, RunCurve};
 
 /// Mean, spread and quartiles of one quantity over seeds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -91,19 +91,21 @@ pub fn paired(a: &PolicyResult, b: &PolicyResult, bin: usize) -> Option<(f64, f6
 }
 
 /// Runs every policy with every seed on `threads` threads; `progress` is called after each run
-/// with the number of runs finished so far.
+/// with the number of runs finished so far. The first placement the ledger refused, if any, is
+/// the error.
 pub fn run_all(
     experiment: &Experiment,
     policies: &[PolicyKind],
     seeds: &[u64],
     threads: usize,
     progress: &(dyn Fn(usize) + Sync),
-) -> Vec<PolicyResult> {
+) -> Result<Vec<PolicyResult>, Refused> {
     let jobs: Vec<(usize, usize)> =
         (0..policies.len()).flat_map(|p| (0..seeds.len()).map(move |s| (p, s))).collect();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<RunCurve>>> = Mutex::new(vec![None; jobs.len()]);
+    let results: Mutex<Vec<Option<Result<RunCurve, Refused>>>> =
+        Mutex::new((0..jobs.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1).min(jobs.len().max(1)) {
             scope.spawn(|| {
@@ -119,15 +121,20 @@ pub fn run_all(
             });
         }
     });
-    let mut curves = results.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()).into_iter();
-    policies
+    let all = results.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut curves = Vec::with_capacity(all.len());
+    for run in all.into_iter().flatten() {
+        curves.push(run?);
+    }
+    let mut curves = curves.into_iter();
+    Ok(policies
         .iter()
         .map(|policy| PolicyResult {
             policy: *policy,
             seeds: seeds.to_vec(),
-            runs: curves.by_ref().take(seeds.len()).flatten().collect(),
+            runs: curves.by_ref().take(seeds.len()).collect(),
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]

@@ -93,11 +93,7 @@ fn fgd(args: FgdArgs) -> anyhow::Result<()> {
     }
     let seeds = &args.seeds.0;
     let total = traces.len() * args.policy.len() * seeds.len();
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} runs, eta {eta}")
-            .context("progress bar template")?,
-    );
+    let bar = runs_bar(total)?;
     let started = Instant::now();
     let mut outputs = Vec::new();
     for (name, pods) in traces {
@@ -105,7 +101,7 @@ fn fgd(args: FgdArgs) -> anyhow::Result<()> {
         let base = bar.position();
         let t0 = Instant::now();
         let results =
-            run_all(&experiment, &args.policy, seeds, threads, &|done| bar.set_position(base + done as u64));
+            run_all(&experiment, &args.policy, seeds, threads, &|done| bar.set_position(base + done as u64))?;
         outputs.push((name, experiment.total_gpus(), t0.elapsed().as_secs_f64(), results));
     }
     bar.finish_and_clear();
@@ -114,6 +110,19 @@ fn fgd(args: FgdArgs) -> anyhow::Result<()> {
         write_outputs(dir, &outputs)?;
     }
     print(&outputs, args.json, wall)
+}
+
+/// The progress bar of both simulators, on stderr (hidden when stderr is not a terminal): runs
+/// finished out of `total`, elapsed time and an estimate of what is left. It ticks every
+/// 250 ms, so a long run in progress still shows the clock moving.
+pub(crate) fn runs_bar(total: usize) -> anyhow::Result<ProgressBar> {
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} runs, eta {eta}")
+            .context("progress bar template")?,
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    Ok(bar)
 }
 
 type Output = (String, u64, f64, Vec<PolicyResult>);

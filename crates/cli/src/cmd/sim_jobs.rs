@@ -6,7 +6,6 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gantry_core::queue::QueueWeights;
 use gantry_sim::jobs::{self, ClusterShape, JobPolicyKind, Report, SimConfig};
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `gantry sim jobs`.
 #[derive(Debug, Args)]
@@ -20,7 +19,9 @@ pub struct JobsArgs {
     /// Policies, comma-separated: fifo, srtf (oracle bound), tiresias, gantry.
     #[arg(long, default_value = "fifo,srtf,tiresias,gantry", value_delimiter = ',')]
     policy: Vec<JobPolicyKind>,
-    /// Let jobs run on a range of GPUs (a quarter to twice the request) instead of exactly it.
+    /// Elastic jobs: `gantry` runs each job on 1 GPU up to what its batch size can use, resizing
+    /// it between rounds, and jobs pick their batch size; the other policies run every job as
+    /// requested.
     #[arg(long)]
     elastic: bool,
     /// Profile directory (`<app>/placements.csv`, …); default: `job-profiles/` found in a
@@ -52,12 +53,6 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
     if args.policy.is_empty() {
         bail!("--policy needs at least one of fifo, srtf, tiresias, gantry");
     }
-    if args.elastic {
-        bail!(
-            "--elastic is not implemented yet: the simulator models GPU ranges, but no policy grows or \
-             shrinks a job between rounds (issue 8, point 4)"
-        );
-    }
     let weights = QueueWeights::parse(&args.gantry_weights).map_err(anyhow::Error::msg)?;
     let workloads = jobs::read_workloads(&args.workload)?;
     let dir = match &args.profiles {
@@ -71,11 +66,7 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
         SimConfig { tick_s: 60, restart_s: args.restart_s, teams: args.teams.max(1), elastic: args.elastic };
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let total = args.policy.len() * workloads.len();
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} runs, eta {eta}")
-            .context("progress bar template")?,
-    );
+    let bar = super::sim::runs_bar(total)?;
     let report = jobs::run_matrix(
         &args.policy,
         &workloads,

@@ -203,3 +203,30 @@ fn sim_jobs_refuses_a_bad_cluster_and_an_unknown_application_in_one_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("nosuchapp") && !stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn sim_jobs_elastic_marks_the_resizing_policy_and_runs_the_baselines_rigid() {
+    let workload = pollux("workloads-0.5/workload-6.csv");
+    let out = gantry(&[
+        "sim",
+        "jobs",
+        "--workload",
+        &workload,
+        "--cluster",
+        "16x4xT4",
+        "--policy",
+        "tiresias,gantry",
+        "--elastic",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let policies = json["policies"].as_array().expect("policies");
+    assert_eq!(policies[0]["policy"], "tiresias");
+    assert_eq!(policies[0]["elastic"], false, "tiresias cannot resize");
+    assert_eq!(policies[1]["policy"], "gantry");
+    assert_eq!(policies[1]["elastic"], true);
+    let (t, g) =
+        (policies[0]["avg_jct_s"].as_f64().expect("t"), policies[1]["avg_jct_s"].as_f64().expect("g"));
+    assert!(g > 0.0 && g < t, "elastic gantry {g} s vs tiresias {t} s");
+}

@@ -47,14 +47,21 @@
 //! does not fit the nodes' remainders keeps its admitted GPUs (a reservation) and waits. With
 //! `gang_reservation`, once a gang is blocked no waiting job starts unless it leaves the gang's
 //! GPUs free, so small jobs cannot starve it.
+//!
+//! # Elastic jobs
+//! A job with a range of GPUs is admitted at its minimum like any other, then [`plan_elastic`]
+//! decides its width: keep what it holds, grow into spare GPUs where goodput per GPU gains most,
+//! and resize only when the gain pays for the restart (see that module).
 
+mod elastic;
 mod fairshare;
 mod plan;
 mod weights;
 
+pub use elastic::{ElasticJob, ElasticSettings, plan_elastic};
 pub use fairshare::Usage;
 pub use plan::{
-    Decision, NodeFree, QueuedJob, Team, Victim, choose_victims, place_gang, place_workers, plan,
+    Decision, NodeFree, QueuedJob, Team, Victim, admit, choose_victims, place_gang, place_workers, plan,
     plan_ranked, rank,
 };
 pub use weights::QueueWeights;

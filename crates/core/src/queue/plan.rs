@@ -168,6 +168,21 @@ pub fn plan_ranked(
     usage: &Usage,
     capacity: &NodeFree,
 ) -> (Vec<usize>, Vec<Decision>) {
+    let (order, admitted) = admit(w, teams, jobs, usage, capacity);
+    let decisions = decide(jobs, &order, &admitted, capacity);
+    (order, decisions)
+}
+
+/// Ranks and admits without placing: the rank order (indices into `jobs`) and, per job, whether
+/// its `gpus` are granted this round (budget, team caps, backfill with reservation). [`plan`]
+/// places what this admits; the elastic planner grows admitted jobs beyond `gpus` first.
+pub fn admit(
+    w: &QueueWeights,
+    teams: &[Team],
+    jobs: &[QueuedJob],
+    usage: &Usage,
+    capacity: &NodeFree,
+) -> (Vec<usize>, Vec<bool>) {
     let order = rank(w, teams, jobs, usage);
     let total: u32 = capacity.iter().sum();
     let borrow = (w.borrow_limit * f64::from(total)).round() as u32;
@@ -209,8 +224,7 @@ pub fn plan_ranked(
             }
         }
     }
-    let decisions = decide(jobs, &order, &admitted, capacity);
-    (order, decisions)
+    (order, admitted)
 }
 
 fn decide(jobs: &[QueuedJob], order: &[usize], admitted: &[bool], capacity: &NodeFree) -> Vec<Decision> {

@@ -25,6 +25,9 @@ pub struct QueueWeights {
     /// gang's GPUs free, so a stream of small jobs cannot starve it (the server turns it on; off
     /// by default so the simulator's published figures stay as measured).
     pub gang_reservation: bool,
+    /// Elastic jobs: a resize must gain this many times the goodput its restart costs
+    /// (see [`super::plan_elastic`]).
+    pub resize_margin: f64,
 }
 
 impl Default for QueueWeights {
@@ -40,6 +43,7 @@ impl Default for QueueWeights {
             team_guarantee: 1.0,
             sticky: true,
             gang_reservation: false,
+            resize_margin: 2.0,
         }
     }
 }
@@ -69,10 +73,12 @@ impl QueueWeights {
                 "gang_reservation" => w.gang_reservation = v != 0.0,
                 "team_guarantee" if v <= 1.0 => w.team_guarantee = v,
                 "team_guarantee" => return Err("team_guarantee is a fraction of the cluster, 0 to 1".into()),
+                "resize_margin" => w.resize_margin = v,
                 other => {
                     return Err(format!(
                         "unknown weight `{other}`; known: band_base_gpu_s, band_factor, bands, aging_s, \
-                         half_life_s, borrow_limit, fair_share, sticky, team_guarantee, gang_reservation"
+                         half_life_s, borrow_limit, fair_share, sticky, team_guarantee, gang_reservation, \
+                         resize_margin"
                     ));
                 }
             }

@@ -10,6 +10,8 @@
 //! Within a tick a job crosses epoch boundaries at integer seconds (round half to even) and
 //! finishes at an integer second; GPUs it frees stay idle until the next tick, as in Pollux.
 
+use std::collections::HashMap;
+
 use gantry_core::{Cluster, NodeSpec, Placement, Request};
 
 use super::profile::{Application, Profiles, Split};
@@ -93,12 +95,27 @@ pub struct JobView<'a> {
     /// Oracle: seconds the job still needs alone on a packed placement of its requested GPUs.
     /// Only `srtf` may read it.
     pub oracle_remaining_s: f64,
+    /// Elastic jobs only (empty otherwise): goodput on `n` packed GPUs relative to one GPU,
+    /// `speedup[n - 1]` for `n` up to `max_gpus`, at the batch size the job would pick there in
+    /// its current epoch. This is what an elastic job reports about itself (Pollux's agents fit
+    /// the same curve from their own measurements); it says nothing about how long the job runs.
+    pub speedup: &'a [f64],
+    /// When the job first started.
+    pub first_start: Option<u64>,
+    /// When its allocation last changed.
+    pub last_change: Option<u64>,
 }
 
 /// A scheduling policy of the job-completion simulator.
 pub trait JobPolicy {
     /// Allocations for `jobs` (same order): node index per GPU, empty for none.
     fn schedule(&mut self, now: u64, jobs: &[JobView<'_>], shape: &ClusterShape) -> Vec<Vec<usize>>;
+
+    /// Whether the policy resizes elastic jobs. Under `--elastic` only such policies see GPU
+    /// ranges (and jobs that adapt their batch size); the others run every job as requested.
+    fn elastic(&self) -> bool {
+        false
+    }
 }
 
 /// Why a simulation stopped.
@@ -119,6 +136,18 @@ pub enum SimError {
         job: String,
         /// The ledger's reason.
         error: gantry_core::LedgerError,
+    },
+    /// The policy gave a job fewer GPUs than its minimum or more than its maximum.
+    #[error("policy gave job `{job}` {gpus} GPUs, outside its range {min}..={max}")]
+    OutsideRange {
+        /// The job.
+        job: String,
+        /// GPUs given.
+        gpus: usize,
+        /// Its minimum.
+        min: u32,
+        /// Its maximum.
+        max: u32,
     },
     /// A job can never run on this cluster.
     #[error("job `{job}` asks for {gpus} GPUs but the cluster has {total}")]
@@ -159,13 +188,12 @@ impl Default for SimConfig {
     }
 }
 
-/// GPU range of an elastic job that requested `replicas`: from a quarter of the request to twice
-/// it, never beyond what its batch size can split into (`max_batch / min_local`).
-pub fn elastic_range(app: &Application, replicas: u32) -> (u32, u32) {
-    let cap = (app.max_batch / app.min_local.max(1)).max(1) as u32;
-    let min = replicas.div_ceil(4).max(1).min(cap);
-    let max = (replicas * 2).min(cap).max(min);
-    (min, max)
+/// GPU range of an elastic job: from one GPU (it keeps its batch size by accumulating) to what
+/// its batch size can split into (`max_batch / min_local`, one GPU for an application whose
+/// batch Pollux pins), as Pollux lets its jobs range; the simulator also caps it at the cluster.
+/// The request itself (`num_replicas`) does not bound an elastic job, as in Pollux.
+pub fn elastic_range(app: &Application) -> (u32, u32) {
+    (1, app.max_replicas())
 }
 
 /// One job's outcome.
@@ -206,8 +234,52 @@ pub struct RunResult {
     pub utilisation: f64,
 }
 
+/// Memoised choices of elastic jobs: the batch split per (application, placement, epoch) and the
+/// goodput curve per (application, epoch).
+#[derive(Default)]
+struct Splits {
+    split: HashMap<(usize, Vec<u32>, usize), Split>,
+    curve: HashMap<(usize, usize), Vec<f64>>,
+}
+
+fn app_key(app: &Application) -> usize {
+    std::ptr::from_ref(app) as usize
+}
+
+impl Splits {
+    fn best(&mut self, app: &Application, placement: &[u32], epoch: usize) -> Split {
+        *self
+            .split
+            .entry((app_key(app), placement.to_vec(), epoch))
+            .or_insert_with(|| app.best_split(placement, epoch))
+    }
+
+    /// Fills the goodput curve of `app` in `epoch` on up to `max` GPUs packed `per_node` a node.
+    fn ensure_curve(&mut self, app: &Application, epoch: usize, max: u32, per_node: u32) {
+        let key = (app_key(app), epoch);
+        if self.curve.get(&key).is_some_and(|c| c.len() >= max as usize) {
+            return;
+        }
+        let mut rates = Vec::with_capacity(max as usize);
+        for n in 1..=max {
+            let placement = packed(n, per_node);
+            let split = self.best(app, &placement, epoch);
+            rates.push(app.rate(&placement, split, epoch));
+        }
+        let base = rates.first().copied().filter(|r| *r > 0.0).unwrap_or(1.0);
+        self.curve.insert(key, rates.iter().map(|r| r / base).collect());
+    }
+
+    fn curve(&self, app: &Application, epoch: usize) -> &[f64] {
+        self.curve.get(&(app_key(app), epoch)).map_or(&[], Vec::as_slice)
+    }
+}
+
 struct JobState<'a> {
     app: &'a Application,
+    /// Picks its batch size per placement and epoch (elastic), instead of the workload's.
+    adaptive: bool,
+    last_change: Option<u64>,
     batch: u64,
     alloc: Vec<usize>,
     placement: Vec<u32>,
@@ -223,7 +295,7 @@ struct JobState<'a> {
 
 impl JobState<'_> {
     /// Advances by `s` seconds from `clock` on the current placement (Pollux `simulator.py:100-157`).
-    fn advance(&mut self, mut clock: u64, mut s: u64) {
+    fn advance(&mut self, mut clock: u64, mut s: u64, splits: &mut Splits) {
         if self.placement.is_empty() || self.done.is_some() {
             return;
         }
@@ -251,18 +323,26 @@ impl JobState<'_> {
                 self.attained_gpu_s += (delta * u64::from(replicas)) as f64;
                 clock += delta;
                 s -= delta;
+                if self.adaptive && self.done.is_none() {
+                    self.split = splits.best(self.app, &self.placement, self.epoch);
+                }
             }
         }
     }
 
-    fn reallocate(&mut self, alloc: Vec<usize>, now: u64, restart_s: u64) {
+    fn reallocate(&mut self, alloc: Vec<usize>, now: u64, restart_s: u64, splits: &mut Splits) {
         self.placement = run_lengths(&alloc);
         self.alloc = alloc;
         if self.placement.is_empty() {
             return;
         }
+        self.last_change = Some(now);
         let replicas: u32 = self.placement.iter().sum();
-        self.split = self.app.split(replicas, self.batch);
+        self.split = if self.adaptive {
+            splits.best(self.app, &self.placement, self.epoch)
+        } else {
+            self.app.split(replicas, self.batch)
+        };
         self.rescale_s = restart_s;
         self.changes += 1;
         self.first_start.get_or_insert(now);
@@ -290,14 +370,20 @@ pub fn simulate(
     config: SimConfig,
 ) -> Result<RunResult, SimError> {
     let teams = assign_teams(jobs, config.teams);
+    let elastic = config.elastic && policy.elastic();
+    let mut splits = Splits::default();
     let mut states = Vec::with_capacity(jobs.len());
     let mut ranges = Vec::with_capacity(jobs.len());
     for row in jobs {
         let app = profiles
             .get(&row.app)
             .ok_or_else(|| SimError::UnknownApp { job: row.name.clone(), app: row.app.clone() })?;
-        let range =
-            if config.elastic { elastic_range(app, row.replicas) } else { (row.replicas, row.replicas) };
+        let range = if elastic {
+            let (min, max) = elastic_range(app);
+            (min, max.min(shape.total_gpus()).max(min))
+        } else {
+            (row.replicas, row.replicas)
+        };
         if range.0 > shape.total_gpus() {
             return Err(SimError::TooLarge {
                 job: row.name.clone(),
@@ -308,6 +394,8 @@ pub fn simulate(
         ranges.push(range);
         states.push(JobState {
             app,
+            adaptive: elastic,
+            last_change: None,
             batch: row.batch,
             alloc: Vec::new(),
             placement: Vec::new(),
@@ -330,7 +418,7 @@ pub fn simulate(
     while states.iter().any(|s| s.done.is_none()) {
         for state in &mut states {
             busy_gpu_s += (state.alloc.len() as u64 * config.tick_s) as f64;
-            state.advance(now, config.tick_s);
+            state.advance(now, config.tick_s, &mut splits);
         }
         now += config.tick_s;
         if now > limit_s {
@@ -342,6 +430,12 @@ pub fn simulate(
         release_finished(&mut states, &mut ledger);
         if active.is_empty() {
             continue;
+        }
+        if elastic {
+            for i in &active {
+                let s = &states[*i];
+                splits.ensure_curve(s.app, s.epoch, ranges[*i].1, shape.gpus_per_node);
+            }
         }
         let views: Vec<JobView<'_>> = active
             .iter()
@@ -356,12 +450,16 @@ pub fn simulate(
                     alloc: &s.alloc,
                     attained_gpu_s: s.attained_gpu_s,
                     oracle_remaining_s: oracle_remaining(s, jobs[*i].replicas, shape),
+                    speedup: if elastic { splits.curve(s.app, s.epoch) } else { &[] },
+                    first_start: s.first_start,
+                    last_change: s.last_change,
                 }
             })
             .collect();
         let decided = policy.schedule(now, &views, shape);
         drop(views);
-        apply(&active, decided, &mut states, &mut ledger, jobs, now, config.restart_s)?;
+        let step = Step { now, restart_s: config.restart_s, ranges: &ranges };
+        apply(&active, decided, &mut states, &mut ledger, jobs, step, &mut splits)?;
         let waiting = active.iter().filter(|i| states[**i].alloc.is_empty()).count() as u32;
         let held: usize = states.iter().map(|s| s.alloc.len()).sum();
         result.queue.push((now, waiting, held as u32));
@@ -379,20 +477,32 @@ fn release_finished(states: &mut [JobState<'_>], ledger: &mut Cluster) {
     }
 }
 
+/// What [`apply`] needs to know about the round.
+struct Step<'a> {
+    now: u64,
+    restart_s: u64,
+    /// (min, max) GPUs per job.
+    ranges: &'a [(u32, u32)],
+}
+
 fn apply(
     active: &[usize],
     decided: Vec<Vec<usize>>,
     states: &mut [JobState<'_>],
     ledger: &mut Cluster,
     jobs: &[JobRow],
-    now: u64,
-    restart_s: u64,
+    step: Step<'_>,
+    splits: &mut Splits,
 ) -> Result<(), SimError> {
     let mut decided = decided.into_iter();
     let mut changed = Vec::new();
     for i in active {
         // A job the policy left out loses its allocation.
         let alloc = decided.next().unwrap_or_default();
+        let (min, max) = step.ranges[*i];
+        if !alloc.is_empty() && !(min as usize..=max as usize).contains(&alloc.len()) {
+            return Err(SimError::OutsideRange { job: jobs[*i].name.clone(), gpus: alloc.len(), min, max });
+        }
         if alloc != states[*i].alloc {
             release(ledger, *i, &states[*i].alloc);
             changed.push((*i, alloc));
@@ -400,7 +510,7 @@ fn apply(
     }
     for (i, alloc) in changed {
         hold(ledger, i, &alloc).map_err(|error| SimError::Refused { job: jobs[i].name.clone(), error })?;
-        states[i].reallocate(alloc, now, restart_s);
+        states[i].reallocate(alloc, step.now, step.restart_s, splits);
     }
     Ok(())
 }

@@ -4,10 +4,13 @@
 //!
 //! Teams come from the workload (or round-robin); each is guaranteed an even split of
 //! `team_guarantee` × the cluster and may borrow idle GPUs up to `borrow_limit` beyond it.
+//!
+//! Under `--elastic` it calls [`gantry_core::queue::plan_elastic`] instead: the same admission at
+//! each job's minimum, then widths from the goodput curves the jobs report.
 
 use std::collections::HashMap;
 
-use gantry_core::queue::{self, Decision, QueueWeights, QueuedJob, Team, Usage};
+use gantry_core::queue::{self, Decision, ElasticJob, ElasticSettings, QueueWeights, QueuedJob, Team, Usage};
 
 use super::engine::{ClusterShape, JobPolicy, JobView};
 
@@ -19,12 +22,19 @@ pub struct GantryPolicy {
     /// Per job: seconds waited so far.
     waited: HashMap<usize, f64>,
     last_now: Option<u64>,
+    /// Resize elastic jobs, paying `restart_s` per change.
+    elastic: Option<f64>,
 }
 
 impl GantryPolicy {
     /// A policy with these weights.
     pub fn new(weights: QueueWeights) -> Self {
-        Self { weights, usage: Usage::new(0, 0.0), waited: HashMap::new(), last_now: None }
+        Self { weights, usage: Usage::new(0, 0.0), waited: HashMap::new(), last_now: None, elastic: None }
+    }
+
+    /// A policy that resizes elastic jobs, each change costing `restart_s` seconds.
+    pub fn elastic(weights: QueueWeights, restart_s: f64) -> Self {
+        Self { elastic: Some(restart_s), ..Self::new(weights) }
     }
 
     fn account(&mut self, now: u64, jobs: &[JobView<'_>]) {
@@ -44,6 +54,10 @@ impl GantryPolicy {
 }
 
 impl JobPolicy for GantryPolicy {
+    fn elastic(&self) -> bool {
+        self.elastic.is_some()
+    }
+
     fn schedule(&mut self, now: u64, jobs: &[JobView<'_>], shape: &ClusterShape) -> Vec<Vec<usize>> {
         self.account(now, jobs);
         let team_count = jobs.iter().map(|j| j.team + 1).max().unwrap_or(1);
@@ -66,19 +80,37 @@ impl JobPolicy for GantryPolicy {
             })
             .collect();
         let capacity = vec![shape.gpus_per_node; shape.nodes as usize];
+        if let Some(restart_s) = self.elastic {
+            let info: Vec<ElasticJob> = jobs
+                .iter()
+                .map(|j| ElasticJob {
+                    max_gpus: j.max_gpus,
+                    speedup: j.speedup.to_vec(),
+                    age_s: j.first_start.map_or(0.0, |t| now.saturating_sub(t) as f64),
+                    since_change_s: j.last_change.map_or(0.0, |t| now.saturating_sub(t) as f64),
+                })
+                .collect();
+            let settings = ElasticSettings { restart_s, resize_margin: self.weights.resize_margin };
+            let parts =
+                queue::plan_elastic(&self.weights, &teams, &queued, &info, &self.usage, &capacity, settings);
+            return parts.iter().map(|p| gpus_of(p)).collect();
+        }
         let decisions = queue::plan(&self.weights, &teams, &queued, &self.usage, &capacity);
         decisions
             .into_iter()
             .zip(jobs)
             .map(|(d, j)| match d {
                 Decision::Keep { .. } => j.alloc.to_vec(),
-                Decision::Start { nodes, .. } => {
-                    nodes.iter().flat_map(|(node, n)| std::iter::repeat_n(*node, *n as usize)).collect()
-                }
+                Decision::Start { nodes, .. } => gpus_of(&nodes),
                 Decision::Preempt { .. } | Decision::Wait { .. } => Vec::new(),
             })
             .collect()
     }
+}
+
+/// (node, GPUs) parts → node index per GPU.
+fn gpus_of(parts: &[(usize, u32)]) -> Vec<usize> {
+    parts.iter().flat_map(|(node, n)| std::iter::repeat_n(*node, *n as usize)).collect()
 }
 
 /// Node index per GPU → (node, GPUs) in first-seen order.

@@ -4,7 +4,9 @@
 //! their placement ([`profile`]), and finish after a fixed number of epochs. Policies decide
 //! every 60 s which jobs hold which GPUs ([`engine`]). The baselines ([`baselines`]) reproduce
 //! the artifact's Tiresias job by job; `gantry` ([`gantry`]) is Gantry's own queue from
-//! [`gantry_core::queue`], with no knowledge of job durations.
+//! [`gantry_core::queue`], with no knowledge of job durations. Under `--elastic` (`SimConfig::elastic`)
+//! `gantry` resizes jobs within their range ([`engine::elastic_range`]) and jobs pick their batch
+//! size per width and epoch ([`profile::Application::best_split`]).
 //!
 //! Start reading at [`run_matrix`]: policies × workload files, in parallel, into a [`Report`].
 
@@ -51,14 +53,22 @@ impl JobPolicyKind {
         }
     }
 
-    /// A fresh policy instance.
-    pub fn build(self, weights: &QueueWeights) -> Box<dyn JobPolicy + Send> {
+    /// A fresh policy instance; under `config.elastic` the policies that can resize jobs do.
+    pub fn build(self, weights: &QueueWeights, config: &SimConfig) -> Box<dyn JobPolicy + Send> {
         match self {
             Self::Fifo => Box::new(baselines::Fifo),
             Self::Srtf => Box::new(baselines::Srtf),
             Self::Tiresias => Box::new(baselines::Tiresias::default()),
+            Self::Gantry if config.elastic => {
+                Box::new(GantryPolicy::elastic(weights.clone(), config.restart_s as f64))
+            }
             Self::Gantry => Box::new(GantryPolicy::new(weights.clone())),
         }
+    }
+
+    /// Whether this policy resizes elastic jobs under `--elastic` (the others run every job rigid).
+    pub fn resizes(self) -> bool {
+        matches!(self, Self::Gantry)
     }
 }
 
@@ -149,7 +159,7 @@ pub fn run_matrix(
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some((p, w)) = pairs.get(k).copied() else { break };
-                    let mut policy = policies[p].build(weights);
+                    let mut policy = policies[p].build(weights, &config);
                     let run = simulate(&workloads[w].jobs, profiles, shape, policy.as_mut(), config);
                     results.lock().expect("no thread panics while holding the lock")[k] = Some(run);
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1);
@@ -165,7 +175,7 @@ pub fn run_matrix(
             let run = runs.next().flatten().expect("every pair ran")?;
             files.push((workload.file.clone(), run));
         }
-        report.policies.push(PolicyReport::new(*policy, files));
+        report.policies.push(PolicyReport::new(*policy, config.elastic && policy.resizes(), files));
     }
     Ok(report)
 }

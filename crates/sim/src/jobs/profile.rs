@@ -35,6 +35,14 @@ const ND_T4: &str = include_str!("../../data/pollux-nd-t4.csv");
 const MAX_EPOCHS: [(&str, usize); 6] =
     [("bert", 2), ("cifar10", 100), ("deepspeech2", 80), ("imagenet", 90), ("ncf", 10), ("yolov3", 50)];
 
+/// Applications whose batch size Pollux pins for elastic jobs (`simulator.py:191-192`): ncf runs
+/// on one GPU at batch 32,768.
+const PINNED_BATCH: [(&str, u64); 1] = [("ncf", 32_768)];
+
+/// Global batch sizes tried per width when an elastic job picks its batch size (Pollux tries 50
+/// geometric sizes; the goodput curve is flat near its maximum, so fewer suffice).
+const BATCH_CANDIDATES: u32 = 24;
+
 /// Step and sync time as a function of the local batch size, for one placement or one
 /// (nodes, replicas) series.
 #[derive(Debug, Clone, Default)]
@@ -116,6 +124,53 @@ pub struct Application {
 }
 
 impl Application {
+    /// The batch size Pollux pins this application to when elastic, if any (one GPU then).
+    pub fn pinned_batch(&self) -> Option<u64> {
+        PINNED_BATCH.iter().find(|(name, _)| *name == self.name).map(|(_, b)| *b)
+    }
+
+    /// Most GPUs an elastic job of this application can use: its largest batch split into the
+    /// smallest local batches (`max_batch / min_local`), one when its batch is pinned.
+    pub fn max_replicas(&self) -> u32 {
+        if self.pinned_batch().is_some() {
+            return 1;
+        }
+        (self.max_batch / self.min_local.max(1)).clamp(1, u64::from(u32::MAX)) as u32
+    }
+
+    /// The split an elastic job picks on `placement` in epoch `epoch`: the global batch size,
+    /// between `max(init, min_local × R)` and the largest validated one, with the highest
+    /// goodput (throughput × statistical efficiency), as Pollux's jobs re-pick it at every
+    /// reallocation and epoch boundary. A pinned application keeps its batch.
+    pub fn best_split(&self, placement: &[u32], epoch: usize) -> Split {
+        let replicas: u32 = placement.iter().sum();
+        if let Some(batch) = self.pinned_batch() {
+            return self.split(replicas, batch);
+        }
+        let r = u64::from(replicas.max(1));
+        let lo = self.init_batch.max(self.min_local * r) as f64;
+        let hi = self.max_batch as f64;
+        if lo >= hi {
+            return self.split(replicas, self.max_batch);
+        }
+        let mut best = (f64::NEG_INFINITY, self.split(replicas, lo as u64));
+        for i in 0..BATCH_CANDIDATES {
+            let batch = lo * (hi / lo).powf(f64::from(i) / f64::from(BATCH_CANDIDATES - 1));
+            let local = batch / r as f64;
+            let accum = ((local / self.max_local as f64 - 1e-8).ceil() as u64).max(1) - 1;
+            let atomic = ((local / (accum + 1) as f64).floor() as u64).clamp(self.min_local, self.max_local);
+            if r * atomic * (accum + 1) > self.max_batch {
+                continue;
+            }
+            let split = Split { atomic, accum };
+            let rate = self.rate(placement, split, epoch);
+            if rate > best.0 {
+                best = (rate, split);
+            }
+        }
+        best.1
+    }
+
     /// Progress needed to finish.
     pub fn total_progress(&self) -> f64 {
         self.epoch_bounds[self.max_epochs]

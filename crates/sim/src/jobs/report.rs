@@ -28,6 +28,8 @@ pub struct Report {
 pub struct PolicyReport {
     /// The policy.
     pub policy: JobPolicyKind,
+    /// Whether it resized elastic jobs (`--elastic` with a policy that resizes).
+    pub elastic: bool,
     /// Per file.
     pub workloads: Vec<WorkloadReport>,
 }
@@ -74,10 +76,20 @@ impl WorkloadReport {
 
 impl PolicyReport {
     /// Collects a policy's runs.
-    pub fn new(policy: JobPolicyKind, files: Vec<(String, RunResult)>) -> Self {
+    pub fn new(policy: JobPolicyKind, elastic: bool, files: Vec<(String, RunResult)>) -> Self {
         Self {
             policy,
+            elastic,
             workloads: files.into_iter().map(|(file, run)| WorkloadReport { file, run }).collect(),
+        }
+    }
+
+    /// The policy's name in tables, CSVs and charts: `gantry (elastic)` when it resized jobs.
+    pub fn label(&self) -> String {
+        if self.elastic {
+            format!("{} (elastic)", self.policy.as_str())
+        } else {
+            self.policy.as_str().to_string()
         }
     }
 
@@ -102,6 +114,7 @@ impl PolicyReport {
         let jcts = self.all_jcts();
         json!({
             "policy": self.policy.as_str(),
+            "elastic": self.elastic,
             "avg_jct_s": round(self.avg_jct()),
             "median_jct_s": round(quantile(&jcts, 0.5)),
             "p99_jct_s": round(quantile(&jcts, 0.99)),
@@ -144,7 +157,7 @@ impl Report {
             let _ = writeln!(
                 s,
                 "{:<10} {:>10.0} {:>10.0} {:>10.0} {:>11.0} {:>9.0} {:>6.3} {:>6.3} {:>9.2}",
-                p.policy.as_str(),
+                p.label(),
                 p.avg_jct(),
                 quantile(&jcts, 0.5),
                 quantile(&jcts, 0.99),
@@ -167,7 +180,7 @@ impl Report {
                     let _ = writeln!(
                         s,
                         "{},{},{},{},{},{},{},{},{},{},{}",
-                        p.policy.as_str(),
+                        p.label(),
                         w.file,
                         j.name,
                         j.app,
@@ -191,7 +204,7 @@ impl Report {
         for p in &self.policies {
             for w in &p.workloads {
                 for (t, waiting, gpus) in &w.run.queue {
-                    let _ = writeln!(s, "{},{},{t},{waiting},{gpus}", p.policy.as_str(), w.file);
+                    let _ = writeln!(s, "{},{},{t},{waiting},{gpus}", p.label(), w.file);
                 }
             }
         }
@@ -214,7 +227,7 @@ impl Report {
                 "utilisation",
                 "jain",
             ];
-            let _ = write!(s, "{}", p.policy.as_str());
+            let _ = write!(s, "{}", p.label());
             for k in keys.iter().chain(&["restarts_per_job"]) {
                 let _ = write!(s, ",{}", v[*k]);
             }
@@ -236,7 +249,7 @@ impl Report {
                     .enumerate()
                     .map(|(i, v)| (v.max(1.0).log10(), (i + 1) as f64 / n * 100.0))
                     .collect();
-                (format!("{} (mean {:.0} s)", p.policy.as_str(), p.avg_jct()), pts)
+                (format!("{} (mean {:.0} s)", p.label(), p.avg_jct()), pts)
             })
             .collect();
         chart("JCT CDF, all jobs of all files", "JCT (s, log scale)", "jobs finished (%)", &series, true)
@@ -258,7 +271,7 @@ impl Report {
                 }
                 let files = p.workloads.len().max(1) as f64;
                 let pts = by_t.iter().map(|(t, (sum, _))| (*t as f64 / 3600.0, sum / files)).collect();
-                (p.policy.as_str().to_string(), pts)
+                (p.label().to_string(), pts)
             })
             .collect();
         chart("Jobs waiting (mean over files)", "time (h)", "jobs waiting", &series, false)
