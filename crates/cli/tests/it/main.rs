@@ -17,6 +17,7 @@ mod preemption;
 mod sandbox;
 mod sharing;
 mod sim;
+mod top;
 mod transport;
 mod usage;
 mod walkthrough;
