@@ -129,6 +129,9 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let mut snapshot = snapshot;
     housekeeping.share.charge(&snapshot.active, snapshot.at);
     snapshot.queue = housekeeping.share.input.clone();
+    if let Ok(mut queue) = app.queue.write() {
+        queue.clone_from(&snapshot.queue);
+    }
     let started = Instant::now();
     let decisions = plan(&snapshot, app.config.policy, 0x9a17);
     app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
