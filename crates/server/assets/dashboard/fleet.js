@@ -1,5 +1,6 @@
 // The fleet: every GPU as a cell, grouped by node, coloured by utilisation or memory, outlined
 // by health; hovering names the jobs holding it (from the running jobs the caller may see).
+// With the stream up, GPUs come from its live copy and each push redraws the map.
 
 import { gpus as allGpus, jobsUpTo } from './api.js';
 import { html, put, reading, findings, pct, mib } from './view.js';
@@ -25,12 +26,34 @@ export function mount(main, ctx, refresh) {
   });
 }
 
-export async function load() {
-  const [gpus, running] = await Promise.all([
-    allGpus(),
-    jobsUpTo({ state: 'running' }, 2000),
-  ]);
+/// GPUs from the live copy once the stream is synced (else `/v1/gpus`), running jobs by REST.
+export async function gpusOf(ctx) {
+  const synced = ctx.live ? await ctx.live.whenSynced(1500) : false;
+  return synced ? ctx.live.gpuList() : allGpus();
+}
+
+export async function load(ctx) {
+  const [gpus, running] = await Promise.all([gpusOf(ctx), jobsUpTo({ state: 'running' }, 2000)]);
   return { gpus, running };
+}
+
+/// Pushed changes: GPUs are redrawn from the live copy; a job that starts or ends joins or
+/// leaves the running list (for the names on hover).
+export function live(ctx, name, changed) {
+  if (name === 'gpus') {
+    ctx.data.gpus = ctx.live.gpuList();
+    return 'render';
+  }
+  if (name === 'jobs') {
+    const byId = new Map(ctx.data.running.map((j) => [j.id, j]));
+    for (const j of changed) {
+      if (j.state === 'running') byId.set(j.id, j);
+      else byId.delete(j.id);
+    }
+    ctx.data.running = [...byId.values()];
+    return 'render';
+  }
+  return null;
 }
 
 function cell(gpu, colour, names) {

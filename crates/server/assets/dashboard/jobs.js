@@ -1,5 +1,5 @@
 // Jobs the caller may see, newest first, 500 a page, filtered by state and team on the server;
-// "Older" follows `x-next-before`.
+// "Older" follows `x-next-before`. With the stream up, pushed job changes update the rows.
 
 import { json, jobsPage } from './api.js';
 import { html, raw, put, state, ago, duration } from './view.js';
@@ -44,8 +44,33 @@ export function mount(main, ctx, refresh) {
   }).catch(() => {});
 }
 
+const PAGE = 500;
+
 export async function load(ctx) {
-  return jobsPage({ ...ctx.filter, before: ctx.pages[ctx.pages.length - 1], limit: 500 });
+  return jobsPage({ ...ctx.filter, before: ctx.pages[ctx.pages.length - 1], limit: PAGE });
+}
+
+const matches = (f, j) => (!f.state || j.state === f.state) && (!f.team || j.team === f.team);
+
+/// Pushed job changes: rows on the page take the job's new state; on the first page, new jobs
+/// that pass the filters are added on top (the page keeps its 500 newest).
+export function live(ctx, name, changed) {
+  if (name !== 'jobs') return null;
+  const list = ctx.data.jobs;
+  const at = new Map(list.map((j, i) => [j.id, i]));
+  const top = list.length ? list[0].id : 0;
+  const fresh = [];
+  for (const j of changed) {
+    if (at.has(j.id)) list[at.get(j.id)] = j;
+    else if (ctx.pages.length === 1 && j.id > top && matches(ctx.filter, j)) fresh.push(j);
+  }
+  if (fresh.length) {
+    fresh.sort((a, b) => b.id - a.id);
+    const all = fresh.concat(list);
+    ctx.data.jobs = all.slice(0, PAGE);
+    if (all.length > PAGE) ctx.data.next = String(ctx.data.jobs[PAGE - 1].id);
+  }
+  return 'render';
 }
 
 const row = (j) => html`<tr>

@@ -13,8 +13,8 @@
 //! store query). The token is checked again every tick: a revoked or expired token, or a
 //! changed role or team list, ends the stream (the client reconnects under the new rules).
 //!
-//! **Events:** `hello` (the tick), then `nodes` and `gpus` with every entry once, then with the
-//! entries that changed since the last tick; `jobs` with each job whose state changed (from
+//! **Events:** `hello` (the tick), then `nodes` and `gpus` with every entry once and `synced`,
+//! then `nodes` and `gpus` with the entries that changed since the last tick; `jobs` with each job whose state changed (from
 //! the store's log of state changes, so none is missed between ticks); a comment every 15 s
 //! of silence keeps proxies from closing the connection. A stream lasts until the client
 //! leaves, the server stops, or the token stops being valid. At most [`PER_TOKEN`] streams per
@@ -103,7 +103,7 @@ fn take_slot(app: &Arc<App>, token: i64) -> Result<Slot, ApiError> {
 /// The cluster's changes as Server-Sent Events (see the module documentation).
 #[utoipa::path(get, path = "/v1/watch", security(("bearer" = [])),
     responses((status = 200, body = String, content_type = "text/event-stream",
-        description = "events `hello`, `nodes`, `gpus`, `jobs`, each with a JSON array (or object) as data"),
+        description = "events `hello`, `nodes`, `gpus`, `synced`, `jobs`, each with a JSON array (or object) as data"),
         (status = 403, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn watch(
     State(app): State<Arc<App>>,
@@ -167,7 +167,7 @@ impl Watcher {
                     _ = closing.wait_for(|c| *c) => return None,
                 }
             }
-            self.first = false;
+            let initial = std::mem::replace(&mut self.first, false);
             let tick = match self.read().await {
                 Ok(tick) => tick,
                 Err(e) => {
@@ -179,6 +179,10 @@ impl Watcher {
                 return None;
             }
             self.changes(tick, &mut out);
+            if initial {
+                // Everything was sent once: the client's copy is complete from here on.
+                out.push_str("event: synced\ndata: {}\n\n");
+            }
             quiet += TICK;
             if !out.is_empty() || quiet >= KEEPALIVE {
                 if out.is_empty() {

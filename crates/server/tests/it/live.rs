@@ -136,6 +136,7 @@ async fn the_watch_stream_sends_changes_scoped_to_the_callers_teams_and_ends_whe
     assert!(gpus.iter().all(|g| g["holders"] == json!([])), "nlp sees vision's holder: {gpus:?}");
     assert!(gpus[0]["gpu"]["sample"]["sample"].get("pcie_rx_bytes").is_none(), "samples are cut to readings");
     assert_eq!(events(&start, "nodes").len(), 1);
+    assert_eq!(events(&start, "synced").len(), 1, "the first full copy is marked: {start}");
 
     // Changes: a second vision job (a state change) and new readings (GPU changes).
     let second = submit(&s, &vision, SECRET).await;
