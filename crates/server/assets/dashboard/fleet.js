@@ -42,9 +42,14 @@ export async function load(ctx) {
 export function live(ctx, name, changed) {
   if (name === 'gpus') {
     ctx.data.gpus = ctx.live.gpuList();
+    if (ctx.changed !== 'all') {
+      ctx.changed = ctx.changed || new Set();
+      for (const v of changed) ctx.changed.add(v.gpu.uuid);
+    }
     return 'render';
   }
   if (name === 'jobs') {
+    ctx.changed = 'all'; // names on hover
     const byId = new Map(ctx.data.running.map((j) => [j.id, j]));
     for (const j of changed) {
       if (j.state === 'running') byId.set(j.id, j);
@@ -56,7 +61,8 @@ export function live(ctx, name, changed) {
   return null;
 }
 
-function cell(gpu, colour, names) {
+/// A cell's class, link and hover text.
+function look(gpu, colour, names) {
   const r = reading(gpu);
   const v = r ? (colour === 'memory' ? r.mem : r.util) : null;
   const bucket = v === null ? 'none' : `u${Math.min(10, Math.max(0, Math.round(v / 10)))}`;
@@ -71,7 +77,28 @@ function cell(gpu, colour, names) {
   ].join('\n');
   const cls = `cell ${bucket} h-${gpu.health}${holders.length ? ' held' : ''}`;
   const href = gpu.holders.length ? `#/job/${gpu.holders[0].job_id}` : `#/node/${encodeURIComponent(gpu.node_id)}`;
+  return { cls, href, title };
+}
+
+function cell(gpu, colour, names) {
+  const { cls, href, title } = look(gpu, colour, names);
   return html`<a class="${cls}" href="${href}" title="${title}" data-uuid="${gpu.uuid}"></a>`;
+}
+
+/// Updates the cells of the GPUs a push changed in place (no markup parsed); false when the
+/// map must be drawn anew (first draw, other nodes or GPUs, another colouring).
+function patch(gpus, names, layout, ctx) {
+  if (!ctx.cells || ctx.layout !== layout || !ctx.changed) return false;
+  for (const g of gpus) {
+    if (ctx.changed !== 'all' && !ctx.changed.has(g.uuid)) continue;
+    const el = ctx.cells.get(g.uuid);
+    if (!el) return false;
+    const { cls, href, title } = look(g, ctx.colour, names);
+    if (el.className !== cls) el.className = cls;
+    if (el.title !== title) el.title = title;
+    if (el.getAttribute('href') !== href) el.setAttribute('href', href);
+  }
+  return true;
 }
 
 export function render({ gpus, running }, ctx) {
@@ -94,7 +121,14 @@ export function render({ gpus, running }, ctx) {
     <div class="tile${idleHeld ? ' warn' : ''}"><b>${idleHeld}</b> allocated but idle</div>
     <div class="tile${bad ? ' warn' : ''}"><b>${bad}</b> not healthy</div>
     <div class="tile"><b>${running.length}</b> running jobs</div>`);
-  put(document.getElementById('heatmap'), nodes.map((n) => html`
+  const layout = `${ctx.colour}|${gpus.length}|${nodes.join(',')}`;
+  const patched = patch(gpus, names, layout, ctx);
+  ctx.changed = null;
+  if (patched) return;
+  const map = document.getElementById('heatmap');
+  put(map, nodes.map((n) => html`
     <div class="node"><a class="name" href="#/node/${encodeURIComponent(n)}">${n}</a><div class="cells">${byNode
       .get(n).sort((a, b) => a.index - b.index).map((g) => cell(g, ctx.colour, names))}</div></div>`));
+  ctx.cells = new Map([...map.querySelectorAll('[data-uuid]')].map((el) => [el.dataset.uuid, el]));
+  ctx.layout = layout;
 }

@@ -60,7 +60,9 @@ export function live(ctx, name, changed) {
   const at = new Map(list.map((j, i) => [j.id, i]));
   const top = list.length ? list[0].id : 0;
   const fresh = [];
+  ctx.only = ctx.only || new Set();
   for (const j of changed) {
+    ctx.only.add(j.id);
     if (at.has(j.id)) list[at.get(j.id)] = j;
     else if (ctx.pages.length === 1 && j.id > top && matches(ctx.filter, j)) fresh.push(j);
   }
@@ -92,10 +94,25 @@ export function render({ jobs, next }, ctx) {
   ctx.next = next;
   document.getElementById('older').disabled = !next;
   document.getElementById('newer').disabled = ctx.pages.length <= 1;
-  const rows = jobs.map((j) => [j.id, row(j).toString()]);
-  const body = document.querySelector('#jobs-table tbody');
+  // A push redraws the rows of the jobs it changed; the others keep their text (relative
+  // times included) until the next full pass, at most every 10 s.
   const prev = ctx.rows;
+  const full = !ctx.only || !prev || Date.now() - (ctx.fullAt || 0) > 10_000;
+  const kept = full ? null : new Map(prev);
+  const rows = jobs.map((j) => [j.id, (kept && !ctx.only.has(j.id) && kept.get(j.id)) || row(j).toString()]);
+  if (full) ctx.fullAt = Date.now();
+  ctx.only = null;
+  const body = document.querySelector('#jobs-table tbody');
   ctx.rows = rows;
+  // New jobs on top of the same page: insert their rows and drop those pushed off the bottom.
+  const added = prev && prev.length ? rows.findIndex((r) => r[0] === prev[0][0]) : -1;
+  const drop = added > 0 ? prev.length + added - rows.length : -1;
+  if (body && drop >= 0 && drop <= prev.length) {
+    body.insertAdjacentHTML('afterbegin', rows.slice(0, added).map((r) => r[1]).join(''));
+    for (let i = 0; i < drop; i++) body.deleteRow(-1);
+    prev.splice(prev.length - drop, drop);
+    prev.unshift(...rows.slice(0, added));
+  }
   if (body && prev && prev.length === rows.length && prev.every((r, i) => r[0] === rows[i][0])) {
     rows.forEach((r, i) => {
       if (r[1] !== prev[i][1]) body.rows[i].outerHTML = r[1];

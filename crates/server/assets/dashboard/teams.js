@@ -47,7 +47,7 @@ export function render({ teams, queues, hours }) {
       <td class="num">${t.gpu_quota ?? '–'}</td>
       <td class="num used">${q ? num(q.used_gpus) : '–'}</td>
       <td class="num borrowed">${q ? num(q.borrowed_gpus) : '–'}</td>
-      <td>${q ? bar(q) : ''} <span class="muted">${q ? `max ${q.max_gpus} of ${q.cluster_gpus}` : ''}</span></td>
+      <td>${q ? bar(q) : ''} <span class="muted">${q ? `max ${q.max_gpus}` : ''}</span></td>
       <td class="num">${q ? q.decayed_gpu_hours.toFixed(2) : '–'}</td>
       <td class="num"><a href="${link('running')}">${t.active}</a></td>
       <td class="num"><a href="${link('pending')}">${t.pending}</a></td>
