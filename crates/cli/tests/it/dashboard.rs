@@ -230,7 +230,7 @@ fn report(n: u32, g: &gantry_store::GpuInfo, tick: u32) -> gantry_store::GpuRepo
         "sample": {"index": g.index, "gpu_util_percent": util, "memory_used_bytes": used,
             "memory_free_bytes": 81559 * 1_048_576 - used, "memory_reserved_bytes": 0,
             "gpu_temp_celsius": 40.0 + util / 3.0, "power_watts": 90.0 + util * 6.0}});
-    let health = if (n + g.index) % 97 == 0 { GpuHealth::Unhealthy } else { GpuHealth::Healthy };
+    let health = if (n + g.index).is_multiple_of(97) { GpuHealth::Unhealthy } else { GpuHealth::Healthy };
     GpuReport { uuid: g.uuid.clone(), health, sample: Some(sample) }
 }
 
