@@ -180,3 +180,12 @@ fn a_gpu_without_a_visible_holder_and_an_empty_fleet_render_without_panicking() 
     assert!(frame(&m, &v).contains("0 GPUs on 0 nodes"));
     assert!(once(&m, &v, (20, 20)).lines().count() == 20, "a tiny terminal still draws");
 }
+
+#[test]
+fn the_whole_frame_matches_its_snapshot() {
+    let (m, v) = (model(), View::default());
+    let mut terminal =
+        ratatui::Terminal::new(ratatui::backend::TestBackend::new(140, 30)).expect("a test backend");
+    terminal.draw(|f| super::render::render(f, &m, &v, NOW)).expect("draw");
+    insta::assert_snapshot!(super::text(terminal.backend().buffer()));
+}
