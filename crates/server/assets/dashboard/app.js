@@ -70,12 +70,20 @@ function onLiveState(state) {
 function onBatch(batch, parse) {
   const ctx = current;
   const page = ctx && PAGES[ctx.page];
-  if (!page || !page.live || !ctx.data) return;
-  if (ctx.busy) {
+  if (!page || !page.live) return;
+  if (ctx.busy || !ctx.data) {
     // A load is running: apply these once it is done (applying twice changes nothing).
     ctx.queued = (ctx.queued || []).concat(batch);
     return;
   }
+  try {
+    apply(ctx, page, batch, parse);
+  } catch (e) {
+    status(`Update failed: ${e.message}`, true);
+  }
+}
+
+function apply(ctx, page, batch, parse) {
   const start = performance.now();
   let action = null;
   for (const { name, data } of batch) {
