@@ -113,6 +113,7 @@ fn launch(
     cgroup: Option<&Cgroup>,
 ) -> Result<(Child, Output), AgentError> {
     let env = env::build(a, &user.name, workdir)?;
+    let cwd = ctx.sandbox.make_subdir(workdir, a.workdir.as_deref(), user)?;
     let dir = job_logs::dir(&ctx.logs, a.job_id);
     logs::private_dir(&dir)?;
     let limit = if a.log_limit_bytes == 0 { job_logs::DEFAULT_LIMIT } else { a.log_limit_bytes };
@@ -121,7 +122,7 @@ fn launch(
     let join = cgroup.map(Cgroup::procs_files).unwrap_or_default();
     let confinement = Confinement::new(&join, credentials)
         .map_err(|source| AgentError::Io { what: "preparing the job's cgroup".into(), source })?;
-    let launch = Launch { argv: &a.command, env: &env, cwd: workdir, confinement, stdout, stderr };
+    let launch = Launch { argv: &a.command, env: &env, cwd: &cwd, confinement, stdout, stderr };
     Ok((process::spawn(launch)?, vec![stdout_done, stderr_done]))
 }
 

@@ -320,6 +320,11 @@ fn sim_job(team: &str, i: u32, at: i64) -> gantry_store::NewJob {
         submitted_at: at,
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     }
 }
 

@@ -17,6 +17,7 @@ mod preemption;
 mod sandbox;
 mod sharing;
 mod sim;
+mod slurm_habits;
 mod top;
 mod transport;
 mod usage;

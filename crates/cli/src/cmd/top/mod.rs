@@ -27,6 +27,14 @@ const QUEUE_READ: u32 = 200;
 
 /// `gantry top` flags.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Keys: s sort (util/mem/node) · t team · ↑↓ select · Enter/l job log (Esc back) · q quit
+
+Examples:
+  gantry top
+  gantry top --team vision --sort mem
+  gantry top --once --size 120x40 > cluster.txt   # one frame as text, for scripts"
+)]
 pub struct TopArgs {
     #[command(flatten)]
     server: ServerArgs,

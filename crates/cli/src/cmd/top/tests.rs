@@ -55,6 +55,11 @@ fn job(id: i64, team: &str, name: &str, state: JobState, reason: Option<&str>) -
         finished_at: None,
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     }
 }
 
