@@ -28,5 +28,12 @@ fi
 if python3 -c 'import grpc, grpc_tools.protoc' 2>/dev/null; then
   export GANTRY_REQUIRE_PEER_TESTS=1
 fi
+if ! command -v tmux >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's tmux for the terminal test of gantry top" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null) \
+      || echo "warning: could not install tmux; the tmux test of gantry top will be skipped" >&2
+  fi
+fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo test --workspace "$@"

@@ -456,3 +456,59 @@ pub struct NodeView {
     /// GPUs that are not healthy.
     pub gpus_unhealthy: u32,
 }
+
+/// A job as a finding names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobRef {
+    /// Id.
+    pub id: JobId,
+    /// Name.
+    pub name: String,
+    /// Team.
+    pub team: String,
+}
+
+/// Something worth a look on one GPU: a finding of the GPU layer (`idle_allocated`,
+/// `memory_near_limit`, `thermal_throttle`, `power_throttle`, `input_starved`) or a GPU that is
+/// not healthy (`gpu_health`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FindingView {
+    /// Node.
+    pub node_id: String,
+    /// GPU.
+    pub gpu_uuid: String,
+    /// GPU index on the node.
+    pub gpu_index: u32,
+    /// What.
+    pub kind: String,
+    /// The numbers behind it, in words.
+    pub detail: String,
+    /// Jobs holding the GPU that the caller may see.
+    pub jobs: Vec<JobRef>,
+}
+
+/// A team's queue: its guarantee, what it uses, what it borrows, and its fair-share usage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueueView {
+    /// Team.
+    pub team: String,
+    /// GPUs guaranteed (the team's `gpu_quota`; 0 when none is set).
+    pub guaranteed_gpus: u32,
+    /// GPUs held by the team's scheduled and running jobs (slices count their share).
+    pub used_gpus: f64,
+    /// GPUs used beyond the guarantee: borrowed, and reclaimed when their owners need them.
+    pub borrowed_gpus: f64,
+    /// Most GPUs the team may hold: its guarantee plus the cluster's borrowing limit.
+    pub max_gpus: u32,
+    /// GPUs in the cluster.
+    pub cluster_gpus: u32,
+    /// Decayed GPU-hours as of the last scheduling pass (what fair share orders by).
+    pub decayed_gpu_hours: f64,
+    /// Pending jobs.
+    pub pending: u64,
+    /// Scheduled or running jobs.
+    pub active: u64,
+}

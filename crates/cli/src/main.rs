@@ -49,6 +49,9 @@ enum Command {
     Cancel(cmd::cancel::CancelArgs),
     /// List nodes.
     Nodes(cmd::nodes::NodesArgs),
+    /// The cluster live in the terminal: GPUs with utilisation, memory and history, their jobs,
+    /// the queue (keys: s sort, t team, Enter/l a job's log, q quit).
+    Top(cmd::top::TopArgs),
     /// The clusters this client knows (contexts) and which one is current.
     #[command(subcommand)]
     Config(cmd::config::ConfigCommand),
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Command::Logs(a) => cmd::logs::run(a),
         Command::Cancel(a) => cmd::cancel::run(a),
         Command::Nodes(a) => cmd::nodes::run(a),
+        Command::Top(a) => cmd::top::run(a),
         Command::Token(c) => cmd::token::run(c),
         Command::Audit(a) => cmd::audit::run(a),
         Command::Usage(a) => cmd::usage::run(a),

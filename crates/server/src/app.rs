@@ -104,6 +104,13 @@ pub struct App {
     pub waiting: std::sync::RwLock<std::collections::HashMap<gantry_store::JobId, String>>,
     /// The cluster CA, when TLS is on: issues client certificates and serves `/v1/ca.pem`.
     pub pki: Option<Arc<Pki>>,
+    /// Open `/v1/watch` streams per token.
+    pub(crate) streams: crate::api::watch::Streams,
+    /// Turns true when the server begins to stop, so that open streams end.
+    pub closing: watch::Sender<bool>,
+    /// The queue as of the last scheduling pass: each team's decayed GPU-seconds (fair share)
+    /// and the borrowing limit (read by `/v1/queues`).
+    pub queue: std::sync::RwLock<crate::scheduler::QueueInput>,
 }
 
 impl App {
@@ -178,6 +185,9 @@ impl Server {
             failures: FailureLimiter::default(),
             waiting: Default::default(),
             pki,
+            streams: Default::default(),
+            closing: watch::channel(false).0,
+            queue: Default::default(),
         });
         Ok(Self { app, listener, tls })
     }
@@ -211,6 +221,11 @@ impl Server {
         let router = crate::api::router(Arc::clone(&self.app));
         let limits = self.app.config.limits();
         tracing::info!(addr = %self.local_addr()?, tls = self.is_tls(), "serving the API");
+        let app = Arc::clone(&self.app);
+        let shutdown = async move {
+            shutdown.await;
+            app.closing.send_replace(true);
+        };
         transport::serve(self.listener, router, self.tls, limits, shutdown).await;
         let _ = stop_tx.send(true);
         let _ = scheduler.await;

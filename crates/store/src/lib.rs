@@ -63,6 +63,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn workers(&self, gang: JobId) -> Result<Vec<Job>>;
     /// A job's state changes, oldest first.
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>>;
+    /// Jobs whose state changed after state change number `after` (a position in the log of
+    /// every job's transitions), reading at most `limit` changes, and the position reached.
+    /// With `after` `None`, no jobs and the current position (where a watcher starts). Only
+    /// `teams`' jobs when set: the caller's visibility, applied in the query.
+    fn changed_jobs(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+        teams: Option<Vec<String>>,
+    ) -> Result<(i64, Vec<Job>)>;
     /// Cancels a pending job now, or asks the agent to stop an active one.
     fn cancel(&self, id: JobId, at: i64) -> Result<Job>;
     /// Ends a pending job whose dependency can no longer be met (`cancelled` with `reason`, and

@@ -32,6 +32,7 @@ pub mod sim_jobs;
 pub mod submit;
 pub mod table;
 pub mod token;
+pub mod top;
 pub mod up;
 pub mod usage;
 pub mod watch;

@@ -20,6 +20,7 @@ mod sandbox;
 mod sharing;
 mod sim;
 mod slurm_habits;
+mod top;
 mod transport;
 mod usage;
 mod walkthrough;

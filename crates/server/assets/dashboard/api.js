@@ -19,8 +19,8 @@ export class ApiError extends Error {
 /// Milliseconds spent in JSON.parse since the last reset (main-thread work of an update).
 export const cost = { parse: 0 };
 
-export async function request(path, secret = token.get()) {
-  const res = await fetch(path, { headers: { Authorization: `Bearer ${secret}` }, cache: 'no-store' });
+export async function request(path, secret = token.get(), method = 'GET') {
+  const res = await fetch(path, { method, headers: { Authorization: `Bearer ${secret}` }, cache: 'no-store' });
   if (!res.ok) {
     let message = `${res.status} ${res.statusText}`;
     try {
@@ -66,4 +66,10 @@ export async function jobsUpTo(filter, max) {
 export async function gpus() {
   const { value } = await json('/v1/gpus');
   return value.map((v) => ({ ...v.gpu, holders: v.holders }));
+}
+
+/// POST without a body (cancel). The token is sent in a header, never a cookie, so another site
+/// cannot make the browser send this request as the user: no CSRF token is needed.
+export async function post(path) {
+  return request(path, token.get(), 'POST');
 }

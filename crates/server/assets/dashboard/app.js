@@ -1,23 +1,33 @@
-// The shell: sign-in, hash routes, and the refresh loop. Each page module exports
-// `mount(main, ctx)` (builds what stays, such as filters), `load(ctx)` (fetches) and
-// `render(data, ctx)` (rebuilds the changing part in one innerHTML assignment).
-// Every refresh is timed: JSON parsing plus render plus the layout it forces is recorded as a
+// The shell: sign-in, hash routes, live updates and the polling fallback. Each page module
+// exports `mount(main, ctx, refresh)` (builds what stays, such as filters), `load(ctx)`
+// (fetches, or reads the live copy) and `render(data, ctx)` (rebuilds the changing part in one
+// innerHTML assignment); optionally `live(ctx, name, data)`, which applies one pushed event to
+// `ctx.data` and answers 'render' (draw it again), 'reload' (load again) or nothing, and
+// `poll(ctx)`, true while the page needs polling even with the stream up (a followed log).
+// While the stream (`live.js`) is up, pages change only when the server pushes a change; while
+// it is down, every page is polled every 2 s.
+// Every update is timed: JSON parsing plus render plus the layout it forces is recorded as a
 // `gantry:update` performance measure, and the first as the `gantry:first-render` mark.
 
 import { token, json, cost, ApiError } from './api.js';
+import { Live } from './live.js';
 import { html, put } from './view.js';
 import * as fleet from './fleet.js';
 import * as jobs from './jobs.js';
 import * as job from './job.js';
 import * as nodes from './nodes.js';
 import * as teams from './teams.js';
+import * as findings from './findings.js';
 
-const PAGES = { fleet, jobs, job, nodes, node: nodes, teams };
+const PAGES = { fleet, jobs, job, nodes, node: nodes, teams, findings };
 const EVERY_MS = 2000;
+/// Least time between two reloads a pushed change asks for.
+const RELOAD_GAP_MS = 2000;
 
 const $ = (id) => document.getElementById(id);
 let current = null;
 let firstRender = true;
+let live = null;
 
 function parseHash() {
   const [path, query] = location.hash.replace(/^#\/?/, '').split('?');
@@ -28,6 +38,8 @@ function parseHash() {
 function showLogin(message) {
   token.clear();
   stop();
+  if (live) live.close();
+  live = null;
   $('login').hidden = false;
   $('nav').hidden = true;
   $('logout').hidden = true;
@@ -44,11 +56,65 @@ async function signIn(secret) {
   $('login').hidden = true;
   $('nav').hidden = false;
   $('logout').hidden = false;
+  if (live) live.close();
+  live = new Live(onBatch, onLiveState);
   open();
 }
 
+function onLiveState(state) {
+  if (state === 'refused') return showLogin('Your token was refused; sign in again.');
+  // Up: load the page from the live copy and stop polling; down: poll from now on.
+  if (current) refresh(current, PAGES[current.page]);
+}
+
+function onBatch(batch, parse) {
+  const ctx = current;
+  const page = ctx && PAGES[ctx.page];
+  if (!page || !page.live) return;
+  if (ctx.busy || !ctx.data) {
+    // A load is running: apply these once it is done (applying twice changes nothing).
+    ctx.queued = (ctx.queued || []).concat(batch);
+    return;
+  }
+  try {
+    apply(ctx, page, batch, parse);
+  } catch (e) {
+    status(`Update failed: ${e.message}`, true);
+  }
+}
+
+function apply(ctx, page, batch, parse) {
+  const start = performance.now();
+  let action = null;
+  for (const { name, data } of batch) {
+    const a = page.live(ctx, name, data);
+    if (a === 'reload' || (a === 'render' && action !== 'reload')) action = a;
+  }
+  if (action === 'render') {
+    page.render(ctx.data, ctx);
+    void document.body.offsetHeight;
+    const end = performance.now();
+    performance.measure('gantry:update', { start: start - parse, end, detail: { page: ctx.page, parse, via: 'stream' } });
+    status(`Live · updated ${new Date().toLocaleTimeString()} · ${(end - start + parse).toFixed(0)} ms`);
+  } else if (action === 'reload' && !ctx.reloadTimer) {
+    const wait = Math.max(0, (ctx.loadedAt || 0) + RELOAD_GAP_MS - Date.now());
+    ctx.reloadTimer = setTimeout(() => {
+      ctx.reloadTimer = null;
+      refresh(ctx, page);
+    }, wait);
+  }
+}
+
+function status(text, error = false) {
+  $('status').textContent = text;
+  $('status').classList.toggle('error', error);
+}
+
 function stop() {
-  if (current) clearTimeout(current.timer);
+  if (current) {
+    clearTimeout(current.timer);
+    clearTimeout(current.reloadTimer);
+  }
   current = null;
 }
 
@@ -56,9 +122,10 @@ function open() {
   stop();
   const route = parseHash();
   const page = PAGES[route.name];
-  const ctx = { ...route, page: route.name, alive: true, timer: null };
+  const ctx = { ...route, page: route.name, alive: true, timer: null, live };
   current = ctx;
-  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('here', a.dataset.page === (route.name === 'job' ? 'jobs' : route.name === 'node' ? 'nodes' : route.name));
+  const tab = { job: 'jobs', node: 'nodes' }[route.name] || route.name;
+  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('here', a.dataset.page === tab);
   const main = $('main');
   put(main, html`<p class="loading">Loading…</p>`);
   page.mount(main, ctx, () => refresh(ctx, page));
@@ -75,27 +142,35 @@ async function refresh(ctx, page) {
   ctx.busy = true;
   try {
     cost.parse = 0;
+    ctx.live = live;
     const data = await page.load(ctx);
     if (ctx !== current) return;
+    ctx.data = data;
+    ctx.loadedAt = Date.now();
     const start = performance.now();
     page.render(data, ctx);
     void document.body.offsetHeight; // the layout this update causes, inside the measure
     const end = performance.now();
-    performance.measure('gantry:update', { start: start - cost.parse, end, detail: { page: ctx.page, parse: cost.parse } });
+    performance.measure('gantry:update', { start: start - cost.parse, end, detail: { page: ctx.page, parse: cost.parse, via: 'load' } });
     if (firstRender) {
       firstRender = false;
       performance.mark('gantry:first-render', { detail: { page: ctx.page } });
     }
-    $('status').textContent = `Updated ${new Date().toLocaleTimeString()} · ${(end - start + cost.parse).toFixed(0)} ms`;
-    $('status').classList.remove('error');
+    const how = live && live.synced ? 'Live' : 'Polling every 2 s';
+    status(`${how} · updated ${new Date().toLocaleTimeString()} · ${(end - start + cost.parse).toFixed(0)} ms`);
   } catch (e) {
     if (e instanceof ApiError && e.status === 401) return showLogin('Your token was refused; sign in again.');
-    $('status').textContent = `Update failed: ${e.message}`;
-    $('status').classList.add('error');
+    status(`Update failed: ${e.message}`, true);
   } finally {
     ctx.busy = false;
   }
-  if (ctx === current && !ctx.done) ctx.timer = setTimeout(() => refresh(ctx, page), EVERY_MS);
+  if (ctx.queued && ctx === current) {
+    const queued = ctx.queued;
+    ctx.queued = null;
+    onBatch(queued, 0);
+  }
+  const polling = !(live && live.synced) || (page.poll && page.poll(ctx));
+  if (ctx === current && !ctx.done && polling) ctx.timer = setTimeout(() => refresh(ctx, page), EVERY_MS);
 }
 
 document.addEventListener('visibilitychange', () => {

@@ -1,13 +1,16 @@
 // One job: its fields, state transitions (one per attempt's start and end) and its output,
-// followed while it runs. Output is appended as text nodes, never parsed as markup.
+// followed while it runs. Output is appended as text nodes, never parsed as markup. A job that
+// has not ended has a Cancel button (two clicks: the second confirms); the server decides
+// whether the caller may (a member of the job's team, or an admin), as for `gantry cancel`.
 
-import { json, request, ApiError } from './api.js';
+import { json, request, post, ApiError } from './api.js';
 import { html, put, state, when, duration, mib } from './view.js';
 
 const MAX_CHARS = 2_000_000;
 
 export function mount(main, ctx, refresh) {
   ctx.id = Number(ctx.arg);
+  ctx.refresh = refresh;
   ctx.stream = 'stdout';
   ctx.offset = 0;
   ctx.decoder = new TextDecoder();
@@ -60,6 +63,52 @@ export async function load(ctx) {
   return { detail, chunks };
 }
 
+const FINAL = ['succeeded', 'failed', 'cancelled', 'timeout'];
+
+/// Logs are polled while the job has not ended, even with the stream up.
+export function poll(ctx) {
+  return !ctx.final;
+}
+
+/// A pushed change of this job: read it again now.
+export function live(ctx, name, changed) {
+  return name === 'jobs' && changed.some((j) => j.id === ctx.id) ? 'reload' : null;
+}
+
+function cancelButton(ctx, j, refresh) {
+  const button = document.getElementById('cancel');
+  if (!button) return;
+  button.hidden = FINAL.includes(j.state) || Boolean(j.stop);
+  if (button.dataset.wired) return;
+  button.dataset.wired = '1';
+  button.addEventListener('click', async () => {
+    if (button.dataset.armed !== '1') {
+      button.dataset.armed = '1';
+      button.textContent = 'Click again to cancel';
+      setTimeout(() => {
+        button.dataset.armed = '';
+        button.textContent = 'Cancel job';
+      }, 5000);
+      return;
+    }
+    button.disabled = true;
+    const note = document.getElementById('cancel-note');
+    try {
+      await post(`/v1/jobs/${ctx.id}/cancel`);
+      note.textContent = 'Cancel requested.';
+      note.classList.remove('error');
+      refresh();
+    } catch (e) {
+      note.textContent = `Could not cancel: ${e.message}`;
+      note.classList.add('error');
+    } finally {
+      button.disabled = false;
+      button.dataset.armed = '';
+      button.textContent = 'Cancel job';
+    }
+  });
+}
+
 export function render({ missing, detail, chunks }, ctx) {
   if (missing) {
     put(document.getElementById('job-head'), html`<h1>Job ${ctx.id}</h1><p class="error">No such job, or not one of your teams'.</p>`);
@@ -67,7 +116,14 @@ export function render({ missing, detail, chunks }, ctx) {
     return;
   }
   const j = detail.job;
-  put(document.getElementById('job-head'), html`<div class="bar"><h1>Job ${j.id} · <span class="name">${j.name}</span></h1>${state(j.state)}</div>`);
+  if (!document.getElementById('cancel')) {
+    put(document.getElementById('job-head'), html`<div class="bar"><h1>Job ${j.id} · <span class="name" id="job-name"></span></h1>
+      <span id="job-state"></span><span class="spacer"></span><span id="cancel-note" class="muted" role="status"></span>
+      <button id="cancel" type="button" class="danger" hidden>Cancel job</button></div>`);
+  }
+  document.getElementById('job-name').textContent = j.name;
+  put(document.getElementById('job-state'), state(j.state));
+  cancelButton(ctx, j, ctx.refresh);
   put(document.getElementById('job-fields'), html`<h2>Details</h2><dl class="fields">
     <dt>Team</dt><dd>${j.team}</dd>
     <dt>Command</dt><dd><code>${j.command.join(' ')}</code></dd>
@@ -89,7 +145,8 @@ export function render({ missing, detail, chunks }, ctx) {
   if (text) log.append(document.createTextNode(text));
   if (log.textContent.length > MAX_CHARS) log.textContent = log.textContent.slice(-MAX_CHARS / 2);
   if (text && document.getElementById('follow').checked) log.scrollTop = log.scrollHeight;
-  const final = ['succeeded', 'failed', 'cancelled'].includes(j.state);
+  const final = FINAL.includes(j.state);
+  ctx.final = final;
   document.getElementById('log-note').textContent = `${ctx.offset} bytes${final ? ' · finished' : ' · following'}`;
   if (final && chunks.length === 0) ctx.done = true;
 }

@@ -1,5 +1,5 @@
 // Jobs the caller may see, newest first, 500 a page, filtered by state and team on the server;
-// "Older" follows `x-next-before`.
+// "Older" follows `x-next-before`. With the stream up, pushed job changes update the rows.
 
 import { json, jobsPage } from './api.js';
 import { html, raw, put, state, ago, duration } from './view.js';
@@ -44,8 +44,35 @@ export function mount(main, ctx, refresh) {
   }).catch(() => {});
 }
 
+const PAGE = 500;
+
 export async function load(ctx) {
-  return jobsPage({ ...ctx.filter, before: ctx.pages[ctx.pages.length - 1], limit: 500 });
+  return jobsPage({ ...ctx.filter, before: ctx.pages[ctx.pages.length - 1], limit: PAGE });
+}
+
+const matches = (f, j) => (!f.state || j.state === f.state) && (!f.team || j.team === f.team);
+
+/// Pushed job changes: rows on the page take the job's new state; on the first page, new jobs
+/// that pass the filters are added on top (the page keeps its 500 newest).
+export function live(ctx, name, changed) {
+  if (name !== 'jobs') return null;
+  const list = ctx.data.jobs;
+  const at = new Map(list.map((j, i) => [j.id, i]));
+  const top = list.length ? list[0].id : 0;
+  const fresh = [];
+  ctx.only = ctx.only || new Set();
+  for (const j of changed) {
+    ctx.only.add(j.id);
+    if (at.has(j.id)) list[at.get(j.id)] = j;
+    else if (ctx.pages.length === 1 && j.id > top && matches(ctx.filter, j)) fresh.push(j);
+  }
+  if (fresh.length) {
+    fresh.sort((a, b) => b.id - a.id);
+    const all = fresh.concat(list);
+    ctx.data.jobs = all.slice(0, PAGE);
+    if (all.length > PAGE) ctx.data.next = String(ctx.data.jobs[PAGE - 1].id);
+  }
+  return 'render';
 }
 
 const row = (j) => html`<tr>
@@ -67,10 +94,25 @@ export function render({ jobs, next }, ctx) {
   ctx.next = next;
   document.getElementById('older').disabled = !next;
   document.getElementById('newer').disabled = ctx.pages.length <= 1;
-  const rows = jobs.map((j) => [j.id, row(j).toString()]);
-  const body = document.querySelector('#jobs-table tbody');
+  // A push redraws the rows of the jobs it changed; the others keep their text (relative
+  // times included) until the next full pass, at most every 10 s.
   const prev = ctx.rows;
+  const full = !ctx.only || !prev || Date.now() - (ctx.fullAt || 0) > 10_000;
+  const kept = full ? null : new Map(prev);
+  const rows = jobs.map((j) => [j.id, (kept && !ctx.only.has(j.id) && kept.get(j.id)) || row(j).toString()]);
+  if (full) ctx.fullAt = Date.now();
+  ctx.only = null;
+  const body = document.querySelector('#jobs-table tbody');
   ctx.rows = rows;
+  // New jobs on top of the same page: insert their rows and drop those pushed off the bottom.
+  const added = prev && prev.length ? rows.findIndex((r) => r[0] === prev[0][0]) : -1;
+  const drop = added > 0 ? prev.length + added - rows.length : -1;
+  if (body && drop >= 0 && drop <= prev.length) {
+    body.insertAdjacentHTML('afterbegin', rows.slice(0, added).map((r) => r[1]).join(''));
+    for (let i = 0; i < drop; i++) body.deleteRow(-1);
+    prev.splice(prev.length - drop, drop);
+    prev.unshift(...rows.slice(0, added));
+  }
   if (body && prev && prev.length === rows.length && prev.every((r, i) => r[0] === rows[i][0])) {
     rows.forEach((r, i) => {
       if (r[1] !== prev[i][1]) body.rows[i].outerHTML = r[1];

@@ -1,13 +1,13 @@
 //! Nodes, GPUs, teams and events. Members and viewers see their own teams only: other teams'
 //! jobs are left out of GPU holders, team lists and events.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_store::{Event, EventFilter, JobFilter, JobState, Team, Usage};
+use gantry_store::{Event, EventFilter, JobFilter, JobState, Store, StoreError, Team, Usage};
 
 use super::extract::{Body, Path, Query};
 use super::types::*;
@@ -24,7 +24,25 @@ pub async fn nodes(
     Extension(who): Extension<Principal>,
 ) -> Result<Json<Vec<NodeView>>, ApiError> {
     who.require_user()?;
-    let (nodes, gpus, held) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?, s.allocations(true)?))).await?;
+    let views = blocking(&app, node_views).await?;
+    Ok(Json(views))
+}
+
+/// GPUs with health, latest sample and holders.
+#[utoipa::path(get, path = "/v1/gpus", security(("bearer" = [])), responses((status = 200, body = Vec<GpuView>)))]
+pub async fn gpus(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+) -> Result<Json<Vec<GpuView>>, ApiError> {
+    who.require_user()?;
+    let teams = who.visible_teams();
+    let views = blocking(&app, move |s| gpu_views(s, teams)).await?;
+    Ok(Json(views))
+}
+
+/// Nodes with their GPU counts (no job names: every user may see them).
+pub(crate) fn node_views(s: &dyn Store) -> Result<Vec<NodeView>, StoreError> {
+    let (nodes, gpus, held) = (s.nodes()?, s.gpus()?, s.allocations(true)?);
     let busy: std::collections::HashSet<String> = held.into_iter().map(|a| a.gpu_uuid).collect();
     let views = nodes
         .into_iter()
@@ -40,30 +58,25 @@ pub async fn nodes(
             }
         })
         .collect();
-    Ok(Json(views))
+    Ok(views)
 }
 
-/// GPUs with health, latest sample and holders.
-#[utoipa::path(get, path = "/v1/gpus", security(("bearer" = [])), responses((status = 200, body = Vec<GpuView>)))]
-pub async fn gpus(
-    State(app): State<Arc<App>>,
-    Extension(who): Extension<Principal>,
-) -> Result<Json<Vec<GpuView>>, ApiError> {
-    who.require_user()?;
-    let teams = who.visible_teams();
-    let (gpus, held, visible) = blocking(&app, move |s| {
-        // Members see holders from their own teams only.
-        let visible = match teams {
-            None => None,
-            Some(teams) => {
-                let filter = JobFilter { teams: Some(teams), ..JobFilter::default() };
-                let jobs = s.jobs(&filter)?;
-                Some(jobs.into_iter().filter(|j| j.state.is_active()).map(|j| j.id).collect::<Vec<_>>())
+/// Every GPU with its holders; with `teams` set (a member's or viewer's), holders of those
+/// teams' active jobs only.
+pub(crate) fn gpu_views(s: &dyn Store, teams: Option<Vec<String>>) -> Result<Vec<GpuView>, StoreError> {
+    let visible = match teams {
+        None => None,
+        Some(teams) => {
+            let mut ids = HashSet::new();
+            for state in JobState::ALL.iter().filter(|s| s.is_active()) {
+                let filter =
+                    JobFilter { state: Some(*state), teams: Some(teams.clone()), ..JobFilter::default() };
+                ids.extend(s.jobs(&filter)?.into_iter().map(|j| j.id));
             }
-        };
-        Ok((s.gpus()?, s.allocations(true)?, visible))
-    })
-    .await?;
+            Some(ids)
+        }
+    };
+    let (gpus, held) = (s.gpus()?, s.allocations(true)?);
     let mut holders: HashMap<String, Vec<GpuHolder>> = HashMap::new();
     for a in held.into_iter().filter(|a| visible.as_ref().is_none_or(|v| v.contains(&a.job_id))) {
         let holder = GpuHolder { job_id: a.job_id, share_milli: a.share_milli, memory_mib: a.memory_mib };
@@ -76,7 +89,7 @@ pub async fn gpus(
             GpuView { gpu, holders }
         })
         .collect();
-    Ok(Json(views))
+    Ok(views)
 }
 
 /// Teams, quotas and queue sizes.

@@ -2,7 +2,8 @@
 //! JavaScript modules under `crates/server/assets/dashboard/`; no build step, nothing fetched
 //! from elsewhere). The assets are public and hold no data: the page asks the same API as the
 //! CLI with the token the user pastes, so a member sees only its teams, exactly as the API
-//! decides ([`crate::auth::Principal`]). There is no dashboard-only endpoint.
+//! decides ([`crate::auth::Principal`]). Live updates come from `/v1/watch` (see
+//! [`super::watch`]), read with `fetch()` and the same Authorization header.
 //!
 //! Every answer carries a Content-Security-Policy that allows scripts and styles from this
 //! origin only (no inline code), `nosniff`, and forbids framing.
@@ -48,6 +49,8 @@ const ASSETS: &[Asset] = &[
     asset!("job.js", JS),
     asset!("nodes.js", JS),
     asset!("teams.js", JS),
+    asset!("findings.js", JS),
+    asset!("live.js", JS),
 ];
 
 /// `/` (the page) and `/dashboard/{file}` (its assets), public: nobody's data is in them.

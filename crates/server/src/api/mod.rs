@@ -7,9 +7,11 @@ mod capacity;
 mod cluster;
 mod dashboard;
 mod extract;
+mod insight;
 mod jobs;
 pub use gantry_api::types;
 mod validate;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -32,7 +34,7 @@ use crate::error::{ApiError, ErrorBody};
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
-        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage,
+        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami,
         audit::rows, audit::verify,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
@@ -83,8 +85,8 @@ impl utoipa::Modify for BearerAuth {
 /// Every route; all but `/healthz`, `/v1/ca.pem` and the dashboard's static files (`/`,
 /// `/dashboard/*`, which hold no data) need a bearer token. Who may call each is checked in its
 /// handler (or, for mutations, by the dispatcher) through [`Principal`]'s `require_*` methods:
-/// jobs, logs, events — users, scoped to their teams; cancel and submit — members of the job's
-/// team and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
+/// jobs, logs, events, the watch stream, findings, queues — users, scoped to their teams (see
+/// `watch` and `insight`); cancel and submit — members of the job's team and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
 /// its own tokens); agent routes — the node's own credential; metrics — operators.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
@@ -106,6 +108,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/events", get(cluster::events))
         .route("/v1/usage", get(cluster::usage))
+        .route("/v1/watch", get(watch::watch))
+        .route("/v1/findings", get(insight::findings))
+        .route("/v1/queues", get(insight::queues))
         .route("/v1/agent/join", post(agent::join))
         .route("/v1/agent/register", post(agent::register))
         .route("/v1/agent/heartbeat", post(agent::heartbeat))

@@ -136,6 +136,9 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let mut snapshot = snapshot;
     housekeeping.share.charge(&snapshot.active, snapshot.at);
     snapshot.queue = housekeeping.share.input.clone();
+    if let Ok(mut queue) = app.queue.write() {
+        queue.clone_from(&snapshot.queue);
+    }
     let started = Instant::now();
     let gated = gate(&snapshot.pending, &snapshot.active, &deps);
     snapshot.pending.retain(|j| !gated.stops(j.id));

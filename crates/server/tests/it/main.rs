@@ -3,6 +3,7 @@
 mod api;
 mod fuzz;
 mod limits;
+mod live;
 mod queue;
 mod scheduling;
 mod security;

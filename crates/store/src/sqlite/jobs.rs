@@ -144,6 +144,40 @@ pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> 
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+pub(super) fn changed(
+    c: &Connection,
+    after: Option<i64>,
+    limit: u32,
+    teams: Option<&[String]>,
+) -> Result<(i64, Vec<Job>)> {
+    let Some(after) = after else {
+        let last = c
+            .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM job_transitions")?
+            .query_row([], |r| r.get(0))?;
+        return Ok((last, Vec::new()));
+    };
+    let mut stmt =
+        c.prepare_cached("SELECT id, job_id FROM job_transitions WHERE id > ?1 ORDER BY id LIMIT ?2")?;
+    let changes =
+        stmt.query_map(params![after, limit], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, JobId>(1)?)))?;
+    let changes: Vec<(i64, JobId)> = changes.collect::<rusqlite::Result<_>>()?;
+    let reached = changes.last().map_or(after, |(id, _)| *id);
+    let mut ids: Vec<JobId> = changes.into_iter().map(|(_, job)| job).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return Ok((reached, Vec::new()));
+    }
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN (SELECT value FROM json_each(?1)) \
+         AND (?2 IS NULL OR team IN (SELECT value FROM json_each(?2))) ORDER BY id"
+    );
+    let teams = teams.map(|t| rows::to_json(&t)).transpose()?;
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![rows::to_json(&ids)?, teams], rows::job)?;
+    Ok((reached, rows.collect::<rusqlite::Result<_>>()?))
+}
+
 pub(super) fn record_transition(
     c: &Connection,
     id: JobId,

@@ -149,6 +149,14 @@ impl Store for SqliteStore {
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
         self.read(|c| jobs::transitions(c, id))
     }
+    fn changed_jobs(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+        teams: Option<Vec<String>>,
+    ) -> Result<(i64, Vec<Job>)> {
+        self.read(|c| jobs::changed(c, after, limit, teams.as_deref()))
+    }
     fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
         self.writer.write(move |c| jobs::cancel(c, id, at))
     }

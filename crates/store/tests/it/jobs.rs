@@ -132,3 +132,25 @@ fn a_job_that_ends_between_two_heartbeats_is_recorded_as_having_run() {
     assert_eq!(states, [JobState::Pending, JobState::Scheduled, JobState::Running, JobState::Succeeded]);
     assert_eq!(store.job(id).expect("get").and_then(|j| j.started_at), Some(40));
 }
+
+#[test]
+fn changed_jobs_returns_each_job_that_moved_after_the_cursor_once_and_only_of_the_given_teams() {
+    let (_dir, store) = open();
+    let (start, none) = store.changed_jobs(None, 100, None).expect("cursor");
+    assert!(none.is_empty());
+    let (a, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    let mut other = new_job("b", 1, 0);
+    other.team = "nlp".into();
+    let (b, _) = store.submit(&other).expect("submit");
+    store.cancel(a, 2).expect("cancel");
+    let (after, jobs) = store.changed_jobs(Some(start), 100, None).expect("changes");
+    assert_eq!(
+        jobs.iter().map(|j| (j.id, j.state)).collect::<Vec<_>>(),
+        [(a, JobState::Cancelled), (b, JobState::Pending)]
+    );
+    assert_eq!(store.changed_jobs(Some(after), 100, None).expect("none").1, vec![], "nothing new");
+    let (_, mine) = store.changed_jobs(Some(start), 100, Some(vec!["nlp".into()])).expect("nlp");
+    assert_eq!(mine.iter().map(|j| j.id).collect::<Vec<_>>(), [b], "only nlp's job");
+    let (part, first) = store.changed_jobs(Some(start), 1, None).expect("one change");
+    assert_eq!((part, first.len()), (start + 1, 1), "a limit stops at the changes read");
+}
