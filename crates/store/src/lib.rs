@@ -61,6 +61,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>>;
     /// A job's state changes, oldest first.
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>>;
+    /// A job's attempts, oldest first.
+    fn attempts(&self, id: JobId) -> Result<Vec<Attempt>>;
     /// Cancels a pending job now, or asks the agent to stop an active one.
     fn cancel(&self, id: JobId, at: i64) -> Result<Job>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.

@@ -143,6 +143,7 @@ fn populate(store: &dyn gantry_store::Store) {
             })
             .collect();
         let reg = NodeRegistration {
+            attempts: Vec::new(),
             node_id: node_id.clone(),
             hostname: node_id.clone(),
             cpu_milli: 192_000,

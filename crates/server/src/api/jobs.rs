@@ -122,7 +122,8 @@ pub async fn get(
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let transitions = blocking(&app, move |s| s.transitions(id)).await?;
-    Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes }))
+    let attempts = blocking(&app, move |s| s.attempts(id)).await?;
+    Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes: app.config.log_limit_bytes }))
 }
 
 /// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL).
@@ -140,7 +141,7 @@ pub async fn cancel(
 }
 
 /// A job's output from `offset`, a position in the whole stream (the agent writes it; this serves
-/// the files). Output beyond the job's log limit is rotated away: a reader asking for it gets the
+/// the files), of its latest attempt or the one `attempt` names (each attempt's output is kept). Output beyond the job's log limit is rotated away: a reader asking for it gets the
 /// oldest output kept, and the `x-gantry-log-offset` header says where that starts.
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", params(("id" = i64, Path, description = "job id"), LogQuery),
     security(("bearer" = [])), responses((status = 200, body = String, content_type = "text/plain",
@@ -159,8 +160,17 @@ pub async fn logs(
             return Err(ApiError::BadRequest(format!("stream: must be stdout or stderr, not `{s}`")));
         }
     };
-    visible_job(&app, &who, id).await?;
-    let dir = job_logs::dir(&app.config.logs_dir, id);
+    let job = visible_job(&app, &who, id).await?;
+    let attempt = q.attempt.unwrap_or(job.attempt);
+    if q.attempt.is_some() && (attempt == 0 || attempt > job.attempt) {
+        let has = match job.attempt {
+            0 => "has not run yet".to_owned(),
+            1 => "has only attempt 1".to_owned(),
+            n => format!("has attempts 1 to {n}"),
+        };
+        return Err(ApiError::NotFound(format!("job {id} has no attempt {attempt}: it {has}")));
+    }
+    let dir = job_logs::read_dir_for(&app.config.logs_dir, id, attempt, job.attempt);
     let offset = q.offset.unwrap_or(0);
     validate::at_most("offset", offset, validate::MAX_OFFSET)?;
     let chunk = tokio::task::spawn_blocking(move || job_logs::read(&dir, &stream, offset, LOG_CHUNK))

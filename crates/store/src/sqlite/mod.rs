@@ -144,6 +144,9 @@ impl Store for SqliteStore {
     fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
         self.read(|c| jobs::transitions(c, id))
     }
+    fn attempts(&self, id: JobId) -> Result<Vec<Attempt>> {
+        self.read(|c| jobs::attempts(c, id))
+    }
     fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
         self.writer.write(move |c| jobs::cancel(c, id, at))
     }
