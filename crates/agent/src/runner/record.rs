@@ -111,6 +111,13 @@ pub fn save(state: &Path, record: &Record) -> std::io::Result<()> {
     write_atomically(&record_path(state, record.job_id, record.attempt), &json)
 }
 
+/// Keeps how an attempt ended (the shim's last act).
+pub fn save_exit(state: &Path, job_id: i64, attempt: u32, exit: &Exit) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).create(dir(state))?;
+    let json = serde_json::to_vec(exit).map_err(std::io::Error::other)?;
+    write_atomically(&exit_path(state, job_id, attempt), &json)
+}
+
 /// Forgets an attempt: its record and its exit.
 pub fn forget(state: &Path, job_id: i64, attempt: u32) {
     let _ = std::fs::remove_file(record_path(state, job_id, attempt));
@@ -244,8 +251,7 @@ mod tests {
         save(state.path(), &record(2, me, start + 7)).expect("save");
         save(state.path(), &record(3, me, start + 7)).expect("save");
         let exit = Exit { status: 3 << 8, oom_killed: false };
-        write_atomically(&exit_path(state.path(), 3, 1), &serde_json::to_vec(&exit).expect("json"))
-            .expect("exit");
+        save_exit(state.path(), 3, 1, &exit).expect("exit");
         std::fs::write(exit_path(state.path(), 9, 1), b"{}").expect("stray exit");
         let found = recover(state.path());
         assert_eq!(

@@ -14,6 +14,7 @@ mod fake_nvml;
 mod gpus;
 mod harness;
 mod preemption;
+mod restart;
 mod sandbox;
 mod sharing;
 mod sim;

@@ -264,10 +264,14 @@ async fn a_node_credential_cannot_register_as_another_node_steal_its_gpus_or_end
     // Registering again while claiming to still run node-a's job keeps nothing of node-a's.
     let claim = json!({"node_id": "node-b", "hostname": "b", "cpu_milli": 8000, "memory_mib": 65536,
         "gpus": [], "attempts": [{"job_id": id, "attempt": 1}]});
-    let resp = s.as_(&b, reqwest::Method::POST, "/v1/agent/register").json(&claim).send().await.expect("send");
+    let resp =
+        s.as_(&b, reqwest::Method::POST, "/v1/agent/register").json(&claim).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::OK);
     let job = s.store.job(id).expect("job").expect("job");
-    assert_eq!((job.node_id.as_deref(), job.epoch, job.state), (Some("node-a"), epoch_a.as_u64(), JobState::Scheduled));
+    assert_eq!(
+        (job.node_id.as_deref(), job.epoch, job.state),
+        (Some("node-a"), epoch_a.as_u64(), JobState::Scheduled)
+    );
     let as_a = json!({"node_id": "node-a", "epoch": epoch_a, "gpus": [], "jobs": []});
     let resp =
         s.as_(&b, reqwest::Method::POST, "/v1/agent/heartbeat").json(&as_a).send().await.expect("send");
@@ -319,7 +323,9 @@ async fn a_node_registering_again_keeps_the_attempts_it_still_runs_and_loses_the
         ids.push(job.expect("send").json::<Value>().await.expect("json")["id"].as_i64().expect("id"));
     }
     for _ in 0..50 {
-        let placed = ids.iter().all(|id| s.store.job(*id).expect("job").is_some_and(|j| j.state == JobState::Scheduled));
+        let placed = ids
+            .iter()
+            .all(|id| s.store.job(*id).expect("job").is_some_and(|j| j.state == JobState::Scheduled));
         if placed {
             break;
         }
@@ -331,7 +337,8 @@ async fn a_node_registering_again_keeps_the_attempts_it_still_runs_and_loses_the
         "gpus": [{"uuid": "GPU-A0", "index": 0, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920},
                  {"uuid": "GPU-A1", "index": 1, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}],
         "attempts": [{"job_id": ids[0], "attempt": 1}, {"job_id": 999, "attempt": 1}]});
-    let resp = s.as_(&a, reqwest::Method::POST, "/v1/agent/register").json(&again).send().await.expect("send");
+    let resp =
+        s.as_(&a, reqwest::Method::POST, "/v1/agent/register").json(&again).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::OK);
     let epoch = resp.json::<Value>().await.expect("json")["epoch"].as_u64();
     let kept = s.store.job(ids[0]).expect("job").expect("job");
