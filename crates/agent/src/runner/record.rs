@@ -90,7 +90,11 @@ fn record_path(state: &Path, job_id: i64, attempt: u32) -> PathBuf {
 
 /// Writes `bytes` to `path` atomically (temporary file, fsync, rename), mode 0600.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    // `<name>.tmp`, not `<stem>.tmp`: the agent writes `<job>-<attempt>.json` while the shim
+    // may be writing `<job>-<attempt>.exit`.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let mut file =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
     file.write_all(bytes)?;
@@ -225,6 +229,21 @@ mod tests {
             gpu_uuids: Vec::new(),
             grant_mib: 0,
             memory_mib: 0,
+        }
+    }
+
+    #[test]
+    fn a_record_and_its_exit_written_at_the_same_time_are_both_kept() {
+        let state = tempfile::tempdir().expect("dir");
+        for job in 0..100 {
+            let path = state.path().to_owned();
+            let shim = std::thread::spawn(move || {
+                save_exit(&path, job, 1, &Exit { status: 0, oom_killed: false }).expect("exit");
+            });
+            save(state.path(), &record(job, 1, 1)).expect("record");
+            shim.join().expect("shim thread");
+            assert!(read_exit(state.path(), job, 1).is_some(), "job {job}: the exit was lost");
+            assert!(record_path(state.path(), job, 1).exists(), "job {job}: the record was lost");
         }
     }
 
