@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use gantry_agent::runner::{BackendChoice, Gpus};
-use gantry_store::{JobState, Store as _};
+use gantry_store::JobState;
 
 use gantry_agent::runner::record;
 use tokio::sync::watch;
