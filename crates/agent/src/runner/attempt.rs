@@ -173,8 +173,14 @@ async fn watch(
     exits: mpsc::UnboundedSender<Ended>,
 ) {
     loop {
-        let gone = match &mut own {
-            Some(child) => !matches!(child.try_wait(), Ok(None)),
+        let gone = match own.as_mut().map(std::process::Child::try_wait) {
+            Some(Ok(status)) => status.is_some(),
+            Some(Err(e)) => {
+                // Not waitable (say, SIGCHLD ignored): watch it by pid and start time instead.
+                tracing::debug!(job = record.job_id, error = %e, "cannot wait for the job's shim");
+                own = None;
+                continue;
+            }
             None => !record::is_alive(record.shim_pid, record.shim_start),
         };
         if gone {
@@ -187,6 +193,12 @@ async fn watch(
         Some(exit) => Ended { job_id, attempt, status: Ok(shim::status(&exit)), oom_killed: exit.oom_killed },
         None => {
             let workdir = ctx.sandbox.workdir(job_id, attempt);
+            tracing::warn!(
+                job = job_id,
+                attempt,
+                shim = record.shim_pid,
+                "the job's shim ended without recording its exit"
+            );
             let record = record.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 end_orphaned(&record);

@@ -167,12 +167,9 @@ pub fn main() -> i32 {
     }
     sandbox::remove_dir(&spec.workdir);
     let exit = Exit { status: status.into_raw(), oom_killed };
-    let path = record::exit_path(&spec.state, spec.job_id, spec.attempt);
-    match serde_json::to_vec(&exit)
-        .map_err(std::io::Error::other)
-        .and_then(|b| record::write_atomically(&path, &b))
-    {
+    match record::save_exit(&spec.state, spec.job_id, spec.attempt, &exit) {
         Ok(()) => 0,
+        // Its stderr goes nowhere; the agent reports the attempt as lost track of.
         Err(_) => 1,
     }
 }

@@ -185,3 +185,29 @@ async fn a_cancel_issued_while_the_agent_was_away_takes_effect_when_it_returns()
     assert_eq!(done.state, JobState::Cancelled);
     stop_agent(&mut h, &stop).await;
 }
+
+#[test]
+fn a_shim_records_its_jobs_exit_even_before_the_agent_has_recorded_any_attempt() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("dir");
+    let (state, logs, work) = (dir.path().join("state"), dir.path().join("logs"), dir.path().join("w"));
+    std::fs::create_dir_all(&logs).expect("logs");
+    std::fs::create_dir_all(&work).expect("work");
+    let spec = serde_json::json!({"job_id": 5, "attempt": 1, "argv": ["sh", "-c", "echo hi; exit 4"],
+        "env": {"PATH": "/usr/bin:/bin"}, "workdir": work, "user": null, "cgroup": null, "logs": logs,
+        "log_limit": 1_000_000, "state": state});
+    let mut shim = std::process::Command::new(crate::runner::SHIM)
+        .arg(gantry_agent::runner::shim::ARG)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("shim");
+    shim.stdin.take().expect("stdin").write_all(spec.to_string().as_bytes()).expect("spec");
+    let out = shim.wait_with_output().expect("shim ends");
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("started "), "{out:?}");
+    let exit = record::read_exit(&state, 5, 1).expect("the exit is recorded");
+    assert_eq!(gantry_agent::runner::shim::status(&exit).code(), Some(4));
+    assert_eq!(std::fs::read_to_string(logs.join("stdout")).expect("output"), "hi\n");
+    assert!(!work.exists(), "the work directory is removed");
+}
