@@ -1,5 +1,5 @@
-//! Starting a job's process as prepared by the sandbox, signalling processes, and the pid files
-//! a restarted agent cleans up from.
+//! Starting a job's process as prepared by the sandbox (the shim does, [`super::shim`]),
+//! signalling processes, and the pid files of agents from before shims.
 //!
 //! The process leads its own process group: where cgroups are not available (an agent not
 //! running as root) the group is how a job is stopped.
