@@ -124,3 +124,28 @@ fn the_store_directory_and_database_files_are_private() {
         assert_eq!(mode(&dir.path().join(name)), 0o600, "{name}");
     }
 }
+
+#[test]
+fn a_version_5_database_gets_the_attempts_its_allocation_history_shows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = SqliteStore::open(dir.path()).expect("create");
+        let epoch = crate::register(&store, 1);
+        let (id, _) = store.submit(&new_job("k", 1, 0)).expect("submit");
+        store.place(&crate::whole(id, epoch, &["GPU-0"])).expect("place");
+    }
+    {
+        // Back to version 5: no attempt rows, no attempt column on transitions.
+        let c = rusqlite::Connection::open(dir.path().join("gantry.db")).expect("db");
+        c.execute_batch(
+            "DROP TABLE job_attempts; ALTER TABLE job_transitions DROP COLUMN attempt; PRAGMA user_version = 5;",
+        )
+        .expect("downgrade");
+    }
+    let store = SqliteStore::open(dir.path()).expect("upgrade");
+    let attempts = store.attempts(1).expect("attempts");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!((attempts[0].attempt, attempts[0].node_id.as_str(), attempts[0].placed_at), (1, "n1", 20));
+    assert_eq!(attempts[0].gpu_uuids, vec!["GPU-0".to_owned()]);
+    assert!(store.transitions(1).expect("transitions").iter().all(|t| t.attempt.is_none()));
+}
