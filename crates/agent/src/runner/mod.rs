@@ -108,7 +108,10 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             Err(e) => tracing::warn!(error = %e, "joining failed; retrying"),
         }
         tokio::select! {
-            _ = stop.changed() => return Ok(()),
+            _ = stop.changed() => {
+                stop_jobs(&config, &mut jobs, &mut exits, &gpus).await;
+                return Ok(());
+            }
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     };
