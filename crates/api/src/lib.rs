@@ -15,3 +15,4 @@ pub mod job_env;
 pub mod job_logs;
 pub mod model;
 pub mod types;
+pub mod workflow;

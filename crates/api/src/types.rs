@@ -49,6 +49,25 @@ pub struct SubmitRequest {
     /// Longest a run may take, seconds (1 to 31 days); then SIGTERM, the grace period, SIGKILL,
     /// and the job ends in state `timeout`. None: no limit.
     pub time_limit_s: Option<u64>,
+    /// A job array in Slurm's syntax: `0-99`, `1,3,5`, `0-99%8` (at most 8 members at once).
+    /// One job per index, with `GANTRY_ARRAY_INDEX` and `GANTRY_ARRAY_ID` in its environment;
+    /// the response's id is the array's (its first member's).
+    pub array: Option<String>,
+    /// Jobs to wait for: the job starts once each has ended as asked; if one cannot any more
+    /// (an `ok` dependency failed) the job is cancelled with the reason. Only jobs of teams the
+    /// caller sees (404 otherwise).
+    #[serde(default)]
+    pub after: Vec<crate::workflow::Dependency>,
+    /// Labels (`key: value`, selectable with `GET /v1/jobs?label=key=value`).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Acceptable GPU models, e.g. `["A100", "H100"]` (empty: any); refused when no registered
+    /// node has one, unless `wait_for_capacity`.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// Where the job starts: a relative path inside its private directory, created for it
+    /// (no `..`, not absolute).
+    pub workdir: Option<String>,
 }
 
 /// The job id of a submission.
@@ -90,6 +109,19 @@ pub struct ListQuery {
     pub limit: Option<u32>,
     /// Only jobs with a smaller id (the next page).
     pub before: Option<i64>,
+    /// Only jobs with these labels: `key=value[,key=value…]` (every pair must match).
+    pub label: Option<String>,
+    /// Only the members of this array.
+    pub array: Option<i64>,
+}
+
+/// How much to cancel.
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+pub struct CancelQuery {
+    /// Cancel every unfinished member of the array this job belongs to.
+    #[serde(default)]
+    pub array: bool,
 }
 
 /// Which events.
@@ -353,6 +385,13 @@ pub struct Assignment {
     /// Longest the run may take, seconds (none: no limit).
     #[serde(default)]
     pub time_limit_s: Option<u64>,
+    /// Its place in a job array (`GANTRY_ARRAY_ID`, `GANTRY_ARRAY_INDEX`).
+    #[serde(default)]
+    pub array: Option<crate::workflow::ArrayMember>,
+    /// Where it starts, relative to its private directory (checked by
+    /// [`crate::workflow::check_workdir`]; the agent creates it).
+    #[serde(default)]
+    pub workdir: Option<String>,
 }
 
 impl From<Job> for Assignment {
@@ -370,6 +409,8 @@ impl From<Job> for Assignment {
             env: job.env,
             log_limit_bytes: 0,
             time_limit_s: job.time_limit_s,
+            array: job.array,
+            workdir: job.workdir,
         }
     }
 }

@@ -33,6 +33,8 @@ enum Command {
     Agent(cmd::agent::AgentArgs),
     /// Queue a job (a command after `--`, or a batch script); prints its id.
     Submit(cmd::submit::SubmitArgs),
+    /// Queue the job a YAML file declares (the fields of `submit`); applying it again is a no-op.
+    Apply(cmd::apply::ApplyArgs),
     /// Run a job attached (as srun): submit, stream its output, exit with its exit status.
     Run(cmd::submit::RunArgs),
     /// List jobs.
@@ -41,7 +43,7 @@ enum Command {
     Job(cmd::jobs::JobArgs),
     /// Print a job's output.
     Logs(cmd::logs::LogsArgs),
-    /// Cancel a job.
+    /// Cancel a job, or every member of an array (`cancel ARRAY_ID`; one member: `cancel 12_3`).
     Cancel(cmd::cancel::CancelArgs),
     /// List nodes.
     Nodes(cmd::nodes::NodesArgs),
@@ -53,7 +55,7 @@ enum Command {
     Token(cmd::token::TokenCommand),
     /// Read the audit log of every change (admin); `audit verify` checks its hash chain.
     Audit(cmd::audit::AuditArgs),
-    /// GPU-hours allocated per team or user over a period.
+    /// GPU-hours allocated, used and wasted (idle) per team or user over a period.
     Usage(cmd::usage::UsageArgs),
     /// Print a shell completion script.
     Completions(cmd::completions::CompletionsArgs),
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Agent(a) => cmd::agent::run(a),
         Command::Submit(a) => cmd::submit::run(a),
         Command::Run(a) => cmd::submit::run_attached(a),
+        Command::Apply(a) => cmd::apply::run(a),
         Command::Config(c) => cmd::config::run(c),
         Command::Jobs(a) => cmd::jobs::list(a),
         Command::Job(a) => cmd::jobs::show(a),

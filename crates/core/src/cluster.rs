@@ -210,6 +210,21 @@ impl Cluster {
         ModelSet::Only(mask)
     }
 
+    /// The set of models matching any of `asked` by [`crate::resources::model_matches`] (`A100`
+    /// matches `A100-80GB`); an empty list means any model, names matching nothing match nothing.
+    pub fn matching_models<S: AsRef<str>>(&self, asked: &[S]) -> ModelSet {
+        if asked.is_empty() {
+            return ModelSet::Any;
+        }
+        let mask = self
+            .models
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| asked.iter().any(|a| crate::resources::model_matches(a.as_ref(), m)))
+            .fold(0u64, |mask, (i, _)| mask | (1u64 << i));
+        ModelSet::Only(mask)
+    }
+
     /// All nodes, indexed by [`NodeId`].
     pub fn nodes(&self) -> &[Node] {
         &self.nodes

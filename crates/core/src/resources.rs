@@ -49,6 +49,19 @@ impl ModelSet {
     }
 }
 
+/// Whether a GPU model name a user typed (`A100`) names `model` (`A100-80GB`, `NVIDIA
+/// A100-SXM4-80GB`): equal ignoring case, or a prefix of one of its words that ends where the
+/// word or a `-` does (so `A10` does not match `A100`, and `A100-80GB` matches only itself).
+pub fn model_matches(asked: &str, model: &str) -> bool {
+    let (asked, model) = (asked.trim().to_ascii_lowercase(), model.to_ascii_lowercase());
+    if asked.is_empty() {
+        return false;
+    }
+    model.split([' ', '_']).any(|word| {
+        word.strip_prefix(asked.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+    })
+}
+
 /// Why a request is not well formed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
@@ -173,5 +186,16 @@ mod tests {
         assert!(!ModelSet::Only(0).allows(Some(0)));
         assert!(ModelSet::Only(0b10).allows(Some(1)));
         assert!(ModelSet::Any.allows(None));
+    }
+
+    #[test]
+    fn a_model_name_matches_whole_words_of_the_reported_name() {
+        assert!(model_matches("A100", "A100-80GB"));
+        assert!(model_matches("a100", "NVIDIA A100-SXM4-80GB"));
+        assert!(model_matches("H100", "H100"));
+        assert!(model_matches("A100-80GB", "A100-80GB"));
+        assert!(!model_matches("A10", "A100-80GB"));
+        assert!(!model_matches("A100-40GB", "A100-80GB"));
+        assert!(!model_matches("", "A100"));
     }
 }

@@ -24,15 +24,17 @@ use crate::error::ApiError;
 pub enum Command {
     /// Queue a job.
     Submit {
-        /// The job.
-        job: NewJob,
+        /// The job (boxed: it is by far the largest command).
+        job: Box<NewJob>,
         /// Who asks.
         by: Principal,
     },
-    /// Cancel a job.
+    /// Cancel a job (or every unfinished member of its array).
     Cancel {
         /// The job.
         id: JobId,
+        /// The whole array the job belongs to.
+        array: bool,
         /// Who asks.
         by: Principal,
     },
@@ -92,6 +94,13 @@ pub enum Command {
         /// The victim.
         job: JobId,
         /// Why, with who preempted it.
+        reason: String,
+    },
+    /// End a pending job whose dependency can never be met (a scheduling decision).
+    DependencyFailed {
+        /// The job.
+        job: JobId,
+        /// Why, naming the dependency.
         reason: String,
     },
     /// Mark silent nodes lost.
@@ -179,9 +188,9 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             let team = job.team.clone();
             let check = by.require_member_of(&team);
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
-            audited(store, check, Change::Submit(job), entry)
+            audited(store, check, Change::Submit(*job), entry)
         }
-        Command::Cancel { id, by } => cancel(store, id, &by, now),
+        Command::Cancel { id, array, by } => cancel(store, id, array, &by, now),
         Command::SetTeam { team, by } => {
             let entry = entry(&by, "team.set", format!("team/{}", team.name), Some(&team.name), now);
             audited(store, by.require_operator(), Change::SetTeam(team), entry)
@@ -216,6 +225,9 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         Command::Place(placement) => store.place(&placement).map(|()| Outcome::Done).map_err(Into::into),
         Command::Preempt { job, reason } => {
             store.preempt(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
+        }
+        Command::DependencyFailed { job, reason } => {
+            store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }
         Command::ExpireNodes { deadline } => {
             store.expire_nodes(deadline, now).map(Outcome::Expired).map_err(Into::into)
@@ -272,15 +284,20 @@ fn audited(
     })
 }
 
-fn cancel(store: &dyn Store, id: JobId, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
+fn cancel(store: &dyn Store, id: JobId, array: bool, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
     let job = store.job(id)?;
     let team = job.as_ref().map(|j| j.team.clone());
-    let entry = entry(by, "job.cancel", format!("job/{id}"), team.as_deref(), now);
+    let (action, change) = if array {
+        ("job.cancel_array", Change::CancelArray(id))
+    } else {
+        ("job.cancel", Change::Cancel(id))
+    };
+    let entry = entry(by, action, format!("job/{id}"), team.as_deref(), now);
     let check = match &job {
         Some(job) if by.sees_team(&job.team) => by.require_member_of(&job.team),
         _ => Err(ApiError::NotFound(format!("job {id} not found"))),
     };
-    audited(store, check, Change::Cancel(id), entry)
+    audited(store, check, change, entry)
 }
 
 fn revoke(store: &dyn Store, id: i64, by: &Principal, now: i64) -> Result<Outcome, ApiError> {

@@ -65,6 +65,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn attempts(&self, id: JobId) -> Result<Vec<Attempt>>;
     /// Cancels a pending job now, or asks the agent to stop an active one.
     fn cancel(&self, id: JobId, at: i64) -> Result<Job>;
+    /// Ends a pending job whose dependency can no longer be met (`cancelled` with `reason`, and
+    /// an event). `Conflict` when the job is not pending.
+    fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
     /// Asks a running job to stop for another (the agent sends SIGTERM, then SIGKILL after the
@@ -88,7 +91,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Allocation history (or only what is held now).
     fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>>;
     /// GPU time allocated between `since` and `until` (ms), per team (and per user when
-    /// `by_user`), from the allocation history; only `teams` when given.
+    /// `by_user`), from the allocation history, and used (from utilisation samples, by the
+    /// hour, see `sqlite::workflow`); only `teams` when given.
     fn usage(&self, since: i64, until: i64, by_user: bool, teams: Option<Vec<String>>) -> Result<Vec<Usage>>;
     /// Events, newest first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;

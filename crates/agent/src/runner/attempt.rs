@@ -31,6 +31,7 @@ use super::logs;
 use super::record::{self, Record};
 use super::sandbox::{self, Sandbox};
 use super::shim::{self, Spec};
+use super::users::Identity;
 
 /// How often a task looks whether its attempt's shim is still there.
 const POLL: Duration = Duration::from_millis(100);
@@ -95,7 +96,7 @@ pub fn start(
         }
         sandbox::remove_dir(&workdir);
     };
-    let spec = match spec(a, ctx, &user.name, credentials, &workdir, cgroup.as_deref()) {
+    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref()) {
         Ok(spec) => spec,
         Err(e) => {
             cleanup(&cgroup);
@@ -138,12 +139,13 @@ pub fn adopt(record: &Record, ctx: &Context, exits: &mpsc::UnboundedSender<Ended
 fn spec(
     a: &Assignment,
     ctx: &Context,
-    user: &str,
+    user: &Identity,
     credentials: Option<super::child::Credentials>,
     workdir: &std::path::Path,
     cgroup: Option<&Cgroup>,
 ) -> Result<Spec, AgentError> {
-    let env = env::build(a, user, workdir)?;
+    let env = env::build(a, &user.name, workdir)?;
+    let cwd = ctx.sandbox.make_subdir(workdir, a.workdir.as_deref(), user)?;
     logs::private_dir(&job_logs::dir(&ctx.logs, a.job_id))?;
     let dir = job_logs::attempt_dir(&ctx.logs, a.job_id, a.attempt);
     logs::private_dir(&dir)?;
@@ -154,6 +156,7 @@ fn spec(
         attempt: a.attempt,
         argv: a.command.clone(),
         env,
+        cwd,
         workdir: workdir.to_path_buf(),
         user: credentials,
         cgroup: cgroup.map(Cgroup::to_ref),

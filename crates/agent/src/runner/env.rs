@@ -9,7 +9,8 @@
 //!    need them to reach the MPS control daemon; they are paths, not secrets);
 //! 2. the variables the job declared, which may replace the base (a job may bring its own
 //!    `PATH`) but never a placement variable ([`gantry_api::job_env::check`]);
-//! 3. the placement: `GANTRY_JOB_ID`, `CUDA_VISIBLE_DEVICES` and the GPU grant
+//! 3. the placement: `GANTRY_JOB_ID`, for an array member `GANTRY_ARRAY_ID` and
+//!    `GANTRY_ARRAY_INDEX`, `CUDA_VISIBLE_DEVICES` and the GPU grant
 //!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits).
 
 use std::collections::BTreeMap;
@@ -52,6 +53,10 @@ fn placement(a: &Assignment, mps: bool) -> Vec<(String, String)> {
         ("CUDA_VISIBLE_DEVICES".to_owned(), a.gpu_uuids.join(",")),
         ("GANTRY_JOB_ID".to_owned(), a.job_id.to_string()),
     ];
+    if let Some(array) = a.array {
+        vars.push(("GANTRY_ARRAY_ID".to_owned(), array.id.to_string()));
+        vars.push(("GANTRY_ARRAY_INDEX".to_owned(), array.index.to_string()));
+    }
     if a.gpu_memory_mib > 0 {
         vars.push(("GANTRY_GPU_MEMORY_LIMIT_MIB".to_owned(), a.gpu_memory_mib.to_string()));
         if mps {
@@ -89,7 +94,19 @@ mod tests {
             env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             log_limit_bytes: 0,
             time_limit_s: None,
+            array: None,
+            workdir: None,
         }
+    }
+
+    #[test]
+    fn an_array_member_learns_its_array_and_index() {
+        let a = Assignment {
+            array: Some(gantry_api::workflow::ArrayMember { id: 12, index: 3, max_running: Some(8) }),
+            ..assignment(&[])
+        };
+        let env = build(&a, "gantry-job", Path::new("/w/15-1")).expect("env");
+        assert_eq!((env["GANTRY_ARRAY_ID"].as_str(), env["GANTRY_ARRAY_INDEX"].as_str()), ("12", "3"));
     }
 
     #[test]

@@ -163,6 +163,41 @@ impl Sandbox {
         Ok(dir)
     }
 
+    /// The directory a job asked to start in (`--workdir`), made inside the attempt's new work
+    /// directory one part at a time, each mode 0700 and owned by `user`. The path is checked
+    /// again ([`gantry_api::workflow::check_workdir`]: relative, no `..`), and since the work
+    /// directory was just made empty nothing in it can be a link leading elsewhere; a part that
+    /// exists and is not a plain directory is refused all the same.
+    pub fn make_subdir(
+        &self,
+        workdir: &Path,
+        sub: Option<&str>,
+        user: &Identity,
+    ) -> Result<PathBuf, AgentError> {
+        let Some(sub) = sub else {
+            return Ok(workdir.to_path_buf());
+        };
+        gantry_api::workflow::check_workdir(sub).map_err(AgentError::Refused)?;
+        let mut dir = workdir.to_path_buf();
+        for part in sub.split('/') {
+            dir.push(part);
+            let io = |source| AgentError::Io {
+                what: format!("creating the job's workdir {}", dir.display()),
+                source,
+            };
+            match std::fs::symlink_metadata(&dir) {
+                Ok(m) if m.file_type().is_dir() => continue,
+                Ok(_) => return Err(AgentError::Refused(format!("workdir: {sub} is not a directory"))),
+                Err(_) => {}
+            }
+            std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io)?;
+            if self.users.is_some() {
+                std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).map_err(io)?;
+            }
+        }
+        Ok(dir)
+    }
+
     /// The attempt's cgroup, limited to its requests (`None` without cgroups).
     pub fn cgroup(&self, a: &Assignment) -> Result<Option<Cgroup>, AgentError> {
         let Some(cgroups) = &self.cgroups else {

@@ -55,6 +55,8 @@ pub struct Spec {
     pub argv: Vec<String>,
     /// The whole environment.
     pub env: BTreeMap<String, String>,
+    /// Where the job starts (the work directory, or the directory it asked for inside it).
+    pub cwd: PathBuf,
     /// The work directory (removed when the attempt ends).
     pub workdir: PathBuf,
     /// Who the job runs as (`None`: the agent's user).
@@ -182,7 +184,7 @@ fn start(spec: &Spec, cgroup: Option<&Cgroup>) -> Result<(std::process::Child, O
     let join = cgroup.map(Cgroup::procs_files).unwrap_or_default();
     let confinement = Confinement::new(&join, spec.user.clone())
         .map_err(|source| AgentError::Io { what: "preparing the job's cgroup".into(), source })?;
-    let launch = Launch { argv: &spec.argv, env: &spec.env, cwd: &spec.workdir, confinement, stdout, stderr };
+    let launch = Launch { argv: &spec.argv, env: &spec.env, cwd: &spec.cwd, confinement, stdout, stderr };
     Ok((process::spawn(launch)?, vec![stdout_done, stderr_done]))
 }
 

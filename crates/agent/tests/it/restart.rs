@@ -194,7 +194,7 @@ fn a_shim_records_its_jobs_exit_even_before_the_agent_has_recorded_any_attempt()
     std::fs::create_dir_all(&logs).expect("logs");
     std::fs::create_dir_all(&work).expect("work");
     let spec = serde_json::json!({"job_id": 5, "attempt": 1, "argv": ["sh", "-c", "echo hi; exit 4"],
-        "env": {"PATH": "/usr/bin:/bin"}, "workdir": work, "user": null, "cgroup": null, "logs": logs,
+        "env": {"PATH": "/usr/bin:/bin"}, "cwd": work, "workdir": work, "user": null, "cgroup": null, "logs": logs,
         "log_limit": 1_000_000, "state": state});
     let mut shim = std::process::Command::new(crate::runner::SHIM)
         .arg(gantry_agent::runner::shim::ARG)

@@ -163,6 +163,11 @@ pub fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     };
     store.submit(&job).expect("submit").0
 }
@@ -260,6 +265,11 @@ async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_re
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     };
     let id = h.store.submit(&job_spec).expect("submit").0;
     let running =

@@ -35,6 +35,11 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
         submitted_at: gantry_server::now_ms(),
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     };
     store.submit(&job).expect("submit").0
 }
@@ -339,4 +344,51 @@ async fn a_restarted_agent_ends_the_jobs_and_cgroups_whose_supervisor_died_while
     until("the previous run's work directory to be removed", || (!workdir.exists()).then_some(())).await;
     let _ = h.stop.send(true);
     let _ = restarted.await;
+}
+
+fn submit_in(store: &dyn Store, command: &str, workdir: &str) -> i64 {
+    let job = NewJob {
+        request_id: None,
+        team: "t".into(),
+        name: "workdir".into(),
+        priority: 0,
+        command: vec!["sh".into(), "-c".into(), command.into()],
+        env: Default::default(),
+        request: JobRequest::default(),
+        max_retries: 0,
+        submitted_at: gantry_server::now_ms(),
+        time_limit_s: None,
+        user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: Some(workdir.into()),
+    };
+    store.submit(&job).expect("submit").0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_starts_in_its_workdir_inside_its_own_directory_and_a_workdir_climbing_out_is_refused() {
+    if needs_root(
+        "a_job_starts_in_its_workdir_inside_its_own_directory_and_a_workdir_climbing_out_is_refused",
+    ) {
+        return;
+    }
+    let h = start_with(Setup::default()).await;
+    let id = submit_in(&*h.store, "pwd; stat -c '%a %U' . ..; echo $HOME", "out/run");
+    assert_eq!(finished(&h, id).await.state, JobState::Succeeded, "{}", log(&h, id, "stderr"));
+    let out = log(&h, id, "stdout");
+    let lines: Vec<&str> = out.lines().collect();
+    let home = Path::new(lines[3]);
+    assert_eq!(Path::new(lines[0]), home.join("out/run"), "{out}");
+    assert_eq!((lines[1], lines[2]), ("700 gantry-job", "700 gantry-job"), "{out}");
+    // A workdir that slipped past the server (written straight to the store) is refused by the
+    // agent too: the job never starts anywhere else.
+    let escape = submit_in(&*h.store, "touch /tmp/escaped-$GANTRY_JOB_ID", "../..");
+    let job = finished(&h, escape).await;
+    assert_eq!(job.state, JobState::Failed, "{job:?}");
+    assert!(job.reason.as_deref().unwrap_or_default().contains("workdir"), "{job:?}");
+    assert!(!Path::new(&format!("/tmp/escaped-{escape}")).exists());
+    let _ = h.stop.send(true);
 }

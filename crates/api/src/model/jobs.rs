@@ -69,6 +69,22 @@ pub struct Job {
     /// The user who submitted it (`None` for jobs from before users existed).
     #[serde(default)]
     pub user: Option<String>,
+    /// Its place in a job array (`None`: not in one).
+    #[serde(default)]
+    pub array: Option<crate::workflow::ArrayMember>,
+    /// Jobs it waits for.
+    #[serde(default)]
+    pub after: Vec<crate::workflow::Dependency>,
+    /// Labels (`jobs -l k=v` selects by them).
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Acceptable GPU models (empty: any). A name matches a model it equals or starts a word
+    /// of, ignoring case: `A100` matches `A100-80GB` and `NVIDIA A100-SXM4-80GB`.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// Where the job starts, relative to its private directory (`None`: that directory).
+    #[serde(default)]
+    pub workdir: Option<String>,
 }
 
 /// One state change of a job.
@@ -135,6 +151,14 @@ pub struct Usage {
     pub user: Option<String>,
     /// GPU-hours allocated (a whole GPU for an hour is 1; a slice counts its share).
     pub gpu_hours: f64,
+    /// GPU-hours actually used: each GPU's NVML utilisation over the time it was allocated,
+    /// times the allocation's share (a whole GPU busy 50 % for an hour is 0.5). Counted by the
+    /// hour: a period's edges round to whole hours for this figure.
+    #[serde(default)]
+    pub used_gpu_hours: f64,
+    /// Allocated but idle: `gpu_hours - used_gpu_hours`, never below 0.
+    #[serde(default)]
+    pub waste_gpu_hours: f64,
     /// Jobs that held GPUs in the period.
     pub jobs: u64,
 }

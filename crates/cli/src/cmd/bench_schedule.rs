@@ -127,6 +127,11 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             env: Default::default(),
             time_limit_s: None,
             user: None,
+            array: None,
+            after: Vec::new(),
+            labels: Default::default(),
+            gpu_models: Vec::new(),
+            workdir: None,
             request: JobRequest {
                 gpus,
                 gpu_memory_mib,

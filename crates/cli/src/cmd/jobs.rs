@@ -5,7 +5,7 @@ use clap::builder::PossibleValuesParser;
 use gantry_api::types::JobDetail;
 use gantry_store::{Job, JobState};
 
-use super::client::{Api, Output, ServerArgs, block_on};
+use super::client::{Api, ServerArgs, block_on};
 use super::table;
 
 /// How `gantry jobs` prints.
@@ -17,13 +17,18 @@ pub enum JobsOutput {
     Wide,
     /// JSON for programs (times also as RFC 3339: `submitted_rfc3339`, …).
     Json,
+    /// YAML, with the same fields as JSON.
+    Yaml,
 }
 
 /// Arguments of `gantry jobs`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   gantry jobs --state running -o wide
-  gantry jobs -o json | jq '.[] | select(.state == \"failed\") | .id'")]
+  gantry jobs -o json | jq '.[] | select(.state == \"failed\") | .id'
+  gantry jobs -l exp=lr-sweep -o yaml     # only jobs labelled exp=lr-sweep
+  gantry jobs -w                          # then a line per change, until Ctrl-C
+  gantry jobs --array 12                  # the members of array 12 (ARRAY column: 12_0, 12_1, …)")]
 pub struct JobsArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -39,6 +44,21 @@ pub struct JobsArgs {
     /// At most this many (up to 1000), newest first; without it every job, oldest first.
     #[arg(long)]
     limit: Option<u32>,
+    /// Only jobs with these labels: `-l KEY=VALUE[,KEY=VALUE…]` (every pair must match).
+    /// Example: `-l exp=lr-sweep`.
+    #[arg(short = 'l', long = "selector", value_name = "KEY=VALUE", value_parser = parse_selector)]
+    selector: Option<String>,
+    /// Only the members of this array.
+    #[arg(long, value_name = "ARRAY_ID")]
+    array: Option<i64>,
+    /// Watch: print the jobs, then a line for each job that changes, until Ctrl-C (JSON and
+    /// YAML: one document per change). Example: `gantry jobs -w -l exp=lr-sweep`.
+    #[arg(short = 'w', long)]
+    watch: bool,
+}
+
+fn parse_selector(text: &str) -> Result<String, String> {
+    gantry_api::workflow::parse_selector(text).map(|_| text.to_owned())
 }
 
 /// Jobs per request when listing them all.
@@ -53,9 +73,18 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
     if let Some(t) = &args.team {
         query.push(format!("team={t}"));
     }
+    if let Some(l) = &args.selector {
+        query.push(format!("label={l}"));
+    }
+    if let Some(a) = args.array {
+        query.push(format!("array={a}"));
+    }
     query.push(format!("limit={}", args.limit.unwrap_or(PAGE)));
     let path = format!("/v1/jobs?{}", query.join("&"));
     let api = Api::connect(&args.server)?;
+    if args.watch {
+        return block_on(super::jobs_watch::watch(&api, &path, args.output))?;
+    }
     let jobs = if args.limit.is_some() {
         block_on(api.get::<Vec<Job>>(&path))??
     } else {
@@ -63,32 +92,50 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
         all.reverse();
         all
     };
-    let now = now_ms();
-    match args.output {
+    print(&jobs, args.output)
+}
+
+/// Prints jobs in the chosen format.
+pub fn print(jobs: &[Job], output: JobsOutput) -> anyhow::Result<()> {
+    let (header, rows) = rows(jobs, output == JobsOutput::Wide);
+    match output {
         JobsOutput::Json => table::json(&jobs.iter().map(with_times).collect::<Vec<_>>()),
-        JobsOutput::Table => {
-            let rows: Vec<Vec<String>> = jobs.iter().map(|j| row(j, now, false)).collect();
-            table::print(
-                &["ID", "NAME", "TEAM", "STATE", "ASKED", "GPUS", "AGE", "ELAPSED", "REASON"],
-                &rows,
-            );
-            Ok(())
-        }
-        JobsOutput::Wide => {
-            let rows: Vec<Vec<String>> = jobs.iter().map(|j| row(j, now, true)).collect();
-            let header = [
-                "ID", "NAME", "TEAM", "STATE", "ASKED", "GPUS", "AGE", "ELAPSED", "REASON", "NODE",
-                "STARTED", "PRIORITY",
-            ];
+        JobsOutput::Yaml => table::yaml(&jobs.iter().map(with_times).collect::<Vec<_>>()),
+        JobsOutput::Table | JobsOutput::Wide => {
             table::print(&header, &rows);
             Ok(())
         }
     }
 }
 
+/// The table's header and rows; an ARRAY column (`12_3`) when a job is in an array.
+pub fn rows(jobs: &[Job], wide: bool) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    let now = now_ms();
+    let arrays = jobs.iter().any(|j| j.array.is_some());
+    let mut header = vec!["ID"];
+    if arrays {
+        header.push("ARRAY");
+    }
+    header.extend(["NAME", "TEAM", "STATE", "ASKED", "GPUS", "AGE", "ELAPSED", "REASON"]);
+    if wide {
+        header.extend(["NODE", "STARTED", "PRIORITY", "LABELS"]);
+    }
+    let rows = jobs
+        .iter()
+        .map(|j| {
+            let mut cells = row(j, now, wide);
+            if arrays {
+                cells.insert(1, j.array.map(|a| format!("{}_{}", a.id, a.index)).unwrap_or_default());
+            }
+            cells
+        })
+        .collect();
+    (header, rows)
+}
+
 /// The job as the API gives it plus its times in RFC 3339 (the epoch-ms fields stay: scripts
 /// read them).
-fn with_times(j: &Job) -> serde_json::Value {
+pub fn with_times(j: &Job) -> serde_json::Value {
     let mut value = serde_json::to_value(j).expect("a job serializes");
     if let Some(map) = value.as_object_mut() {
         for (field, ms) in
@@ -139,6 +186,7 @@ fn row(j: &Job, now: i64, wide: bool) -> Vec<String> {
         cells.push(j.node_id.clone().unwrap_or_default());
         cells.push(j.started_at.map(table::when).unwrap_or_default());
         cells.push(j.priority.to_string());
+        cells.push(j.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","));
     }
     cells
 }
@@ -168,22 +216,31 @@ fn asked(j: &Job) -> String {
 
 /// Arguments of `gantry job <id>`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry job 12
+  gantry job 12_3 -o yaml   # member 3 of array 12; times also as RFC 3339")]
 pub struct JobArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// Job id.
-    id: i64,
-    /// Output format.
+    /// Job id, or an array member as `ARRAY_INDEX` (`12_3`).
+    id: String,
+    /// Output format (JSON and YAML add RFC 3339 times: `submitted_rfc3339`, …).
     #[arg(short, long, value_enum, default_value = "table")]
-    output: Output,
+    output: table::Structured,
 }
 
 /// Shows one job and its history.
 pub fn show(args: JobArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
-    let detail: JobDetail = block_on(api.get(&format!("/v1/jobs/{}", args.id)))??;
-    if args.output == Output::Json {
-        return table::json(&detail);
+    let id = block_on(resolve(&api, &args.id))??;
+    let detail: JobDetail = block_on(api.get(&format!("/v1/jobs/{id}")))??;
+    let mut value = serde_json::to_value(&detail)?;
+    value["job"] = with_times(&detail.job);
+    if let Some(ts) = value.get_mut("transitions").and_then(serde_json::Value::as_array_mut) {
+        ts.iter_mut().for_each(|t| table::add_times(t, &["at"]));
+    }
+    if table::structured(args.output, &value)? {
+        return Ok(());
     }
     let j = &detail.job;
     println!("job {}  {}  ({})", j.id, state(j), j.name);
@@ -202,6 +259,25 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     }
     if let Some(reason) = &j.reason {
         println!("reason    {reason}");
+    }
+    if let Some(a) = j.array {
+        let limit = a.max_running.map(|n| format!(", at most {n} at once")).unwrap_or_default();
+        println!("array     {}_{} (member {} of array {}{limit})", a.id, a.index, a.index, a.id);
+    }
+    if !j.after.is_empty() {
+        println!("after     {}", j.after.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+    }
+    if !j.labels.is_empty() {
+        println!(
+            "labels    {}",
+            j.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+        );
+    }
+    if !j.gpu_models.is_empty() {
+        println!("models    {}", j.gpu_models.join(","));
+    }
+    if let Some(dir) = &j.workdir {
+        println!("workdir   {dir} (inside the job's own directory)");
     }
     if detail.log_limit_bytes > 0 {
         println!(
@@ -243,6 +319,21 @@ fn print_attempts(detail: &JobDetail) {
         }
     }
     println!("events");
+}
+
+/// A job id from `12` or an array member's `12_3` (array 12, index 3).
+pub async fn resolve(api: &Api, text: &str) -> anyhow::Result<i64> {
+    let bad = || anyhow::anyhow!("`{text}` is not a job id (e.g. `12`, or `12_3` for index 3 of array 12)");
+    let Some((array, index)) = text.split_once('_') else {
+        return text.trim().parse().map_err(|_| bad());
+    };
+    let (array, index): (i64, u32) = (array.parse().map_err(|_| bad())?, index.parse().map_err(|_| bad())?);
+    let members = all_pages(api, &format!("/v1/jobs?array={array}&limit={PAGE}")).await?;
+    members
+        .iter()
+        .find(|j| j.array.is_some_and(|a| a.index == index))
+        .map(|j| j.id)
+        .ok_or_else(|| anyhow::anyhow!("array {array} has no member {index} (job {text} not found)"))
 }
 
 /// A byte count in the largest binary unit that divides it (`64 MiB`), else in bytes.

@@ -3,6 +3,7 @@
 //! commands share, `control` and `logging` what the long-running `up`, `server` and `agent` share.
 
 pub mod agent;
+pub mod apply;
 pub mod audit;
 pub mod backend;
 pub mod bench;
@@ -19,6 +20,7 @@ pub mod exporter;
 pub mod extender;
 pub mod gpus;
 pub mod jobs;
+pub mod jobs_watch;
 pub mod logging;
 pub mod logs;
 pub mod nodes;

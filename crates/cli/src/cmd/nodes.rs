@@ -3,25 +3,32 @@
 use clap::Args;
 use gantry_api::types::NodeView;
 
-use super::client::{Api, Output, ServerArgs, block_on};
+use super::client::{Api, ServerArgs, block_on};
 use super::table;
 
 /// Arguments of `gantry nodes`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry nodes
+  gantry nodes -o yaml      # or json; last_heartbeat also as RFC 3339")]
 pub struct NodesArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// Output format.
+    /// Output format (JSON and YAML add `last_heartbeat_rfc3339`).
     #[arg(short, long, value_enum, default_value = "table")]
-    output: Output,
+    output: table::Structured,
 }
 
 /// Lists nodes.
 pub fn run(args: NodesArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
     let nodes: Vec<NodeView> = block_on(api.get("/v1/nodes"))??;
-    if args.output == Output::Json {
-        return table::json(&nodes);
+    let mut values = serde_json::to_value(&nodes)?;
+    if let Some(list) = values.as_array_mut() {
+        list.iter_mut().for_each(|n| table::add_times(n, &["last_heartbeat"]));
+    }
+    if table::structured(args.output, &values)? {
+        return Ok(());
     }
     let rows: Vec<Vec<String>> = nodes
         .iter()

@@ -23,7 +23,10 @@ use super::watch::{self, Announcer};
   gantry submit --gpus 2 --cpu 8 --memory 32768 -- python train.py --lr 3e-4
   gantry submit --gpus 1 --wait -- ./eval.sh && echo passed
   gantry submit train.sh            # flags from its `#GANTRY --gpus 2` lines
-  gantry submit --gpus 4 train.sh -- --epochs 3   # --gpus wins; script arguments after --")]
+  gantry submit --gpus 4 train.sh -- --epochs 3   # --gpus wins; script arguments after --
+  gantry submit --array 0-99%8 --gpus 1 -- python sweep.py   # 100 jobs, at most 8 at once
+  gantry submit --after ok:12,any:13 -- python report.py     # starts once 12 succeeded and 13 ended
+  gantry submit --gpu-model A100,H100 --gpus 8 --label exp=lr-sweep --workdir out -- ./train.sh")]
 pub struct SubmitArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -67,6 +70,28 @@ pub struct SubmitArgs {
     /// later); without it such a request is refused at once with the reason.
     #[arg(long)]
     wait_for_capacity: bool,
+    /// A job array: one job per index, with `GANTRY_ARRAY_INDEX` (and `GANTRY_ARRAY_ID`) in its
+    /// environment; `%N` runs at most N at once. Prints the array's id; `gantry cancel ID`
+    /// cancels every member. Example: `--array 0-99%8`, `--array 1,3,5`.
+    #[arg(long, value_name = "INDICES", value_parser = parse_array)]
+    pub(super) array: Option<String>,
+    /// Start only after other jobs ended as asked: `ok:ID` (succeeded), `notok:ID` (failed,
+    /// cancelled or timed out), `any:ID` (ended). If one can no longer be met the job is
+    /// cancelled with the reason. Example: `--after ok:12,any:13`.
+    #[arg(long, value_name = "DEPS", value_parser = parse_after)]
+    pub(super) after: Option<String>,
+    /// Only GPUs of these models (a name matches `A100-80GB` as `A100`); refused when no node
+    /// has one, unless --wait-for-capacity. Example: `--gpu-model A100,H100`.
+    #[arg(long, value_name = "MODELS", value_delimiter = ',')]
+    pub(super) gpu_model: Vec<String>,
+    /// Start in this directory, relative to the job's private work directory (made for it;
+    /// no `..`, not absolute). Example: `--workdir runs/out`.
+    #[arg(long, value_name = "DIR", value_parser = parse_workdir)]
+    pub(super) workdir: Option<String>,
+    /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
+    /// Example: `--label exp=lr-sweep`.
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
+    pub(super) labels: Vec<(String, String)>,
     /// Wait until the job ends, saying its state changes on stderr, and exit with its exit status
     /// (as `sbatch --wait`): `gantry submit --wait -- ./test.sh && deploy`.
     #[arg(long)]
@@ -101,6 +126,9 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
         None => args,
     };
     let wait = args.wait;
+    if wait && args.array.is_some() {
+        bail!("--wait waits for one job; for an array, submit a job with `--after any:ARRAY_ID --wait`");
+    }
     let (api, id) = submit(args)?;
     println!("{id}");
     if !wait {
@@ -117,6 +145,9 @@ pub fn run_attached(args: RunArgs) -> anyhow::Result<()> {
         None => args,
     };
     let quiet = args.quiet;
+    if args.submit.array.is_some() {
+        bail!("`gantry run` runs one job; use `gantry submit --array` for an array");
+    }
     let (api, id) = submit(args.submit)?;
     let mut announce = Announcer::new(quiet);
     let job = block_on(super::logs::follow(&api, id, &mut announce))??;
@@ -205,7 +236,7 @@ fn split_words(text: &str) -> anyhow::Result<Vec<String>> {
 
 /// The argv that runs a script's text: its `#!` interpreter (else `/bin/sh`) with `-c`, the
 /// text, the script's name as `$0` and then its arguments.
-fn script_command(script: &Path, text: String, args: Vec<String>) -> Vec<String> {
+pub(super) fn script_command(script: &Path, text: String, args: Vec<String>) -> Vec<String> {
     let mut argv: Vec<String> = match text.lines().next().and_then(|l| l.strip_prefix("#!")) {
         Some(interp) if !interp.trim().is_empty() => interp.split_whitespace().map(str::to_owned).collect(),
         _ => vec!["/bin/sh".into()],
@@ -249,18 +280,31 @@ fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
         env: args.env.into_iter().collect(),
         wait_for_capacity: args.wait_for_capacity,
         time_limit_s: args.time,
+        array: args.array,
+        after: match &args.after {
+            Some(text) => gantry_api::workflow::parse_dependencies(text).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
+        labels: args.labels.into_iter().collect(),
+        gpu_models: args.gpu_model,
+        workdir: args.workdir,
     };
     let api = Api::connect(&args.server)?;
-    let resp: SubmitResponse = block_on(async {
+    let id = send(&api, &body)?.id;
+    Ok((api, id))
+}
+
+/// Posts a submission, once more after a dropped connection (the request id keeps it one job).
+pub(super) fn send(api: &Api, body: &SubmitRequest) -> anyhow::Result<SubmitResponse> {
+    block_on(async {
         // A retry after a dropped connection carries the same request id: still one job.
-        match api.post("/v1/jobs", &body).await {
+        match api.post("/v1/jobs", body).await {
             Err(e) if e.to_string().contains("cannot reach") => Err(e),
             Err(e) if e.to_string().contains("(4") => Err(e),
-            Err(_) => api.post("/v1/jobs", &body).await,
+            Err(_) => api.post("/v1/jobs", body).await,
             ok => ok,
         }
-    })??;
-    Ok((api, resp.id))
+    })?
 }
 
 fn request_id() -> anyhow::Result<String> {
@@ -308,7 +352,19 @@ fn clock(text: &str, after_days: bool) -> Option<u64> {
     }
 }
 
-fn parse_env(text: &str) -> Result<(String, String), String> {
+fn parse_array(text: &str) -> Result<String, String> {
+    gantry_api::workflow::ArraySpec::parse(text).map(|_| text.to_owned())
+}
+
+fn parse_after(text: &str) -> Result<String, String> {
+    gantry_api::workflow::parse_dependencies(text).map(|_| text.to_owned())
+}
+
+fn parse_workdir(text: &str) -> Result<String, String> {
+    gantry_api::workflow::check_workdir(text).map(|()| text.to_owned())
+}
+
+pub(super) fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
         _ => Err(format!("`{text}` is not NAME=VALUE")),

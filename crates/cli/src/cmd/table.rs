@@ -26,6 +26,42 @@ pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints a value as YAML.
+pub fn yaml<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    print!("{}", serde_norway::to_string(value)?);
+    Ok(())
+}
+
+/// `table`, `json` or `yaml` (times in RFC 3339 beside the epoch-ms fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Structured {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for programs.
+    Json,
+    /// YAML for programs and people.
+    Yaml,
+}
+
+/// Prints `value` as JSON or YAML; `false` for a table (the caller prints it).
+pub fn structured<T: Serialize>(format: Structured, value: &T) -> anyhow::Result<bool> {
+    match format {
+        Structured::Table => Ok(false),
+        Structured::Json => json(value).map(|()| true),
+        Structured::Yaml => yaml(value).map(|()| true),
+    }
+}
+
+/// Adds `<field>_rfc3339` beside each named epoch-ms field of a JSON object.
+pub fn add_times(value: &mut serde_json::Value, fields: &[&str]) {
+    let Some(map) = value.as_object_mut() else { return };
+    for field in fields {
+        let ms = map.get(*field).and_then(serde_json::Value::as_i64);
+        let name = format!("{}_rfc3339", field.trim_end_matches("_at"));
+        map.insert(name, ms.map(rfc3339).into());
+    }
+}
+
 /// A time (ms since the Unix epoch) as `YYYY-MM-DD HH:MM UTC`.
 pub fn when(ms: i64) -> String {
     let (date, h, m, _) = civil(ms);

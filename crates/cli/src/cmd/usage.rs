@@ -1,5 +1,6 @@
-//! `gantry usage --since 7d --by team|user [-o table|json|csv]`: GPU-hours allocated per team or
-//! user, from the server's allocation history (members see their own teams).
+//! `gantry usage --since 7d --by team|user [-o table|json|yaml|csv]`: GPU-hours allocated per
+//! team or user, from the server's allocation history, and how many of them were used (NVML
+//! utilisation samples from the agents' heartbeats) or wasted idle (members see their own teams).
 
 use clap::{Args, ValueEnum};
 use gantry_api::model::Usage;
@@ -23,13 +24,20 @@ pub enum Format {
     Table,
     /// JSON.
     Json,
+    /// YAML.
+    Yaml,
     /// CSV with a header.
     Csv,
 }
 
 /// Arguments of `gantry usage`.
 #[derive(Debug, Args)]
-#[command(after_help = "Example: gantry usage --since 30d --by user -o csv > gpu-hours.csv")]
+#[command(after_help = "Examples:
+  gantry usage --since 30d --by user -o csv > gpu-hours.csv
+  gantry usage --since 24h      # WASTE: GPU-hours allocated while the GPUs were idle
+
+USED is each allocated GPU's NVML utilisation times the time and share it was held, counted by
+the hour (a period's edges round out to whole hours for USED); WASTE = GPU-HOURS - USED.")]
 pub struct UsageArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -54,10 +62,19 @@ pub fn run(args: UsageArgs) -> anyhow::Result<()> {
     let rows: Vec<Usage> = block_on(api.get(&format!("/v1/usage?since={since}&by={by}")))??;
     match args.output {
         Format::Json => table::json(&rows),
+        Format::Yaml => table::yaml(&rows),
         Format::Csv => {
-            println!("team,user,gpu_hours,jobs");
+            println!("team,user,gpu_hours,used_gpu_hours,waste_gpu_hours,jobs");
             for r in &rows {
-                println!("{},{},{:.4},{}", r.team, r.user.as_deref().unwrap_or(""), r.gpu_hours, r.jobs);
+                println!(
+                    "{},{},{:.4},{:.4},{:.4},{}",
+                    r.team,
+                    r.user.as_deref().unwrap_or(""),
+                    r.gpu_hours,
+                    r.used_gpu_hours,
+                    r.waste_gpu_hours,
+                    r.jobs
+                );
             }
             Ok(())
         }
@@ -66,10 +83,19 @@ pub fn run(args: UsageArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|r| {
                     let user = r.user.clone().unwrap_or_else(|| "-".into());
-                    vec![r.team.clone(), user, format!("{:.2}", r.gpu_hours), r.jobs.to_string()]
+                    let pct = if r.gpu_hours > 0.0 { 100.0 * r.used_gpu_hours / r.gpu_hours } else { 0.0 };
+                    vec![
+                        r.team.clone(),
+                        user,
+                        format!("{:.2}", r.gpu_hours),
+                        format!("{:.2}", r.used_gpu_hours),
+                        format!("{:.2}", r.waste_gpu_hours),
+                        format!("{pct:.0}%"),
+                        r.jobs.to_string(),
+                    ]
                 })
                 .collect();
-            table::print(&["TEAM", "USER", "GPU-HOURS", "JOBS"], &lines);
+            table::print(&["TEAM", "USER", "GPU-HOURS", "USED", "WASTE", "USED%", "JOBS"], &lines);
             Ok(())
         }
     }

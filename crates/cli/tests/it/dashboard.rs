@@ -182,6 +182,11 @@ fn populate(store: &dyn gantry_store::Store) {
             submitted_at: now - i64::from(10_000 - i) * 1000,
             time_limit_s: None,
             user: None,
+            array: None,
+            after: Vec::new(),
+            labels: Default::default(),
+            gpu_models: Vec::new(),
+            workdir: None,
         };
         store.submit(&job).expect("submit");
     }

@@ -18,6 +18,7 @@ mod restart;
 mod sandbox;
 mod sharing;
 mod sim;
+mod slurm_habits;
 mod transport;
 mod usage;
 mod walkthrough;

@@ -61,8 +61,20 @@ fn usage_totals_equal_the_allocation_history_replayed_independently() {
     let hers: Vec<serde_json::Value> =
         serde_json::from_str(&as_alice(&["usage", "-o", "json"])).expect("json");
     assert!(hers.iter().all(|r| r["team"] == "vision") && !hers.is_empty(), "{hers:?}");
+    // Used comes from the simulated GPUs' utilisation while the jobs held them; waste is the rest.
+    for r in &reported {
+        let (allocated, used, waste) = (
+            r["gpu_hours"].as_f64().expect("allocated"),
+            r["used_gpu_hours"].as_f64().expect("used"),
+            r["waste_gpu_hours"].as_f64().expect("waste"),
+        );
+        assert!(used > 0.0 && used <= allocated + 1e-9, "{r}");
+        assert!((waste - (allocated - used)).abs() < 1e-9, "{r}");
+    }
     let csv = cluster.gantry(&["usage", "-o", "csv"]);
-    assert!(csv.starts_with("team,user,gpu_hours,jobs\n"), "{csv}");
+    assert!(csv.starts_with("team,user,gpu_hours,used_gpu_hours,waste_gpu_hours,jobs\n"), "{csv}");
+    let yaml = cluster.gantry(&["usage", "-o", "yaml"]);
+    assert!(yaml.contains("used_gpu_hours:") && yaml.contains("waste_gpu_hours:"), "{yaml}");
     // `nodes` is an sinfo-like summary: counts every user may see, no job names.
     let nodes: Vec<serde_json::Value> =
         serde_json::from_str(&as_alice(&["nodes", "-o", "json"])).expect("json");

@@ -50,6 +50,25 @@ pub fn check(req: &JobRequest, nodes: &[Node], gpus: &[Gpu]) -> Result<(), Strin
     ))
 }
 
+/// `Err(reason)` when `models` names GPU models no registered node has (none named: any). A
+/// cluster without nodes refuses nothing.
+pub fn check_models(models: &[String], nodes: &[Node], gpus: &[Gpu]) -> Result<(), String> {
+    if models.is_empty() || nodes.is_empty() {
+        return Ok(());
+    }
+    let have: std::collections::BTreeSet<&str> = gpus.iter().map(|g| g.info.model.as_str()).collect();
+    if have.iter().any(|m| models.iter().any(|a| gantry_core::resources::model_matches(a, m))) {
+        return Ok(());
+    }
+    let have: Vec<&str> = have.into_iter().collect();
+    Err(format!(
+        "no registered node has a GPU of model {} (models here: {}); submit with --wait-for-capacity \
+         (wait_for_capacity) to queue it for a node that may join",
+        models.join(" or "),
+        if have.is_empty() { "none".to_owned() } else { have.join(", ") }
+    ))
+}
+
 /// One node's capacity when idle.
 #[derive(Debug, Clone, Copy)]
 struct Size {

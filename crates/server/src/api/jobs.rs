@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_store::{Job, JobFilter, JobId, JobRequest, JobState, NewJob};
+use gantry_store::{ArraySpec, Job, JobFilter, JobId, JobRequest, JobState, NewJob};
 
 use super::extract::{Body, Path, Query};
 use super::types::*;
@@ -30,11 +30,18 @@ pub async fn submit(
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     let wait_for_capacity = req.wait_for_capacity;
     let job = new_job(req, &who)?;
+    for d in &job.after {
+        // Another team's job is as absent as one that never existed: its id reveals nothing.
+        visible_job(&app, &who, d.job).await.map_err(|_| {
+            ApiError::NotFound(format!("after: job {} not found (a job of a team you are in)", d.job))
+        })?;
+    }
     if !wait_for_capacity {
         let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
         super::capacity::check(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_models(&job.gpu_models, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
     }
-    match app.dispatch(Command::Submit { job, by: who }).await? {
+    match app.dispatch(Command::Submit { job: Box::new(job), by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
         other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
     }
@@ -44,6 +51,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
     validate::env(&req.env)?;
     validate::resources(&req)?;
+    validate::workflow(&req)?;
     if let Some(limit) = req.time_limit_s
         && !(1..=validate::MAX_TIME_LIMIT_S).contains(&limit)
     {
@@ -65,6 +73,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     if let Some(key) = &req.request_id {
         validate::label("request_id", key)?;
     }
+    let array = req.array.as_deref().map(ArraySpec::parse).transpose().map_err(ApiError::Unprocessable)?;
     Ok(NewJob {
         request_id: req.request_id,
         team,
@@ -83,6 +92,11 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         submitted_at: now_ms(),
         time_limit_s: req.time_limit_s,
         user: who.token.user.clone(),
+        array,
+        after: req.after,
+        labels: req.labels,
+        gpu_models: req.gpu_models,
+        workdir: req.workdir,
     })
 }
 
@@ -103,8 +117,19 @@ pub async fn list(
         })?),
     };
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let filter =
-        JobFilter { state, team: q.team, teams: who.visible_teams(), before: q.before, limit: Some(limit) };
+    let labels = match q.label.as_deref() {
+        None => Default::default(),
+        Some(s) => gantry_api::workflow::parse_selector(s).map_err(ApiError::BadRequest)?,
+    };
+    let filter = JobFilter {
+        state,
+        team: q.team,
+        teams: who.visible_teams(),
+        before: q.before,
+        limit: Some(limit),
+        labels,
+        array: q.array,
+    };
     let mut jobs = blocking(&app, move |s| s.jobs(&filter)).await?;
     jobs.iter_mut().for_each(|j| app.explain(j));
     Ok((super::next_page(jobs.len(), limit, jobs.last().map(|j| j.id)), Json(jobs)))
@@ -126,15 +151,17 @@ pub async fn get(
     Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes: app.config.log_limit_bytes }))
 }
 
-/// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL).
-#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", params(("id" = i64, Path, description = "job id")),
+/// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL). With
+/// `array=true`, every unfinished member of the job's array.
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", params(("id" = i64, Path, description = "job id"), CancelQuery),
     security(("bearer" = [])), responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn cancel(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
     Path(id): Path<JobId>,
+    Query(q): Query<CancelQuery>,
 ) -> Result<Json<Job>, ApiError> {
-    match app.dispatch(Command::Cancel { id, by: who }).await? {
+    match app.dispatch(Command::Cancel { id, array: q.array, by: who }).await? {
         Outcome::Job(job) => Ok(Json(*job)),
         other => Err(ApiError::Internal(format!("cancel produced {other:?}"))),
     }

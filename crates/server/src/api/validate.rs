@@ -57,6 +57,29 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The batch-workflow fields: dependencies, labels, GPU models, the work directory.
+pub fn workflow(r: &SubmitRequest) -> Result<(), ApiError> {
+    use gantry_api::workflow as w;
+    if r.after.len() > w::MAX_DEPENDENCIES {
+        return Err(bad("after", &format!("at most {} dependencies", w::MAX_DEPENDENCIES)));
+    }
+    if r.after.iter().any(|d| d.job <= 0) {
+        return Err(bad("after", "job ids are positive"));
+    }
+    w::check_labels(&r.labels).map_err(ApiError::Unprocessable)?;
+    if r.gpu_models.len() > 16 {
+        return Err(bad("gpu_models", "at most 16"));
+    }
+    r.gpu_models.iter().try_for_each(|m| word("gpu_models", m))?;
+    if !r.gpu_models.is_empty() && r.gpus == 0 && r.gpu_memory_mib == 0 {
+        return Err(bad("gpu_models", "a GPU model needs a GPU (gpus or gpu_memory_mib)"));
+    }
+    if let Some(dir) = &r.workdir {
+        w::check_workdir(dir).map_err(ApiError::Unprocessable)?;
+    }
+    Ok(())
+}
+
 /// A node's inventory within the same caps as requests.
 pub fn inventory(r: &RegisterRequest) -> Result<(), ApiError> {
     at_most("cpu_milli", r.cpu_milli, MAX_CPU_MILLI)?;

@@ -3,15 +3,18 @@
 //! decision is always durable before anything acts on it.
 
 mod baseline;
+mod gates;
 mod plan;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_store::{JobFilter, JobState, Store};
+use gantry_store::{JobFilter, JobId, JobState, Store};
 use tokio::sync::watch;
 
 pub use baseline::plan_priority_fifo;
+pub use gates::{Gated, gate};
 pub use plan::{Plan, Preemption, QueueInput, Snapshot, plan};
 
 use crate::app::{App, now_ms};
@@ -125,7 +128,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         housekeeping.full = Some(Instant::now());
     }
     let store = Arc::clone(&app.store);
-    let (snapshot, counts) = tokio::task::spawn_blocking(move || load(&*store, with_counts))
+    let (snapshot, deps, counts) = tokio::task::spawn_blocking(move || load(&*store, with_counts))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     if let Some(counts) = counts {
@@ -135,10 +138,19 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     housekeeping.share.charge(&snapshot.active, snapshot.at);
     snapshot.queue = housekeeping.share.input.clone();
     let started = Instant::now();
+    let gated = gate(&snapshot.pending, &snapshot.active, &deps);
+    snapshot.pending.retain(|j| !gated.stops(j.id));
     let decisions = plan(&snapshot, app.config.policy, 0x9a17);
     app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
     if let Ok(mut waiting) = app.waiting.write() {
-        *waiting = decisions.waiting.into_iter().collect();
+        *waiting = decisions.waiting.into_iter().chain(gated.held).collect();
+    }
+    for (job, reason) in gated.failed {
+        match app.dispatch(Command::DependencyFailed { job, reason }).await {
+            Ok(_) => {}
+            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "dependency failure refused by the store"),
+            Err(e) => return Err(e),
+        }
     }
     let mut placed = 0;
     for placement in decisions.placements {
@@ -172,18 +184,19 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
 }
 
 type Counts = Vec<(String, JobState, u64)>;
+type DepStates = HashMap<JobId, Vec<JobState>>;
 
 fn load(
     store: &dyn Store,
     with_counts: bool,
-) -> Result<(Snapshot, Option<Counts>), gantry_store::StoreError> {
+) -> Result<(Snapshot, DepStates, Option<Counts>), gantry_store::StoreError> {
     let counts = if with_counts { Some(store.job_counts()?) } else { None };
     let by_state = |state| store.jobs(&JobFilter { state: Some(state), ..JobFilter::default() });
     let nodes = store.nodes()?;
     if !nodes.iter().any(|n| n.state == gantry_store::NodeState::Ready) {
         // Nothing can be placed: skip reading the queue.
         let snapshot = Snapshot { nodes, at: now_ms(), ..Snapshot::default() };
-        return Ok((snapshot, counts));
+        return Ok((snapshot, DepStates::new(), counts));
     }
     let mut active = by_state(JobState::Scheduled)?;
     active.extend(by_state(JobState::Running)?);
@@ -197,7 +210,33 @@ fn load(
         at: now_ms(),
         queue: QueueInput::default(),
     };
-    Ok((snapshot, counts))
+    let deps = dependency_states(store, &snapshot.pending)?;
+    Ok((snapshot, deps, counts))
+}
+
+/// The states of every job a pending job waits for (each member's, for an array's id).
+fn dependency_states(
+    store: &dyn Store,
+    pending: &[gantry_store::Job],
+) -> Result<DepStates, gantry_store::StoreError> {
+    let mut out = DepStates::new();
+    for id in pending.iter().flat_map(|j| j.after.iter().map(|d| d.job)) {
+        if out.contains_key(&id) {
+            continue;
+        }
+        let Some(job) = store.job(id)? else { continue };
+        let states = if job.array.is_some_and(|a| a.id == id) {
+            store
+                .jobs(&JobFilter { array: Some(id), ..JobFilter::default() })?
+                .iter()
+                .map(|m| m.state)
+                .collect()
+        } else {
+            vec![job.state]
+        };
+        out.insert(id, states);
+    }
+    Ok(out)
 }
 
 fn record_gauges(app: &App, counts: &Counts) {

@@ -117,7 +117,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
             Decision::Wait { .. } => out.waiting.push((job.id, waiting_reason(&layout, job))),
             Decision::Preempt { by, .. } => victims.push((k, job, *by)),
             Decision::Start { nodes, .. } => {
-                let Some(req) = to_request(job, layout.max_gpu_memory) else { continue };
+                let Some(req) = layout.request(job) else { continue };
                 let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU).then(|| nodes[0].0);
                 let here = wanted.and_then(|node| {
                     started_on.entry(node).or_insert(job.id);
@@ -164,7 +164,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
 }
 
 fn waiting_reason(layout: &Layout<'_>, job: &Job) -> String {
-    match to_request(job, layout.max_gpu_memory) {
+    match layout.request(job) {
         None => "the request is not valid for the scheduler".into(),
         Some(req) if layout.cluster.nodes().iter().any(|n| n.fits(&req)) => {
             "waiting: jobs ahead in the queue hold the room (reservation)".into()
@@ -274,6 +274,15 @@ pub(super) fn to_request(job: &Job, max_gpu_memory: u64) -> Option<Request> {
 }
 
 impl<'a> Layout<'a> {
+    /// The core request for a job, limited to the GPU models it accepts.
+    pub(super) fn request(&self, job: &Job) -> Option<Request> {
+        let mut req = to_request(job, self.max_gpu_memory)?;
+        if req.gpus > 0 {
+            req.models = self.cluster.matching_models(&job.gpu_models);
+        }
+        Some(req)
+    }
+
     pub(super) fn build(s: &'a Snapshot) -> Self {
         let mut layout = Layout {
             cluster: Cluster::default(),

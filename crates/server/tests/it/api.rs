@@ -171,3 +171,30 @@ async fn an_admin_sets_a_team_quota_and_teams_list_their_queues() {
     let resp = bad.json(&json!({"gpu_quota": 1})).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+#[tokio::test]
+async fn bad_workflow_fields_get_422_naming_the_field_whatever_the_client_checked() {
+    let s = TestServer::start().await;
+    let cases = [
+        (json!({"command": ["true"], "array": "9-0"}), "array:"),
+        (json!({"command": ["true"], "array": "0-99999"}), "array:"),
+        (json!({"command": ["true"], "workdir": "/etc"}), "workdir:"),
+        (json!({"command": ["true"], "workdir": "a/../../b"}), "workdir:"),
+        (json!({"command": ["true"], "labels": {"a b": "c"}}), "label:"),
+        (json!({"command": ["true"], "labels": {"k": "v w"}}), "label:"),
+        (json!({"command": ["true"], "gpu_models": ["A100"]}), "gpu_models:"),
+        (json!({"command": ["true"], "after": [{"kind": "ok", "job": 0}]}), "after:"),
+        (json!({"command": ["true"], "after": [{"kind": "maybe", "job": 1}]}), "after"),
+    ];
+    for (body, field) in cases {
+        let resp = s.post("/v1/jobs").json(&body).send().await.expect("send");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let error = error_of(resp).await;
+        assert!(error.contains(field), "{body}: {error}");
+    }
+    let resp = s.post("/v1/jobs").json(&json!({"command": ["true"], "after": [{"kind": "ok", "job": 4242}]}));
+    let resp = resp.send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let resp = s.get("/v1/jobs?label=nope").send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}

@@ -51,6 +51,11 @@ pub fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> J
         finished_at: None,
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     }
 }
 

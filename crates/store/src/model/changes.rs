@@ -12,6 +12,8 @@ pub enum Change {
     Submit(NewJob),
     /// Cancel a job.
     Cancel(JobId),
+    /// Cancel every unfinished member of the array a job belongs to.
+    CancelArray(JobId),
     /// Create or change a team's quota.
     SetTeam(Team),
     /// Create or replace a user.

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{JobId, JobRequest, JobState};
+pub use gantry_api::workflow::{ArrayMember, ArraySpec, Dependency, DependencyKind};
 
 /// A job as submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +30,16 @@ pub struct NewJob {
     pub time_limit_s: Option<u64>,
     /// The user who submitted it (`None` for jobs from before users existed).
     pub user: Option<String>,
+    /// A job array: one job per index, the first member's id is the array's.
+    pub array: Option<ArraySpec>,
+    /// Jobs it waits for.
+    pub after: Vec<Dependency>,
+    /// Labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Acceptable GPU models (empty: any).
+    pub gpu_models: Vec<String>,
+    /// Where it starts, relative to its private directory.
+    pub workdir: Option<String>,
 }
 
 /// Which jobs to list.
@@ -44,6 +55,10 @@ pub struct JobFilter {
     pub before: Option<JobId>,
     /// At most this many, newest first when set (oldest first and all when not).
     pub limit: Option<u32>,
+    /// Only jobs carrying every one of these labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Only the members of this array.
+    pub array: Option<JobId>,
 }
 
 /// Which events to list: newest first.

@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::{audit, jobs, nodes, tokens};
+use super::{audit, jobs, nodes, tokens, workflow};
 use crate::Result;
 use crate::model::*;
 
@@ -14,6 +14,7 @@ pub(super) fn apply(c: &Connection, change: Change, mut entry: AuditEntry) -> Re
             Changed::Submitted { id, created }
         }
         Change::Cancel(id) => Changed::Job(Box::new(jobs::cancel(c, id, entry.at)?)),
+        Change::CancelArray(id) => Changed::Job(Box::new(workflow::cancel_array(c, id, entry.at)?)),
         Change::SetTeam(team) => tokens::set_team(c, &team).map(|()| Changed::Done)?,
         Change::SetUser(user) => tokens::set_user(c, &user, entry.at).map(|()| Changed::Done)?,
         Change::CreateToken(token) => {

@@ -16,14 +16,39 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
             return Ok((id, false));
         }
     }
+    let Some(array) = &job.array else {
+        return Ok((insert(c, job, None, job.request_id.as_deref())?, true));
+    };
+    // One transaction: the array exists whole or not at all. The first member's id is the
+    // array's; only it carries the request id.
+    let mut indices = array.indices.iter();
+    let first =
+        *indices.next().ok_or_else(|| StoreError::Conflict("an array needs at least one index".into()))?;
+    let head = insert(c, job, Some((None, first, array.max_running)), job.request_id.as_deref())?;
+    for index in indices {
+        insert(c, job, Some((Some(head), *index, array.max_running)), None)?;
+    }
+    Ok((head, true))
+}
+
+/// Inserts one job (one array member when `array` is `(array id, index, limit)`; no array id:
+/// this member's own id is the array's).
+fn insert(
+    c: &Connection,
+    job: &NewJob,
+    array: Option<(Option<JobId>, u32, Option<u32>)>,
+    request_id: Option<&str>,
+) -> Result<JobId> {
     let r = &job.request;
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
-         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15)",
+         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
+         array_index, array_max_running, after, labels, gpu_models, workdir) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+         ?19, ?20, ?21)",
     )?
     .execute(params![
-        job.request_id,
+        request_id,
         job.team,
         job.name,
         job.priority,
@@ -37,11 +62,21 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
         job.submitted_at,
         rows::to_json(&job.env)?,
         job.time_limit_s,
-        job.user
+        job.user,
+        array.map(|a| a.1),
+        array.and_then(|a| a.2),
+        rows::to_json(&job.after)?,
+        rows::to_json(&job.labels)?,
+        rows::to_json(&job.gpu_models)?,
+        job.workdir,
     ])?;
     let id = c.last_insert_rowid();
+    if let Some((array_id, ..)) = array {
+        c.prepare_cached("UPDATE jobs SET array_id = ?2 WHERE id = ?1")?
+            .execute(params![id, array_id.unwrap_or(id)])?;
+    }
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
-    Ok((id, true))
+    Ok(id)
 }
 
 pub(super) fn get(c: &Connection, id: JobId) -> Result<Option<Job>> {
@@ -49,7 +84,7 @@ pub(super) fn get(c: &Connection, id: JobId) -> Result<Option<Job>> {
     Ok(c.prepare_cached(&sql)?.query_row([id], rows::job).optional()?)
 }
 
-fn require(c: &Connection, id: JobId) -> Result<Job> {
+pub(super) fn require(c: &Connection, id: JobId) -> Result<Job> {
     get(c, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))
 }
 
@@ -58,13 +93,20 @@ pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR team = ?2) \
          AND (?4 IS NULL OR team IN (SELECT value FROM json_each(?4))) AND (?5 IS NULL OR id < ?5) \
+         AND (?6 IS NULL OR array_id = ?6) \
+         AND NOT EXISTS (SELECT 1 FROM json_each(?7) s WHERE NOT EXISTS \
+             (SELECT 1 FROM json_each(jobs.labels) l WHERE l.key = s.key AND l.value = s.value)) \
          ORDER BY id {order} LIMIT ?3"
     );
     let limit = filter.limit.map_or(-1, i64::from);
     let teams = filter.teams.as_ref().map(rows::to_json).transpose()?;
     let mut stmt = c.prepare_cached(&sql)?;
     let state = filter.state.map(JobState::as_str);
-    let rows = stmt.query_map(params![state, filter.team, limit, teams, filter.before], rows::job)?;
+    let labels = rows::to_json(&filter.labels)?;
+    let rows = stmt.query_map(
+        params![state, filter.team, limit, teams, filter.before, filter.array, labels],
+        rows::job,
+    )?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -136,7 +178,13 @@ fn record_transition(
 
 /// Moves a job to `to`, recording the transition; a job leaving `scheduled`/`running` gives
 /// back its allocations in the same transaction.
-fn transition(c: &Connection, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
+pub(super) fn transition(
+    c: &Connection,
+    job: &Job,
+    to: JobState,
+    reason: Option<&str>,
+    at: i64,
+) -> Result<()> {
     if job.state.is_active() && !to.is_active() {
         release(c, job.id, at)?;
         c.prepare_cached(
@@ -366,15 +414,26 @@ pub(super) fn usage(
          AND (?3 IS NULL OR j.team IN (SELECT value FROM json_each(?3))) \
          GROUP BY 1, 2 ORDER BY 1, 2"
     );
+    let hours = |milli_ms: i64| milli_ms as f64 / 1000.0 / 3_600_000.0;
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![since, until, teams], |r| {
-        let milli_ms: i64 = r.get(2)?;
         Ok(Usage {
             team: r.get(0)?,
             user: r.get(1)?,
-            gpu_hours: milli_ms as f64 / 1000.0 / 3_600_000.0,
+            gpu_hours: hours(r.get(2)?),
+            used_gpu_hours: 0.0,
+            waste_gpu_hours: 0.0,
             jobs: r.get(3)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let mut out: Vec<Usage> = rows.collect::<rusqlite::Result<_>>()?;
+    for (team, user, used) in super::workflow::used(c, since, until, by_user, teams.as_deref())? {
+        if let Some(u) = out.iter_mut().find(|u| u.team == team && u.user == user) {
+            u.used_gpu_hours = hours(used);
+        }
+    }
+    for u in &mut out {
+        u.waste_gpu_hours = (u.gpu_hours - u.used_gpu_hours).max(0.0);
+    }
+    Ok(out)
 }

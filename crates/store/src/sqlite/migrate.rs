@@ -13,6 +13,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../../migrations/0004_time_limit.sql")),
     (5, include_str!("../../migrations/0005_job_user.sql")),
     (6, include_str!("../../migrations/0006_job_attempts.sql")),
+    (7, include_str!("../../migrations/0007_workflow.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

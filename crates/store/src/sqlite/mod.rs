@@ -14,6 +14,7 @@ mod migrate;
 mod nodes;
 mod rows;
 mod tokens;
+mod workflow;
 mod writer;
 
 use std::path::Path;
@@ -149,6 +150,10 @@ impl Store for SqliteStore {
     }
     fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
         self.writer.write(move |c| jobs::cancel(c, id, at))
+    }
+    fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+        let reason = reason.to_owned();
+        self.writer.write(move |c| workflow::dependency_failed(c, id, &reason, at))
     }
     fn place(&self, placement: &Placement) -> Result<()> {
         let placement = placement.clone();

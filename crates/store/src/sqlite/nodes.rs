@@ -113,14 +113,18 @@ fn finish_unreported_stops(c: &Connection, hb: &Heartbeat) -> Result<()> {
 }
 
 fn update_gpu(c: &Connection, node_id: &str, g: &GpuReport, at: i64) -> Result<()> {
-    let old: Option<String> = c
-        .prepare_cached("SELECT health FROM gpus WHERE uuid = ?1 AND node_id = ?2")?
-        .query_row([&g.uuid, node_id], |r| r.get(0))
+    let old: Option<(String, Option<i64>)> = c
+        .prepare_cached("SELECT health, used_sampled_at FROM gpus WHERE uuid = ?1 AND node_id = ?2")?
+        .query_row([&g.uuid, node_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    let Some(old) = old else { return Ok(()) };
+    let Some((old, sampled_at)) = old else { return Ok(()) };
+    let used_at = super::workflow::record_use(c, &g.uuid, g.sample.as_ref(), sampled_at, at)?;
     let sample = g.sample.as_ref().map(rows::to_json).transpose()?;
-    c.prepare_cached("UPDATE gpus SET health = ?2, sample = ?3, updated_at = ?4 WHERE uuid = ?1")?
-        .execute(params![g.uuid, g.health.as_str(), sample, at])?;
+    c.prepare_cached(
+        "UPDATE gpus SET health = ?2, sample = ?3, updated_at = ?4, \
+         used_sampled_at = COALESCE(?5, used_sampled_at) WHERE uuid = ?1",
+    )?
+    .execute(params![g.uuid, g.health.as_str(), sample, at, used_at])?;
     if old != g.health.as_str() {
         tokens::event(c, at, "gpu.health", &g.uuid, &format!("{old} -> {}", g.health), None)?;
     }

@@ -8,7 +8,8 @@ use crate::model::*;
 /// Columns read by [`job`], in order.
 pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, gpu_memory_mib, \
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
-     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user";
+     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user, \
+     array_id, array_index, array_max_running, after, labels, gpu_models, workdir";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
@@ -54,6 +55,14 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
         env: json("env", &r.get::<_, String>(22)?)?,
         time_limit_s: r.get(23)?,
         user: r.get(24)?,
+        array: match (r.get::<_, Option<JobId>>(25)?, r.get::<_, Option<u32>>(26)?) {
+            (Some(id), Some(index)) => Some(ArrayMember { id, index, max_running: r.get(27)? }),
+            _ => None,
+        },
+        after: json("after", &r.get::<_, String>(28)?)?,
+        labels: json("labels", &r.get::<_, String>(29)?)?,
+        gpu_models: json("gpu models", &r.get::<_, String>(30)?)?,
+        workdir: r.get(31)?,
     })
 }
 

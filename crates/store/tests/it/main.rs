@@ -4,6 +4,7 @@ mod audit;
 mod jobs;
 mod nodes;
 mod props;
+mod workflow;
 
 use gantry_store::*;
 
@@ -26,6 +27,11 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         submitted_at: 1,
         time_limit_s: None,
         user: None,
+        array: None,
+        after: Vec::new(),
+        labels: Default::default(),
+        gpu_models: Vec::new(),
+        workdir: None,
     }
 }
 

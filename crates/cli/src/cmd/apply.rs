@@ -1,0 +1,259 @@
+//! `gantry apply -f job.yaml`: the fields of `gantry submit` declared in a file, as `kubectl
+//! apply` does for objects.
+//!
+//! Applying is idempotent: the submission's request id is a digest of the file's meaning (the
+//! parsed fields, not its spacing or comments), the server and the user, so applying the same
+//! file again finds the job it made (`job 12 unchanged`) and a changed file makes a new job. A
+//! job is not changed in place: what runs is what was submitted. A field the file does not know
+//! is an error with its line, as is bad YAML.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gantry_api::types::{SubmitRequest, WhoAmI};
+use gantry_api::workflow::{self, ArraySpec};
+use serde::{Deserialize, Serialize};
+
+use super::client::{Api, ServerArgs, block_on};
+
+/// Arguments of `gantry apply`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example job.yaml:
+  name: lr-sweep
+  command: [python, sweep.py, --epochs, \"3\"]   # or `script: train.sh` (beside this file)
+  gpus: 1
+  gpu_model: [A100, H100]
+  time: 2h
+  array: 0-99%8
+  after: ok:12
+  labels: {exp: lr-sweep}
+  env: {OMP_NUM_THREADS: \"8\"}
+  workdir: out
+Then: gantry apply -f job.yaml      # again: `unchanged`, the same job")]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The job file (YAML; `-` reads stdin).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    file: PathBuf,
+}
+
+/// A job file. Sizes in the units `submit` takes: cores, MiB.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    /// Display name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// argv.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// A script to run instead, relative to the file (its `#GANTRY` lines are not read: the
+    /// file says everything).
+    #[serde(default)]
+    pub script: Option<PathBuf>,
+    /// Whole GPUs.
+    #[serde(default)]
+    pub gpus: u32,
+    /// A slice of one GPU, MiB.
+    #[serde(default)]
+    pub gpu_memory: Option<u64>,
+    /// Compute share of the slice, percent.
+    #[serde(default)]
+    pub gpu_compute: Option<u32>,
+    /// GPU models.
+    #[serde(default)]
+    pub gpu_model: Vec<String>,
+    /// CPU cores.
+    #[serde(default)]
+    pub cpu: Option<f64>,
+    /// Host memory, MiB.
+    #[serde(default)]
+    pub memory: Option<u64>,
+    /// Team.
+    #[serde(default)]
+    pub team: Option<String>,
+    /// Priority.
+    #[serde(default)]
+    pub priority: i32,
+    /// Retries.
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    /// Environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Time limit (`2h`, `01:30:00`).
+    #[serde(default)]
+    pub time: Option<String>,
+    /// Array (`0-99%8`).
+    #[serde(default)]
+    pub array: Option<String>,
+    /// Dependencies (`ok:12,any:13`).
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Work directory inside the job's own.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Queue even if no node could hold it now.
+    #[serde(default)]
+    pub wait_for_capacity: bool,
+}
+
+/// Applies a job file: prints `job ID created` or `job ID unchanged`.
+pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
+    let (text, base) = if args.file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).context("reading stdin")?;
+        (text, PathBuf::from("."))
+    } else {
+        let text = std::fs::read_to_string(&args.file)
+            .with_context(|| format!("cannot read {}", args.file.display()))?;
+        (text, args.file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf))
+    };
+    let file = parse(&text).with_context(|| format!("{} is not a valid job file", args.file.display()))?;
+    let api = Api::connect(&args.server)?;
+    // The request id is kept per team but unique in the whole store: the user keeps two people
+    // applying the same file from finding each other's job.
+    let who: WhoAmI = block_on(api.get("/v1/whoami"))??;
+    let scope = format!("{} {}", api.base(), who.user.unwrap_or_default());
+    let body = request(file, &base, &scope)?;
+    let resp = super::submit::send(&api, &body)?;
+    let what = if body.array.is_some() { "array" } else { "job" };
+    println!("{what} {} {}", resp.id, if resp.created { "created" } else { "unchanged" });
+    Ok(())
+}
+
+/// Parses a job file; errors name the line (serde_norway's `at line L column C`).
+pub fn parse(text: &str) -> anyhow::Result<JobFile> {
+    let file: JobFile = serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(file)
+}
+
+/// The submission a job file stands for; its request id is the digest of the file and `scope`
+/// (the server and the user).
+pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<SubmitRequest> {
+    let command = match (&file.script, file.command.is_empty()) {
+        (Some(_), false) => bail!("command and script: give one of them"),
+        (None, true) => bail!("command: missing (e.g. `command: [python, train.py]`), or name a `script`"),
+        (None, false) => file.command.clone(),
+        (Some(script), true) => {
+            let path = base.join(script);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("script: cannot read {}", path.display()))?;
+            super::submit::script_command(&path, text, Vec::new())
+        }
+    };
+    let cpu_milli = match file.cpu {
+        Some(c) if !(0.0..=4096.0).contains(&c) => bail!("cpu: must be between 0 and 4096 cores"),
+        Some(c) => (c * 1000.0).round() as u64,
+        None => 0,
+    };
+    let time_limit_s = file
+        .time
+        .as_deref()
+        .map(super::submit::parse_time)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("time: {e}"))?;
+    if let Some(a) = &file.array {
+        ArraySpec::parse(a).map_err(anyhow::Error::msg)?;
+    }
+    let after =
+        file.after.as_deref().map(workflow::parse_dependencies).transpose().map_err(anyhow::Error::msg)?;
+    workflow::check_labels(&file.labels).map_err(anyhow::Error::msg)?;
+    if let Some(dir) = &file.workdir {
+        workflow::check_workdir(dir).map_err(anyhow::Error::msg)?;
+    }
+    let digest = digest(&format!("{scope}\n{}", serde_json::to_string(&file)?));
+    Ok(SubmitRequest {
+        command,
+        gpus: file.gpus,
+        gpu_memory_mib: file.gpu_memory.unwrap_or(0),
+        gpu_compute_pct: file.gpu_compute.unwrap_or(0),
+        cpu_milli,
+        memory_mib: file.memory.unwrap_or(0),
+        team: file.team,
+        priority: file.priority,
+        name: file.name,
+        max_retries: file.max_retries,
+        request_id: Some(format!("apply-{digest}")),
+        env: file.env,
+        wait_for_capacity: file.wait_for_capacity,
+        time_limit_s,
+        array: file.array,
+        after: after.unwrap_or_default(),
+        labels: file.labels,
+        gpu_models: file.gpu_model,
+        workdir: file.workdir,
+    })
+}
+
+/// 128-bit FNV-1a, as hex: stable across builds and platforms (std's hasher is not), and
+/// enough to tell job files apart (it names a submission, it guards no secret).
+fn digest(text: &str) -> String {
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in text.bytes() {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    format!("{h:032x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_field_is_an_error_with_its_line() {
+        let err = parse("name: a\ncommand: [x]\ngpu: 2\n").expect_err("unknown field");
+        let text = err.to_string();
+        assert!(text.contains("unknown field `gpu`") && text.contains("line 3"), "{text}");
+    }
+
+    #[test]
+    fn bad_yaml_is_an_error_with_its_line() {
+        let err = parse("name: a\ncommand: [x\n").expect_err("bad yaml");
+        assert!(err.to_string().contains("line"), "{err}");
+    }
+
+    #[test]
+    fn the_same_meaning_gives_the_same_request_id_and_a_change_a_new_one() {
+        let a = parse("command: [python, t.py]\ngpus: 1\n").expect("valid");
+        let b = parse("# a comment\ngpus:   1\ncommand:\n  - python\n  - t.py\n").expect("valid");
+        let c = parse("command: [python, t.py]\ngpus: 2\n").expect("valid");
+        let id = |f: JobFile, s| request(f, Path::new("."), s).expect("request").request_id;
+        assert_eq!(id(a.clone(), "http://x"), id(b, "http://x"));
+        assert_ne!(id(a.clone(), "http://x"), id(c, "http://x"));
+        assert_ne!(id(a.clone(), "http://x"), id(a, "http://y"));
+    }
+
+    #[test]
+    fn a_script_is_read_beside_the_file_and_runs_under_its_interpreter() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("t.sh"), "#!/bin/bash\necho hi\n").expect("write");
+        let file = parse("script: t.sh\n").expect("valid");
+        let req = request(file, dir.path(), "s").expect("request");
+        assert_eq!(req.command[..3], ["/bin/bash", "-c", "#!/bin/bash\necho hi\n"]);
+        let both = parse("script: t.sh\ncommand: [x]\n").expect("valid");
+        assert!(request(both, dir.path(), "s").is_err());
+    }
+
+    #[test]
+    fn bad_values_are_refused_before_anything_is_sent() {
+        for (text, field) in [
+            ("command: [x]\narray: 9-0\n", "array"),
+            ("command: [x]\nafter: soon:1\n", "after"),
+            ("command: [x]\nworkdir: ../up\n", "workdir"),
+            ("command: [x]\ntime: forever\n", "time"),
+            ("gpus: 1\n", "command"),
+        ] {
+            let err = request(parse(text).expect("parses"), Path::new("."), "s").expect_err(text);
+            assert!(err.to_string().contains(field), "{err}");
+        }
+    }
+}
