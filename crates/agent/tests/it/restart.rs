@@ -120,8 +120,12 @@ async fn a_job_that_died_while_its_agent_was_away_is_requeued_and_keeps_its_firs
     let epoch = job(&*h.store, id).epoch.expect("placed");
     stop_agent(&mut h, &stop).await;
     // The machine "reboots": the shim and the job are gone, no exit was written.
-    kill(first["shim_pid"].as_i64().expect("shim"));
-    kill(first["pid"].as_i64().expect("pid"));
+    for key in ["shim_pid", "pid"] {
+        let pid = first[key].as_u64().and_then(|p| u32::try_from(p).ok()).expect("pid");
+        let started = record::start_time(pid).expect("running");
+        kill(i64::from(pid));
+        until("the killed process to be gone", || (!record::is_alive(pid, started)).then_some(())).await;
+    }
 
     let (stop, stop_rx) = watch::channel(false);
     h.agent = h.start_agent_until(fleet(), false, stop_rx);

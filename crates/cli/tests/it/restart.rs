@@ -120,7 +120,12 @@ fn a_job_that_died_while_gantry_up_was_down_runs_again_and_logs_previous_shows_t
     let record = cluster.data_dir().join("agent/attempts").join(format!("{id}-1.json"));
     let record: Value = serde_json::from_slice(&std::fs::read(record).expect("record")).expect("json");
     for pid in [&record["shim_pid"], &record["pid"]] {
+        let pid = pid.as_u64().and_then(|p| u32::try_from(p).ok()).expect("pid");
+        let started = gantry_agent::runner::record::start_time(pid).expect("running");
         let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        eventually(Duration::from_secs(10), "the killed process to be gone", || {
+            (!gantry_agent::runner::record::is_alive(pid, started)).then_some(())
+        });
     }
     cluster.restart();
     let done = wait_state(&cluster, &id, "the second attempt to end", |j| j["state"] == "failed");
