@@ -7,7 +7,8 @@
 //! - [`runner`]: the job runner. It registers the node with the control plane, reports GPU
 //!   inventory, health and samples, and runs the jobs it is assigned, each in a sandbox of its
 //!   own user, directory, environment and cgroup (start with [`runner::run`], then
-//!   [`runner::sandbox`]). It is not the scheduler: it runs exactly what the server's heartbeat
+//!   [`runner::sandbox`]), each supervised by its own shim process so that it outlives the
+//!   agent ([`runner::shim`], [`runner::record`]). It is not the scheduler: it runs exactly what the server's heartbeat
 //!   answer lists and stops everything else.
 
 pub mod exporter;

@@ -1,7 +1,13 @@
 //! A job's output on disk: the layout the agent writes and the logs endpoint reads.
 //!
+//! Output is kept per attempt, so that a job requeued after a node failure still shows what its
+//! earlier attempts printed (`gantry logs --previous`): attempt N of a job writes to
+//! `<logs>/<job id>/<N>/` ([`attempt_dir`]); the [`KEPT_ATTEMPTS`] newest attempts are kept.
+//! Logs written before this layout, directly in `<logs>/<job id>/`, read as the job's latest
+//! attempt ([`read_dir_for`]).
+//!
 //! Output is capped so that a job printing in a loop cannot fill the node's disk. Each stream
-//! (`stdout`, `stderr`) of a job lives in `<logs>/<job id>/` as two segments:
+//! (`stdout`, `stderr`) of an attempt lives in its directory as two segments:
 //!
 //! - `<stream>`: the current segment, appended to by the agent;
 //! - `<stream>.1`: the segment before it, complete;
@@ -31,9 +37,38 @@ pub const DEFAULT_LIMIT: u64 = 64 << 20;
 /// The response header that carries [`Chunk::offset`].
 pub const OFFSET_HEADER: &str = "x-gantry-log-offset";
 
-/// Where a job's output goes: `<logs>/<job id>`.
+/// How many attempts' output a job keeps (the newest): each is capped by the log limit.
+pub const KEPT_ATTEMPTS: u32 = 5;
+
+/// The directory of a job's output: `<logs>/<job id>`.
 pub fn dir(logs: &Path, job_id: i64) -> PathBuf {
     logs.join(job_id.to_string())
+}
+
+/// Where attempt `attempt` of a job writes its output: `<logs>/<job id>/<attempt>`.
+pub fn attempt_dir(logs: &Path, job_id: i64, attempt: u32) -> PathBuf {
+    dir(logs, job_id).join(attempt.to_string())
+}
+
+/// The directory to read attempt `attempt` from, where `latest` is the job's current attempt:
+/// its own, or for the latest attempt of a job whose output predates per-attempt directories,
+/// the job's directory itself.
+pub fn read_dir_for(logs: &Path, job_id: i64, attempt: u32, latest: u32) -> PathBuf {
+    let own = attempt_dir(logs, job_id, attempt);
+    let legacy = dir(logs, job_id);
+    if attempt == latest && !own.exists() && legacy.join("stdout").exists() { legacy } else { own }
+}
+
+/// Removes the output of attempts older than the [`KEPT_ATTEMPTS`] newest, when attempt
+/// `current` starts in `dir` (a job's directory).
+pub fn prune(dir: &Path, current: u32) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let old = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
+        if old.is_some_and(|n| n + KEPT_ATTEMPTS <= current) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// How large the current segment may grow before it is rotated, for a per-stream `limit`.

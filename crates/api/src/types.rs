@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Gpu, GpuInfo, Job, JobId, Node, Role, TokenKind, Transition};
+use crate::model::{Attempt, AttemptRef, Gpu, GpuInfo, Job, JobId, Node, Role, TokenKind, Transition};
 use serde::{Deserialize, Serialize};
 
 /// A job submission.
@@ -94,6 +94,9 @@ pub struct JobDetail {
     pub job: Job,
     /// Its state changes.
     pub transitions: Vec<Transition>,
+    /// Its attempts, oldest first.
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
     /// Most output kept per stream (stdout, stderr), bytes; older output is rotated away.
     #[serde(default)]
     pub log_limit_bytes: u64,
@@ -148,6 +151,8 @@ pub struct LogQuery {
     pub stream: Option<String>,
     /// Byte offset to read from (for following).
     pub offset: Option<u64>,
+    /// Which attempt's output (default: the job's latest attempt).
+    pub attempt: Option<u32>,
 }
 
 /// Part of a GPU held by a job.
@@ -337,6 +342,10 @@ pub struct RegisterRequest {
     pub memory_mib: u64,
     /// GPU inventory.
     pub gpus: Vec<GpuInfo>,
+    /// The attempts the agent still has from before (it restarted while they ran): the server
+    /// keeps those placed on this node; every other attempt of an older epoch was lost.
+    #[serde(default)]
+    pub attempts: Vec<AttemptRef>,
 }
 
 /// The epoch an agent must send with every heartbeat.

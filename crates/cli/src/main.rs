@@ -72,6 +72,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A job's supervisor, started by the agent (not a user command: it reads the job on stdin).
+    if std::env::args_os().nth(1).is_some_and(|a| a == gantry_agent::runner::shim::ARG) {
+        return ExitCode::from(u8::try_from(gantry_agent::runner::shim::main()).unwrap_or(1));
+    }
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_with_hint(e));
     let result = match cli.command {
         Command::Sim(c) => cmd::sim::run(c),

@@ -73,6 +73,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         limit: u32,
         teams: Option<Vec<String>>,
     ) -> Result<(i64, Vec<Job>)>;
+    /// A job's attempts, oldest first.
+    fn attempts(&self, id: JobId) -> Result<Vec<Attempt>>;
     /// Cancels a pending job now, or asks the agent to stop an active one.
     fn cancel(&self, id: JobId, at: i64) -> Result<Job>;
     /// Ends a pending job whose dependency can no longer be met (`cancelled` with `reason`, and

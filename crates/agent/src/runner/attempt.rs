@@ -1,14 +1,17 @@
 //! One attempt of a job, from its sandbox to the report of its end.
 //!
 //! Starting: the attempt's user, work directory and cgroup come from the [`Sandbox`], its
-//! environment from [`super::env`], and its output goes through pipes to [`super::logs`].
+//! environment from [`super::env`]; its shim ([`super::shim`]) starts it and copies its output
+//! to [`super::logs`]. The agent then records the attempt ([`super::record`]) so that a
+//! restarted agent finds it again.
 //!
-//! Ending, in this order, once the first process has exited (by itself or because it was
-//! stopped): the rest of the attempt is ended (its whole cgroup, or without cgroups its process
-//! group), so no daemon outlives the job; the output is waited for until it is on disk, so that
-//! a client that sees the job finished and then reads its log reads all of it; the work
-//! directory is removed; and only then is the end reported to the job table. The table keeps no
-//! handle on the process, only its pid and cgroup for signals.
+//! Ending happens in the shim, in this order, once the first process has exited (by itself or
+//! because it was stopped): the rest of the attempt is ended (its whole cgroup, or without
+//! cgroups its process group), so no daemon outlives the job; the output is waited for until it
+//! is on disk, so that a client that sees the job finished and then reads its log reads all of
+//! it; the work directory is removed; and only then is the exit written. A task here watches
+//! the shim and reports the end to the job table once the shim is gone. The table keeps no
+//! handle on the job's process, only its pid and cgroup for signals.
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -18,22 +21,20 @@ use std::time::Duration;
 use gantry_api::job_logs;
 use gantry_api::model::JobId;
 use gantry_api::types::Assignment;
-use tokio::process::Child;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::cgroup::Cgroup;
-use super::child::{Confinement, Credentials};
 use super::env;
 use super::error::AgentError;
 use super::logs;
-use super::process::{self, Launch};
+use super::record::{self, Record};
 use super::sandbox::{self, Sandbox};
+use super::shim::{self, Spec};
 use super::users::Identity;
 
-/// How long the end of an attempt waits for its output to reach disk. Only processes outside
-/// the attempt's cgroup (there are none when cgroups are used) can hold the pipes open longer.
-const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+/// How often a task looks whether its attempt's shim is still there.
+const POLL: Duration = Duration::from_millis(100);
 
 /// What every attempt needs from the agent.
 #[derive(Debug, Clone)]
@@ -42,8 +43,10 @@ pub struct Context {
     pub sandbox: Arc<Sandbox>,
     /// Root of the jobs' log directories.
     pub logs: PathBuf,
-    /// The agent's state directory (pid files).
+    /// The agent's state directory (attempt records).
     pub state: PathBuf,
+    /// The executable run as each attempt's shim.
+    pub shim: PathBuf,
 }
 
 /// A started attempt, as the job table keeps it.
@@ -62,16 +65,18 @@ pub struct Ended {
     pub job_id: JobId,
     /// The attempt.
     pub attempt: u32,
-    /// How its first process ended (or why waiting for it failed).
+    /// How its first process ended (or why that is not known).
     pub status: std::io::Result<ExitStatus>,
     /// Whether the kernel killed a process of it for exceeding its memory limit.
     pub oom_killed: bool,
 }
 
-/// Starts attempt `a`; a task in `tasks` reports its end on `exits`.
+/// Starts attempt `a`; a task in `tasks` reports its end on `exits`. `deadline` is when its
+/// time limit runs out (ms since the Unix epoch, and the limit), kept in its record.
 pub fn start(
     a: &Assignment,
     ctx: &Context,
+    deadline: Option<(i64, u64)>,
     exits: &mpsc::UnboundedSender<Ended>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Started, AgentError> {
@@ -84,92 +89,144 @@ pub fn start(
             return Err(e);
         }
     };
-    let (child, output) = match launch(a, ctx, user, credentials, &workdir, cgroup.as_deref()) {
-        Ok(launched) => launched,
+    let cleanup = |cgroup: &Option<Arc<Cgroup>>| {
+        // Nothing ran in the group: removing it does not wait.
+        if let Some(c) = cgroup {
+            let _ = c.remove();
+        }
+        sandbox::remove_dir(&workdir);
+    };
+    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref()) {
+        Ok(spec) => spec,
         Err(e) => {
-            // Nothing ran in the group: removing it does not wait.
-            if let Some(c) = &cgroup {
-                let _ = c.remove();
-            }
-            sandbox::remove_dir(&workdir);
+            cleanup(&cgroup);
             return Err(e);
         }
     };
-    let pid = child.id().unwrap_or_default();
-    process::remember(&ctx.state, a.job_id, pid);
-    let end = End { job_id: a.job_id, attempt: a.attempt, pid, cgroup: cgroup.clone(), output, workdir };
-    tasks.spawn(end.wait(child, exits.clone()));
-    Ok(Started { pid, cgroup })
+    let started = match shim::launch(&ctx.shim, &spec) {
+        Ok(started) => started,
+        Err(e) => {
+            cleanup(&cgroup);
+            return Err(e);
+        }
+    };
+    let record = Record {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        shim_pid: started.shim.id(),
+        shim_start: started.shim_start,
+        pid: started.pid,
+        pid_start: record::start_time(started.pid).unwrap_or_default(),
+        cgroup: cgroup.as_deref().map(Cgroup::to_ref),
+        deadline,
+        gpu_uuids: a.gpu_uuids.clone(),
+        grant_mib: a.gpu_memory_mib,
+        memory_mib: a.memory_mib,
+    };
+    if let Err(e) = record::save(&ctx.state, &record) {
+        tracing::warn!(job = a.job_id, error = %e, "could not record the attempt: a restarted agent will not find it");
+    }
+    tasks.spawn(watch(record, Some(started.shim), ctx.clone(), exits.clone()));
+    Ok(Started { pid: started.pid, cgroup })
 }
 
-type Output = Vec<oneshot::Receiver<()>>;
+/// Watches the shim of an attempt a previous run of the agent started (its record says the
+/// shim is alive).
+pub fn adopt(record: &Record, ctx: &Context, exits: &mpsc::UnboundedSender<Ended>, tasks: &mut JoinSet<()>) {
+    tasks.spawn(watch(record.clone(), None, ctx.clone(), exits.clone()));
+}
 
-fn launch(
+fn spec(
     a: &Assignment,
     ctx: &Context,
     user: &Identity,
-    credentials: Option<Credentials>,
+    credentials: Option<super::child::Credentials>,
     workdir: &std::path::Path,
     cgroup: Option<&Cgroup>,
-) -> Result<(Child, Output), AgentError> {
+) -> Result<Spec, AgentError> {
     let env = env::build(a, &user.name, workdir)?;
     let cwd = ctx.sandbox.make_subdir(workdir, a.workdir.as_deref(), user)?;
-    let dir = job_logs::dir(&ctx.logs, a.job_id);
+    logs::private_dir(&job_logs::dir(&ctx.logs, a.job_id))?;
+    let dir = job_logs::attempt_dir(&ctx.logs, a.job_id, a.attempt);
     logs::private_dir(&dir)?;
+    job_logs::prune(&job_logs::dir(&ctx.logs, a.job_id), a.attempt);
     let limit = if a.log_limit_bytes == 0 { job_logs::DEFAULT_LIMIT } else { a.log_limit_bytes };
-    let (stdout, stdout_done) = logs::capture(&dir, "stdout", limit)?;
-    let (stderr, stderr_done) = logs::capture(&dir, "stderr", limit)?;
-    let join = cgroup.map(Cgroup::procs_files).unwrap_or_default();
-    let confinement = Confinement::new(&join, credentials)
-        .map_err(|source| AgentError::Io { what: "preparing the job's cgroup".into(), source })?;
-    let launch = Launch { argv: &a.command, env: &env, cwd: &cwd, confinement, stdout, stderr };
-    Ok((process::spawn(launch)?, vec![stdout_done, stderr_done]))
+    Ok(Spec {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        argv: a.command.clone(),
+        env,
+        cwd,
+        workdir: workdir.to_path_buf(),
+        user: credentials,
+        cgroup: cgroup.map(Cgroup::to_ref),
+        logs: dir,
+        log_limit: limit,
+        state: ctx.state.clone(),
+    })
 }
 
-/// What is left to do when an attempt's first process exits.
-struct End {
-    job_id: JobId,
-    attempt: u32,
-    pid: u32,
-    cgroup: Option<Arc<Cgroup>>,
-    output: Output,
-    workdir: PathBuf,
-}
-
-impl End {
-    async fn wait(self, mut child: Child, exits: mpsc::UnboundedSender<Ended>) {
-        let status = child.wait().await;
-        let (pid, cgroup) = (self.pid, self.cgroup);
-        let oom_killed =
-            tokio::task::spawn_blocking(move || end_the_rest(pid, cgroup.as_deref())).await.unwrap_or(false);
-        let drained = async {
-            for done in self.output {
-                let _ = done.await;
+/// Waits until the attempt's shim is gone (reaping it when it is this agent's child), then
+/// reports how the job ended. A shim that ended without writing an exit leaves the attempt's
+/// processes without a supervisor: they are ended here.
+async fn watch(
+    record: Record,
+    mut own: Option<std::process::Child>,
+    ctx: Context,
+    exits: mpsc::UnboundedSender<Ended>,
+) {
+    loop {
+        let gone = match own.as_mut().map(std::process::Child::try_wait) {
+            Some(Ok(status)) => status.is_some(),
+            Some(Err(e)) => {
+                // Not waitable (say, SIGCHLD ignored): watch it by pid and start time instead.
+                tracing::debug!(job = record.job_id, error = %e, "cannot wait for the job's shim");
+                own = None;
+                continue;
             }
+            None => !record::is_alive(record.shim_pid, record.shim_start),
         };
-        if tokio::time::timeout(OUTPUT_DRAIN, drained).await.is_err() {
-            tracing::warn!(job = self.job_id, "output is still being written after the job ended");
+        if gone {
+            break;
         }
-        let workdir = self.workdir;
-        let _ = tokio::task::spawn_blocking(move || sandbox::remove_dir(&workdir)).await;
-        let ended = Ended { job_id: self.job_id, attempt: self.attempt, status, oom_killed };
-        let _ = exits.send(ended);
+        tokio::time::sleep(POLL).await;
     }
+    let (job_id, attempt) = (record.job_id, record.attempt);
+    let ended = match record::read_exit(&ctx.state, job_id, attempt) {
+        Some(exit) => Ended { job_id, attempt, status: Ok(shim::status(&exit)), oom_killed: exit.oom_killed },
+        None => {
+            let workdir = ctx.sandbox.workdir(job_id, attempt);
+            tracing::warn!(
+                job = job_id,
+                attempt,
+                shim = record.shim_pid,
+                "the job's shim ended without recording its exit"
+            );
+            let record = record.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                end_orphaned(&record);
+                sandbox::remove_dir(&workdir);
+            })
+            .await;
+            let error = std::io::Error::other("its supervisor ended without recording how the job ended");
+            Ended { job_id, attempt, status: Err(error), oom_killed: false }
+        }
+    };
+    let _ = exits.send(ended);
 }
 
-/// Ends every process the attempt left; returns whether its memory limit killed one. Blocks.
-fn end_the_rest(pid: u32, cgroup: Option<&Cgroup>) -> bool {
-    match cgroup {
+/// Ends what is left of an attempt whose shim is gone: its cgroup, or without one its process
+/// group while the leader is the process the record names (not a reused pid). Blocks.
+pub fn end_orphaned(record: &Record) {
+    match &record.cgroup {
         Some(c) => {
-            let oom_killed = c.oom_killed();
-            if let Err(e) = c.remove() {
+            if let Err(e) = c.open().remove() {
                 tracing::warn!(error = %e, "could not remove a job's cgroup");
             }
-            oom_killed
         }
-        None => {
-            process::signal_group(pid, libc::SIGKILL);
-            false
+        None if record::is_alive(record.pid, record.pid_start) => {
+            super::process::signal_group(record.pid, libc::SIGKILL);
         }
+        None => {}
     }
 }

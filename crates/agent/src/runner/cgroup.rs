@@ -48,7 +48,7 @@ pub struct Limits {
 }
 
 /// One attempt's group.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Cgroup {
     v2: bool,
     /// The group in each hierarchy; the first lists the processes (v1: freezer when mounted).
@@ -133,12 +133,16 @@ impl Cgroups {
         }
     }
 
-    /// Ends and removes every group under this agent's scope (left by a previous run).
-    pub fn remove_all(&self) {
+    /// Ends and removes every group under this agent's scope (left by a previous run) except
+    /// those named in `keep`.
+    pub fn remove_all(&self, keep: &std::collections::HashSet<String>) {
         let Some(names) = self.parents.first().and_then(|p| std::fs::read_dir(p).ok()) else {
             return;
         };
         for name in names.flatten().filter(|e| e.path().is_dir()).map(|e| e.file_name()) {
+            if keep.contains(&*name.to_string_lossy()) {
+                continue;
+            }
             let group = Cgroup { v2: self.v2, dirs: self.parents.iter().map(|p| p.join(&name)).collect() };
             tracing::info!(group = %group.dirs[0].display(), "ending a job group left by a previous agent run");
             if let Err(e) = group.remove() {
@@ -148,7 +152,33 @@ impl Cgroups {
     }
 }
 
+/// An attempt's group as it is remembered across agent restarts and handed to its shim.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CgroupRef {
+    /// cgroup v2.
+    pub v2: bool,
+    /// The group in each hierarchy.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl CgroupRef {
+    /// The group it names.
+    pub fn open(&self) -> Cgroup {
+        Cgroup { v2: self.v2, dirs: self.dirs.clone() }
+    }
+}
+
 impl Cgroup {
+    /// How to find this group again.
+    pub fn to_ref(&self) -> CgroupRef {
+        CgroupRef { v2: self.v2, dirs: self.dirs.clone() }
+    }
+
+    /// The group's name (its directory's), `<job>-<attempt>`.
+    pub fn name(&self) -> Option<String> {
+        self.dirs.first().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned())
+    }
+
     fn limit(&self, limits: Limits) -> std::io::Result<()> {
         let quota = (limits.cpu_milli * CPU_PERIOD_US / 1000).max(1000);
         let memory = limits.memory_mib << 20;

@@ -21,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// Who the job becomes, in the form the system calls take.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Credentials {
     /// User id.
     pub uid: libc::uid_t,
@@ -52,7 +52,8 @@ impl Confinement {
 
     /// Installs the confinement on `cmd`.
     #[allow(unsafe_code)] // reason: only `pre_exec` runs code in the child between fork and exec.
-    pub fn install(self, cmd: &mut tokio::process::Command) {
+    pub fn install(self, cmd: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
         // SAFETY: `enter` is async-signal-safe: it makes only open, write, close, syscall, prctl,
         // setgroups, setgid and setuid calls on memory owned by the closure, allocated before the
         // fork, and it does not allocate, lock or touch any other state of the parent.

@@ -1,6 +1,7 @@
 //! The agent's jobs: start what the server lists, stop what it does not, report how each ended.
 //! Stopping reaches the whole attempt: every process in its cgroup, or without cgroups its
-//! process group. An attempt is started and cleaned up by [`super::attempt`].
+//! process group. An attempt is started by [`super::attempt`] and supervised by its shim, so it
+//! outlives the agent: a restarted agent takes up what its records say ([`Jobs::recover`]).
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
@@ -17,6 +18,7 @@ use super::attempt::{self, Context, Ended};
 use super::cgroup::Cgroup;
 use super::gpus::Gpus;
 use super::process;
+use super::record::{self, Found, Record};
 
 /// How long shutting down waits for ended attempts to be cleaned up (cgroups, directories).
 const CLEAN_UP: Duration = Duration::from_secs(10);
@@ -84,6 +86,7 @@ impl Jobs {
             if self.local.get(&r.job_id).is_some_and(|l| l.attempt == r.attempt && l.exit.is_some()) {
                 self.local.remove(&r.job_id);
                 self.done.insert((r.job_id, r.attempt));
+                record::forget(&self.ctx.state, r.job_id, r.attempt);
             }
         }
     }
@@ -110,6 +113,80 @@ impl Jobs {
         }
     }
 
+    /// Takes up the attempts a previous run of the agent left ([`record::recover`]): running ones
+    /// are adopted, ended ones are reported with how they ended, and dead ones are cleaned up
+    /// and left out (the server requeues them). Returns the `<job>-<attempt>` names of the
+    /// adopted attempts, whose cgroups and work directories must be kept. Blocks briefly.
+    pub fn recover(&mut self, found: Vec<Found>, gpus: &Gpus) -> HashSet<String> {
+        let mut keep = HashSet::new();
+        for f in found {
+            match f {
+                Found::Running(r) => {
+                    tracing::info!(job = r.job_id, attempt = r.attempt, pid = r.pid, "adopted a running job");
+                    keep.insert(format!("{}-{}", r.job_id, r.attempt));
+                    attempt::adopt(&r, &self.ctx, &self.exits, &mut self.tasks);
+                    let local = self.adopted(&r, gpus);
+                    self.local.insert(r.job_id, local);
+                }
+                Found::Ended(r, exit) => {
+                    tracing::info!(
+                        job = r.job_id,
+                        attempt = r.attempt,
+                        "a job ended while the agent was away"
+                    );
+                    let mut local = self.adopted(&r, gpus);
+                    local.stop_reason = None;
+                    self.local.insert(r.job_id, local);
+                    let status = Ok(super::shim::status(&exit));
+                    let ended =
+                        Ended { job_id: r.job_id, attempt: r.attempt, status, oom_killed: exit.oom_killed };
+                    self.exited(ended, gpus);
+                }
+                Found::Dead(r) => {
+                    tracing::warn!(
+                        job = r.job_id,
+                        attempt = r.attempt,
+                        "a job died while the agent was away"
+                    );
+                    attempt::end_orphaned(&r);
+                    super::sandbox::remove_dir(&self.ctx.sandbox.workdir(r.job_id, r.attempt));
+                    record::forget(&self.ctx.state, r.job_id, r.attempt);
+                }
+            }
+        }
+        keep
+    }
+
+    fn adopted(&self, r: &Record, gpus: &Gpus) -> Local {
+        let memory = if r.grant_mib > 0 { r.grant_mib } else { 4096 };
+        let now_ms = unix_ms();
+        let deadline = r.deadline.map(|(at, limit)| {
+            let left = Duration::from_millis(u64::try_from(at - now_ms).unwrap_or(0));
+            (Instant::now() + left, limit)
+        });
+        Local {
+            attempt: r.attempt,
+            pgid: Some(r.pid),
+            cgroup: r.cgroup.as_ref().map(|c| Arc::new(c.open())),
+            grant_mib: r.grant_mib,
+            memory_mib: r.memory_mib,
+            sim_pids: gpus.load(r.job_id, r.pid, &r.gpu_uuids, memory),
+            stopping_since: None,
+            stop_reason: None,
+            exit: None,
+            deadline,
+            timed_out: false,
+        }
+    }
+
+    /// Every attempt this node still has (running, or ended and not yet acknowledged), for the
+    /// server to keep when the node registers again.
+    pub fn claims(&self) -> Vec<(JobId, u32)> {
+        let mut out: Vec<_> = self.local.iter().map(|(id, l)| (*id, l.attempt)).collect();
+        out.sort_unstable();
+        out
+    }
+
     fn start(&mut self, a: Assignment, gpus: &Gpus) {
         let (job_id, attempt) = (a.job_id, a.attempt);
         let mut local = Local {
@@ -125,7 +202,9 @@ impl Jobs {
             deadline: a.time_limit_s.map(|s| (Instant::now() + Duration::from_secs(s), s)),
             timed_out: false,
         };
-        match attempt::start(&a, &self.ctx, &self.exits, &mut self.tasks) {
+        let deadline =
+            a.time_limit_s.map(|s| (unix_ms() + i64::try_from(s * 1000).unwrap_or(i64::MAX / 2), s));
+        match attempt::start(&a, &self.ctx, deadline, &self.exits, &mut self.tasks) {
             Ok(started) => {
                 local.pgid = Some(started.pid);
                 local.cgroup = started.cgroup;
@@ -222,14 +301,12 @@ impl Jobs {
     pub fn exited(&mut self, ended: Ended, gpus: &Gpus) {
         while self.tasks.try_join_next().is_some() {}
         let Ended { job_id: id, attempt, status, oom_killed } = ended;
-        let Some(l) = self.local.get_mut(&id) else {
+        let Some(l) = self.local.get_mut(&id).filter(|l| l.attempt == attempt) else {
+            // Forgotten already (the agent was fenced off): nobody will report it.
+            record::forget(&self.ctx.state, id, attempt);
             return;
         };
-        if l.attempt != attempt {
-            return;
-        }
         gpus.unload(&l.sim_pids);
-        process::forget(&self.ctx.state, id);
         let out_of_memory = oom_killed
             .then(|| format!("out of memory: the job used more than the {} MiB it asked for", l.memory_mib));
         let exit = match status {
@@ -260,7 +337,7 @@ impl Jobs {
                 l.signal(libc::SIGKILL);
             }
             gpus.unload(&l.sim_pids);
-            process::forget(&self.ctx.state, id);
+            record::forget(&self.ctx.state, id, l.attempt);
         }
     }
 
@@ -284,6 +361,14 @@ impl Jobs {
             tracing::warn!("some jobs were not cleaned up before the agent stopped");
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (time limits are kept in attempt records as such, so
+/// that they hold across agent restarts).
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Local {

@@ -6,6 +6,13 @@
 //!
 //! Jobs run in a sandbox ([`sandbox`]): their own user, directory, environment and cgroup, with
 //! their output copied through pipes to capped files ([`logs`]).
+//!
+//! Jobs outlive the agent: each attempt is supervised by its own shim process ([`shim`]), and
+//! the agent keeps a record of it ([`record`]). A restarted agent adopts the attempts whose shim
+//! still runs (checked by pid and start time), reports those that ended meanwhile with their
+//! real exit, and registers with the list of both, so the server keeps them instead of
+//! requeueing them. Stopping the agent leaves its jobs running unless
+//! [`AgentConfig::stop_jobs_on_exit`] is set.
 
 pub mod attempt;
 pub mod cgroup;
@@ -18,7 +25,9 @@ pub mod gpus;
 pub mod jobs;
 pub mod logs;
 pub mod process;
+pub mod record;
 pub mod sandbox;
+pub mod shim;
 pub mod ship;
 pub mod users;
 
@@ -26,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_api::model::Heartbeat;
+use gantry_api::model::{AttemptRef, Heartbeat};
 use gantry_api::types::RegisterRequest;
 use tokio::sync::{mpsc, watch};
 
@@ -60,14 +69,36 @@ pub struct AgentConfig {
     pub client_cert: Option<(String, String)>,
     /// Users, work directories and cgroups of jobs (built from the same `state_dir`).
     pub sandbox: Arc<Sandbox>,
+    /// The executable started as each attempt's shim, with the argument [`shim::ARG`] (the
+    /// `gantry` binary itself: [`default_shim`]).
+    pub shim: PathBuf,
+    /// Stop every job (SIGTERM, grace, SIGKILL) when the agent stops; by default they keep
+    /// running and the next start of the agent takes them up again.
+    pub stop_jobs_on_exit: bool,
 }
 
-/// Runs the agent until `stop` turns true; then stops its jobs (SIGTERM, grace, SIGKILL).
+/// The running executable, which serves as the shim when run with [`shim::ARG`].
+pub fn default_shim() -> Result<PathBuf, AgentError> {
+    std::env::current_exe()
+        .map_err(|source| AgentError::Io { what: "finding the agent's own executable".into(), source })
+}
+
+/// Runs the agent until `stop` turns true; then leaves its jobs running, or with
+/// [`AgentConfig::stop_jobs_on_exit`] stops them (SIGTERM, grace, SIGKILL).
 pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool>) -> Result<(), AgentError> {
     logs::private_dir(&config.logs_dir)?;
     process::kill_orphans(&config.state_dir);
+    let (exit_tx, mut exits) = mpsc::unbounded_channel();
+    let ctx = attempt::Context {
+        sandbox: Arc::clone(&config.sandbox),
+        logs: config.logs_dir.clone(),
+        state: config.state_dir.clone(),
+        shim: config.shim.clone(),
+    };
+    let mut jobs = jobs::Jobs::new(exit_tx, ctx, config.grace);
+    let keep = jobs.recover(record::recover(&config.state_dir), &gpus);
     let sandbox = Arc::clone(&config.sandbox);
-    let _ = tokio::task::spawn_blocking(move || sandbox.remove_orphans()).await;
+    let _ = tokio::task::spawn_blocking(move || sandbox.remove_orphans_except(&keep)).await;
     let identity = loop {
         match credential::obtain(&config).await {
             Ok(identity) => break identity,
@@ -77,7 +108,10 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             Err(e) => tracing::warn!(error = %e, "joining failed; retrying"),
         }
         tokio::select! {
-            _ = stop.changed() => return Ok(()),
+            _ = stop.changed() => {
+                stop_jobs(&config, &mut jobs, &mut exits, &gpus).await;
+                return Ok(());
+            }
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     };
@@ -85,23 +119,19 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         identity.client_cert.as_ref().or(config.client_cert.as_ref()).map(|(c, k)| (c.as_str(), k.as_str()));
     let client =
         Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
-    let (exit_tx, mut exits) = mpsc::unbounded_channel();
-    let ctx = attempt::Context {
-        sandbox: Arc::clone(&config.sandbox),
-        logs: config.logs_dir.clone(),
-        state: config.state_dir.clone(),
-    };
-    let mut jobs = jobs::Jobs::new(exit_tx, ctx, config.grace);
     let mut shipper = config.ship_logs.then(|| ship::Shipper::new(config.logs_dir.clone()));
-    let register = RegisterRequest {
+    let mut register = RegisterRequest {
         node_id: config.node_id.clone(),
         hostname: hostname(),
         cpu_milli: std::thread::available_parallelism().map_or(1, |n| n.get() as u64) * 1000,
         memory_mib: memory_mib(),
         gpus: gpus.inventory(),
+        attempts: Vec::new(),
     };
     'register: loop {
         let (epoch, interval) = loop {
+            register.attempts =
+                jobs.claims().into_iter().map(|(job_id, attempt)| AttemptRef { job_id, attempt }).collect();
             match client.register(&register).await {
                 Ok(r) => {
                     break (r.epoch, Duration::from_millis(r.heartbeat_interval_ms.max(50)));
@@ -114,8 +144,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             }
             tokio::select! {
                 _ = stop.changed() => {
-                    jobs.shutdown(&mut exits, &gpus).await;
-                    config.sandbox.release();
+                    stop_jobs(&config, &mut jobs, &mut exits, &gpus).await;
                     return Ok(());
                 }
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -126,8 +155,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         loop {
             tokio::select! {
                 _ = stop.changed() => {
-                    jobs.shutdown(&mut exits, &gpus).await;
-                    config.sandbox.release();
+                    stop_jobs(&config, &mut jobs, &mut exits, &gpus).await;
                     return Ok(());
                 }
                 Some(exit) = exits.recv() => jobs.exited(exit, &gpus),
@@ -165,6 +193,25 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                 }
             }
         }
+    }
+}
+
+/// What a stopping agent does with its jobs: by default leaves them to their shims (the next
+/// start takes them up); with `stop_jobs_on_exit` stops them all and releases the sandbox.
+async fn stop_jobs(
+    config: &AgentConfig,
+    jobs: &mut jobs::Jobs,
+    exits: &mut mpsc::UnboundedReceiver<attempt::Ended>,
+    gpus: &Gpus,
+) {
+    if config.stop_jobs_on_exit {
+        jobs.shutdown(exits, gpus).await;
+        config.sandbox.release();
+    } else if !jobs.claims().is_empty() {
+        tracing::info!(
+            jobs = jobs.claims().len(),
+            "leaving the jobs running; the next start of the agent takes them up"
+        );
     }
 }
 

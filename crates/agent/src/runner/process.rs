@@ -1,15 +1,14 @@
-//! Starting a job's process as prepared by the sandbox, signalling processes, and the pid files
-//! a restarted agent cleans up from.
+//! Starting a job's process as prepared by the sandbox (the shim does, [`super::shim`]),
+//! signalling processes, and the pid files of agents from before shims.
 //!
 //! The process leads its own process group: where cgroups are not available (an agent not
 //! running as root) the group is how a job is stopped.
 
 use std::collections::BTreeMap;
 use std::io::PipeWriter;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Stdio;
-
-use tokio::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 
 use super::child::Confinement;
 use super::error::AgentError;
@@ -54,18 +53,6 @@ pub fn spawn(launch: Launch<'_>) -> Result<Child, AgentError> {
     child
 }
 
-/// Records a job's process group so that a restarted agent can end it.
-pub fn remember(state: &Path, job_id: i64, pid: u32) {
-    let pids = state.join("pids");
-    let _ = std::fs::create_dir_all(&pids);
-    let _ = std::fs::write(pids.join(job_id.to_string()), pid.to_string());
-}
-
-/// Forgets a finished job's pid file.
-pub fn forget(state: &Path, job_id: i64) {
-    let _ = std::fs::remove_file(state.join("pids").join(job_id.to_string()));
-}
-
 /// Sends `signal` to the process group `pgid`.
 pub fn signal_group(pgid: u32, signal: i32) {
     if let Ok(pgid) = i32::try_from(pgid)
@@ -92,9 +79,8 @@ fn kill(target: i32, signal: i32) {
     }
 }
 
-/// Kills the process groups a previous run of the agent left behind (their jobs were requeued
-/// when this agent registered again). Their cgroups, where there were any, are ended by the
-/// sandbox.
+/// Kills the process groups recorded in `<state>/pids` by agents before attempts had shims and
+/// records (see [`super::record`]); their jobs were requeued when the agent registered again.
 pub fn kill_orphans(state: &Path) {
     let Ok(entries) = std::fs::read_dir(state.join("pids")) else {
         return;

@@ -143,9 +143,14 @@ impl Sandbox {
         }
     }
 
+    /// The attempt's work directory.
+    pub fn workdir(&self, job_id: i64, attempt: u32) -> PathBuf {
+        self.work.join(format!("{job_id}-{attempt}"))
+    }
+
     /// Makes the attempt's work directory, mode 0700, owned by `user`.
     pub fn make_workdir(&self, job_id: i64, attempt: u32, user: &Identity) -> Result<PathBuf, AgentError> {
-        let dir = self.work.join(format!("{job_id}-{attempt}"));
+        let dir = self.workdir(job_id, attempt);
         let io = |source| AgentError::Io {
             what: format!("creating the work directory {}", dir.display()),
             source,
@@ -209,12 +214,20 @@ impl Sandbox {
     /// Ends the groups and removes the work directories a previous run of the agent left.
     /// Blocks: call it before the agent takes work, or off the async runtime.
     pub fn remove_orphans(&self) {
+        self.remove_orphans_except(&std::collections::HashSet::new());
+    }
+
+    /// Like [`Sandbox::remove_orphans`], but keeps the groups and work directories of the
+    /// attempts named in `keep` (`<job>-<attempt>`: attempts a restarted agent adopted).
+    pub fn remove_orphans_except(&self, keep: &std::collections::HashSet<String>) {
         if let Some(c) = &self.cgroups {
-            c.remove_all();
+            c.remove_all(keep);
         }
         if let Ok(entries) = std::fs::read_dir(&self.work) {
             for entry in entries.flatten() {
-                remove_dir(&entry.path());
+                if !keep.contains(&*entry.file_name().to_string_lossy()) {
+                    remove_dir(&entry.path());
+                }
             }
         }
     }

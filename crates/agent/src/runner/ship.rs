@@ -25,7 +25,7 @@ pub struct Shipper {
 }
 
 impl Shipper {
-    /// Ships output found under `logs` (`<logs>/<job id>/<stream>`).
+    /// Ships output found under `logs` (`<logs>/<job id>/<attempt>/<stream>`).
     pub fn new(logs: PathBuf) -> Self {
         Self { logs, shipped: HashMap::new() }
     }
@@ -37,7 +37,7 @@ impl Shipper {
         let mut chunks = Vec::new();
         let mut drained = HashSet::new();
         for &(job, attempt, ended) in attempts {
-            let dir = job_logs::dir(&self.logs, job);
+            let dir = job_logs::attempt_dir(&self.logs, job, attempt);
             let mut complete = true;
             for stream in STREAMS {
                 let from = self.shipped.get(&(job, attempt, stream)).copied().unwrap_or(0);

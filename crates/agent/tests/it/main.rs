@@ -5,6 +5,7 @@ mod dcgm_names;
 #[path = "../../../fake-nvml/testing.rs"]
 mod fake_nvml;
 mod prometheus;
+mod restart;
 mod runner;
 mod sandbox;
 mod server;

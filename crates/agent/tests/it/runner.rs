@@ -8,6 +8,9 @@ use gantry_gpu::FaultKind;
 use gantry_server::{Server, ServerConfig};
 use gantry_store::{GpuHealth, Job, JobFilter, JobRequest, JobState, NewJob, SqliteStore, Store, history};
 
+/// The attempt supervisor the agent starts for each job.
+pub const SHIM: &str = env!("CARGO_BIN_EXE_gantry-shim");
+
 pub struct Harness {
     pub store: Arc<dyn Store>,
     gpus_fleet: gantry_gpu::FleetHandle,
@@ -80,10 +83,30 @@ pub async fn start_with(setup: Setup) -> Harness {
 }
 
 impl Harness {
-    /// Starts an agent on this harness's data directory (a second call is a restarted agent).
+    /// Starts an agent on this harness's data directory (a second call is a restarted agent);
+    /// it stops its jobs when it stops.
     pub fn start_agent(
         &self,
         gpus: Gpus,
+    ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
+        self.start_agent_with(gpus, true)
+    }
+
+    /// Starts an agent that leaves its jobs running when it stops unless `stop_jobs_on_exit`.
+    pub fn start_agent_with(
+        &self,
+        gpus: Gpus,
+        stop_jobs_on_exit: bool,
+    ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
+        self.start_agent_until(gpus, stop_jobs_on_exit, self.stop.subscribe())
+    }
+
+    /// Starts an agent that stops when `stop` turns true (the server keeps running).
+    pub fn start_agent_until(
+        &self,
+        gpus: Gpus,
+        stop_jobs_on_exit: bool,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
         let state_dir = self.dir.path().join("agent");
         let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: Default::default() };
@@ -99,8 +122,10 @@ impl Harness {
             client_cert: None,
             ship_logs: false,
             sandbox,
+            shim: SHIM.into(),
+            stop_jobs_on_exit,
         };
-        tokio::spawn(runner::run(config, gpus, self.stop.subscribe()))
+        tokio::spawn(runner::run(config, gpus, stop))
     }
 
     /// Root of the agent's work directories.
@@ -180,7 +205,8 @@ async fn a_job_sees_its_gpu_and_id_and_puts_simulated_load_on_the_gpu() {
     assert!(used > 0);
     until("the job to succeed", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Succeeded)).await;
     let out =
-        std::fs::read_to_string(h.dir.path().join("logs").join(id.to_string()).join("stdout")).expect("log");
+        std::fs::read_to_string(h.dir.path().join("logs").join(id.to_string()).join("1").join("stdout"))
+            .expect("log");
     assert_eq!(out, format!("{uuid} {id}\n"));
     let _ = h.stop.send(true);
 }

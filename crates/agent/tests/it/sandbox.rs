@@ -46,8 +46,8 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
 }
 
 fn log(h: &Harness, id: i64, stream: &str) -> String {
-    let bytes =
-        std::fs::read(h.dir.path().join("logs").join(id.to_string()).join(stream)).unwrap_or_default();
+    let bytes = std::fs::read(h.dir.path().join("logs").join(id.to_string()).join("1").join(stream))
+        .unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -283,7 +283,7 @@ async fn a_job_writing_fast_keeps_at_most_its_log_limit_on_disk_and_the_agent_ke
     }
     assert!(worst < 3000, "a heartbeat was {worst} ms late while the job wrote");
     assert_eq!(job(&*h.store, id).state, JobState::Succeeded);
-    let dir = h.dir.path().join("logs").join(id.to_string());
+    let dir = h.dir.path().join("logs").join(id.to_string()).join("1");
     let on_disk: u64 = ["stdout", "stdout.1"]
         .iter()
         .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
@@ -305,8 +305,8 @@ async fn a_job_writing_fast_keeps_at_most_its_log_limit_on_disk_and_the_agent_ke
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_agent_ends_the_jobs_and_cgroups_its_previous_run_left() {
-    if needs_root("a_restarted_agent_ends_the_jobs_and_cgroups_its_previous_run_left") {
+async fn a_restarted_agent_ends_the_jobs_and_cgroups_whose_supervisor_died_while_it_was_away() {
+    if needs_root("a_restarted_agent_ends_the_jobs_and_cgroups_whose_supervisor_died_while_it_was_away") {
         return;
     }
     let mut h = start_with(Setup::default()).await;
@@ -326,11 +326,16 @@ async fn a_restarted_agent_ends_the_jobs_and_cgroups_its_previous_run_left() {
     .await;
     let groups = cgroup_dirs(&out);
     let workdir = PathBuf::from(out.lines().last().unwrap_or_default());
-    // The agent dies without stopping its jobs.
+    // The agent dies without stopping its jobs, and so does the job's shim: nothing supervises
+    // the job's processes any more (a restarted agent adopts only jobs whose shim lives).
     h.agent.abort();
     let _ = (&mut h.agent).await;
+    let record = std::fs::read(h.dir.path().join(format!("agent/attempts/{id}-1.json"))).expect("record");
+    let record: serde_json::Value = serde_json::from_slice(&record).expect("record json");
+    let shim = record["shim_pid"].as_i64().expect("shim pid");
+    let _ = std::process::Command::new("kill").args(["-KILL", &shim.to_string()]).status();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(sleepers(&m).len(), 2, "the jobs outlived their agent");
+    assert_eq!(sleepers(&m).len(), 2, "the jobs outlived their agent and shim");
     let gpus = Gpus::open(&BackendChoice::Simulated("1xA100-80GB".into()), 3).expect("fleet");
     let restarted = h.start_agent(gpus);
     until("the previous run's processes to end", || sleepers(&m).is_empty().then_some(())).await;

@@ -53,6 +53,7 @@ async fn fetch_ca_returns_the_ca_only_when_its_hash_matches() {
 
 fn registration() -> RegisterRequest {
     RegisterRequest {
+        attempts: Vec::new(),
         node_id: "node-a".into(),
         hostname: "node-a".into(),
         cpu_milli: 1000,

@@ -130,6 +130,33 @@ pub struct Transition {
     pub reason: Option<String>,
     /// ms since the epoch.
     pub at: i64,
+    /// The attempt it belongs to (none before the first placement).
+    #[serde(default)]
+    pub attempt: Option<u32>,
+}
+
+/// One attempt of a job: where it ran, when, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Attempt {
+    /// 1 for the first placement, and so on.
+    pub attempt: u32,
+    /// The node it was placed on.
+    pub node_id: String,
+    /// Its GPUs.
+    pub gpu_uuids: Vec<String>,
+    /// When it was placed, ms since the epoch.
+    pub placed_at: i64,
+    /// When its agent reported it running.
+    pub started_at: Option<i64>,
+    /// When it ended.
+    pub finished_at: Option<i64>,
+    /// The job's state when it ended (`pending`: requeued); none while it runs.
+    pub outcome: Option<JobState>,
+    /// Its exit status, when its process exited.
+    pub exit_code: Option<i32>,
+    /// Why it ended so.
+    pub reason: Option<String>,
 }
 
 /// How an agent says a job ended.

@@ -67,6 +67,18 @@ pub struct GpuReport {
     pub sample: Option<serde_json::Value>,
 }
 
+/// An attempt an agent still has when it registers again (it restarted): running, or ended
+/// and not yet reported. The server keeps such attempts instead of requeueing them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AttemptRef {
+    /// The job.
+    pub job_id: JobId,
+    /// The attempt.
+    pub attempt: u32,
+}
+
 /// What an agent says about one of its jobs in a heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

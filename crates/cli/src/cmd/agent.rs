@@ -54,6 +54,10 @@ pub struct AgentArgs {
     /// The client certificate's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "client_cert")]
     client_key: Option<PathBuf>,
+    /// Stop every running job when the agent stops (Ctrl-C, SIGTERM). By default jobs keep
+    /// running and the next start of the agent on the same data directory takes them up again.
+    #[arg(long)]
+    stop_jobs_on_exit: bool,
 }
 
 /// Runs the agent until Ctrl-C or SIGTERM.
@@ -87,6 +91,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         client_cert,
         ship_logs: true,
         sandbox,
+        shim: runner::default_shim()?,
+        stop_jobs_on_exit: args.stop_jobs_on_exit,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -313,12 +313,40 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
             size(detail.log_limit_bytes)
         );
     }
+    print_attempts(&detail);
     for t in &detail.transitions {
         let from = t.from.map_or("-".to_owned(), |f| f.to_string());
         let after = (t.at - j.submitted_at) as f64 / 1000.0;
-        println!("  +{after:>8.3}s  {from} -> {}  {}", t.to, t.reason.as_deref().unwrap_or(""));
+        let attempt = t.attempt.map_or("  ".to_owned(), |a| format!("#{a}"));
+        println!("  +{after:>8.3}s  {attempt:<3} {from} -> {}  {}", t.to, t.reason.as_deref().unwrap_or(""));
     }
     Ok(())
+}
+
+/// One line per attempt: where it ran, when, and how it ended.
+fn print_attempts(detail: &JobDetail) {
+    if detail.attempts.is_empty() {
+        return;
+    }
+    println!("attempts");
+    for a in &detail.attempts {
+        let started = a.started_at.map_or("-".to_owned(), table::rfc3339);
+        let ended = a.finished_at.map_or("-".to_owned(), table::rfc3339);
+        let exit = a.exit_code.map_or("-".to_owned(), |c| c.to_string());
+        let outcome = match a.outcome {
+            None => "running".to_owned(),
+            Some(JobState::Pending) => "requeued".to_owned(),
+            Some(state) => state.to_string(),
+        };
+        println!(
+            "  #{:<3} node {}  started {started}  ended {ended}  exit {exit}  {outcome}",
+            a.attempt, a.node_id
+        );
+        if let Some(reason) = &a.reason {
+            println!("        {reason}");
+        }
+    }
+    println!("events");
 }
 
 /// A job id from `12` or an array member's `12_3` (array 12, index 3).

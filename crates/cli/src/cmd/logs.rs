@@ -1,5 +1,6 @@
-//! `gantry logs <id> [--follow]`: the job's stdout on stdout and stderr on stderr. With
-//! `--follow` the command exits with the job's exit status once it ends (see [`super::watch`]).
+//! `gantry logs <id> [--follow | --attempt N | --previous]`: the job's stdout on stdout and
+//! stderr on stderr, of its latest attempt or an earlier one. With `--follow` the command exits
+//! with the job's exit status once it ends (see [`super::watch`]).
 //!
 //! Offsets are positions in the whole stream, which log rotation does not change; when output
 //! was rotated away before it was read, the server answers from the oldest output it still has
@@ -24,36 +25,84 @@ pub struct LogsArgs {
     id: i64,
     /// Keep printing new output until the job ends, then exit with the job's exit status
     /// (`gantry logs -f 12 && echo ok`).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["attempt", "previous"])]
     follow: bool,
+    /// Print the output of attempt N (`gantry job <id>` lists them): a job requeued after a
+    /// node failure keeps each attempt's output (`gantry logs 12 --attempt 1`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    attempt: Option<u32>,
+    /// Print the output of the attempt before the latest, as `kubectl logs --previous`.
+    #[arg(short, long, conflicts_with = "attempt")]
+    previous: bool,
 }
 
 /// Prints (and follows) a job's output.
 pub fn run(args: LogsArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
     if !args.follow {
-        return block_on(print_once(api, args.id))?;
+        return block_on(async {
+            let attempt = match (args.attempt, args.previous) {
+                (Some(n), _) => Some(n),
+                (None, true) => Some(previous_attempt(&api, args.id).await?),
+                (None, false) => None,
+            };
+            print_once(api, args.id, attempt).await
+        })?;
     }
     let job = block_on(follow(&api, args.id, &mut Announcer::new(true)))??;
     watch::result_of(&job)
 }
 
-async fn print_once(api: Api, id: i64) -> anyhow::Result<()> {
+/// The attempt before the job's latest; an error when there is none.
+async fn previous_attempt(api: &Api, id: i64) -> anyhow::Result<u32> {
+    let job = watch::job(api, id).await?;
+    match job.attempt {
+        0 => anyhow::bail!("job {id} has not run yet, so it has no previous attempt"),
+        1 => anyhow::bail!("job {id} has run once (attempt 1), so it has no previous attempt"),
+        n => Ok(n - 1),
+    }
+}
+
+async fn print_once(api: Api, id: i64, attempt: Option<u32>) -> anyhow::Result<()> {
     let (mut out_at, mut err_at) = (0u64, 0u64);
-    while copy(&api, id, "stdout", &mut out_at, &mut std::io::stdout()).await? {}
-    while copy(&api, id, "stderr", &mut err_at, &mut std::io::stderr()).await? {}
+    let out = Stream { id, name: "stdout", attempt };
+    let err = Stream { id, name: "stderr", attempt };
+    while out.copy(&api, &mut out_at, &mut std::io::stdout()).await? {}
+    while err.copy(&api, &mut err_at, &mut std::io::stderr()).await? {}
     Ok(())
 }
 
-/// Prints the job's output as it comes until the job ends; returns the job as it ended.
+/// One stream of one attempt (`None`: the latest).
+struct Stream {
+    id: i64,
+    name: &'static str,
+    attempt: Option<u32>,
+}
+
+impl Stream {
+    async fn copy(&self, api: &Api, at: &mut u64, to: &mut dyn Write) -> anyhow::Result<bool> {
+        let attempt = self.attempt.map(|a| format!("&attempt={a}")).unwrap_or_default();
+        let path = format!("/v1/jobs/{}/logs?stream={}&offset={at}{attempt}", self.id, self.name);
+        copy_from(api, &path, self.name, at, to).await
+    }
+}
+
+/// Prints the job's output as it comes until the job ends; returns the job as it ended. When
+/// the job is requeued, the new attempt's output follows from its start.
 pub async fn follow(api: &Api, id: i64, announce: &mut Announcer) -> anyhow::Result<Job> {
     let (mut out_at, mut err_at) = (0u64, 0u64);
+    let mut following = None;
     loop {
         // Read the state first: output written before the job ended is then already on disk.
         let job = watch::job(api, id).await?;
         announce.saw(&job);
-        let got_out = copy(api, id, "stdout", &mut out_at, &mut std::io::stdout()).await?;
-        let got_err = copy(api, id, "stderr", &mut err_at, &mut std::io::stderr()).await?;
+        let attempt = Some(job.attempt).filter(|a| *a > 0);
+        if attempt != following {
+            (following, out_at, err_at) = (attempt, 0, 0);
+        }
+        let (out, err) = (Stream { id, name: "stdout", attempt }, Stream { id, name: "stderr", attempt });
+        let got_out = out.copy(api, &mut out_at, &mut std::io::stdout()).await?;
+        let got_err = err.copy(api, &mut err_at, &mut std::io::stderr()).await?;
         if job.state.is_terminal() && !got_out && !got_err {
             return Ok(job);
         }
@@ -63,9 +112,14 @@ pub async fn follow(api: &Api, id: i64, announce: &mut Announcer) -> anyhow::Res
     }
 }
 
-async fn copy(api: &Api, id: i64, stream: &str, at: &mut u64, to: &mut dyn Write) -> anyhow::Result<bool> {
-    let path = format!("/v1/jobs/{id}/logs?stream={stream}&offset={at}");
-    let (offset, chunk) = api.get_bytes_and_header(&path, OFFSET_HEADER).await?;
+async fn copy_from(
+    api: &Api,
+    path: &str,
+    stream: &str,
+    at: &mut u64,
+    to: &mut dyn Write,
+) -> anyhow::Result<bool> {
+    let (offset, chunk) = api.get_bytes_and_header(path, OFFSET_HEADER).await?;
     if let Some(offset) = offset.and_then(|o| o.parse::<u64>().ok())
         && offset > *at
     {

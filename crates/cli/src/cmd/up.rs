@@ -43,6 +43,10 @@ pub struct UpArgs {
     /// Do not serve GPU metrics.
     #[arg(long)]
     no_metrics: bool,
+    /// Stop every running job when `up` stops (Ctrl-C, SIGTERM). By default jobs keep running
+    /// and the next `gantry up` on the same data directory takes them up again.
+    #[arg(long)]
+    stop_jobs_on_exit: bool,
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
@@ -88,18 +92,27 @@ async fn serve(
             client_cert,
             ship_logs: false,
             sandbox,
+            shim: runner::default_shim()?,
+            stop_jobs_on_exit: args.stop_jobs_on_exit,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     } else {
         None
     };
-    println!("gantry is up at {url} (data in {}); Ctrl-C stops it", data.display());
+    let jobs = if args.stop_jobs_on_exit || args.no_agent { "" } else { " (running jobs keep running)" };
+    println!("gantry is up at {url} (data in {}); Ctrl-C stops it{jobs}", data.display());
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(control.server.serve(async move {
         let _ = server_stop_rx.await;
     }));
     shutdown_signal().await;
-    eprintln!("shutting down: stopping jobs, then the server");
+    match (args.no_agent, args.stop_jobs_on_exit) {
+        (true, _) => eprintln!("shutting down"),
+        (false, true) => eprintln!("shutting down: stopping jobs, then the server"),
+        (false, false) => {
+            eprintln!("shutting down; running jobs keep running and the next `gantry up` takes them up");
+        }
+    }
     let _ = stop_tx.send(true);
     if let Some(agent) = agent {
         agent.await?.context("agent failed")?;

@@ -282,6 +282,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
             })
             .collect();
         let registration = NodeRegistration {
+            attempts: Vec::new(),
             node_id: node_id.clone(),
             hostname: node_id.clone(),
             cpu_milli: 192_000,

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gantry_agent::runner::attempt::end_orphaned;
+use gantry_agent::runner::record::{self, Found};
 use gantry_agent::runner::{Sandbox, SandboxConfig};
 use gantry_store::{SqliteStore, Store, history};
 
@@ -134,14 +136,23 @@ impl Cluster {
 
     /// Sends SIGINT (Ctrl-C) and waits for the process to exit.
     pub fn interrupt(&mut self) -> std::process::ExitStatus {
+        self.signal("-INT")
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal("-TERM")
+    }
+
+    fn signal(&mut self, signal: &str) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+        let _ = Command::new("kill").args([signal, &child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "gantry up did not exit after Ctrl-C");
+            assert!(Instant::now() < deadline, "gantry up did not exit after {signal}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -197,8 +208,14 @@ impl Drop for Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
-        // A test that killed `gantry up` leaves its jobs' cgroups: end them as a restart would.
+        // Jobs outlive `gantry up`: end those it left (their shims then exit), and the cgroups
+        // of any whose shim is gone.
         let state = self.data_dir().join("agent");
+        for found in record::recover(&state) {
+            if let Found::Running(r) | Found::Dead(r) = found {
+                end_orphaned(&r);
+            }
+        }
         if state.join("sandbox-scope").exists() {
             let work_dir = self.outside.path().join("work");
             let config = SandboxConfig { work_dir, job_users: Default::default() };

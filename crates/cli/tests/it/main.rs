@@ -16,6 +16,7 @@ mod gang;
 mod gpus;
 mod harness;
 mod preemption;
+mod restart;
 mod sandbox;
 mod sharing;
 mod sim;

@@ -85,7 +85,7 @@ fn a_job_gets_the_variables_it_declares_and_none_that_gantry_sets() {
         .gantry(&["submit", "-e", "GREETING=hello there", "--", "sh", "-c", "echo \"$GREETING\""])
         .trim()
         .to_owned();
-    assert_eq!(ended(&cluster, &id), "succeeded");
+    assert_eq!(ended(&cluster, &id), "succeeded", "{}", cluster.gantry(&["job", &id]));
     assert_eq!(cluster.gantry(&["logs", &id]), "hello there\n");
     let refused = cluster.try_gantry(&["submit", "-e", "CUDA_VISIBLE_DEVICES=0,1,2,3", "--", "true"]);
     assert!(!refused.status.success());

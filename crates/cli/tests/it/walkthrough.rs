@@ -89,8 +89,8 @@ fn client_errors_are_one_sentence_and_a_non_zero_exit() {
 }
 
 #[test]
-fn ctrl_c_stops_the_jobs_and_exits_cleanly() {
-    let mut cluster = Cluster::start(&["--grace", "2"]);
+fn ctrl_c_with_stop_jobs_on_exit_stops_the_jobs_and_exits_cleanly() {
+    let mut cluster = Cluster::start(&["--grace", "2", "--stop-jobs-on-exit"]);
     let marker = cluster.shared().join("still-running");
     let script = format!("touch {m}.started; sleep 3; touch {m}", m = marker.display());
     let id = cluster.gantry(&["submit", "--gpus", "1", "--", "sh", "-c", &script]).trim().to_owned();

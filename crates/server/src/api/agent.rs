@@ -76,6 +76,7 @@ pub async fn register(
         cpu_milli: req.cpu_milli,
         memory_mib: req.memory_mib,
         gpus: req.gpus,
+        attempts: req.attempts,
         at: now_ms(),
     };
     match app.dispatch(Command::RegisterNode { registration, by: who }).await? {
@@ -153,7 +154,7 @@ async fn store_logs(app: &Arc<App>, hb: &Heartbeat, chunks: Vec<(usize, Vec<u8>)
             if !ours {
                 continue;
             }
-            let dir = crate::job_logs::dir(&logs_dir, c.job_id);
+            let dir = crate::job_logs::attempt_dir(&logs_dir, c.job_id, c.attempt);
             crate::job_logs::append_at(&dir, &c.stream, c.attempt, c.offset, &bytes, limit)
                 .map_err(|e| ApiError::Internal(format!("storing output of job {}: {e}", c.job_id)))?;
         }

@@ -150,10 +150,11 @@ pub async fn get(
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let gang = job.gang.as_ref().is_some_and(|g| !g.is_worker());
-    let (transitions, workers) =
-        blocking(&app, move |s| Ok((s.transitions(id)?, if gang { s.workers(id)? } else { Vec::new() })))
-            .await?;
-    Ok(Json(JobDetail { job, transitions, log_limit_bytes: app.config.log_limit_bytes, workers }))
+    let (transitions, attempts, workers) = blocking(&app, move |s| {
+        Ok((s.transitions(id)?, s.attempts(id)?, if gang { s.workers(id)? } else { Vec::new() }))
+    })
+    .await?;
+    Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes: app.config.log_limit_bytes, workers }))
 }
 
 /// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL). With
@@ -173,9 +174,10 @@ pub async fn cancel(
 }
 
 /// A job's output from `offset`, a position in the whole stream (the agent writes it; this serves
-/// the files). Output beyond the job's log limit is rotated away: a reader asking for it gets the
-/// oldest output kept, and the `x-gantry-log-offset` header says where that starts. A gang's output
-/// is its rank 0 worker's (as torchrun prints it); each worker's own is under its id.
+/// the files), of its latest attempt or the one `attempt` names (each attempt's output is kept).
+/// Output beyond the job's log limit is rotated away: a reader asking for it gets the oldest output
+/// kept, and the `x-gantry-log-offset` header says where that starts. A gang's output is its rank 0
+/// worker's (as torchrun prints it); each worker's own is under its id.
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", params(("id" = i64, Path, description = "job id"), LogQuery),
     security(("bearer" = [])), responses((status = 200, body = String, content_type = "text/plain",
         headers(("x-gantry-log-offset" = u64, description = "position of the first byte returned"))),
@@ -194,12 +196,23 @@ pub async fn logs(
         }
     };
     let job = visible_job(&app, &who, id).await?;
-    let id = if job.gang.as_ref().is_some_and(|g| !g.is_worker()) {
-        blocking(&app, move |s| s.workers(id)).await?.first().map_or(id, |w| w.id)
+    let asked = id;
+    let job = if job.gang.as_ref().is_some_and(|g| !g.is_worker()) {
+        blocking(&app, move |s| s.workers(id)).await?.into_iter().next().unwrap_or(job)
     } else {
-        id
+        job
     };
-    let dir = job_logs::dir(&app.config.logs_dir, id);
+    let id = job.id;
+    let attempt = q.attempt.unwrap_or(job.attempt);
+    if q.attempt.is_some() && (attempt == 0 || attempt > job.attempt) {
+        let has = match job.attempt {
+            0 => "has not run yet".to_owned(),
+            1 => "has only attempt 1".to_owned(),
+            n => format!("has attempts 1 to {n}"),
+        };
+        return Err(ApiError::NotFound(format!("job {asked} has no attempt {attempt}: it {has}")));
+    }
+    let dir = job_logs::read_dir_for(&app.config.logs_dir, id, attempt, job.attempt);
     let offset = q.offset.unwrap_or(0);
     validate::at_most("offset", offset, validate::MAX_OFFSET)?;
     let chunk = tokio::task::spawn_blocking(move || job_logs::read(&dir, &stream, offset, LOG_CHUNK))

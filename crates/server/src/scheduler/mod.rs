@@ -35,6 +35,9 @@ const FULL_PASS: Duration = Duration::from_secs(5);
 /// When the periodic side jobs of a pass last ran, and what the queue remembers between passes.
 #[derive(Debug, Default)]
 pub struct Housekeeping {
+    /// The first pass: nodes are not expired before a heartbeat timeout has passed since, so
+    /// that after a restart of the control plane its agents have the time to report again.
+    started: Option<Instant>,
     expired: Option<Instant>,
     gauges: Option<Instant>,
     /// `App::changes` as of the last pass that read the queue.
@@ -101,9 +104,11 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// One pass: expire silent nodes, place what fits.
+/// One pass: expire silent nodes (once the control plane has run for a heartbeat timeout: its
+/// agents may not have had the time to report since it started), place what fits.
 pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usize, ApiError> {
-    if due(&mut housekeeping.expired) {
+    let started = *housekeeping.started.get_or_insert_with(Instant::now);
+    if started.elapsed() >= app.config.heartbeat_timeout && due(&mut housekeeping.expired) {
         let timeout = i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
         app.dispatch(Command::ExpireNodes { deadline: now_ms() - timeout }).await?;
     }

@@ -36,6 +36,7 @@ fn node(s: &TestServer) -> u64 {
         })
         .collect();
     let reg = NodeRegistration {
+        attempts: Vec::new(),
         node_id: "n1".into(),
         hostname: "n1".into(),
         cpu_milli: 64_000,

@@ -261,6 +261,17 @@ async fn a_node_credential_cannot_register_as_another_node_steal_its_gpus_or_end
         JobState::Scheduled,
         "but it changes nothing"
     );
+    // Registering again while claiming to still run node-a's job keeps nothing of node-a's.
+    let claim = json!({"node_id": "node-b", "hostname": "b", "cpu_milli": 8000, "memory_mib": 65536,
+        "gpus": [], "attempts": [{"job_id": id, "attempt": 1}]});
+    let resp =
+        s.as_(&b, reqwest::Method::POST, "/v1/agent/register").json(&claim).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let job = s.store.job(id).expect("job").expect("job");
+    assert_eq!(
+        (job.node_id.as_deref(), job.epoch, job.state),
+        (Some("node-a"), epoch_a.as_u64(), JobState::Scheduled)
+    );
     let as_a = json!({"node_id": "node-a", "epoch": epoch_a, "gpus": [], "jobs": []});
     let resp =
         s.as_(&b, reqwest::Method::POST, "/v1/agent/heartbeat").json(&as_a).send().await.expect("send");
@@ -338,4 +349,42 @@ async fn a_member_of_another_team_cannot_read_cancel_or_join_a_gang() {
     let detail: Value = crate::json_of(s.as_(&a, reqwest::Method::GET, &format!("/v1/jobs/{gang}"))).await;
     assert_eq!(detail["job"]["gang"]["replicas"], 2);
     assert_eq!(detail["workers"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn a_node_registering_again_keeps_the_attempts_it_still_runs_and_loses_the_rest() {
+    let s = TestServer::start().await;
+    let a = gantry_server::create_node_credential(&*s.store, "node-a").expect("credential");
+    assert_eq!(s.register(&a, "node-a", &["GPU-A0", "GPU-A1"]).await.status(), StatusCode::OK);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let job = s.post("/v1/jobs").json(&json!({"command": ["sleep", "60"], "gpus": 1})).send().await;
+        ids.push(job.expect("send").json::<Value>().await.expect("json")["id"].as_i64().expect("id"));
+    }
+    for _ in 0..50 {
+        let placed = ids
+            .iter()
+            .all(|id| s.store.job(*id).expect("job").is_some_and(|j| j.state == JobState::Scheduled));
+        if placed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The agent restarted: it still runs the first job, not the second (and names a job that
+    // does not exist, and a wrong attempt of nothing).
+    let again = json!({"node_id": "node-a", "hostname": "a", "cpu_milli": 8000, "memory_mib": 65536,
+        "gpus": [{"uuid": "GPU-A0", "index": 0, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920},
+                 {"uuid": "GPU-A1", "index": 1, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}],
+        "attempts": [{"job_id": ids[0], "attempt": 1}, {"job_id": 999, "attempt": 1}]});
+    let resp =
+        s.as_(&a, reqwest::Method::POST, "/v1/agent/register").json(&again).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let epoch = resp.json::<Value>().await.expect("json")["epoch"].as_u64();
+    let kept = s.store.job(ids[0]).expect("job").expect("job");
+    assert_eq!((kept.state, kept.attempt, kept.epoch), (JobState::Scheduled, 1, epoch), "{kept:?}");
+    let lost = s.store.job(ids[1]).expect("job").expect("job");
+    assert!(lost.epoch != epoch, "{lost:?}");
+    assert!(lost.state == JobState::Pending || lost.attempt == 2, "the unclaimed job was requeued: {lost:?}");
+    let held = s.store.allocations(true).expect("allocations");
+    assert!(held.iter().any(|a| a.job_id == ids[0]), "the kept job keeps its GPU");
 }

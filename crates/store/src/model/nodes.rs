@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::GpuInfo;
+use super::{AttemptRef, GpuInfo};
 
 /// A node registering (or registering again).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +17,9 @@ pub struct NodeRegistration {
     pub memory_mib: u64,
     /// The GPUs.
     pub gpus: Vec<GpuInfo>,
+    /// Attempts the agent still has from before it restarted (kept, not requeued).
+    #[serde(default)]
+    pub attempts: Vec<AttemptRef>,
     /// ms since the epoch.
     pub at: i64,
 }

@@ -129,7 +129,7 @@ pub(super) fn counts(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
 
 pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> {
     let mut stmt = c.prepare_cached(
-        "SELECT from_state, to_state, reason, at FROM job_transitions WHERE job_id = ?1 ORDER BY id",
+        "SELECT from_state, to_state, reason, at, attempt FROM job_transitions WHERE job_id = ?1 ORDER BY id",
     )?;
     let rows = stmt.query_map([id], |r| {
         let from: Option<String> = r.get(0)?;
@@ -139,6 +139,30 @@ pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> 
             to: rows::parse_enum("job state", &to, JobState::parse)?,
             reason: r.get(2)?,
             at: r.get(3)?,
+            attempt: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn attempts(c: &Connection, id: JobId) -> Result<Vec<Attempt>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT attempt, node_id, gpu_uuids, placed_at, started_at, finished_at, outcome, exit_code, reason \
+         FROM job_attempts WHERE job_id = ?1 ORDER BY attempt",
+    )?;
+    let rows = stmt.query_map([id], |r| {
+        let uuids: String = r.get(2)?;
+        let outcome: Option<String> = r.get(6)?;
+        Ok(Attempt {
+            attempt: r.get(0)?,
+            node_id: r.get(1)?,
+            gpu_uuids: serde_json::from_str(&uuids).unwrap_or_default(),
+            placed_at: r.get(3)?,
+            started_at: r.get(4)?,
+            finished_at: r.get(5)?,
+            outcome: outcome.map(|o| rows::parse_enum("job state", &o, JobState::parse)).transpose()?,
+            exit_code: r.get(7)?,
+            reason: r.get(8)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -187,7 +211,8 @@ pub(super) fn record_transition(
     at: i64,
 ) -> Result<()> {
     c.prepare_cached(
-        "INSERT INTO job_transitions (job_id, from_state, to_state, reason, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO job_transitions (job_id, from_state, to_state, reason, at, attempt) \
+         VALUES (?1, ?2, ?3, ?4, ?5, (SELECT NULLIF(attempt, 0) FROM jobs WHERE id = ?1))",
     )?
     .execute(params![id, from.map(JobState::as_str), to.as_str(), reason, at])?;
     Ok(())
@@ -204,6 +229,11 @@ pub(super) fn transition(
 ) -> Result<()> {
     if job.state.is_active() && !to.is_active() {
         release(c, job.id, at)?;
+        c.prepare_cached(
+            "UPDATE job_attempts SET finished_at = ?3, outcome = ?4, reason = ?5, \
+             exit_code = (SELECT exit_code FROM jobs WHERE id = ?1) WHERE job_id = ?1 AND attempt = ?2",
+        )?
+        .execute(params![job.id, job.attempt, at, to.as_str(), reason])?;
     }
     let finished = to.is_terminal().then_some(at);
     let (node, epoch) = if to == JobState::Pending { (None, None) } else { (job.node_id.clone(), job.epoch) };
@@ -321,6 +351,11 @@ pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
          reason = NULL, exit_code = NULL, started_at = NULL WHERE id = ?1",
     )?
     .execute(params![job.id, attempt, p.node_id, p.epoch, rows::to_json(&uuids)?])?;
+    c.prepare_cached(
+        "INSERT OR REPLACE INTO job_attempts (job_id, attempt, node_id, gpu_uuids, placed_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![job.id, attempt, p.node_id, rows::to_json(&uuids)?, p.at])?;
     record_transition(c, job.id, Some(JobState::Pending), JobState::Scheduled, None, p.at)
 }
 
@@ -354,6 +389,8 @@ pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Resul
     if job.state == JobState::Scheduled && job.attempt == attempt {
         c.prepare_cached("UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1")?
             .execute(params![id, at])?;
+        c.prepare_cached("UPDATE job_attempts SET started_at = ?3 WHERE job_id = ?1 AND attempt = ?2")?
+            .execute(params![id, attempt, at])?;
         record_transition(c, id, Some(JobState::Scheduled), JobState::Running, None, at)?;
         if let Some(gang) = gangs::parent(&job) {
             gangs::worker_started(c, gang, at)?;
@@ -397,6 +434,13 @@ pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at
             transition(c, &job, JobState::Failed, Some(&reason), at)
         }
     }
+}
+
+/// A job whose agent restarted while it ran, and still has it: it stays placed, under the
+/// node's new epoch; its allocations stay held (their rows keep the epoch that placed them).
+pub(super) fn keep_on_new_epoch(c: &Connection, job: &Job, epoch: u64) -> Result<()> {
+    c.prepare_cached("UPDATE jobs SET epoch = ?2 WHERE id = ?1")?.execute(params![job.id, epoch])?;
+    Ok(())
 }
 
 /// Active jobs on a node (optionally only those of older epochs).

@@ -12,6 +12,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../../migrations/0003_job_env.sql")),
     (4, include_str!("../../migrations/0004_time_limit.sql")),
     (5, include_str!("../../migrations/0005_job_user.sql")),
+    (6, include_str!("../../migrations/0006_job_attempts.sql")),
     (7, include_str!("../../migrations/0007_workflow.sql")),
     (8, include_str!("../../migrations/0008_gangs.sql")),
 ];

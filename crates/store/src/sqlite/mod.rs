@@ -157,6 +157,9 @@ impl Store for SqliteStore {
     ) -> Result<(i64, Vec<Job>)> {
         self.read(|c| jobs::changed(c, after, limit, teams.as_deref()))
     }
+    fn attempts(&self, id: JobId) -> Result<Vec<Attempt>> {
+        self.read(|c| jobs::attempts(c, id))
+    }
     fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
         self.writer.write(move |c| jobs::cancel(c, id, at))
     }

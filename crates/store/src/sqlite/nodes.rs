@@ -44,9 +44,19 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         )?
         .execute(params![g.uuid, reg.node_id, g.index, g.model, g.memory_mib, reg.at])?;
     }
-    // Whatever ran under an older epoch is gone (the agent restarted or was fenced off).
+    // What the agent still has from before (it restarted while its jobs ran) moves to the new
+    // epoch with its allocations; whatever else ran under an older epoch is gone. Only jobs
+    // placed on this node are looked at, so an agent cannot claim another node's jobs.
+    let held: HashSet<(JobId, u32)> = reg.attempts.iter().map(|a| (a.job_id, a.attempt)).collect();
     for job in jobs::active_on_node(c, &reg.node_id, Some(epoch))? {
-        jobs::requeue_or_fail(c, &job, "node registered again; its previous run was lost", reg.at)?;
+        if held.contains(&(job.id, job.attempt)) {
+            jobs::keep_on_new_epoch(c, &job, epoch)?;
+            let message =
+                format!("node {} registered again and still runs attempt {}", reg.node_id, job.attempt);
+            tokens::event(c, reg.at, "job.kept", &format!("job/{}", job.id), &message, Some(&job.team))?;
+        } else {
+            jobs::requeue_or_fail(c, &job, "node registered again; its previous run was lost", reg.at)?;
+        }
     }
     let message = format!("registered at epoch {epoch} with {} GPUs", reg.gpus.len());
     tokens::event(c, reg.at, "node.registered", &reg.node_id, &message, None)?;

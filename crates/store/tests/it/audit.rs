@@ -125,3 +125,36 @@ fn the_store_directory_and_database_files_are_private() {
         assert_eq!(mode(&dir.path().join(name)), 0o600, "{name}");
     }
 }
+
+#[test]
+fn a_version_5_database_gets_the_attempts_its_allocation_history_shows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let c = rusqlite::Connection::open(dir.path().join("gantry.db")).expect("db");
+        for sql in [
+            include_str!("../../migrations/0001_init.sql"),
+            include_str!("../../migrations/0002_identity.sql"),
+            include_str!("../../migrations/0003_job_env.sql"),
+            include_str!("../../migrations/0004_time_limit.sql"),
+            include_str!("../../migrations/0005_job_user.sql"),
+        ] {
+            c.execute_batch(sql).expect("schema up to version 5");
+        }
+        c.execute_batch(
+            "PRAGMA user_version = 5;
+             INSERT INTO jobs (team, name, priority, command, gpus, gpu_memory_mib, gpu_compute_pct,
+                cpu_milli, memory_mib, state, attempt, max_retries, submitted_at, node_id, epoch)
+                VALUES ('t', 'j', 0, '[\"true\"]', 1, 0, 0, 0, 0, 'scheduled', 1, 1, 5, 'n1', 1);
+             INSERT INTO job_transitions (job_id, from_state, to_state, at) VALUES (1, NULL, 'pending', 5);
+             INSERT INTO allocations (job_id, attempt, node_id, epoch, gpu_uuid, share_milli, memory_mib, created_at)
+                VALUES (1, 1, 'n1', 1, 'GPU-0', 1000, 81920, 20);",
+        )
+        .expect("version 5 rows");
+    }
+    let store = SqliteStore::open(dir.path()).expect("upgrade");
+    let attempts = store.attempts(1).expect("attempts");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!((attempts[0].attempt, attempts[0].node_id.as_str(), attempts[0].placed_at), (1, "n1", 20));
+    assert_eq!(attempts[0].gpu_uuids, vec!["GPU-0".to_owned()]);
+    assert!(store.transitions(1).expect("transitions").iter().all(|t| t.attempt.is_none()));
+}

@@ -11,6 +11,7 @@ fn register(store: &SqliteStore, id: &str, gpus: u32) -> u64 {
         .map(|i| GpuInfo { uuid: format!("GPU-{id}-{i}"), index: i, model: "A100".into(), memory_mib: 81920 })
         .collect();
     let reg = NodeRegistration {
+        attempts: Vec::new(),
         node_id: id.into(),
         hostname: format!("host-{id}"),
         cpu_milli: 8000,

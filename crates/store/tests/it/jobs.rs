@@ -154,3 +154,48 @@ fn changed_jobs_returns_each_job_that_moved_after_the_cursor_once_and_only_of_th
     let (part, first) = store.changed_jobs(Some(start), 1, None).expect("one change");
     assert_eq!((part, first.len()), (start + 1, 1), "a limit stops at the changes read");
 }
+
+#[test]
+fn each_attempt_is_kept_with_its_node_times_and_end_and_its_transitions_are_tagged() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![], at: 30 };
+    hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
+    store.heartbeat(&hb).expect("heartbeat");
+    // The agent comes back without the attempt: it was lost, and the job is requeued.
+    let epoch = register(&store, 1);
+    store.place(&Placement { at: 40, ..whole(id, epoch, &["GPU-0"]) }).expect("place again");
+    let exit = Some(JobExit { exit_code: Some(4), reason: None, timed_out: false });
+    hb = Heartbeat { epoch, jobs: vec![JobReport { job_id: id, attempt: 2, exit }], at: 50, ..hb };
+    store.heartbeat(&hb).expect("heartbeat");
+    let attempts = store.attempts(id).expect("attempts");
+    let summary: Vec<_> = attempts
+        .iter()
+        .map(|a| (a.attempt, a.node_id.as_str(), a.outcome, a.exit_code, a.finished_at))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (1, "n1", Some(JobState::Pending), None, Some(10)),
+            (2, "n1", Some(JobState::Failed), Some(4), Some(50))
+        ]
+    );
+    assert_eq!((attempts[0].placed_at, attempts[0].started_at), (20, Some(30)));
+    assert!(attempts[0].reason.as_deref().unwrap_or_default().contains("lost"), "{attempts:?}");
+    let tagged: Vec<(Option<u32>, JobState)> =
+        store.transitions(id).expect("transitions").iter().map(|t| (t.attempt, t.to)).collect();
+    assert_eq!(
+        tagged,
+        [
+            (None, JobState::Pending),
+            (Some(1), JobState::Scheduled),
+            (Some(1), JobState::Running),
+            (Some(1), JobState::Pending),
+            (Some(2), JobState::Scheduled),
+            (Some(2), JobState::Running),
+            (Some(2), JobState::Failed),
+        ]
+    );
+}

@@ -42,6 +42,7 @@ pub fn register(store: &SqliteStore, gpus: u32) -> u64 {
         .map(|i| GpuInfo { uuid: format!("GPU-{i}"), index: i, model: "A100-80GB".into(), memory_mib: 81920 })
         .collect();
     let reg = NodeRegistration {
+        attempts: Vec::new(),
         node_id: "n1".into(),
         hostname: "h".into(),
         cpu_milli: 8000,
