@@ -208,6 +208,16 @@ mod tests {
     }
 
     #[test]
+    fn seen_from_a_private_cgroup_namespace_and_nested_cgroups_the_pods_own_uid_wins() {
+        // The exporter's container has its own cgroup namespace: other pods' paths are relative.
+        let text = "0::/../../kubepods-besteffort.slice/kubepods-besteffort-pod8a1c5f0e_3b2d_4c6a_9e1f_0123456789ab.slice/cri-containerd-1.scope";
+        assert_eq!(pod_uid_from_cgroup(text).as_deref(), Some(UID));
+        // A cgroup made inside the container cannot replace the pod's UID.
+        let text = "0::/kubepods/burstable/pod8a1c5f0e-3b2d-4c6a-9e1f-0123456789ab/ctr/podffffffff-ffff-ffff-ffff-ffffffffffff";
+        assert_eq!(pod_uid_from_cgroup(text).as_deref(), Some(UID));
+    }
+
+    #[test]
     fn processes_outside_pods_have_no_uid() {
         for text in [
             "0::/user.slice/user-1000.slice/session-3.scope",
