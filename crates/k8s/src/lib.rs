@@ -12,6 +12,9 @@
 //!   is filled through [`extender::Model::upsert_node`] / [`extender::Model::upsert_pod`], which
 //!   a future API-server watcher will call. Start at [`extender::wire`] (the JSON), then
 //!   [`extender::model`] (decisions), then [`extender::router`] (HTTP).
+//! - [`pod_resources`]: a client of the kubelet's pod-resources API (which container holds
+//!   which device), for the exporter's pod labels.
 
 pub mod device_plugin;
 pub mod extender;
+pub mod pod_resources;

@@ -1,9 +1,11 @@
 //! Prometheus text format (0.0.4) for one collection.
 
-use super::metrics::{self, DCGM_METRICS, GPU_LABELS, GantryMetric, Kind};
+use super::metrics::{self, DCGM_METRICS, GPU_LABELS, GantryMetric, Kind, POD_LABELS};
+use super::pods::PodMap;
 use gantry_gpu::Collection;
 use gantry_gpu::findings::FindingKind;
 use std::fmt::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Content type of the body.
@@ -42,9 +44,32 @@ fn gantry_header(out: &mut String, m: &GantryMetric) {
     header(out, m.name, m.kind, m.help);
 }
 
+/// Kubernetes attribution for one encoding.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pods<'a> {
+    /// Who holds each GPU (none: not on Kubernetes, no pod labels).
+    pub map: Option<&'a PodMap>,
+    /// `uids[i]` is the pod UID of `c.processes[i]` (empty: none known).
+    pub uids: &'a [Option<Arc<str>>],
+}
+
 /// Encodes `c`; `jobs[i]` is the job of `c.processes[i]`.
 pub fn encode(c: &Collection, hostname: &str, jobs: &[impl AsRef<str>], counters: &Counters) -> String {
-    let labels: Vec<String> = c
+    encode_with_pods(c, hostname, jobs, Pods::default(), counters)
+}
+
+/// Encodes `c` with pod labels: `container`, `namespace`, `pod` on the series of a GPU one
+/// container holds, `pod_uid` on the series of a process in a pod.
+pub fn encode_with_pods(
+    c: &Collection,
+    hostname: &str,
+    jobs: &[impl AsRef<str>],
+    pods: Pods<'_>,
+    counters: &Counters,
+) -> String {
+    // GPU labels alone (process series: a process's pod is its own, not the GPU holder's), and
+    // with the holding pod's labels (GPU series).
+    let base: Vec<String> = c
         .gpus
         .iter()
         .map(|g| {
@@ -61,6 +86,21 @@ pub fn encode(c: &Collection, hostname: &str, jobs: &[impl AsRef<str>], counters
             let pairs: Vec<String> =
                 GPU_LABELS.iter().zip(values).map(|(k, v)| format!("{k}=\"{}\"", escape(&v))).collect();
             pairs.join(",")
+        })
+        .collect();
+    let labels: Vec<String> = c
+        .gpus
+        .iter()
+        .zip(&base)
+        .map(|(g, l)| match pods.map.and_then(|m| m.sole_holder(g.info.index, &g.info.uuid)) {
+            Some(h) => {
+                let mut l = l.clone();
+                for (k, v) in POD_LABELS.iter().zip([&h.container, &h.namespace, &h.pod]) {
+                    let _ = write!(l, ",{k}=\"{}\"", escape(v));
+                }
+                l
+            }
+            None => l.clone(),
         })
         .collect();
     let mut out = String::with_capacity(16 * 1024 + c.processes.len() * 300);
@@ -90,14 +130,18 @@ pub fn encode(c: &Collection, hostname: &str, jobs: &[impl AsRef<str>], counters
         }
     }
     gantry_header(&mut out, &metrics::PROCESS_MEMORY);
-    for (p, job) in c.processes.iter().zip(jobs) {
-        let Some(l) = c.gpus.iter().position(|g| g.info.index == p.gpu_index).map(|i| &labels[i]) else {
+    for (n, (p, job)) in c.processes.iter().zip(jobs).enumerate() {
+        let Some(l) = c.gpus.iter().position(|g| g.info.index == p.gpu_index).map(|i| &base[i]) else {
             continue;
         };
         let job = escape(job.as_ref());
+        let uid = match pods.uids.get(n) {
+            Some(Some(uid)) => format!(",pod_uid=\"{}\"", escape(uid)),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{}{{{l},pid=\"{}\",job_id=\"{job}\"}} {}",
+            "{}{{{l},pid=\"{}\",job_id=\"{job}\"{uid}}} {}",
             metrics::PROCESS_MEMORY.name,
             p.pid,
             p.memory_used_bytes

@@ -51,6 +51,10 @@ macro_rules! m {
 pub const GPU_LABELS: [&str; 7] =
     ["gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION"];
 
+/// Labels a GPU series gets on Kubernetes when one container holds the GPU, in the order
+/// dcgm-exporter writes them (after [`GPU_LABELS`]).
+pub const POD_LABELS: [&str; 3] = ["container", "namespace", "pod"];
+
 /// dcgm-exporter's default set, in its order.
 pub const DCGM_METRICS: &[GpuMetric] = &[
     m!("DCGM_FI_DEV_SM_CLOCK", Gauge, "SM clock frequency (in MHz).", |s| s.sm_clock_mhz.map(f64::from)),
@@ -185,8 +189,9 @@ pub const FINDING: GantryMetric = g(
     &["finding"],
     true,
 );
-/// Memory per process with its job. The label is `job_id`, not `job`: Prometheus owns `job`
-/// (the scrape job) and would rename ours to `exported_job`.
+/// Memory per process with its job (and `pod_uid` on Kubernetes, from the process's cgroup).
+/// The label is `job_id`, not `job`: Prometheus owns `job` (the scrape job) and would rename
+/// ours to `exported_job`.
 pub const PROCESS_MEMORY: GantryMetric = g(
     "gantry_gpu_process_memory_used_bytes",
     Kind::Gauge,

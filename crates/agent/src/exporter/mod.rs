@@ -5,6 +5,8 @@
 //! - [`attribution`] maps a pid to a job id (the sandbox's `gantry/<scope>/<job>-<attempt>`
 //!   cgroup, else `GANTRY_JOB_ID` in `/proc/<pid>/environ` of the process or an ancestor, else a
 //!   `gantry-job-<id>` cgroup, else `unknown`);
+//! - [`pods`] holds Kubernetes attribution published from outside (who holds each GPU, from
+//!   the kubelet's pod-resources) and reads each GPU process's pod UID from its cgroup;
 //! - [`sampler`] runs collections on a fixed cadence on its own thread (NVML calls block) and
 //!   publishes each encoded result as the latest [`Snapshot`](sampler::Snapshot);
 //! - [`server`] serves the snapshot; a scrape only clones bytes, so its cost does not depend on
@@ -15,6 +17,7 @@ pub mod attribution;
 pub mod client;
 pub mod encode;
 pub mod metrics;
+pub mod pods;
 pub mod sampler;
 pub mod server;
 

@@ -1,7 +1,8 @@
 //! The sampler thread and the snapshot it publishes.
 
 use super::attribution::Attributor;
-use super::encode::{self, Counters};
+use super::encode::{self, Counters, Pods};
+use super::pods::{PodCell, PodUids};
 use axum::body::Bytes;
 use gantry_gpu::{Collection, Collector};
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ pub struct ExporterConfig {
     pub hostname: String,
     /// Where to read process environments and cgroups (normally `/proc`).
     pub proc_root: PathBuf,
+    /// Kubernetes attribution kept up to date by someone else (`None`: no pod labels).
+    pub pods: Option<Arc<PodCell>>,
 }
 
 impl ExporterConfig {
@@ -28,6 +31,7 @@ impl ExporterConfig {
             interval: Duration::from_secs(1),
             hostname: local_hostname(),
             proc_root: PathBuf::from("/proc"),
+            pods: None,
         }
     }
 }
@@ -138,7 +142,16 @@ pub struct Publisher {
     attributor: Attributor,
     hostname: String,
     counters: Counters,
-    last: Option<(Collection, Vec<Arc<str>>)>,
+    pods: Option<(Arc<PodCell>, PodUids)>,
+    last: Option<Attributed>,
+}
+
+/// A collection with its jobs and pod UIDs.
+#[derive(Debug)]
+struct Attributed {
+    collection: Collection,
+    jobs: Vec<Arc<str>>,
+    uids: Vec<Option<Arc<str>>>,
 }
 
 impl Publisher {
@@ -149,6 +162,7 @@ impl Publisher {
             attributor: Attributor::new(&cfg.proc_root),
             hostname: cfg.hostname.clone(),
             counters: Counters::default(),
+            pods: cfg.pods.clone().map(|cell| (cell, PodUids::new(&cfg.proc_root))),
             last: None,
         }
     }
@@ -168,7 +182,11 @@ impl Publisher {
                     tracing::warn!(gpu = t.gpu, from = t.from.as_str(), to = t.to.as_str(), reason = %t.reason, "GPU health changed");
                 }
                 let jobs = self.attributor.attribute(&c.processes);
-                self.last = Some((c.clone(), jobs));
+                let uids = match &mut self.pods {
+                    Some((_, uids)) => uids.lookup(&c.processes),
+                    None => Vec::new(),
+                };
+                self.last = Some(Attributed { collection: c.clone(), jobs, uids });
             }
             Err(e) => {
                 self.counters.errors += 1;
@@ -176,8 +194,10 @@ impl Publisher {
             }
         }
         self.counters.last_duration = took;
-        if let Some((c, jobs)) = &self.last {
-            let body = encode::encode(c, &self.hostname, jobs, &self.counters);
+        if let Some(a) = &self.last {
+            let map = self.pods.as_ref().map(|(cell, _)| cell.latest());
+            let pods = Pods { map: map.as_deref(), uids: &a.uids };
+            let body = encode::encode_with_pods(&a.collection, &self.hostname, &a.jobs, pods, &self.counters);
             self.cell.publish(Snapshot { body: Bytes::from(body), collected_at: Some(Instant::now()) });
         }
     }

@@ -3,13 +3,16 @@
 use super::backend::BackendArgs;
 use super::bench;
 use anyhow::Context;
+use gantry_agent::exporter::pods::{PodCell, PodMap, PodRef};
 use gantry_agent::exporter::sampler::local_hostname;
 use gantry_agent::exporter::{Exporter, ExporterConfig, server};
 use gantry_gpu::Collector;
 use gantry_gpu::findings::FindingsConfig;
 use gantry_gpu::health::HealthConfig;
+use gantry_k8s::pod_resources::client::{self, Assignment, GpuId};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `gantry exporter` flags.
@@ -44,6 +47,14 @@ pub struct Args {
     /// Where to read process environments and cgroups for job attribution.
     #[arg(long, default_value = "/proc")]
     pub proc_root: PathBuf,
+    /// The kubelet's pod-resources socket: on a Kubernetes node, label each GPU's series with
+    /// the pod, namespace and container holding it, and each process with its pod UID
+    /// (usually /var/lib/kubelet/pod-resources/kubelet.sock; off when not given).
+    #[arg(long)]
+    pub pod_resources_socket: Option<PathBuf>,
+    /// Seconds between pod-resources `List` calls (the answer is cached, never fetched per scrape).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub pod_resources_interval_s: u64,
     #[command(flatten)]
     pub bench: bench::BenchArgs,
 }
@@ -72,6 +83,7 @@ impl Args {
             interval: Duration::from_millis(self.interval_ms),
             hostname: self.hostname.clone().unwrap_or_else(local_hostname),
             proc_root: self.proc_root.clone(),
+            pods: None,
         };
         Ok((health, findings, exporter))
     }
@@ -86,17 +98,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.bench.bench {
         return bench::run(args);
     }
-    let (health, findings, cfg) = args.configs()?;
+    let (health, findings, mut cfg) = args.configs()?;
     let opened = args.backend.open()?;
     let rt = runtime()?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(args.listen))
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    if let Some(socket) = &args.pod_resources_socket {
+        let cell = Arc::new(PodCell::new());
+        cfg.pods = Some(cell.clone());
+        let every = Duration::from_secs(args.pod_resources_interval_s);
+        tracing::info!(socket = %socket.display(), every_s = args.pod_resources_interval_s, "pod attribution on");
+        let publish = move |assignments: &[Assignment]| {
+            if cell.publish(pod_map(assignments)) {
+                tracing::info!(devices = assignments.len(), "pod attribution changed");
+            }
+        };
+        rt.spawn(client::poll(socket.clone(), every, publish, std::future::pending()));
+    }
     let exporter = Exporter::start(Collector::new(opened.backend, health, findings), cfg)?;
     tracing::info!(listen = %args.listen, interval_ms = args.interval_ms, "serving /metrics and /healthz");
     let router = server::router(exporter.cell(), exporter.interval() * 3 + Duration::from_secs(10));
     rt.block_on(server::serve(listener, router, shutdown_signal()))?;
     Ok(())
+}
+
+/// Who holds which GPU, from the kubelet's assignments (devices that name no GPU are skipped).
+pub fn pod_map(assignments: &[Assignment]) -> PodMap {
+    let mut map = PodMap::default();
+    for a in assignments {
+        let holder =
+            PodRef { namespace: a.namespace.clone(), pod: a.pod.clone(), container: a.container.clone() };
+        match client::gpu_of_device(&a.resource, &a.device_id) {
+            Some(GpuId::Uuid(uuid)) => map.add_uuid(&uuid, holder),
+            Some(GpuId::Index(index)) => map.add_index(index, holder),
+            None => {}
+        }
+    }
+    map
 }
 
 /// One thread is plenty: a scrape copies a prepared buffer.

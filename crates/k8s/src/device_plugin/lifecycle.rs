@@ -244,7 +244,7 @@ async fn register_all(dir: &Path, resources: &[Resource]) -> Result<(u64, u64), 
 }
 
 /// A gRPC channel over the unix socket at `path` (the URI is a placeholder; the connector decides).
-async fn connect(path: PathBuf) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+pub(crate) async fn connect(path: PathBuf) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     Endpoint::from_static("http://[::]:50051")
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let p = path.clone();
