@@ -21,8 +21,8 @@ use super::watch::{self, Announcer};
 pub struct LogsArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// Job id.
-    id: i64,
+    /// Job id, or an array member as `ARRAY_INDEX` (`gantry logs 12_3`).
+    id: String,
     /// Keep printing new output until the job ends, then exit with the job's exit status
     /// (`gantry logs -f 12 && echo ok`).
     #[arg(short, long, conflicts_with_all = ["attempt", "previous"])]
@@ -39,17 +39,18 @@ pub struct LogsArgs {
 /// Prints (and follows) a job's output.
 pub fn run(args: LogsArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
+    let id = block_on(super::jobs::resolve(&api, &args.id))??;
     if !args.follow {
         return block_on(async {
             let attempt = match (args.attempt, args.previous) {
                 (Some(n), _) => Some(n),
-                (None, true) => Some(previous_attempt(&api, args.id).await?),
+                (None, true) => Some(previous_attempt(&api, id).await?),
                 (None, false) => None,
             };
-            print_once(api, args.id, attempt).await
+            print_once(api, id, attempt).await
         })?;
     }
-    let job = block_on(follow(&api, args.id, &mut Announcer::new(true)))??;
+    let job = block_on(follow(&api, id, &mut Announcer::new(true)))??;
     watch::result_of(&job)
 }
 

@@ -89,6 +89,7 @@ fn an_array_runs_one_job_per_index_never_more_than_its_limit_at_once() {
     let member = format!("{array}_3");
     let id3 = job(&cluster, &member)["id"].as_i64().expect("id").to_string();
     assert_eq!(cluster.gantry(&["logs", &id3]), format!("index=3 array={array}\n"));
+    assert_eq!(cluster.gantry(&["logs", &member]), format!("index=3 array={array}\n"), "logs takes 12_3 too");
     let table = cluster.gantry(&["jobs"]);
     assert!(table.lines().next().is_some_and(|h| h.contains("ARRAY")), "{table}");
     assert!(table.contains(&member), "{table}");
