@@ -16,6 +16,9 @@ use super::up::shutdown_signal;
 
 /// Arguments of `gantry agent`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry agent --server https://head:7070 --ca ca.pem --join-token $JOIN_TOKEN
+  gantry agent --server https://head:7070 --stop-jobs-on-exit   # stopping the agent stops its jobs")]
 pub struct AgentArgs {
     /// Server URL.
     #[arg(long, env = "GANTRY_SERVER")]

@@ -18,6 +18,12 @@ use super::watch::{self, Announcer};
 
 /// Arguments of `gantry logs`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry logs 12                 # the latest attempt's output
+  gantry logs -f 12 && echo ok   # follow; exits with the job's exit status
+  gantry logs 12 --previous      # the attempt before the latest (after a requeue)
+  gantry logs 12 --attempt 1     # a given attempt (`gantry job 12` lists them)
+  gantry logs 12_3               # member 3 of array 12")]
 pub struct LogsArgs {
     #[command(flatten)]
     server: ServerArgs,

@@ -18,6 +18,10 @@ use super::sandbox::SandboxArgs;
 
 /// Arguments of `gantry up`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry up                                  # server + agent here, simulated GPUs when NVML finds none
+  gantry up --data-dir ~/gantry-b --listen 127.0.0.1:7071   # a second cluster, its own context
+  gantry up --stop-jobs-on-exit              # Ctrl-C stops running jobs too (default: they keep running)")]
 pub struct UpArgs {
     #[command(flatten)]
     control: ControlArgs,

@@ -271,7 +271,7 @@ fn a_member_of_another_team_cannot_depend_on_select_or_cancel_a_teams_array() {
 
 #[test]
 fn every_new_flag_is_in_help_with_an_example() {
-    let cases: [(&[&str], &[&str]); 6] = [
+    let cases: [(&[&str], &[&str]); 10] = [
         (
             &["submit"],
             &[
@@ -291,6 +291,13 @@ fn every_new_flag_is_in_help_with_an_example() {
         (&["job"], &["12_3 -o yaml"]),
         (&["nodes"], &["-o yaml"]),
         (&["usage"], &["WASTE", "csv", "yaml"]),
+        (&["submit"], &["--replicas", "gantry submit --replicas 4 --gpus 2"]),
+        (
+            &["logs"],
+            &["--previous", "gantry logs 12 --previous", "--attempt", "gantry logs 12 --attempt 1", "12_3"],
+        ),
+        (&["up"], &["--stop-jobs-on-exit", "gantry up --stop-jobs-on-exit"]),
+        (&["agent"], &["--stop-jobs-on-exit", "--join-token $JOIN_TOKEN"]),
     ];
     for (command, wanted) in cases {
         let mut args = command.to_vec();
