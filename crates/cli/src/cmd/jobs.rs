@@ -116,7 +116,7 @@ pub fn rows(jobs: &[Job], wide: bool) -> (Vec<&'static str>, Vec<Vec<String>>) {
     if arrays {
         header.push("ARRAY");
     }
-    header.extend(["NAME", "TEAM", "STATE", "ASKED", "GPUS", "AGE", "ELAPSED", "REASON"]);
+    header.extend(["NAME", "TEAM", "USER", "STATE", "ASKED", "GPUS", "AGE", "ELAPSED", "REASON"]);
     if wide {
         header.extend(["NODE", "STARTED", "PRIORITY", "LABELS"]);
     }
@@ -175,6 +175,7 @@ fn row(j: &Job, now: i64, wide: bool) -> Vec<String> {
         j.id.to_string(),
         j.name.clone(),
         j.team.clone(),
+        j.user.clone().unwrap_or_else(|| "-".into()),
         state(j),
         asked(j),
         gpus,

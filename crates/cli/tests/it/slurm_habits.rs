@@ -91,7 +91,7 @@ fn an_array_runs_one_job_per_index_never_more_than_its_limit_at_once() {
     assert_eq!(cluster.gantry(&["logs", &id3]), format!("index=3 array={array}\n"));
     assert_eq!(cluster.gantry(&["logs", &member]), format!("index=3 array={array}\n"), "logs takes 12_3 too");
     let table = cluster.gantry(&["jobs"]);
-    assert!(table.lines().next().is_some_and(|h| h.contains("ARRAY")), "{table}");
+    assert!(table.lines().next().is_some_and(|h| h.contains("ARRAY") && h.contains("USER")), "{table}");
     assert!(table.contains(&member), "{table}");
     let yaml = cluster.gantry(&["job", &member, "-o", "yaml"]);
     assert!(yaml.contains(&format!("id: {id3}")) && yaml.contains("submitted_rfc3339:"), "{yaml}");
