@@ -152,23 +152,13 @@ impl Drop for Harness {
 
 pub fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
     let job = NewJob {
-        request_id: None,
         team: "t".into(),
         name: "test".into(),
-        priority: 0,
         command: vec!["sh".into(), "-c".into(), command.into()],
-        env: Default::default(),
         request: JobRequest { gpus, ..JobRequest::default() },
         max_retries: 3,
         submitted_at: gantry_server::now_ms(),
-        time_limit_s: None,
-        user: None,
-        array: None,
-        after: Vec::new(),
-        labels: Default::default(),
-        gpu_models: Vec::new(),
-        workdir: None,
-        replicas: 1,
+        ..NewJob::default()
     };
     store.submit(&job).expect("submit").0
 }
@@ -255,23 +245,12 @@ async fn cancelling_a_job_that_ignores_sigterm_kills_it_after_the_grace_period()
 async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_reason() {
     let h = start("1xA100-80GB").await;
     let job_spec = NewJob {
-        request_id: None,
         team: "t".into(),
         name: "greedy".into(),
-        priority: 0,
         command: vec!["sleep".into(), "60".into()],
-        env: Default::default(),
         request: JobRequest { gpu_memory_mib: 10_000, ..JobRequest::default() },
-        max_retries: 0,
         submitted_at: gantry_server::now_ms(),
-        time_limit_s: None,
-        user: None,
-        array: None,
-        after: Vec::new(),
-        labels: Default::default(),
-        gpu_models: Vec::new(),
-        workdir: None,
-        replicas: 1,
+        ..NewJob::default()
     };
     let id = h.store.submit(&job_spec).expect("submit").0;
     let running =

@@ -24,23 +24,12 @@ fn needs_root(test: &str) -> bool {
 
 fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 {
     let job = NewJob {
-        request_id: None,
         team: "t".into(),
         name: "sandboxed".into(),
-        priority: 0,
         command: vec!["sh".into(), "-c".into(), command.into()],
-        env: Default::default(),
         request,
-        max_retries: 0,
         submitted_at: gantry_server::now_ms(),
-        time_limit_s: None,
-        user: None,
-        array: None,
-        after: Vec::new(),
-        labels: Default::default(),
-        gpu_models: Vec::new(),
-        workdir: None,
-        replicas: 1,
+        ..NewJob::default()
     };
     store.submit(&job).expect("submit").0
 }
@@ -349,23 +338,13 @@ async fn a_restarted_agent_ends_the_jobs_and_cgroups_whose_supervisor_died_while
 
 fn submit_in(store: &dyn Store, command: &str, workdir: &str) -> i64 {
     let job = NewJob {
-        request_id: None,
         team: "t".into(),
         name: "workdir".into(),
-        priority: 0,
         command: vec!["sh".into(), "-c".into(), command.into()],
-        env: Default::default(),
         request: JobRequest::default(),
-        max_retries: 0,
         submitted_at: gantry_server::now_ms(),
-        time_limit_s: None,
-        user: None,
-        array: None,
-        after: Vec::new(),
-        labels: Default::default(),
-        gpu_models: Vec::new(),
         workdir: Some(workdir.into()),
-        replicas: 1,
+        ..NewJob::default()
     };
     store.submit(&job).expect("submit").0
 }

@@ -310,23 +310,14 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
 
 fn sim_job(team: &str, i: u32, at: i64) -> gantry_store::NewJob {
     gantry_store::NewJob {
-        request_id: None,
         team: team.into(),
         name: if i == 9_999 { XSS.into() } else { format!("train-{i}") },
         priority: (i % 3) as i32,
         command: vec!["sleep".into(), "600".into()],
-        env: Default::default(),
         request: gantry_store::JobRequest { gpus: 1 + i % 2, ..gantry_store::JobRequest::default() },
         max_retries: 3,
         submitted_at: at,
-        time_limit_s: None,
-        user: None,
-        array: None,
-        after: Vec::new(),
-        labels: Default::default(),
-        gpu_models: Vec::new(),
-        workdir: None,
-        replicas: 1,
+        ..gantry_store::NewJob::default()
     }
 }
 

@@ -44,6 +44,31 @@ pub struct NewJob {
     pub replicas: u32,
 }
 
+impl Default for NewJob {
+    /// An empty plain job (one worker) of no team: callers fill in what they submit.
+    fn default() -> Self {
+        Self {
+            request_id: None,
+            team: String::new(),
+            name: String::new(),
+            priority: 0,
+            command: Vec::new(),
+            env: Default::default(),
+            request: JobRequest::default(),
+            max_retries: 0,
+            submitted_at: 0,
+            time_limit_s: None,
+            user: None,
+            array: None,
+            after: Vec::new(),
+            labels: Default::default(),
+            gpu_models: Vec::new(),
+            workdir: None,
+            replicas: 1,
+        }
+    }
+}
+
 /// A gang's placement: every worker at once, in rank order, or none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GangPlacement {

@@ -20,20 +20,11 @@ pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
         request_id: Some(key.to_owned()),
         team: "default".into(),
         name: key.into(),
-        priority: 0,
         command: vec!["true".into()],
-        env: Default::default(),
         request: JobRequest { gpus, gpu_memory_mib: memory, ..JobRequest::default() },
         max_retries: 1,
         submitted_at: 1,
-        time_limit_s: None,
-        user: None,
-        array: None,
-        after: Vec::new(),
-        labels: Default::default(),
-        gpu_models: Vec::new(),
-        workdir: None,
-        replicas: 1,
+        ..NewJob::default()
     }
 }
 
