@@ -388,3 +388,27 @@ async fn a_node_registering_again_keeps_the_attempts_it_still_runs_and_loses_the
     let held = s.store.allocations(true).expect("allocations");
     assert!(held.iter().any(|a| a.job_id == ids[0]), "the kept job keeps its GPU");
 }
+
+/// `--array` work is bounded by what it asks for, not by the unique indices: before, one 1 MiB
+/// body repeating `0-9999` parsed 10,000 indices per part on the async runtime (minutes of CPU),
+/// stalling every request until the node's heartbeats timed out and its jobs were requeued.
+#[tokio::test]
+async fn an_array_of_repeated_overlapping_ranges_is_refused_before_it_costs_anything() {
+    let s = TestServer::start().await;
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    let viewer = s.token_for("vic", Role::Viewer, &["nlp"]);
+    let array = ["0-9999"; 2].join(",");
+    for token in [&b, &viewer] {
+        let resp = s
+            .as_(token, reqwest::Method::POST, "/v1/jobs")
+            .json(&json!({"command": ["true"], "array": array}))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = resp.json().await.expect("json");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains("more than 10000")), "{body}");
+    }
+    let jobs: Vec<Value> = crate::json_of(s.as_(&b, reqwest::Method::GET, "/v1/jobs")).await;
+    assert!(jobs.is_empty(), "nothing was queued");
+}
