@@ -2,8 +2,25 @@
 
 use serde::Serialize;
 
-/// Prints rows as aligned columns under a header.
+/// Text from the server made safe for a terminal: control characters (ESC, BEL, C1 codes,
+/// newlines…) are shown escaped (`\u{1b}`), so a job's command or a reason cannot move the
+/// cursor, retitle the window or write the clipboard of whoever reads it.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let escaped = text
+        .chars()
+        .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect();
+    std::borrow::Cow::Owned(escaped)
+}
+
+/// Prints rows as aligned columns under a header (cells through [`printable`]).
 pub fn print(header: &[&str], rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|row| row.iter().map(|c| printable(c).into_owned()).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
