@@ -177,7 +177,9 @@ pub async fn usage(
     who.require_user()?;
     let now = crate::app::now_ms();
     let until = q.until.unwrap_or(now);
-    let since = q.since.unwrap_or(until - 7 * 24 * 3_600_000);
+    validate::epoch_ms("until", until)?;
+    let since = q.since.unwrap_or(until.saturating_sub(7 * 24 * 3_600_000).max(0));
+    validate::epoch_ms("since", since)?;
     if since >= until {
         return Err(ApiError::Unprocessable("since: must be before until".into()));
     }

@@ -412,3 +412,24 @@ async fn an_array_of_repeated_overlapping_ranges_is_refused_before_it_costs_anyt
     let jobs: Vec<Value> = crate::json_of(s.as_(&b, reqwest::Method::GET, "/v1/jobs")).await;
     assert!(jobs.is_empty(), "nothing was queued");
 }
+
+/// Before, `until=-2^63` overflowed computing the default `since` (a panic: the connection
+/// dropped) and `since=-2^63&until=2^63-1` overflowed in the store (a 500).
+#[tokio::test]
+async fn usage_periods_outside_the_calendar_get_422_not_a_panic() {
+    let s = TestServer::start().await;
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    for query in
+        ["until=-9223372036854775808", "since=-9223372036854775808&until=9223372036854775807", "since=-1"]
+    {
+        let resp =
+            s.as_(&b, reqwest::Method::GET, &format!("/v1/usage?{query}")).send().await.expect("answered");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{query}");
+    }
+    let ok = s
+        .as_(&b, reqwest::Method::GET, "/v1/usage?since=0&until=253402300799999")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(ok.status(), StatusCode::OK);
+}
