@@ -3,15 +3,18 @@
 use serde::Serialize;
 
 /// Text from the server made safe for a terminal: control characters (ESC, BEL, C1 codes,
-/// newlines…) are shown escaped (`\u{1b}`), so a job's command or a reason cannot move the
-/// cursor, retitle the window or write the clipboard of whoever reads it.
+/// newlines…) and bidirectional overrides are shown escaped (`\u{1b}`), so a job's name,
+/// command or reason cannot move the cursor, retitle the window, write the clipboard of whoever
+/// reads it, or make a row read as something else.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.contains(char::is_control) {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.contains(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
     let escaped = text
         .chars()
-        .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
+        .map(|c| if unsafe_char(c) { c.escape_unicode().to_string() } else { c.to_string() })
         .collect();
     std::borrow::Cow::Owned(escaped)
 }

@@ -89,12 +89,11 @@ fn control_characters_in_a_job_reach_no_terminal_raw() {
     let cluster = Cluster::start(&["--no-agent"]);
     let hostile = "\u{1b}]52;c;ZWNobyBwd25lZA==\u{7}\u{1b}[2J\u{1b}]0;PWNED\u{7}";
     cluster.gantry(&["submit", "--wait-for-capacity", "--", "echo", hostile, "x\u{9b}31m"]);
-    for args in [&["job", "1"][..], &["jobs"][..]] {
+    cluster.gantry(&["submit", "--wait-for-capacity", "--name", "safe\u{202e}gpj.exe", "--", "true"]);
+    for args in [&["job", "1"][..], &["job", "2"][..], &["jobs"][..]] {
         let out = cluster.gantry(args);
-        assert!(
-            !out.contains(['\u{1b}', '\u{7}', '\u{9b}']),
-            "{args:?} printed a control character: {out:?}"
-        );
+        let raw = ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'];
+        assert!(!out.contains(raw), "{args:?} printed a control character: {out:?}");
     }
     let shown = cluster.gantry(&["job", "1"]);
     assert!(shown.contains(r"\u{1b}]52;c;"), "the escape is shown, escaped: {shown}");
