@@ -85,6 +85,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         env: req.env,
         request: JobRequest {
             gpus: req.gpus,
+            gpus_max: req.gpus_max,
             gpu_memory_mib: req.gpu_memory_mib,
             gpu_compute_pct: req.gpu_compute_pct,
             cpu_milli: req.cpu_milli,
