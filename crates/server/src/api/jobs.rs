@@ -42,6 +42,7 @@ pub async fn submit(
         super::capacity::check_models(&job.gpu_models, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
         super::capacity::check_gang(&job.request, job.replicas, &nodes, &gpus)
             .map_err(ApiError::Unprocessable)?;
+        super::capacity::check_elastic(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
     }
     match app.dispatch(Command::Submit { job: Box::new(job), by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
