@@ -127,7 +127,7 @@ impl<'s> Elastic<'s> {
             let mut candidates: Vec<usize> = (0..self.running.len())
                 .filter(|c| {
                     let r = &self.running[*c];
-                    r.node == *node && !r.stopping && r.width > r.job.request.gpus
+                    r.node == *node && !r.stopping && r.width > r.job.request.gpus && !preempted(out, r.job)
                 })
                 .collect();
             candidates.sort_by_key(|c| {
@@ -203,7 +203,7 @@ impl<'s> Elastic<'s> {
         for c in order {
             let r = &self.running[c];
             let Some(max) = r.job.request.gpus_max else { continue };
-            if r.stopping || !self.settled(r.job) || r.width >= max {
+            if r.stopping || !self.settled(r.job) || r.width >= max || preempted(out, r.job) {
                 continue;
             }
             let Some((node, room)) = best_node(layout, r.node, r.width) else { continue };
@@ -222,6 +222,11 @@ impl<'s> Elastic<'s> {
             self.running[c].stopping = true;
         }
     }
+}
+
+/// Whether the pass preempts the job (it stops whole: nothing to resize).
+fn preempted(out: &Plan, job: &Job) -> bool {
+    out.preemptions.iter().any(|p| p.job_id == job.id)
 }
 
 /// Whether a running job has run `gap_ms` since it (re)started at `at`: the hysteresis.
