@@ -221,6 +221,17 @@ mod tests {
     }
 
     #[test]
+    fn a_gpu_range_makes_an_elastic_job_and_a_count_keeps_its_request_id() {
+        let elastic = parse("command: [x]\ngpus: 2..8\n").expect("valid");
+        let body = request(elastic, Path::new("."), "s").expect("request");
+        assert_eq!((body.gpus, body.gpus_max), (2, Some(8)));
+        let rigid = parse("command: [x]\ngpus: 2\n").expect("valid");
+        assert_eq!(serde_json::to_value(&rigid).expect("json")["gpus"], 2, "digests of old files stay the same");
+        let err = parse("command: [x]\ngpus: 8..2\n").expect_err("empty range");
+        assert!(err.to_string().contains("must not exceed"), "{err}");
+    }
+
+    #[test]
     fn bad_yaml_is_an_error_with_its_line() {
         let err = parse("name: a\ncommand: [x\n").expect_err("bad yaml");
         assert!(err.to_string().contains("line"), "{err}");
