@@ -42,7 +42,8 @@ impl GpuRange {
     pub fn check(&self) -> Result<(), String> {
         match self.max {
             Some(_) if self.min == 0 => {
-                Err("an elastic job needs at least 1 GPU: the range must start at 1 or more (e.g. 1..4)".into())
+                Err("an elastic job needs at least 1 GPU: the range must start at 1 or more (e.g. 1..4)"
+                    .into())
             }
             Some(max) if max < self.min => Err(format!(
                 "the range {}..{max} is empty: the minimum must not exceed the maximum (e.g. {max}..{})",

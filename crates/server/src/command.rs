@@ -238,7 +238,9 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         Command::Preempt { job, reason } => {
             store.preempt(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }
-        Command::Resize { job, reason } => store.resize(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into),
+        Command::Resize { job, reason } => {
+            store.resize(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
+        }
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }

@@ -226,7 +226,11 @@ mod tests {
         let body = request(elastic, Path::new("."), "s").expect("request");
         assert_eq!((body.gpus, body.gpus_max), (2, Some(8)));
         let rigid = parse("command: [x]\ngpus: 2\n").expect("valid");
-        assert_eq!(serde_json::to_value(&rigid).expect("json")["gpus"], 2, "digests of old files stay the same");
+        assert_eq!(
+            serde_json::to_value(&rigid).expect("json")["gpus"],
+            2,
+            "digests of old files stay the same"
+        );
         let err = parse("command: [x]\ngpus: 8..2\n").expect_err("empty range");
         assert!(err.to_string().contains("must not exceed"), "{err}");
     }

@@ -278,7 +278,8 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         println!("gang      {}", gang_line(g));
     }
     if let Some(max) = j.request.gpus_max {
-        let now = if j.state.is_active() { format!("runs on {} GPUs; ", j.gpu_uuids.len()) } else { String::new() };
+        let now =
+            if j.state.is_active() { format!("runs on {} GPUs; ", j.gpu_uuids.len()) } else { String::new() };
         println!(
             "elastic   {now}{}..{max} GPUs on one node, resized by the scheduler (WORLD_SIZE = its GPUs)",
             j.request.gpus

@@ -32,10 +32,12 @@ fn width(out: &str) -> (String, usize) {
 
 #[test]
 fn an_elastic_job_grows_onto_idle_gpus_then_shrinks_for_a_rigid_job_and_both_run() {
-    let cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB", "--grace", "1", "--resize-interval", "1s"]);
+    let cluster =
+        Cluster::start(&["--simulated-gpus", "4xA100-80GB", "--grace", "1", "--resize-interval", "1s"]);
     let go = cluster.shared().join("go");
     let wait_for_go = format!("while [ ! -e {} ]; do sleep 0.1; done", go.display());
-    let blocker = cluster.gantry(&["submit", "--gpus", "3", "--", "sh", "-c", &wait_for_go]).trim().to_owned();
+    let blocker =
+        cluster.gantry(&["submit", "--gpus", "3", "--", "sh", "-c", &wait_for_go]).trim().to_owned();
     eventually(Duration::from_secs(30), "the 3-GPU job to run", || {
         (job(&cluster, &blocker)["state"] == "running").then_some(())
     });
@@ -51,7 +53,11 @@ fn an_elastic_job_grows_onto_idle_gpus_then_shrinks_for_a_rigid_job_and_both_run
 
     // The 3-GPU job ends: nothing waits, so the elastic job grows to the whole node.
     std::fs::write(&go, "").expect("marker");
-    assert_eq!(width(&output_of(&cluster, &elastic, 2)), ("4".to_owned(), 4), "the restarted attempt is 4 wide");
+    assert_eq!(
+        width(&output_of(&cluster, &elastic, 2)),
+        ("4".to_owned(), 4),
+        "the restarted attempt is 4 wide"
+    );
     let detail = cluster.gantry(&["job", &elastic]);
     assert!(detail.contains("resized 1 → 4 GPUs: idle GPUs"), "gantry job says it grew:\n{detail}");
 
@@ -77,7 +83,9 @@ fn an_elastic_job_grows_onto_idle_gpus_then_shrinks_for_a_rigid_job_and_both_run
 #[test]
 fn a_bad_gpu_range_is_refused_with_a_sentence() {
     let cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB"]);
-    for (range, says) in [("4..2", "must not exceed"), ("0..2", "at least 1 GPU"), ("1..8", "most GPUs on one node is 4")] {
+    for (range, says) in
+        [("4..2", "must not exceed"), ("0..2", "at least 1 GPU"), ("1..8", "most GPUs on one node is 4")]
+    {
         let out = cluster.try_gantry(&["submit", "--gpus", range, "--", "true"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(says), "--gpus {range}: {err}");

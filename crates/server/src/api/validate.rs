@@ -65,7 +65,10 @@ fn elastic(r: &SubmitRequest) -> Result<(), ApiError> {
         return Err(bad("gpus_max", "an elastic job takes whole GPUs; do not combine it with a slice"));
     }
     if r.replicas.is_some_and(|n| n > 1) {
-        return Err(bad("gpus_max", "elastic gangs are not supported: give replicas or a GPU range, not both"));
+        return Err(bad(
+            "gpus_max",
+            "elastic gangs are not supported: give replicas or a GPU range, not both",
+        ));
     }
     if max > 64 {
         return Err(bad("gpus_max", "at most 64"));

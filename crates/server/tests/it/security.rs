@@ -400,7 +400,10 @@ async fn a_bad_gpu_range_gets_422_with_a_sentence_and_elastic_jobs_stay_within_t
         (json!({"command": ["true"], "gpus": 3, "gpus_max": 2}), "must not exceed the maximum"),
         (json!({"command": ["true"], "gpus": 0, "gpus_max": 2}), "at least 1 GPU"),
         (json!({"command": ["true"], "gpus": 1, "gpus_max": 8}), "the most GPUs on one node is 2"),
-        (json!({"command": ["true"], "gpus_max": 8, "wait_for_capacity": true, "gpu_memory_mib": 10}), "slice"),
+        (
+            json!({"command": ["true"], "gpus_max": 8, "wait_for_capacity": true, "gpu_memory_mib": 10}),
+            "slice",
+        ),
         (json!({"command": ["true"], "gpus": 1, "gpus_max": 2, "replicas": 2}), "elastic gangs"),
         (json!({"command": ["true"], "gpus": 1, "gpus_max": 1000}), "at most 64"),
     ] {
@@ -414,7 +417,10 @@ async fn a_bad_gpu_range_gets_422_with_a_sentence_and_elastic_jobs_stay_within_t
         .as_i64()
         .expect("id");
     let detail: Value = crate::json_of(s.as_(&alice, reqwest::Method::GET, &format!("/v1/jobs/{id}"))).await;
-    assert_eq!((detail["job"]["request"]["gpus"].as_u64(), detail["job"]["request"]["gpus_max"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (detail["job"]["request"]["gpus"].as_u64(), detail["job"]["request"]["gpus_max"].as_u64()),
+        (Some(1), Some(2))
+    );
     let read = s.as_(&bob, reqwest::Method::GET, &format!("/v1/jobs/{id}"));
     assert_eq!(status(read).await, StatusCode::NOT_FOUND, "another team's elastic job is invisible");
     let listed: Vec<Value> = crate::json_of(s.as_(&bob, reqwest::Method::GET, "/v1/jobs")).await;

@@ -31,7 +31,10 @@ fn an_elastic_job_is_placed_only_within_its_range() {
     let epoch = register(&store, 4);
     let (id, _) = store.submit(&elastic("e", 2, 3)).expect("submit");
     assert!(store.place(&whole(id, epoch, &["GPU-0"])).is_err(), "below the minimum");
-    assert!(store.place(&whole(id, epoch, &["GPU-0", "GPU-1", "GPU-2", "GPU-3"])).is_err(), "above the maximum");
+    assert!(
+        store.place(&whole(id, epoch, &["GPU-0", "GPU-1", "GPU-2", "GPU-3"])).is_err(),
+        "above the maximum"
+    );
     store.place(&whole(id, epoch, &["GPU-0", "GPU-1", "GPU-2"])).expect("three is in 2..3");
     assert_eq!(store.job(id).expect("get").expect("exists").gpu_uuids.len(), 3);
 }
