@@ -206,7 +206,7 @@ impl<'s> Elastic<'s> {
             if r.stopping || !self.settled(r.job) || r.width >= max || preempted(out, r.job) {
                 continue;
             }
-            let Some((node, room)) = best_node(layout, r.node, r.width) else { continue };
+            let Some((node, room)) = best_node(layout, r.job, r.node, r.width) else { continue };
             let to = room.min(max);
             if to <= r.width {
                 continue;
@@ -247,11 +247,16 @@ fn someone_waits(pending: &[Job], layout: &Layout<'_>, out: &Plan) -> bool {
     })
 }
 
-/// The node where a job of `width` GPUs on `home` would have the most whole GPUs: its own
-/// plus the idle ones at home, the idle ones elsewhere (ties stay home, then go to the first).
-fn best_node(layout: &Layout<'_>, home: usize, width: u32) -> Option<(usize, u32)> {
+/// The node where `job`, on `width` GPUs of `home`, would have the most whole GPUs: its own
+/// plus the idle ones at home, the idle ones of another node that takes its request at its
+/// minimum (CPU, memory, GPU models). Ties stay home, then go to the first node.
+fn best_node(layout: &Layout<'_>, job: &Job, home: usize, width: u32) -> Option<(usize, u32)> {
+    let req = layout.request(job)?;
     let mut best: Option<(usize, u32)> = None;
     for node in 0..layout.nodes.len() {
+        if node != home && !layout.cluster.node(node).is_some_and(|n| n.fits(&req)) {
+            continue;
+        }
         let room = idle_gpus(layout, node) + if node == home { width } else { 0 };
         let better = match best {
             None => true,
@@ -271,7 +276,7 @@ fn widen(job: &Job, index: usize, ledger: u64, layout: &mut Layout<'_>, out: &mu
     let Some(placed) = out.placements.get(index) else { return };
     let width = placed.grants.len() as u32;
     let Some(home) = layout.nodes.iter().position(|n| n.id == placed.node_id) else { return };
-    let Some((node, room)) = best_node(layout, home, width) else { return };
+    let Some((node, room)) = best_node(layout, job, home, width) else { return };
     if room.min(max) <= width {
         return;
     }

@@ -96,6 +96,17 @@ fn an_elastic_job_moves_to_the_node_where_it_gets_the_most_gpus_before_it_starts
 }
 
 #[test]
+fn an_elastic_job_grows_only_onto_a_node_with_a_gpu_model_it_accepts() {
+    let mut s = cluster(&[2, 4]);
+    s.gpus.iter_mut().filter(|g| g.node_id == "n1").for_each(|g| g.info.model = "H100-80GB".into());
+    let mut j = elastic(1, 1, 4);
+    j.gpu_models = vec!["A100".into()];
+    s.pending = vec![j];
+    let p = go(&s);
+    assert_eq!((p.placements[0].node_id.as_str(), p.placements[0].grants.len()), ("n0", 2), "{p:?}");
+}
+
+#[test]
 fn a_settled_elastic_job_grows_onto_idle_gpus_when_nothing_waits() {
     let mut s = cluster(&[4]);
     run_on(&mut s, elastic(1, 1, 4), 0, 0, 1, GAP_MS);
