@@ -429,3 +429,48 @@ async fn a_bad_gpu_range_gets_422_with_a_sentence_and_elastic_jobs_stay_within_t
     let submit = s.as_(&bob, reqwest::Method::POST, "/v1/jobs").json(&theirs);
     assert_eq!(status(submit).await, StatusCode::FORBIDDEN, "no elastic job in another team's name");
 }
+
+/// `--array` work is bounded by what it asks for, not by the unique indices: before, one 1 MiB
+/// body repeating `0-9999` parsed 10,000 indices per part on the async runtime (minutes of CPU),
+/// stalling every request until the node's heartbeats timed out and its jobs were requeued.
+#[tokio::test]
+async fn an_array_of_repeated_overlapping_ranges_is_refused_before_it_costs_anything() {
+    let s = TestServer::start().await;
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    let viewer = s.token_for("vic", Role::Viewer, &["nlp"]);
+    let array = ["0-9999"; 2].join(",");
+    for token in [&b, &viewer] {
+        let resp = s
+            .as_(token, reqwest::Method::POST, "/v1/jobs")
+            .json(&json!({"command": ["true"], "array": array}))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = resp.json().await.expect("json");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains("more than 10000")), "{body}");
+    }
+    let jobs: Vec<Value> = crate::json_of(s.as_(&b, reqwest::Method::GET, "/v1/jobs")).await;
+    assert!(jobs.is_empty(), "nothing was queued");
+}
+
+/// Before, `until=-2^63` overflowed computing the default `since` (a panic: the connection
+/// dropped) and `since=-2^63&until=2^63-1` overflowed in the store (a 500).
+#[tokio::test]
+async fn usage_periods_outside_the_calendar_get_422_not_a_panic() {
+    let s = TestServer::start().await;
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    for query in
+        ["until=-9223372036854775808", "since=-9223372036854775808&until=9223372036854775807", "since=-1"]
+    {
+        let resp =
+            s.as_(&b, reqwest::Method::GET, &format!("/v1/usage?{query}")).send().await.expect("answered");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{query}");
+    }
+    let ok = s
+        .as_(&b, reqwest::Method::GET, "/v1/usage?since=0&until=253402300799999")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(ok.status(), StatusCode::OK);
+}
