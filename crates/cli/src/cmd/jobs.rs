@@ -213,7 +213,12 @@ fn asked(j: &Job) -> String {
         (n, _, Some(g)) => format!("{n} GPU, rank {} of gang {}", g.rank.unwrap_or(0), g.id),
         (0, 0, _) => "cpu".into(),
         (0, mib, _) => format!("{mib} MiB slice"),
-        (n, _, _) => format!("{n} GPU"),
+        (n, _, _) => match r.gpus_max {
+            // An elastic job: its width now (while placed) and its range.
+            Some(max) if j.state.is_active() => format!("{} GPU ({n}..{max})", j.gpu_uuids.len()),
+            Some(max) => format!("{n}..{max} GPU"),
+            None => format!("{n} GPU"),
+        },
     }
 }
 
@@ -271,6 +276,14 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     }
     if let Some(g) = &j.gang {
         println!("gang      {}", gang_line(g));
+    }
+    if let Some(max) = j.request.gpus_max {
+        let now =
+            if j.state.is_active() { format!("runs on {} GPUs; ", j.gpu_uuids.len()) } else { String::new() };
+        println!(
+            "elastic   {now}{}..{max} GPUs on one node, resized by the scheduler (WORLD_SIZE = its GPUs)",
+            j.request.gpus
+        );
     }
     for w in &detail.workers {
         let rank = w.gang.as_ref().and_then(|g| g.rank).map_or("-".into(), |r| r.to_string());

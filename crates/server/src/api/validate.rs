@@ -65,7 +65,27 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
     if r.gpu_compute_pct > 0 && r.gpu_memory_mib == 0 {
         return Err(bad("gpu_compute_pct", "needs gpu_memory_mib (it sizes a slice)"));
     }
+    elastic(r)?;
     replicas(r)
+}
+
+/// An elastic job's range: from at least 1 GPU, not empty, whole GPUs of one job on one node.
+fn elastic(r: &SubmitRequest) -> Result<(), ApiError> {
+    let Some(max) = r.gpus_max else { return Ok(()) };
+    if r.gpu_memory_mib > 0 {
+        return Err(bad("gpus_max", "an elastic job takes whole GPUs; do not combine it with a slice"));
+    }
+    if r.replicas.is_some_and(|n| n > 1) {
+        return Err(bad(
+            "gpus_max",
+            "elastic gangs are not supported: give replicas or a GPU range, not both",
+        ));
+    }
+    if max > 64 {
+        return Err(bad("gpus_max", "at most 64"));
+    }
+    let range = gantry_api::elastic::GpuRange { min: r.gpus, max: Some(max) };
+    range.check().map_err(|why| bad("gpus_max", &why))
 }
 
 /// Most workers in one gang.

@@ -200,6 +200,10 @@ impl Store for SqliteStore {
         let reason = reason.to_owned();
         self.writer.write(move |c| jobs::preempt(c, id, &reason, at))
     }
+    fn resize(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+        let reason = reason.to_owned();
+        self.writer.write(move |c| jobs::resize(c, id, &reason, at))
+    }
     fn register_node(&self, registration: &NodeRegistration) -> Result<u64> {
         let registration = registration.clone();
         self.writer.write(move |c| nodes::register(c, &registration))
