@@ -91,7 +91,6 @@ impl JobUsers {
     }
 }
 
-
 /// Whether this process runs with root's effective user id.
 pub fn running_as_root() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

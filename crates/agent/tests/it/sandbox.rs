@@ -100,7 +100,8 @@ fn cgroup_dirs(printed: &str) -> Vec<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_as_its_teams_own_user_in_a_private_directory_with_only_allow_listed_variables() {
-    if needs_root("a_job_runs_as_its_teams_own_user_in_a_private_directory_with_only_allow_listed_variables") {
+    if needs_root("a_job_runs_as_its_teams_own_user_in_a_private_directory_with_only_allow_listed_variables")
+    {
         return;
     }
     let h = start_with(Setup::default()).await;
