@@ -3,9 +3,9 @@
 //! A job must not run as the agent: the agent (root, on a real node) can read the store, the
 //! join token and every other job's output. So a root agent runs each attempt as an unprivileged
 //! user chosen by the job's team: by default the team's own user ([`super::team_user`]), which
-//! the agent creates the first time the team has a job on the node. Users are looked up with `id(1)` rather than by reading `/etc/passwd`, so users from
-//! LDAP or other NSS sources work, and without calling `getpwnam` (not thread-safe, and unsafe
-//! code for little gain at start-up).
+//! the agent creates the first time the team has a job on the node. Users are looked up with
+//! `id(1)` rather than by reading `/etc/passwd`, so users from LDAP or other NSS sources work,
+//! and without calling `getpwnam` (not thread-safe, and unsafe code for little gain).
 
 use std::process::Command;
 

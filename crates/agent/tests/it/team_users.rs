@@ -109,3 +109,24 @@ async fn a_team_user_that_cannot_be_made_fails_the_job_with_the_reason() {
     assert_eq!(log(&h, id, "stdout"), "", "the job never ran");
     let _ = h.stop.send(true);
 }
+
+#[test]
+fn a_team_user_made_by_an_agent_for_another_team_is_refused() {
+    use gantry_agent::runner::{team_user, users};
+    if needs_root("a_team_user_made_by_an_agent_for_another_team_is_refused") {
+        return;
+    }
+    // As if another team's name had hashed to this team's user name.
+    let (team, user) = ("hashclash", "gantry-t-hashclash");
+    let foreign = format!("{}{}", team_user::COMMENT_PREFIX, "0".repeat(64));
+    let made = std::process::Command::new("useradd")
+        .args(["--system", "--no-create-home", "--user-group", "--comment", &foreign, user])
+        .output()
+        .expect("useradd");
+    let result = users::resolve_or_create_for_team(team);
+    if made.status.success() {
+        let _ = std::process::Command::new("userdel").arg(user).status();
+    }
+    let err = result.expect_err("made for another team");
+    assert!(err.to_string().contains("made for another team"), "{err}");
+}
