@@ -16,7 +16,7 @@ use super::team_user;
 /// '*=gantry-job'` brings it back (and the agent creates it if missing).
 pub const SHARED_JOB_USER: &str = "gantry-job";
 
-/// A user a job can run as, resolved once at start-up.
+/// A user a job can run as, resolved once (at start-up, or at its team's first job on the node).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// Login name (`USER`, `LOGNAME`).
