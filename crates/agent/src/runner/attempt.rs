@@ -80,7 +80,8 @@ pub fn start(
     exits: &mpsc::UnboundedSender<Ended>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Started, AgentError> {
-    let (user, credentials) = ctx.sandbox.user_for(&a.team);
+    let (user, credentials) = ctx.sandbox.user_for(&a.team)?;
+    let user = &user;
     let workdir = ctx.sandbox.make_workdir(a.job_id, a.attempt, user)?;
     let cgroup = match ctx.sandbox.cgroup(a) {
         Ok(c) => c.map(Arc::new),

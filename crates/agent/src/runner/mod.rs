@@ -29,6 +29,7 @@ pub mod record;
 pub mod sandbox;
 pub mod shim;
 pub mod ship;
+pub mod team_user;
 pub mod users;
 
 use std::path::PathBuf;

@@ -4,9 +4,12 @@
 //! client config) and every job's output. A job is someone else's code, so it must not run as
 //! the agent. When the agent runs as root, each attempt:
 //!
-//! - runs as an unprivileged user chosen by its team (`--job-user TEAM=USER`; `*` names the user
-//!   for every other team; by default `gantry-job`, created when missing), with that user's
-//!   groups only and no way back to root ([`super::child`]);
+//! - runs as an unprivileged user of its team alone: by default `gantry-t-<team>`
+//!   ([`super::team_user`]), created the first time the team has a job on the node, so that no
+//!   team can read another's `/proc/<pid>/environ`, signal or `ptrace` its processes or enter
+//!   its work directory; `--job-user TEAM=USER` names another (`*`: every team not listed, and
+//!   `'*=gantry-job'` puts every team back in one shared user). It gets that user's groups only
+//!   and no way back to root ([`super::child`]);
 //! - works in its own directory `<work>/<scope>/<job>-<attempt>`, mode 0700 and owned by that
 //!   user, which is also its `HOME`. The work root is outside the agent's data directory (which
 //!   a job user cannot enter) and is mode 0711, so a job cannot list other attempts'
@@ -27,13 +30,15 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use gantry_api::types::Assignment;
 
 use super::cgroup::{Cgroup, Cgroups, Limits};
 use super::child::Credentials;
 use super::error::AgentError;
-use super::users::{self, DEFAULT_JOB_USER, Identity};
+use super::team_user;
+use super::users::{self, Identity, SHARED_JOB_USER};
 
 /// The team key of `--job-user` that names the user of every team not listed.
 pub const ANY_TEAM: &str = "*";
@@ -61,8 +66,29 @@ pub struct Sandbox {
 
 #[derive(Debug)]
 struct JobUsers {
+    /// `--job-user TEAM=USER`.
     by_team: BTreeMap<String, Identity>,
-    default: Identity,
+    /// `--job-user '*=USER'`: the user of every team not listed. `None`: each its own.
+    any: Option<Identity>,
+    /// Team users found or made so far, by team (a team's user is made once per node).
+    own: Mutex<BTreeMap<String, Identity>>,
+}
+
+impl JobUsers {
+    /// The user of `team`: its mapping, else `*`'s, else its own user, made when missing.
+    fn get(&self, team: &str) -> Result<Identity, AgentError> {
+        if let Some(id) = self.by_team.get(team).or(self.any.as_ref()) {
+            return Ok(id.clone());
+        }
+        // Held while `useradd` runs: two attempts of one team make its user once.
+        let mut own = self.own.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = own.get(team) {
+            return Ok(id.clone());
+        }
+        let id = checked(&team_user::name(team), users::resolve_or_create_for_team(team)?)?;
+        own.insert(team.to_owned(), id.clone());
+        Ok(id)
+    }
 }
 
 /// Whether this process runs with root's effective user id.
@@ -122,7 +148,11 @@ impl Sandbox {
     /// One line saying how jobs are run.
     pub fn describe(&self) -> String {
         let who = match &self.users {
-            Some(u) => format!("as {} (or their team's user)", u.default.name),
+            Some(JobUsers { any: Some(any), .. }) => format!("as {} (or their team's user)", any.name),
+            Some(_) => format!(
+                "each as their team's own user ({}<team>, made on first use, or --job-user's)",
+                team_user::PREFIX
+            ),
             None => format!("as {} (not isolated)", self.agent.name),
         };
         let groups = self
@@ -133,12 +163,15 @@ impl Sandbox {
     }
 
     /// The user `team`'s jobs run as, and the credentials to switch to (`None`: stay the agent).
-    pub fn user_for(&self, team: &str) -> (&Identity, Option<Credentials>) {
+    /// The first job of a team on this node makes the team's user (`useradd`, which blocks
+    /// briefly); an error says why it could not, and the job fails with it.
+    pub fn user_for(&self, team: &str) -> Result<(Identity, Option<Credentials>), AgentError> {
         match &self.users {
-            None => (&self.agent, None),
+            None => Ok((self.agent.clone(), None)),
             Some(u) => {
-                let id = u.by_team.get(team).unwrap_or(&u.default);
-                (id, Some(Credentials { uid: id.uid, gid: id.gid, groups: id.groups.clone() }))
+                let id = u.get(team)?;
+                let credentials = Credentials { uid: id.uid, gid: id.gid, groups: id.groups.clone() };
+                Ok((id, Some(credentials)))
             }
         }
     }
@@ -254,22 +287,30 @@ pub fn remove_dir(dir: &Path) {
     }
 }
 
+/// Resolves the users `--job-user` names. They must exist, except the shared `gantry-job` of
+/// the opt-out `'*=gantry-job'`, which is made when missing as it always was.
 fn job_users(config: &BTreeMap<String, String>) -> Result<JobUsers, AgentError> {
-    let checked = |name: &str, found: Identity| {
-        if found.uid == 0 {
-            return Err(AgentError::Sandbox(format!("jobs cannot run as {name}: it is root")));
-        }
-        Ok(found)
-    };
-    let default = match config.get(ANY_TEAM) {
-        Some(name) => checked(name, users::resolve(name)?)?,
-        None => checked(DEFAULT_JOB_USER, users::resolve_or_create(DEFAULT_JOB_USER)?)?,
+    let any = match config.get(ANY_TEAM).map(String::as_str) {
+        Some(SHARED_JOB_USER) => Some(checked(
+            SHARED_JOB_USER,
+            users::resolve_or_create(SHARED_JOB_USER, "gantry jobs of every team")?,
+        )?),
+        Some(name) => Some(checked(name, users::resolve(name)?)?),
+        None => None,
     };
     let mut by_team = BTreeMap::new();
     for (team, name) in config.iter().filter(|(t, _)| *t != ANY_TEAM) {
         by_team.insert(team.clone(), checked(name, users::resolve(name)?)?);
     }
-    Ok(JobUsers { by_team, default })
+    Ok(JobUsers { by_team, any, own: Mutex::default() })
+}
+
+/// Jobs never run as root.
+fn checked(name: &str, found: Identity) -> Result<Identity, AgentError> {
+    if found.uid == 0 {
+        return Err(AgentError::Sandbox(format!("jobs cannot run as {name}: it is root")));
+    }
+    Ok(found)
 }
 
 /// The agent's scope name, made on first start and kept in `<state>/sandbox-scope`.

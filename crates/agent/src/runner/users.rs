@@ -2,19 +2,21 @@
 //!
 //! A job must not run as the agent: the agent (root, on a real node) can read the store, the
 //! join token and every other job's output. So a root agent runs each attempt as an unprivileged
-//! user chosen by the job's team, by default `gantry-job`, which the agent creates if it is
-//! missing. Users are looked up with `id(1)` rather than by reading `/etc/passwd`, so users from
-//! LDAP or other NSS sources work, and without calling `getpwnam` (not thread-safe, and unsafe
-//! code for little gain at start-up).
+//! user chosen by the job's team: by default the team's own user ([`super::team_user`]), which
+//! the agent creates the first time the team has a job on the node. Users are looked up with
+//! `id(1)` rather than by reading `/etc/passwd`, so users from LDAP or other NSS sources work,
+//! and without calling `getpwnam` (not thread-safe, and unsafe code for little gain).
 
 use std::process::Command;
 
 use super::error::AgentError;
+use super::team_user;
 
-/// The user a job runs as when its team has none of its own.
-pub const DEFAULT_JOB_USER: &str = "gantry-job";
+/// The one user every team's jobs ran as before each team had its own; `--job-user
+/// '*=gantry-job'` brings it back (and the agent creates it if missing).
+pub const SHARED_JOB_USER: &str = "gantry-job";
 
-/// A user a job can run as, resolved once at start-up.
+/// A user a job can run as, resolved once (at start-up, or at its team's first job on the node).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// Login name (`USER`, `LOGNAME`).
@@ -51,9 +53,28 @@ fn lookup(user: Option<&str>) -> Result<Identity, AgentError> {
     Ok(Identity { name, uid: number(&ask("-u")?)?, gid: number(&ask("-g")?)?, groups })
 }
 
+/// The user of `team`'s jobs ([`team_user::name`]), created on first use. An existing user of
+/// that name is used as it is (an admin may make team users beforehand, say to give them the
+/// same uid on every node), unless an agent made it for another team: two team names whose
+/// hashes agree in [`team_user::HASH_HEX`] digits must not share a user.
+pub fn resolve_or_create_for_team(team: &str) -> Result<Identity, AgentError> {
+    let name = team_user::name(team);
+    let comment = team_user::comment(team);
+    let found = resolve_or_create(&name, &comment)?;
+    match gecos(&name) {
+        Some(other) if other.starts_with(team_user::COMMENT_PREFIX) && other != comment => {
+            Err(sandbox_error(format!(
+                "the job user {name} was made for another team whose name hashes alike; \
+                 map this team to a user of its own with --job-user"
+            )))
+        }
+        _ => Ok(found),
+    }
+}
+
 /// Looks `name` up, creating it as a system user with its own group, no home and no login shell
-/// when it does not exist.
-pub fn resolve_or_create(name: &str) -> Result<Identity, AgentError> {
+/// when it does not exist; `comment` goes in its GECOS field.
+pub fn resolve_or_create(name: &str, comment: &str) -> Result<Identity, AgentError> {
     if let Ok(found) = resolve(name) {
         return Ok(found);
     }
@@ -63,7 +84,7 @@ pub fn resolve_or_create(name: &str) -> Result<Identity, AgentError> {
         .unwrap_or("/bin/false");
     let created = Command::new("useradd")
         .args(["--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", shell])
-        .args(["--user-group", name])
+        .args(["--comment", comment, "--user-group", name])
         .output()
         .map_err(|e| sandbox_error(format!("cannot run useradd to create the job user {name}: {e}")))?;
     // Another agent may have created it meanwhile; the lookup below is what counts.
@@ -71,6 +92,13 @@ pub fn resolve_or_create(name: &str) -> Result<Identity, AgentError> {
         let why = String::from_utf8_lossy(&created.stderr);
         sandbox_error(format!("cannot create the job user {name}: {}", why.trim()))
     })
+}
+
+/// The comment (GECOS) field of `name`'s entry, `None` when it has none or cannot be read.
+fn gecos(name: &str) -> Option<String> {
+    let out = Command::new("getent").args(["passwd", name]).output().ok()?;
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    out.status.success().then(|| line.trim_end().split(':').nth(4).map(str::to_owned))?
 }
 
 fn id(args: &[&str]) -> Result<String, AgentError> {

@@ -11,4 +11,5 @@ mod runner;
 mod sandbox;
 mod server;
 mod support;
+mod team_users;
 mod tls;

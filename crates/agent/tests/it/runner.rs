@@ -20,6 +20,8 @@ pub struct Harness {
     /// A directory every job user may write to (for markers).
     pub shared: std::path::PathBuf,
     pub stop: tokio::sync::watch::Sender<bool>,
+    /// `--job-user` of every agent started here.
+    job_users: std::collections::BTreeMap<String, String>,
     url: String,
     token: String,
     pub agent: tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>>,
@@ -29,11 +31,13 @@ pub struct Harness {
 pub struct Setup {
     pub fleet: &'static str,
     pub log_limit_bytes: u64,
+    /// `--job-user TEAM=USER` mappings.
+    pub job_users: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { fleet: "1xA100-80GB", log_limit_bytes: 64 << 20 }
+        Self { fleet: "1xA100-80GB", log_limit_bytes: 64 << 20, job_users: Default::default() }
     }
 }
 
@@ -74,6 +78,7 @@ pub async fn start_with(setup: Setup) -> Harness {
         outside,
         shared,
         stop,
+        job_users: setup.job_users,
         url,
         token,
         agent: tokio::spawn(async { Ok(()) }),
@@ -109,7 +114,7 @@ impl Harness {
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
         let state_dir = self.dir.path().join("agent");
-        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: Default::default() };
+        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: self.job_users.clone() };
         let sandbox = Arc::new(Sandbox::build(&sandbox, &state_dir).expect("sandbox"));
         let config = AgentConfig {
             server: self.url.clone(),
@@ -142,7 +147,7 @@ impl Harness {
 impl Drop for Harness {
     /// A failed test leaves its jobs running: end them the way a restarted agent would.
     fn drop(&mut self) {
-        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: Default::default() };
+        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: self.job_users.clone() };
         if let Ok(sandbox) = Sandbox::build(&sandbox, &self.dir.path().join("agent")) {
             sandbox.remove_orphans();
             sandbox.release();

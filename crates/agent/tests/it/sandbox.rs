@@ -14,7 +14,7 @@ use gantry_store::{JobRequest, JobState, NewJob, Store};
 use crate::runner::{Harness, Setup, job, start_with, submit, until};
 
 /// Whether the test must be skipped because it needs root.
-fn needs_root(test: &str) -> bool {
+pub fn needs_root(test: &str) -> bool {
     if running_as_root() {
         return false;
     }
@@ -34,23 +34,23 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
     store.submit(&job).expect("submit").0
 }
 
-fn log(h: &Harness, id: i64, stream: &str) -> String {
+pub fn log(h: &Harness, id: i64, stream: &str) -> String {
     let bytes = std::fs::read(h.dir.path().join("logs").join(id.to_string()).join("1").join(stream))
         .unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-async fn finished(h: &Harness, id: i64) -> gantry_store::Job {
+pub async fn finished(h: &Harness, id: i64) -> gantry_store::Job {
     until("the job to end", || Some(job(&*h.store, id)).filter(|j| j.state.is_terminal())).await
 }
 
 /// A `sleep` argument no other test uses, to find a job's processes in `/proc`.
-fn marker(n: u32) -> String {
+pub fn marker(n: u32) -> String {
     format!("{n}.{}", std::process::id() % 100_000)
 }
 
 /// Pids of live processes running `sleep <marker>`.
-fn sleepers(marker: &str) -> Vec<u32> {
+pub fn sleepers(marker: &str) -> Vec<u32> {
     let wanted = format!("sleep\0{marker}\0");
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -99,8 +99,9 @@ fn cgroup_dirs(printed: &str) -> Vec<PathBuf> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_runs_as_gantry_job_in_a_private_directory_with_only_allow_listed_variables() {
-    if needs_root("a_job_runs_as_gantry_job_in_a_private_directory_with_only_allow_listed_variables") {
+async fn a_job_runs_as_its_teams_own_user_in_a_private_directory_with_only_allow_listed_variables() {
+    if needs_root("a_job_runs_as_its_teams_own_user_in_a_private_directory_with_only_allow_listed_variables")
+    {
         return;
     }
     let h = start_with(Setup::default()).await;
@@ -110,20 +111,20 @@ async fn a_job_runs_as_gantry_job_in_a_private_directory_with_only_allow_listed_
     assert_eq!(finished(&h, id).await.state, JobState::Succeeded, "{}", log(&h, id, "stderr"));
     let out = log(&h, id, "stdout");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "gantry-job", "{out}");
-    let gid = std::process::Command::new("id").args(["-g", "gantry-job"]).output().expect("id").stdout;
+    assert_eq!(lines[0], "gantry-t-t", "{out}");
+    let gid = std::process::Command::new("id").args(["-g", "gantry-t-t"]).output().expect("id").stdout;
     assert_eq!(lines[1], String::from_utf8_lossy(&gid).trim(), "only the job user's own group");
     let workdir = h
         .work_root()
         .join(std::fs::read_to_string(h.dir.path().join("agent/sandbox-scope")).expect("scope").trim());
     assert_eq!(lines[2], workdir.join(format!("{id}-1")).display().to_string());
-    assert_eq!(lines[3], "700 gantry-job");
+    assert_eq!(lines[3], "700 gantry-t-t");
     assert_eq!(lines[4].split_whitespace().collect::<Vec<_>>(), ["NoNewPrivs:", "1"]);
     let fds: BTreeSet<&str> = lines[5].split_whitespace().collect();
     assert!(fds.is_subset(&["0", "1", "2", "3"].into()), "the job inherits only its stdio: {fds:?}");
     let env: Vec<&str> = lines[6..].to_vec();
     assert!(env.contains(&format!("HOME={}", lines[2]).as_str()), "{out}");
-    assert!(env.contains(&"USER=gantry-job"), "{out}");
+    assert!(env.contains(&"USER=gantry-t-t"), "{out}");
     assert!(env.contains(&format!("GANTRY_JOB_ID={id}").as_str()), "{out}");
     for forbidden in ["GANTRY_TOKEN=", "GANTRY_JOIN_TOKEN=", "CARGO", "RUST"] {
         assert!(!env.iter().any(|v| v.starts_with(forbidden)), "{forbidden} leaked: {out}");
@@ -363,7 +364,7 @@ async fn a_job_starts_in_its_workdir_inside_its_own_directory_and_a_workdir_clim
     let lines: Vec<&str> = out.lines().collect();
     let home = Path::new(lines[3]);
     assert_eq!(Path::new(lines[0]), home.join("out/run"), "{out}");
-    assert_eq!((lines[1], lines[2]), ("700 gantry-job", "700 gantry-job"), "{out}");
+    assert_eq!((lines[1], lines[2]), ("700 gantry-t-t", "700 gantry-t-t"), "{out}");
     // A workdir that slipped past the server (written straight to the store) is refused by the
     // agent too: the job never starts anywhere else.
     let escape = submit_in(&*h.store, "touch /tmp/escaped-$GANTRY_JOB_ID", "../..");

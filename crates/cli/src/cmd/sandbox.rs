@@ -16,9 +16,13 @@ pub struct SandboxArgs {
     /// `<data dir>/work`). Job users must be able to reach it.
     #[arg(long)]
     work_dir: Option<PathBuf>,
-    /// Run team TEAM's jobs as USER (repeatable; TEAM `*` means every other team). Teams not
-    /// listed run as `gantry-job`, created if missing. Needs root; without root jobs run as
-    /// the agent's user.
+    /// Run team TEAM's jobs as USER, which must exist (repeatable; TEAM `*` means every team
+    /// not listed). By default each team runs as a user of its own, `gantry-t-<team>`
+    /// (cleaned, with a hash of the team name when the name is not a valid user name as it
+    /// is), created on the team's first job on the node, so that teams cannot read or signal
+    /// each other's jobs. `--job-user '*=gantry-job'` puts every team back in one shared user
+    /// (created if missing): teams are then not isolated from each other. Needs root; without
+    /// root jobs run as the agent's user.
     #[arg(long = "job-user", value_name = "TEAM=USER")]
     job_users: Vec<String>,
 }
