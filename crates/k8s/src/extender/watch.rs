@@ -205,6 +205,25 @@ impl PodFeed {
     }
 }
 
+/// Why no API-server client could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Neither an in-cluster service account nor a kubeconfig was found or usable.
+    #[error("no Kubernetes API server configured (not in a cluster, no usable kubeconfig): {0}")]
+    NoConfig(#[from] kube::config::InferConfigError),
+    /// The configuration was found but a client could not be built from it.
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A client from the in-cluster service account, else the kubeconfig (`KUBECONFIG`,
+/// `~/.kube/config`), and the API server's URL (for the log).
+pub async fn connect() -> Result<(kube::Client, String), ConnectError> {
+    let config = kube::Config::infer().await?;
+    let url = config.cluster_url.to_string();
+    Ok((kube::Client::try_from(config)?, url))
+}
+
 /// Watches nodes and bound pods through `client` and keeps `ext`'s model current, until the
 /// process ends (watch errors are logged and retried with kube's default backoff). `listed` is
 /// called with `"nodes"` or `"pods"` each time a full list has been applied.
