@@ -102,7 +102,8 @@ async fn answer(handle: &mut Handle, status: u16, answer: Value) -> Seen {
     let (req, send) = pin!(handle).next_request().await.expect("the extender called the API server");
     let (parts, body) = req.into_parts();
     let bytes = body.collect_bytes().await.expect("request body");
-    let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("json body") };
+    let body =
+        if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("json body") };
     let resp = http::Response::builder()
         .status(status)
         .header("content-type", "application/json")
@@ -120,7 +121,11 @@ fn created() -> Value {
 /// Nothing more reaches the API server (on paused time: once every task is idle).
 async fn silent(handle: &mut Handle) {
     let next = tokio::time::timeout(Duration::from_secs(1), pin!(handle).next_request()).await;
-    assert!(next.is_err(), "unexpected API request: {:?}", next.ok().flatten().map(|(r, _)| r.uri().to_string()));
+    assert!(
+        next.is_err(),
+        "unexpected API request: {:?}",
+        next.ok().flatten().map(|(r, _)| r.uri().to_string())
+    );
 }
 
 fn free_gpus(ext: &Arc<Extender>, node: &str) -> Vec<u32> {
@@ -205,9 +210,15 @@ async fn a_gang_of_three_binds_all_three_only_when_the_third_arrives() {
     for _ in 0..3 {
         let seen = answer(&mut handle, 201, created()).await;
         assert_eq!(seen.method, "POST");
-        bound.insert(seen.body["metadata"]["name"].as_str().expect("name").to_string(), seen.body["target"]["name"].clone());
+        bound.insert(
+            seen.body["metadata"]["name"].as_str().expect("name").to_string(),
+            seen.body["target"]["name"].clone(),
+        );
     }
-    assert_eq!(bound, BTreeMap::from([("w0".into(), json!("n1")), ("w1".into(), json!("n2")), ("w2".into(), json!("n1"))]));
+    assert_eq!(
+        bound,
+        BTreeMap::from([("w0".into(), json!("n1")), ("w1".into(), json!("n2")), ("w2".into(), json!("n1"))])
+    );
     assert_eq!(third.await.expect("bind"), "");
     for h in held {
         assert_eq!(h.await.expect("bind"), "");
@@ -316,7 +327,8 @@ async fn watcher_events_node_added_pod_bound_elsewhere_and_pod_deleted_change_wh
 }
 
 #[tokio::test]
-async fn a_pod_seen_bound_before_its_node_takes_its_gpus_when_the_node_arrives_and_a_relist_drops_the_missed_deletions() {
+async fn a_pod_seen_bound_before_its_node_takes_its_gpus_when_the_node_arrives_and_a_relist_drops_the_missed_deletions()
+ {
     let (ext, _handle, _) = extender(&[]);
     let (mut nodes, mut pods) = (watch::NodeFeed::default(), watch::PodFeed::default());
     let mut model = ext.lock_model().expect("model");
@@ -342,12 +354,16 @@ async fn api_server(mut handle: Handle) {
                 "metadata": {"resourceVersion": "100"}, "items": [api_node("gpu-1", 8)]}),
             ("/api/v1/pods", false) => {
                 // Only bound, unfinished pods, as kube-scheduler's own informer asks.
-                assert!(query.contains("fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded"), "{query}");
+                assert!(
+                    query.contains("fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded"),
+                    "{query}"
+                );
                 json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "100"}, "items": []})
             }
             ("/api/v1/pods", true) if !pods_watched => {
                 pods_watched = true;
-                let mut added = serde_json::to_value(bound_pod("elsewhere", "gpu-1", 8, "Running")).expect("pod");
+                let mut added =
+                    serde_json::to_value(bound_pod("elsewhere", "gpu-1", 8, "Running")).expect("pod");
                 added["metadata"]["resourceVersion"] = json!("101");
                 json!({"type": "ADDED", "object": added})
             }
@@ -382,4 +398,19 @@ async fn the_watchers_list_and_watch_the_api_server_and_filter_follows_a_pod_bou
     assert_eq!(ext.lock_model().expect("model").holding("ml/elsewhere"), Some(("gpu-1", false)));
     let f = filter(&ext, pod("next", 1, json!({})), &["gpu-1"]).await;
     assert_eq!(f.failed_nodes["gpu-1"], "not enough idle GPUs");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_for_a_pod_filter_did_not_show_this_process_reads_the_pod_first() {
+    let (ext, mut handle, _) = extender(&[("half", 8)]);
+    let binding = tokio::spawn({
+        let ext = ext.clone();
+        async move { bind(&ext, "train-9", "half").await }
+    });
+    let seen = answer(&mut handle, 200, pod("train-9", 2, json!({}))).await;
+    assert_eq!((seen.method.as_str(), seen.uri.as_str()), ("GET", "/api/v1/namespaces/ml/pods/train-9"));
+    let seen = answer(&mut handle, 201, created()).await;
+    assert_eq!(seen.body["target"]["name"], "half");
+    assert_eq!(binding.await.expect("bind"), "");
+    assert_eq!(free_gpus(&ext, "half").iter().filter(|g| **g == 1000).count(), 6);
 }

@@ -81,7 +81,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                  /bind creates Bindings"
             );
             let ext = Extender::new(model, Binder::Api(client.clone()), gang_timeout);
-            tokio::spawn(watch::run(client, ext.clone(), |what| tracing::info!("the model holds every {what} the API server lists")));
+            tokio::spawn(watch::run(client, ext.clone(), |what| {
+                tracing::info!("the model holds every {what} the API server lists")
+            }));
             ext
         };
         let listener = tokio::net::TcpListener::bind(args.listen)

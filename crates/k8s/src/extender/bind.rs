@@ -97,6 +97,14 @@ impl Extender {
 
     /// Binds the pod (see the module docs); the error is kube-scheduler's bind error.
     pub async fn bind(self: &Arc<Self>, args: &ExtenderBindingArgs) -> Result<Outcome, Poisoned> {
+        let key = format!("{}/{}", args.pod_namespace, args.pod_name);
+        if self.lock_model()?.pending(&key).is_none() {
+            match self.binder.fetch(&args.pod_namespace, &args.pod_name).await {
+                Ok(Some(pod)) => self.lock_model()?.remember(&pod),
+                Ok(None) => {}
+                Err(e) => return Ok(Err(e)),
+            }
+        }
         let step = match self.reserve(args)? {
             Ok(step) => step,
             Err(e) => return Ok(Err(e)),
@@ -104,7 +112,10 @@ impl Extender {
         Ok(match step {
             Step::Single(t) => self.bind_all(vec![t]).await?.remove(0).1,
             Step::Hold(rx) => rx.await.unwrap_or_else(|_| {
-                Err(format!("bind of {}/{} was superseded or its gang abandoned", args.pod_namespace, args.pod_name))
+                Err(format!(
+                    "bind of {}/{} was superseded or its gang abandoned",
+                    args.pod_namespace, args.pod_name
+                ))
             }),
             Step::Complete(members) => {
                 let key = format!("{}/{}", args.pod_namespace, args.pod_name);

@@ -6,10 +6,13 @@
 //! one. The API server sets `spec.nodeName` only if it is still empty: a pod bound by someone
 //! else meanwhile gets 409 Conflict. That optimistic check is the only lock; the extender's own
 //! binds are serialised by its model (a reservation is taken before the request is sent).
+//! A pod `/filter` did not show this process is read with `GET pods/{name}` before it is bound.
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
+
+use super::pod::PodRequest;
 
 /// The pod and node of one bind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +76,19 @@ impl std::fmt::Debug for Binder {
 }
 
 impl Binder {
+    /// Reads a pod `/filter` did not show this process (it restarted between filter and bind):
+    /// `Ok(None)` without an API server. A pod already bound is refused with its node.
+    pub async fn fetch(&self, namespace: &str, name: &str) -> Result<Option<PodRequest>, String> {
+        let Binder::Api(client) = self else { return Ok(None) };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let pod = pods.get(name).await.map_err(|e| format!("reading pod {namespace}/{name}: {e}"))?;
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty()) {
+            return Err(format!("pod {namespace}/{name} is already bound to node {node}"));
+        }
+        let value = serde_json::to_value(&pod).map_err(|e| e.to_string())?;
+        super::pod::parse(&value).map(Some)
+    }
+
     /// Binds the pod (a no-op for [`Binder::Record`]).
     pub async fn bind(&self, t: &Target) -> Result<(), BindError> {
         let Binder::Api(client) = self else { return Ok(()) };

@@ -248,7 +248,8 @@ impl Model {
             return Ok(());
         }
         self.release(key);
-        self.pods.insert(key.to_string(), Held { id: None, node: node.to_string(), request, reserved: false });
+        self.pods
+            .insert(key.to_string(), Held { id: None, node: node.to_string(), request, reserved: false });
         self.place(key)
     }
 
@@ -256,8 +257,12 @@ impl Model {
     /// under way are kept unless the list shows their pod bound. Returns the pods dropped.
     pub fn replace_pods(&mut self, pods: Vec<(String, String, Request)>) -> Vec<String> {
         let listed: std::collections::HashSet<&str> = pods.iter().map(|(k, _, _)| k.as_str()).collect();
-        let stale: Vec<String> =
-            self.pods.iter().filter(|(k, h)| !h.reserved && !listed.contains(k.as_str())).map(|(k, _)| k.clone()).collect();
+        let stale: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(k, h)| !h.reserved && !listed.contains(k.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in &stale {
             self.release(key);
         }
@@ -284,7 +289,8 @@ impl Model {
         }
     }
 
-    fn remember(&mut self, pod: &PodRequest) {
+    /// Remembers a pod's request for its `/bind` (filter and prioritize do this themselves).
+    pub fn remember(&mut self, pod: &PodRequest) {
         if self.pending.len() >= PENDING_CAP {
             self.pending.clear();
         }

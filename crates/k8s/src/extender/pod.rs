@@ -187,8 +187,13 @@ mod tests {
         let g = parse(&pod(json!({GANG: "job-a", GANG_SIZE: "3"}))).expect("valid").gang;
         assert_eq!(g, Some(GangRef { key: "ml/job-a".to_string(), size: 3 }));
         assert_eq!(parse(&pod(json!({}))).expect("valid").gang, None);
-        for bad in [json!({GANG: "a"}), json!({GANG_SIZE: "2"}), json!({GANG: "a", GANG_SIZE: "0"}),
-                    json!({GANG: "a", GANG_SIZE: "x"}), json!({GANG: "", GANG_SIZE: "2"})] {
+        for bad in [
+            json!({GANG: "a"}),
+            json!({GANG_SIZE: "2"}),
+            json!({GANG: "a", GANG_SIZE: "0"}),
+            json!({GANG: "a", GANG_SIZE: "x"}),
+            json!({GANG: "", GANG_SIZE: "2"}),
+        ] {
             assert!(parse(&pod(bad.clone())).is_err(), "{bad}");
         }
     }

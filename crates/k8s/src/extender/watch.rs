@@ -66,7 +66,8 @@ pub fn node_spec(node: &Node) -> Result<NodeSpec, String> {
         (None, 1) if whole == 0 => slice_mib,
         _ => 0,
     };
-    let gpu_model = (gpus > 0).then(|| label([GPU_MODEL_LABEL, "nvidia.com/gpu.product"]).unwrap_or("GPU".into()));
+    let gpu_model =
+        (gpus > 0).then(|| label([GPU_MODEL_LABEL, "nvidia.com/gpu.product"]).unwrap_or("GPU".into()));
     Ok(NodeSpec { cpu_milli: get("cpu")?, memory_mib: get("memory")?, gpus, gpu_model, gpu_memory_mib, name })
 }
 
@@ -263,7 +264,10 @@ pub async fn run(client: kube::Client, ext: Arc<Extender>, listed: impl Fn(&'sta
 }
 
 /// A watcher with kube's default backoff; errors are logged and become `None`.
-fn watcher<K>(api: Api<K>, config: watcher::Config) -> impl futures_util::Stream<Item = Option<Event<K>>> + Send
+fn watcher<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl futures_util::Stream<Item = Option<Event<K>>> + Send
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
