@@ -199,8 +199,8 @@ async fn a_gang_of_three_binds_all_three_only_when_the_third_arrives() {
     // Two members hold reservations; no Binding exists yet and both binds are still waiting.
     silent(&mut handle).await;
     assert!(held.iter().all(|h| !h.is_finished()));
-    let (gang_key, members) = ext.assembling().expect("table").expect("assembling");
-    assert_eq!((gang_key.as_str(), members.len()), ("ml/job", 2));
+    let assembly = ext.assembling().expect("table").expect("assembling");
+    assert_eq!((assembly.gang.as_str(), assembly.members.len()), ("ml/job", 2));
     assert_eq!(free_gpus(&ext, "n2").iter().filter(|g| **g == 1000).count(), 6, "w1's reservation counts");
     let third = tokio::spawn({
         let ext = ext.clone();

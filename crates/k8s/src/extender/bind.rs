@@ -29,14 +29,14 @@
 //!
 //! Without an API server ([`Binder::Record`]) the same steps run and a bind is only recorded.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::binder::{Binder, Target};
-use super::gang::{Gangs, Join};
+use super::gang::{Assembly, Gangs, Join};
 use super::model::Model;
 use super::wire::ExtenderBindingArgs;
 
@@ -247,7 +247,7 @@ impl Extender {
     }
 
     /// The gang being assembled and its members (for tests and logs).
-    pub fn assembling(&self) -> Result<Option<(String, BTreeMap<String, String>)>, Poisoned> {
-        Ok(self.lock_table()?.gangs.assembling().map(|a| (a.gang.clone(), a.members.clone())))
+    pub fn assembling(&self) -> Result<Option<Assembly>, Poisoned> {
+        Ok(self.lock_table()?.gangs.assembling().cloned())
     }
 }
