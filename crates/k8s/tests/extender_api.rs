@@ -414,3 +414,16 @@ async fn a_bind_for_a_pod_filter_did_not_show_this_process_reads_the_pod_first()
     assert_eq!(binding.await.expect("bind"), "");
     assert_eq!(free_gpus(&ext, "half").iter().filter(|g| **g == 1000).count(), 6);
 }
+
+#[test]
+fn a_pod_bound_elsewhere_holds_its_gpus_whatever_its_gang_annotations_say() {
+    let mut p = serde_json::to_value(bound_pod("odd", "n1", 4, "Running")).expect("pod");
+    p["metadata"]["annotations"] = json!({"gantry.dev/gang": "g"});
+    let p: Pod = serde_json::from_value(p).expect("Pod");
+    match watch::pod_view(&p) {
+        watch::PodView::Bound(key, node, r) => {
+            assert_eq!((key.as_str(), node.as_str(), r.gpus), ("ml/odd", "n1", 4))
+        }
+        other => panic!("a bound pod was not counted: {other:?}"),
+    }
+}

@@ -57,6 +57,15 @@ pub struct GangRef {
 
 /// Parses the pod's request; the error is a sentence for kube-scheduler's event.
 pub fn parse(pod: &Value) -> Result<PodRequest, String> {
+    let mut out = parse_request(pod)?;
+    let meta = &pod["metadata"];
+    out.gang = gang(meta["namespace"].as_str().unwrap_or("default"), &meta["annotations"])?;
+    Ok(out)
+}
+
+/// Like [`parse`] without the gang annotations: what a pod already bound holds, whatever its
+/// annotations say.
+pub fn parse_request(pod: &Value) -> Result<PodRequest, String> {
     let meta = &pod["metadata"];
     let name = meta["name"].as_str().unwrap_or_default();
     let namespace = meta["namespace"].as_str().unwrap_or("default");
@@ -78,8 +87,7 @@ pub fn parse(pod: &Value) -> Result<PodRequest, String> {
         gpu_mem += get(GPU_MEMORY)?;
     }
     let request = to_request(cpu, mem, gpus, gpu_mem, &meta["annotations"])?;
-    let gang = gang(namespace, &meta["annotations"])?;
-    Ok(PodRequest { key: format!("{namespace}/{name}"), uid, request, gang })
+    Ok(PodRequest { key: format!("{namespace}/{name}"), uid, request, gang: None })
 }
 
 /// The pod's gang from its annotations: both or neither, and a size in 1..=[`MAX_GANG_SIZE`].

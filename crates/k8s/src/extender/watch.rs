@@ -96,7 +96,7 @@ pub fn pod_view(p: &Pod) -> PodView {
     let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()) else {
         return PodView::Ignored(key);
     };
-    let parsed = serde_json::to_value(p).map_err(|e| e.to_string()).and_then(|v| pod::parse(&v));
+    let parsed = serde_json::to_value(p).map_err(|e| e.to_string()).and_then(|v| pod::parse_request(&v));
     match parsed {
         Ok(r) if r.request.gpus > 0 => PodView::Bound(key, node, r.request),
         Ok(_) => PodView::Ignored(key),
