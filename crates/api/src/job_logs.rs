@@ -106,6 +106,11 @@ pub fn read(dir: &Path, stream: &str, offset: u64, max: u64) -> std::io::Result<
         (None, None) => return Ok(empty),
     };
     let from = if at >= start { at - start } else { at - previous_start };
+    // Past the end there is nothing yet; a seek that far may fail (beyond what the file system
+    // allows), and a reader's bad offset must not be an I/O error.
+    if from >= file.metadata()?.len() {
+        return Ok(Chunk { offset: at, bytes: Vec::new() });
+    }
     let mut bytes = Vec::new();
     let mut file = file;
     file.seek(SeekFrom::Start(from))?;
@@ -296,6 +301,19 @@ mod tests {
         let chunk = all_from(dir.path(), 0);
         assert_eq!(chunk.offset, 8);
         assert_eq!(chunk.bytes, b"ccccdd");
+    }
+
+    #[test]
+    fn an_offset_past_the_end_reads_as_nothing_yet_however_far() {
+        // Before, an offset past what the file system can seek to was an I/O error: a 500.
+        let dir = tempfile::tempdir().expect("dir");
+        write_rotating(dir.path(), b"hello", 100);
+        for offset in [5, 6, 1 << 40, i64::MAX as u64] {
+            assert_eq!(
+                read(dir.path(), "stdout", offset, 10).expect("read"),
+                Chunk { offset, bytes: Vec::new() }
+            );
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! - [`model`]: the vocabulary (jobs, nodes, GPUs, users, tokens, teams, events, audit rows),
 //!   which the store keeps as it is;
 //! - [`types`]: request and response bodies of the HTTP API and the agent protocol;
+//! - [`elastic`]: a GPU count given as a range (`--gpus 2..8`, an elastic job);
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
 //!   reads (capped, rotated segments addressed by stream position).
@@ -11,6 +12,7 @@
 //! no HTTP, no database. With the `openapi` feature the types also describe themselves for the
 //! server's OpenAPI document.
 
+pub mod elastic;
 pub mod job_env;
 pub mod job_logs;
 pub mod model;

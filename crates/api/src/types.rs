@@ -12,9 +12,18 @@ use serde::{Deserialize, Serialize};
 pub struct SubmitRequest {
     /// argv; the first element is the program.
     pub command: Vec<String>,
-    /// Whole GPUs.
+    /// Whole GPUs; for an elastic job, its minimum.
     #[serde(default)]
     pub gpus: u32,
+    /// Makes the job elastic: it runs on one node with `gpus` to `gpus_max` whole GPUs
+    /// (`--gpus 2..8` is `"gpus": 2, "gpus_max": 8`). The scheduler starts it at `gpus`, grows
+    /// it onto idle GPUs when no job waits for them and shrinks it back (never below `gpus`)
+    /// when one does; each resize stops it (SIGTERM, then the grace period, to checkpoint) and
+    /// starts a new attempt with `WORLD_SIZE` and `CUDA_VISIBLE_DEVICES` set to its new width.
+    /// At least `gpus`, at most the GPUs of the largest node (422 otherwise); not with a slice
+    /// or `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_max: Option<u32>,
     /// A slice of one GPU with this much memory, MiB (not with `gpus`).
     #[serde(default)]
     pub gpu_memory_mib: u64,
@@ -405,6 +414,10 @@ pub struct Assignment {
     /// `MASTER_ADDR` and `MASTER_PORT` from it. None for a job of one worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<crate::model::Gang>,
+    /// An elastic job (a GPU range): the agent sets `WORLD_SIZE` to its width, the number of
+    /// `gpu_uuids` of this attempt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub elastic: bool,
 }
 
 impl From<Job> for Assignment {
@@ -425,6 +438,7 @@ impl From<Job> for Assignment {
             array: job.array,
             workdir: job.workdir,
             gang: job.gang,
+            elastic: job.request.is_elastic(),
         }
     }
 }

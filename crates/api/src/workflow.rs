@@ -30,7 +30,8 @@ pub struct ArraySpec {
 
 impl ArraySpec {
     /// Parses Slurm's syntax: `0-99`, `1,3,5`, `0-9,20-29`, `0-99:2` (a step), each optionally
-    /// followed by `%N` (at most N at once).
+    /// followed by `%N` (at most N at once). At most [`MAX_ARRAY_MEMBERS`] indices, an index named
+    /// twice counting twice.
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = |why: String| format!("array: {why} (e.g. `0-99`, `1,3,5` or `0-99%8`)");
         let (list, limit) = match text.split_once('%') {
@@ -44,6 +45,9 @@ impl ArraySpec {
             None => (text, None),
         };
         let mut indices = std::collections::BTreeSet::new();
+        // Every index a part names counts, repeats included, so the work done here is bounded
+        // by the limit and not by the size of the text (`0-9999` repeated would be unbounded).
+        let mut named = 0usize;
         for part in list.split(',') {
             let part = part.trim();
             let (range, step) = match part.split_once(':') {
@@ -72,7 +76,8 @@ impl ArraySpec {
             }
             for i in (first..=last).step_by(step as usize) {
                 indices.insert(i);
-                if indices.len() > MAX_ARRAY_MEMBERS {
+                named += 1;
+                if named > MAX_ARRAY_MEMBERS {
                     return Err(bad(format!("more than {MAX_ARRAY_MEMBERS} members")));
                 }
             }
@@ -270,6 +275,16 @@ mod tests {
             let err = ArraySpec::parse(bad).expect_err(bad);
             assert!(err.starts_with("array: "), "{err}");
         }
+    }
+
+    #[test]
+    fn overlapping_parts_count_toward_the_member_limit() {
+        // Each part's indices count, repeats included: the work of parsing is bounded by the limit.
+        assert!(
+            ArraySpec::parse(&["0-9999"; 2].join(",")).expect_err("too many").contains("more than 10000")
+        );
+        assert!(ArraySpec::parse(&["5"; 10_001].join(",")).is_err());
+        assert_eq!(ArraySpec::parse("0-9,5-14").expect("valid").indices.len(), 15);
     }
 
     #[test]

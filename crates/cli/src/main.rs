@@ -77,6 +77,20 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(gantry_agent::runner::shim::main()).unwrap_or(1));
     }
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_with_hint(e));
+    // Daemons (and `top`, which owns the terminal) keep SIGPIPE ignored; the rest print and exit.
+    let serves = matches!(
+        cli.command,
+        Command::Exporter(_)
+            | Command::Extender(_)
+            | Command::DevicePlugin(_)
+            | Command::Up(_)
+            | Command::Server(_)
+            | Command::Agent(_)
+            | Command::Top(_)
+    );
+    if !serves {
+        cmd::pipe::exit_quietly_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Sim(c) => cmd::sim::run(c),
         Command::Exporter(args) => cmd::exporter::run(args),

@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Most output an agent keeps per job and stream, bytes (sent with each assignment).
     pub log_limit_bytes: u64,
+    /// Least time an elastic job runs between two resizes (each one restarts it).
+    pub resize_interval: Duration,
 }
 
 impl ServerConfig {
@@ -68,6 +70,7 @@ impl ServerConfig {
             tls_handshake_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
+            resize_interval: Duration::from_secs(300),
         }
     }
 

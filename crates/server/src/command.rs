@@ -98,6 +98,13 @@ pub enum Command {
         /// Why, with who preempted it.
         reason: String,
     },
+    /// Stop a running elastic job to restart it at another width (a scheduling decision).
+    Resize {
+        /// The job.
+        job: JobId,
+        /// Why, with the widths (`resized 2 → 4 GPUs: idle GPUs`).
+        reason: String,
+    },
     /// End a pending job whose dependency can never be met (a scheduling decision).
     DependencyFailed {
         /// The job.
@@ -230,6 +237,9 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         }
         Command::Preempt { job, reason } => {
             store.preempt(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
+        }
+        Command::Resize { job, reason } => {
+            store.resize(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)

@@ -89,6 +89,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// grace period) and requeues it when it ends, without spending its retry budget.
     /// `Conflict` when the job is not running or already stopping.
     fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()>;
+    /// Asks a running elastic job to stop so that it restarts at another width: as
+    /// [`Store::preempt`], with a `job.resized` event. `Conflict` when the job is not elastic,
+    /// not running or already stopping.
+    fn resize(&self, id: JobId, reason: &str, at: i64) -> Result<()>;
 
     /// Registers a node (again); returns its new epoch. Jobs of older epochs are requeued. A GPU
     /// that a ready node holds cannot be claimed by another.

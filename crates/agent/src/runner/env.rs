@@ -13,7 +13,9 @@
 //!    `GANTRY_ARRAY_INDEX`, `CUDA_VISIBLE_DEVICES` and the GPU grant
 //!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits), and for a gang's
 //!    worker the rendezvous torchrun would set (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
-//!    `RANK`, `LOCAL_RANK`) plus `GANTRY_GANG_ID`. A job can declare none of these.
+//!    `RANK`, `LOCAL_RANK`) plus `GANTRY_GANG_ID`; for an elastic job (`--gpus 2..8`)
+//!    `WORLD_SIZE`, its width in this attempt (its number of GPUs), which changes when the
+//!    scheduler resizes it. A job can declare none of these.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -60,6 +62,9 @@ fn placement(a: &Assignment, mps: bool) -> Vec<(String, String)> {
         vars.push(("GANTRY_ARRAY_INDEX".to_owned(), array.index.to_string()));
     }
     vars.extend(rendezvous(a));
+    if a.elastic && a.gang.is_none() {
+        vars.push(("WORLD_SIZE".to_owned(), a.gpu_uuids.len().to_string()));
+    }
     if a.gpu_memory_mib > 0 {
         vars.push(("GANTRY_GPU_MEMORY_LIMIT_MIB".to_owned(), a.gpu_memory_mib.to_string()));
         if mps {
@@ -123,7 +128,17 @@ mod tests {
             array: None,
             workdir: None,
             gang: None,
+            elastic: false,
         }
+    }
+
+    #[test]
+    fn an_elastic_job_learns_its_width_as_world_size_and_a_rigid_one_does_not() {
+        let elastic = Assignment { elastic: true, ..assignment(&[]) };
+        let env = build(&elastic, "gantry-job", Path::new("/w/7-1")).expect("env");
+        assert_eq!((env["WORLD_SIZE"].as_str(), env["CUDA_VISIBLE_DEVICES"].as_str()), ("2", "GPU-a,GPU-b"));
+        let rigid = build(&assignment(&[]), "gantry-job", Path::new("/w/7-1")).expect("env");
+        assert!(!rigid.contains_key("WORLD_SIZE"));
     }
 
     #[test]

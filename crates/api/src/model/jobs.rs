@@ -8,8 +8,12 @@ use super::{JobId, JobState};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRequest {
-    /// Whole GPUs (0 for a slice or a CPU-only job).
+    /// Whole GPUs (0 for a slice or a CPU-only job); an elastic job's minimum (its width while
+    /// it runs is the number of its `gpu_uuids`).
     pub gpus: u32,
+    /// An elastic job's most GPUs (`--gpus 2..8`: `gpus` 2, `gpus_max` 8); none for a rigid job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_max: Option<u32>,
     /// GPU memory of a slice of one GPU, MiB (0 when whole GPUs are asked for).
     pub gpu_memory_mib: u64,
     /// Compute share of the slice in percent (0: not limited).
@@ -18,6 +22,18 @@ pub struct JobRequest {
     pub cpu_milli: u64,
     /// Host memory, MiB.
     pub memory_mib: u64,
+}
+
+impl JobRequest {
+    /// Whether the job is elastic (a GPU range).
+    pub fn is_elastic(&self) -> bool {
+        self.gpus_max.is_some()
+    }
+
+    /// The GPU count or range asked for.
+    pub fn gpu_range(&self) -> crate::elastic::GpuRange {
+        crate::elastic::GpuRange { min: self.gpus, max: self.gpus_max }
+    }
 }
 
 /// A job as stored.

@@ -23,7 +23,7 @@ use super::client::{Api, ServerArgs, block_on};
 #[command(after_help = "Example job.yaml:
   name: lr-sweep
   command: [python, sweep.py, --epochs, \"3\"]   # or `script: train.sh` (beside this file)
-  gpus: 1
+  gpus: 1                # or a range for an elastic job: gpus: 2..8
   gpu_model: [A100, H100]
   time: 2h
   array: 0-99%8
@@ -54,9 +54,9 @@ pub struct JobFile {
     /// file says everything).
     #[serde(default)]
     pub script: Option<PathBuf>,
-    /// Whole GPUs.
+    /// Whole GPUs: a number, or a range `"2..8"` for an elastic job.
     #[serde(default)]
-    pub gpus: u32,
+    pub gpus: gantry_api::elastic::GpuRange,
     /// A slice of one GPU, MiB.
     #[serde(default)]
     pub gpu_memory: Option<u64>,
@@ -174,7 +174,8 @@ pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<Submit
     let digest = digest(&format!("{scope}\n{}", serde_json::to_string(&file)?));
     Ok(SubmitRequest {
         command,
-        gpus: file.gpus,
+        gpus: file.gpus.min,
+        gpus_max: file.gpus.max,
         gpu_memory_mib: file.gpu_memory.unwrap_or(0),
         gpu_compute_pct: file.gpu_compute.unwrap_or(0),
         cpu_milli,
@@ -217,6 +218,21 @@ mod tests {
         let err = parse("name: a\ncommand: [x]\ngpu: 2\n").expect_err("unknown field");
         let text = err.to_string();
         assert!(text.contains("unknown field `gpu`") && text.contains("line 3"), "{text}");
+    }
+
+    #[test]
+    fn a_gpu_range_makes_an_elastic_job_and_a_count_keeps_its_request_id() {
+        let elastic = parse("command: [x]\ngpus: 2..8\n").expect("valid");
+        let body = request(elastic, Path::new("."), "s").expect("request");
+        assert_eq!((body.gpus, body.gpus_max), (2, Some(8)));
+        let rigid = parse("command: [x]\ngpus: 2\n").expect("valid");
+        assert_eq!(
+            serde_json::to_value(&rigid).expect("json")["gpus"],
+            2,
+            "digests of old files stay the same"
+        );
+        let err = parse("command: [x]\ngpus: 8..2\n").expect_err("empty range");
+        assert!(err.to_string().contains("must not exceed"), "{err}");
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct ControlArgs {
     /// rotated away. Agents get it with each job.
     #[arg(long, default_value = "64MiB")]
     pub log_limit: String,
+    /// Least time an elastic job (`submit --gpus 2..8`) runs between two resizes, each of
+    /// which restarts it: `90s`, `5m`, `1h`. Example: `--resize-interval 10m`.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = super::submit::parse_time)]
+    pub resize_interval: u64,
     /// The client context this cluster is saved as (default: the one this data directory wrote
     /// before, else `local`, `local-2`, …). Other contexts in the client config are left alone.
     #[arg(long = "context", value_name = "NAME")]
@@ -138,6 +142,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.policy = args.policy;
     config.heartbeat_timeout = Duration::from_secs_f64(args.heartbeat_timeout);
     config.max_connections = args.max_connections as usize;
+    config.resize_interval = Duration::from_secs(args.resize_interval);
     config.log_limit_bytes = super::sandbox::parse_size(&args.log_limit).context("--log-limit")?;
     config.pki = pki.clone();
     let server = Server::bind(config, Arc::clone(&prepared.store)).await?;

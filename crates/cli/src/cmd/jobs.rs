@@ -213,7 +213,12 @@ fn asked(j: &Job) -> String {
         (n, _, Some(g)) => format!("{n} GPU, rank {} of gang {}", g.rank.unwrap_or(0), g.id),
         (0, 0, _) => "cpu".into(),
         (0, mib, _) => format!("{mib} MiB slice"),
-        (n, _, _) => format!("{n} GPU"),
+        (n, _, _) => match r.gpus_max {
+            // An elastic job: its width now (while placed) and its range.
+            Some(max) if j.state.is_active() => format!("{} GPU ({n}..{max})", j.gpu_uuids.len()),
+            Some(max) => format!("{n}..{max} GPU"),
+            None => format!("{n} GPU"),
+        },
     }
 }
 
@@ -258,9 +263,9 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let j = &detail.job;
-    println!("job {}  {}  ({})", j.id, state(j), j.name);
+    println!("job {}  {}  ({})", j.id, state(j), table::printable(&j.name));
     println!("team      {}  priority {}", j.team, j.priority);
-    println!("command   {}", j.command.join(" "));
+    println!("command   {}", table::printable(&j.command.join(" ")));
     println!("asked     {}", asked(j));
     println!(
         "attempt   {}  (runs lost to node or GPU failures are retried {} times)",
@@ -271,6 +276,14 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     }
     if let Some(g) = &j.gang {
         println!("gang      {}", gang_line(g));
+    }
+    if let Some(max) = j.request.gpus_max {
+        let now =
+            if j.state.is_active() { format!("runs on {} GPUs; ", j.gpu_uuids.len()) } else { String::new() };
+        println!(
+            "elastic   {now}{}..{max} GPUs on one node, resized by the scheduler (WORLD_SIZE = its GPUs)",
+            j.request.gpus
+        );
     }
     for w in &detail.workers {
         let rank = w.gang.as_ref().and_then(|g| g.rank).map_or("-".into(), |r| r.to_string());
@@ -287,7 +300,7 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         println!("exit      {code}");
     }
     if let Some(reason) = &j.reason {
-        println!("reason    {reason}");
+        println!("reason    {}", table::printable(reason));
     }
     if let Some(a) = j.array {
         let limit = a.max_running.map(|n| format!(", at most {n} at once")).unwrap_or_default();
@@ -306,7 +319,7 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         println!("models    {}", j.gpu_models.join(","));
     }
     if let Some(dir) = &j.workdir {
-        println!("workdir   {dir} (inside the job's own directory)");
+        println!("workdir   {} (inside the job's own directory)", table::printable(dir));
     }
     if detail.log_limit_bytes > 0 {
         println!(
@@ -319,7 +332,11 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         let from = t.from.map_or("-".to_owned(), |f| f.to_string());
         let after = (t.at - j.submitted_at) as f64 / 1000.0;
         let attempt = t.attempt.map_or("  ".to_owned(), |a| format!("#{a}"));
-        println!("  +{after:>8.3}s  {attempt:<3} {from} -> {}  {}", t.to, t.reason.as_deref().unwrap_or(""));
+        println!(
+            "  +{after:>8.3}s  {attempt:<3} {from} -> {}  {}",
+            t.to,
+            table::printable(t.reason.as_deref().unwrap_or(""))
+        );
     }
     Ok(())
 }
@@ -344,7 +361,7 @@ fn print_attempts(detail: &JobDetail) {
             a.attempt, a.node_id
         );
         if let Some(reason) = &a.reason {
-            println!("        {reason}");
+            println!("        {}", table::printable(reason));
         }
     }
     println!("events");

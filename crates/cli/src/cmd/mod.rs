@@ -25,6 +25,7 @@ pub mod jobs_watch;
 pub mod logging;
 pub mod logs;
 pub mod nodes;
+pub mod pipe;
 pub mod sandbox;
 pub mod server;
 pub mod sim;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::{Args, FromArgMatches};
+use gantry_api::elastic::GpuRange;
 use gantry_api::types::{SubmitRequest, SubmitResponse};
 
 use super::client::{Api, ServerArgs, block_on};
@@ -23,6 +24,7 @@ use super::watch::{self, Announcer};
   gantry submit --gpus 2 --cpu 8 --memory 32768 -- python train.py --lr 3e-4
   gantry submit --gpus 1 --wait -- ./eval.sh && echo passed
   gantry submit --replicas 4 --gpus 2 -- torchrun train.py   # 4 workers × 2 GPUs, all at once
+  gantry submit --gpus 2..8 -- sh -c 'torchrun --nproc-per-node $WORLD_SIZE train.py'   # elastic: 2 to 8 GPUs
   gantry submit train.sh            # flags from its `#GANTRY --gpus 2` lines
   gantry submit --gpus 4 train.sh -- --epochs 3   # --gpus wins; script arguments after --
   gantry submit --array 0-99%8 --gpus 1 -- python sweep.py   # 100 jobs, at most 8 at once
@@ -31,9 +33,14 @@ use super::watch::{self, Announcer};
 pub struct SubmitArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// Whole GPUs.
-    #[arg(long, default_value_t = 0, conflicts_with = "gpu_memory")]
-    gpus: u32,
+    /// Whole GPUs: a count, or a range `MIN..MAX` for an elastic job (one node). The scheduler
+    /// starts it at MIN, grows it onto idle GPUs when nothing waits for them and shrinks it
+    /// back (never below MIN) when a job needs them; each resize is SIGTERM, the grace period
+    /// to checkpoint, then a new attempt with WORLD_SIZE and CUDA_VISIBLE_DEVICES set to its
+    /// width. Example: `--gpus 2..8`.
+    #[arg(long, value_name = "N|MIN..MAX", default_value = "0", conflicts_with = "gpu_memory",
+        value_parser = GpuRange::parse)]
+    gpus: GpuRange,
     /// Workers of a gang, each with `--gpus` GPUs, started all at once (on one node if one has
     /// room, else on the fewest nodes). Each gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
     /// MASTER_PORT as torchrun would set them; one failed worker ends the whole gang.
@@ -273,7 +280,8 @@ fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
     };
     let body = SubmitRequest {
         command,
-        gpus: args.gpus,
+        gpus: args.gpus.min,
+        gpus_max: args.gpus.max,
         gpu_memory_mib: args.gpu_memory.unwrap_or(0),
         gpu_compute_pct: args.gpu_compute.unwrap_or(0),
         cpu_milli,

@@ -2,8 +2,28 @@
 
 use serde::Serialize;
 
-/// Prints rows as aligned columns under a header.
+/// Text from the server made safe for a terminal: control characters (ESC, BEL, C1 codes,
+/// newlines…) and bidirectional overrides are shown escaped (`\u{1b}`), so a job's name,
+/// command or reason cannot move the cursor, retitle the window, write the clipboard of whoever
+/// reads it, or make a row read as something else.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.contains(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let escaped = text
+        .chars()
+        .map(|c| if unsafe_char(c) { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect();
+    std::borrow::Cow::Owned(escaped)
+}
+
+/// Prints rows as aligned columns under a header (cells through [`printable`]).
 pub fn print(header: &[&str], rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|row| row.iter().map(|c| printable(c).into_owned()).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -21,7 +21,8 @@ use super::sandbox::SandboxArgs;
 #[command(after_help = "Examples:
   gantry up                                  # server + agent here, simulated GPUs when NVML finds none
   gantry up --data-dir ~/gantry-b --listen 127.0.0.1:7071   # a second cluster, its own context
-  gantry up --stop-jobs-on-exit              # Ctrl-C stops running jobs too (default: they keep running)")]
+  gantry up --stop-jobs-on-exit              # Ctrl-C stops running jobs too (default: they keep running)
+  gantry up --resize-interval 10m            # elastic jobs change width at most every 10 minutes")]
 pub struct UpArgs {
     #[command(flatten)]
     control: ControlArgs,

@@ -82,7 +82,7 @@ pub fn describe(job: &Job) -> String {
         line += &format!(": exit status {code}");
     }
     if let Some(reason) = job.reason.as_ref().filter(|r| !r.starts_with("exited with status")) {
-        line += &format!(" ({reason})");
+        line += &format!(" ({})", super::table::printable(reason));
     }
     line
 }

@@ -80,3 +80,21 @@ fn audit_verify_passes_on_a_real_history_and_fails_after_one_byte_of_one_row_cha
     assert!(!out.status.success(), "verify passed a tampered log");
     assert!(String::from_utf8_lossy(&out.stderr).contains("was changed"), "{out:?}");
 }
+
+/// A member's job can carry escape sequences in its command line; before, `gantry job` printed
+/// them raw to whoever looked (an admin, a teammate), so the job could retitle their terminal,
+/// clear it, hide text or (OSC 52) write their clipboard.
+#[test]
+fn control_characters_in_a_job_reach_no_terminal_raw() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let hostile = "\u{1b}]52;c;ZWNobyBwd25lZA==\u{7}\u{1b}[2J\u{1b}]0;PWNED\u{7}";
+    cluster.gantry(&["submit", "--wait-for-capacity", "--", "echo", hostile, "x\u{9b}31m"]);
+    cluster.gantry(&["submit", "--wait-for-capacity", "--name", "safe\u{202e}gpj.exe", "--", "true"]);
+    for args in [&["job", "1"][..], &["job", "2"][..], &["jobs"][..]] {
+        let out = cluster.gantry(args);
+        let raw = ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'];
+        assert!(!out.contains(raw), "{args:?} printed a control character: {out:?}");
+    }
+    let shown = cluster.gantry(&["job", "1"]);
+    assert!(shown.contains(r"\u{1b}]52;c;"), "the escape is shown, escaped: {shown}");
+}

@@ -8,6 +8,7 @@ mod browser;
 mod crash;
 mod dashboard;
 mod device_plugin;
+mod elastic;
 mod exporter;
 mod extender;
 #[path = "../../../fake-nvml/testing.rs"]

@@ -271,7 +271,7 @@ fn a_member_of_another_team_cannot_depend_on_select_or_cancel_a_teams_array() {
 
 #[test]
 fn every_new_flag_is_in_help_with_an_example() {
-    let cases: [(&[&str], &[&str]); 10] = [
+    let cases: [(&[&str], &[&str]); 12] = [
         (
             &["submit"],
             &[
@@ -286,7 +286,7 @@ fn every_new_flag_is_in_help_with_an_example() {
                 "exp=lr-sweep",
             ],
         ),
-        (&["apply"], &["-f", "gantry apply -f job.yaml"]),
+        (&["apply"], &["-f", "gantry apply -f job.yaml", "gpus: 2..8"]),
         (&["jobs"], &["--selector", "-l exp=lr-sweep", "--watch", "gantry jobs -w", "yaml", "--array"]),
         (&["job"], &["12_3 -o yaml"]),
         (&["nodes"], &["-o yaml"]),
@@ -298,6 +298,8 @@ fn every_new_flag_is_in_help_with_an_example() {
         ),
         (&["up"], &["--stop-jobs-on-exit", "gantry up --stop-jobs-on-exit"]),
         (&["agent"], &["--stop-jobs-on-exit", "--join-token $JOIN_TOKEN"]),
+        (&["submit"], &["MIN..MAX", "--gpus 2..8", "gantry submit --gpus 2..8", "WORLD_SIZE"]),
+        (&["up"], &["--resize-interval", "gantry up --resize-interval 10m"]),
     ];
     for (command, wanted) in cases {
         let mut args = command.to_vec();

@@ -232,6 +232,25 @@ fn a_job_past_its_time_limit_is_stopped_and_ends_in_timeout() {
     assert!(text(&out.stderr).contains("is not a duration"), "{out:?}");
 }
 
+/// `gantry man | head`: the reader is gone before the first write. Before, the write panicked
+/// ("failed printing to stdout: Broken pipe", exit 101); now the pipe ends it as it ends `cat`.
+#[test]
+fn a_closed_pipe_ends_a_printing_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .arg("man")
+        .env("GANTRY_CONFIG", "/nonexistent/gantry/config.toml")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gantry runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("gantry ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE: {:?} {stderr}", out.status);
+}
+
 #[test]
 fn completions_and_the_man_page_are_generated_from_the_commands() {
     for shell in ["bash", "zsh", "fish"] {

@@ -50,6 +50,25 @@ pub fn check(req: &JobRequest, nodes: &[Node], gpus: &[Gpu]) -> Result<(), Strin
     ))
 }
 
+/// `Err(reason)` when an elastic job's maximum is more GPUs than any registered node has: it
+/// runs on one node, so it could never reach that width. A cluster without nodes refuses nothing.
+pub fn check_elastic(req: &JobRequest, nodes: &[Node], gpus: &[Gpu]) -> Result<(), String> {
+    let Some(max) = req.gpus_max else { return Ok(()) };
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let most = nodes.iter().map(|n| Size::of(n, gpus).gpus).max().unwrap_or(0);
+    if max <= most {
+        return Ok(());
+    }
+    Err(format!(
+        "an elastic job runs on one node and the most GPUs on one node is {most}, so it could never \
+         use {max}: ask for at most {}..{most}, or submit with --wait-for-capacity (wait_for_capacity) \
+         to queue it for a node that may join",
+        req.gpus.min(most)
+    ))
+}
+
 /// `Err(reason)` when `models` names GPU models no registered node has (none named: any). A
 /// cluster without nodes refuses nothing.
 pub fn check_models(models: &[String], nodes: &[Node], gpus: &[Gpu]) -> Result<(), String> {

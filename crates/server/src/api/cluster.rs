@@ -62,7 +62,8 @@ pub(crate) fn node_views(s: &dyn Store) -> Result<Vec<NodeView>, StoreError> {
 }
 
 /// Every GPU with its holders; with `teams` set (a member's or viewer's), holders of those
-/// teams' active jobs only.
+/// teams' active jobs only, and no findings in the sample of a GPU only other teams hold (as
+/// `/v1/findings` leaves them out: whether another team's job idles is not the caller's to read).
 pub(crate) fn gpu_views(s: &dyn Store, teams: Option<Vec<String>>) -> Result<Vec<GpuView>, StoreError> {
     let visible = match teams {
         None => None,
@@ -77,6 +78,10 @@ pub(crate) fn gpu_views(s: &dyn Store, teams: Option<Vec<String>>) -> Result<Vec
         }
     };
     let (gpus, held) = (s.gpus()?, s.allocations(true)?);
+    let others: HashSet<String> = match &visible {
+        None => HashSet::new(),
+        Some(_) => held.iter().map(|a| a.gpu_uuid.clone()).collect(),
+    };
     let mut holders: HashMap<String, Vec<GpuHolder>> = HashMap::new();
     for a in held.into_iter().filter(|a| visible.as_ref().is_none_or(|v| v.contains(&a.job_id))) {
         let holder = GpuHolder { job_id: a.job_id, share_milli: a.share_milli, memory_mib: a.memory_mib };
@@ -84,8 +89,14 @@ pub(crate) fn gpu_views(s: &dyn Store, teams: Option<Vec<String>>) -> Result<Vec
     }
     let views = gpus
         .into_iter()
-        .map(|gpu| {
+        .map(|mut gpu| {
             let holders = holders.remove(&gpu.info.uuid).unwrap_or_default();
+            if holders.is_empty()
+                && others.contains(&gpu.info.uuid)
+                && let Some(findings) = gpu.sample.as_mut().and_then(|s| s.get_mut("findings"))
+            {
+                *findings = serde_json::Value::Array(Vec::new());
+            }
             GpuView { gpu, holders }
         })
         .collect();
@@ -166,7 +177,9 @@ pub async fn usage(
     who.require_user()?;
     let now = crate::app::now_ms();
     let until = q.until.unwrap_or(now);
-    let since = q.since.unwrap_or(until - 7 * 24 * 3_600_000);
+    validate::epoch_ms("until", until)?;
+    let since = q.since.unwrap_or(until.saturating_sub(7 * 24 * 3_600_000).max(0));
+    validate::epoch_ms("since", since)?;
     if since >= until {
         return Err(ApiError::Unprocessable("since: must be before until".into()));
     }

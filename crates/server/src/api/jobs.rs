@@ -42,6 +42,7 @@ pub async fn submit(
         super::capacity::check_models(&job.gpu_models, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
         super::capacity::check_gang(&job.request, job.replicas, &nodes, &gpus)
             .map_err(ApiError::Unprocessable)?;
+        super::capacity::check_elastic(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
     }
     match app.dispatch(Command::Submit { job: Box::new(job), by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
@@ -85,6 +86,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         env: req.env,
         request: JobRequest {
             gpus: req.gpus,
+            gpus_max: req.gpus_max,
             gpu_memory_mib: req.gpu_memory_mib,
             gpu_compute_pct: req.gpu_compute_pct,
             cpu_milli: req.cpu_milli,

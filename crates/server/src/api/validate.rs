@@ -28,6 +28,9 @@ pub const MAX_CPU_MILLI: u64 = 1_000_000_000;
 pub const MAX_MEMORY_MIB: u64 = 1 << 30;
 /// Longest time limit: 31 days, in seconds.
 pub const MAX_TIME_LIMIT_S: u64 = 31 * 86_400;
+/// Latest time a query may name: the end of year 9999, in ms since the epoch (times are never
+/// negative). Periods within it cannot overflow the store's GPU-millisecond sums.
+pub const MAX_EPOCH_MS: u64 = 253_402_300_799_999;
 /// Largest log offset: what a file offset (`i64`) can hold.
 pub const MAX_OFFSET: u64 = i64::MAX as u64;
 
@@ -35,6 +38,14 @@ pub const MAX_OFFSET: u64 = i64::MAX as u64;
 /// so without these caps a value from 2^63 up would fail there as a 500 instead of a 422.
 pub fn at_most(field: &str, value: u64, max: u64) -> Result<(), ApiError> {
     if value > max { Err(bad(field, &format!("must be at most {max}, not {value}"))) } else { Ok(()) }
+}
+
+/// A time in ms since the epoch, from 1970 to the end of year 9999.
+pub fn epoch_ms(field: &str, value: i64) -> Result<(), ApiError> {
+    if u64::try_from(value).is_ok_and(|v| v <= MAX_EPOCH_MS) {
+        return Ok(());
+    }
+    Err(bad(field, &format!("must be a time in ms since 1970, from 0 to {MAX_EPOCH_MS}, not {value}")))
 }
 
 /// GPUs or a slice, not both; sane sizes.
@@ -54,7 +65,27 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
     if r.gpu_compute_pct > 0 && r.gpu_memory_mib == 0 {
         return Err(bad("gpu_compute_pct", "needs gpu_memory_mib (it sizes a slice)"));
     }
+    elastic(r)?;
     replicas(r)
+}
+
+/// An elastic job's range: from at least 1 GPU, not empty, whole GPUs of one job on one node.
+fn elastic(r: &SubmitRequest) -> Result<(), ApiError> {
+    let Some(max) = r.gpus_max else { return Ok(()) };
+    if r.gpu_memory_mib > 0 {
+        return Err(bad("gpus_max", "an elastic job takes whole GPUs; do not combine it with a slice"));
+    }
+    if r.replicas.is_some_and(|n| n > 1) {
+        return Err(bad(
+            "gpus_max",
+            "elastic gangs are not supported: give replicas or a GPU range, not both",
+        ));
+    }
+    if max > 64 {
+        return Err(bad("gpus_max", "at most 64"));
+    }
+    let range = gantry_api::elastic::GpuRange { min: r.gpus, max: Some(max) };
+    range.check().map_err(|why| bad("gpus_max", &why))
 }
 
 /// Most workers in one gang.

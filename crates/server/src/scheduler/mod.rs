@@ -3,6 +3,7 @@
 //! decision is always durable before anything acts on it.
 
 mod baseline;
+mod elastic;
 mod gang;
 mod gates;
 mod plan;
@@ -16,6 +17,7 @@ use gantry_store::{JobFilter, JobId, JobState, Store};
 use tokio::sync::watch;
 
 pub use baseline::plan_priority_fifo;
+pub use elastic::Resize;
 pub use gates::{Gated, gate};
 pub use plan::{Plan, Preemption, QueueInput, Snapshot, plan};
 
@@ -69,7 +71,8 @@ impl FairShare {
                 }
             };
             let replicas = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
-            let gpus = f64::from(job.request.gpus.max(u32::from(job.request.gpu_memory_mib > 0)) * replicas);
+            let gpus = elastic::held(job, job.request.gpus.max(u32::from(job.request.gpu_memory_mib > 0)));
+            let gpus = f64::from(gpus * replicas);
             self.input.usage.charge(team, dt * gpus);
         }
     }
@@ -141,6 +144,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let mut snapshot = snapshot;
     housekeeping.share.charge(&snapshot.active, snapshot.at);
     snapshot.queue = housekeeping.share.input.clone();
+    snapshot.queue.resize_gap_ms = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
     if let Ok(mut queue) = app.queue.write() {
         queue.clone_from(&snapshot.queue);
     }
@@ -201,6 +205,14 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
                 app.metrics.preemptions.inc();
             }
             Err(ApiError::Conflict(why)) => tracing::debug!(%why, "preemption refused by the store"),
+            Err(e) => return Err(e),
+        }
+    }
+    for r in decisions.resizes {
+        tracing::info!(job = r.job_id, from = r.from, to = r.to, reason = %r.reason, "resizing");
+        match app.dispatch(Command::Resize { job: r.job_id, reason: r.reason }).await {
+            Ok(_) => {}
+            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "resize refused by the store"),
             Err(e) => return Err(e),
         }
     }

@@ -33,6 +33,7 @@ use gantry_core::resources::WHOLE_GPU;
 use gantry_core::{Cluster, ModelSet, NodeId, NodeSpec, PolicyKind, Request, SplitMix64};
 use gantry_store::{Allocation, GangPlacement, Gpu, GpuHealth, Grant, Job, NodeState, Placement, Team};
 
+use super::elastic::{Elastic, Resize};
 use super::victims::Victims;
 
 /// What a pass looks at.
@@ -65,13 +66,15 @@ pub struct QueueInput {
     pub usage: Usage,
     /// Team names in `usage`'s index order.
     pub teams: Vec<String>,
+    /// Least time between two resizes of an elastic job, ms (`--resize-interval`).
+    pub resize_gap_ms: i64,
 }
 
 impl Default for QueueInput {
     fn default() -> Self {
         // The server holds GPUs free for a blocked gang, so small jobs cannot starve it.
         let weights = QueueWeights { gang_reservation: true, ..QueueWeights::default() };
-        Self { weights, usage: Usage::default(), teams: Vec::new() }
+        Self { weights, usage: Usage::default(), teams: Vec::new(), resize_gap_ms: 300_000 }
     }
 }
 
@@ -107,6 +110,8 @@ pub struct Plan {
     pub waiting: Vec<(i64, String)>,
     /// Running jobs to stop and requeue.
     pub preemptions: Vec<Preemption>,
+    /// Running elastic jobs to restart at another width.
+    pub resizes: Vec<Resize>,
 }
 
 /// The queue's input built from a snapshot: jobs (pending first, then active), teams, capacity.
@@ -131,6 +136,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let (ranked, decisions) =
         queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
     let mut victims = Victims::new(&view, &decisions, &layout, s.at);
+    let mut elastic = Elastic::new(&s.active, &layout, s.at, s.queue.resize_gap_ms);
     let mut reasons = Reasons::default();
     for k in ranked {
         let job = view.source[k];
@@ -147,6 +153,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
                 }
                 match super::gang::place(&mut layout, job, &workers, nodes, s.at) {
                     Some(p) => out.gangs.push(p),
+                    None if elastic.make_room(job, nodes, &mut layout, &mut out) => {}
                     None => {
                         let why = to_request(job, layout.max_gpu_memory)
                             .map_or_else(|| "waiting for room".into(), |r| layout.why_not(&r));
@@ -167,7 +174,13 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
                     .or_else(|| policy.place(&layout.cluster, &req, &order, &mut rng));
                 layout.next_id += 1;
                 match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
-                    Some(p) => out.placements.push(layout.placement(job, &req, &p, s.at)),
+                    Some(p) => {
+                        elastic.placed(job, out.placements.len(), layout.next_id);
+                        out.placements.push(layout.placement(job, &req, &p, s.at));
+                    }
+                    None if req.gpu_milli == WHOLE_GPU
+                        && req.gpus > 0
+                        && elastic.make_room(job, nodes, &mut layout, &mut out) => {}
                     None if req.gpu_milli == WHOLE_GPU && req.gpus > 0 => {
                         let why = layout.why_not(&req);
                         victims.make_room(k, nodes, &mut layout, &mut out, why);
@@ -177,6 +190,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
             }
         }
     }
+    elastic.grow(&s.pending, &mut layout, &mut out);
     reasons.fill(&layout, &mut out);
     out
 }
@@ -306,7 +320,8 @@ impl<'a> QueueView<'a> {
                 continue;
             };
             let gpus = whole_gpus(&req);
-            view.capacity[node] += gpus;
+            // An elastic job is held at its minimum: what it runs on above that counts as free.
+            view.capacity[node] += super::elastic::held(job, gpus);
             let waited = secs(job.started_at.unwrap_or(s.at) - job.submitted_at);
             view.push(job, index_of(&job.team), &req, vec![(node, gpus)], waited);
         }
@@ -362,6 +377,11 @@ pub(super) fn to_request(job: &Job, max_gpu_memory: u64) -> Option<Request> {
 }
 
 impl<'a> Layout<'a> {
+    /// The index of the node an active job is placed on.
+    pub(super) fn node_of(&self, job: &Job) -> Option<usize> {
+        job.node_id.as_deref().and_then(|n| self.index.get(n).copied())
+    }
+
     /// The core request for a job, limited to the GPU models it accepts.
     pub(super) fn request(&self, job: &Job) -> Option<Request> {
         let mut req = to_request(job, self.max_gpu_memory)?;

@@ -65,6 +65,11 @@ impl<'v, 'a> Victims<'v, 'a> {
         otherwise: String,
     ) {
         let job = self.view.source[k];
+        // An elastic job resized in this pass is stopping already (`super::elastic`).
+        if !out.resizes.is_empty() {
+            let view = self.view;
+            self.candidates.retain(|c| !out.resizes.iter().any(|r| r.job_id == view.source[*c].id));
+        }
         if parts.iter().all(|(node, need)| idle_gpus(layout, *node) >= *need) {
             out.waiting.push((job.id, otherwise));
             return;

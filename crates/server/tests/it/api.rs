@@ -3,7 +3,7 @@ use serde_json::{Value, json};
 
 use crate::TestServer;
 
-async fn error_of(resp: reqwest::Response) -> String {
+pub async fn error_of(resp: reqwest::Response) -> String {
     let body: Value = resp.json().await.expect("json error body");
     body["error"].as_str().expect("error field").to_owned()
 }

@@ -256,3 +256,33 @@ async fn queues_show_guarantee_use_and_borrowing_and_members_see_their_own_team_
     let theirs: Vec<Value> = json_of(s.http.get(format!("{}/v1/queues", s.url)).bearer_auth(&nlp)).await;
     assert!(theirs.iter().all(|q| q["team"] != "vision"), "nlp sees vision's queue: {theirs:?}");
 }
+
+/// Before, `/v1/gpus` and the stream's `gpus` events carried each GPU's raw sample with its
+/// findings, so a member of nlp read that vision's GPU sat idle (or starved) although
+/// `/v1/findings` leaves that out for GPUs another team holds.
+#[tokio::test]
+async fn gpu_samples_carry_no_findings_about_a_gpu_another_team_holds() {
+    let s = TestServer::start().await;
+    node(&s);
+    let vision = token(&s, "vera", &["vision"]);
+    let nlp = token(&s, "nils", &["nlp"]);
+    let held = wait_placed(&s, submit(&s, &vision, SECRET).await).await;
+    let findings = |gpus: &[Value], uuid: &str| -> Vec<Value> {
+        let g = gpus.iter().find(|g| g["gpu"]["uuid"] == uuid).expect("the GPU is listed");
+        g["gpu"]["sample"]["findings"].as_array().cloned().unwrap_or_default()
+    };
+    let free = if held == "GPU-0" { "GPU-1" } else { "GPU-0" };
+    let as_ = |t: &str| s.http.get(format!("{}/v1/gpus", s.url)).bearer_auth(t.to_owned());
+    let theirs: Vec<Value> = json_of(as_(&vision)).await;
+    assert_eq!(findings(&theirs, &held).len(), 1, "vision sees its own GPU's finding");
+    let others: Vec<Value> = json_of(as_(&nlp)).await;
+    assert_eq!(findings(&others, &held), Vec::<Value>::new(), "nlp sees vision's GPU's finding");
+    assert_eq!(findings(&others, free).len(), 1, "a free GPU's finding is everyone's");
+
+    let mut stream =
+        s.http.get(format!("{}/v1/watch", s.url)).bearer_auth(nlp.clone()).send().await.expect("send");
+    let (text, _) = read_stream(&mut stream, Duration::from_secs(2)).await;
+    let gpus = events(&text, "gpus");
+    assert_eq!(findings(&gpus, &held), Vec::<Value>::new(), "the stream shows nlp vision's finding");
+    assert_eq!(findings(&gpus, free).len(), 1);
+}

@@ -1,6 +1,7 @@
 //! Integration tests of the control plane over HTTP, in process.
 
 mod api;
+mod elastic;
 mod fuzz;
 mod limits;
 mod live;

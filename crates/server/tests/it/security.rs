@@ -388,3 +388,89 @@ async fn a_node_registering_again_keeps_the_attempts_it_still_runs_and_loses_the
     let held = s.store.allocations(true).expect("allocations");
     assert!(held.iter().any(|a| a.job_id == ids[0]), "the kept job keeps its GPU");
 }
+
+#[tokio::test]
+async fn a_bad_gpu_range_gets_422_with_a_sentence_and_elastic_jobs_stay_within_their_team() {
+    let s = TestServer::start().await;
+    let node = gantry_server::create_node_credential(&*s.store, "node-a").expect("credential");
+    assert_eq!(s.register(&node, "node-a", &["GPU-A0", "GPU-A1"]).await.status(), StatusCode::OK);
+    let alice = s.token_for("alice", Role::Member, &["vision"]);
+    let bob = s.token_for("bob", Role::Member, &["nlp"]);
+    for (body, says) in [
+        (json!({"command": ["true"], "gpus": 3, "gpus_max": 2}), "must not exceed the maximum"),
+        (json!({"command": ["true"], "gpus": 0, "gpus_max": 2}), "at least 1 GPU"),
+        (json!({"command": ["true"], "gpus": 1, "gpus_max": 8}), "the most GPUs on one node is 2"),
+        (
+            json!({"command": ["true"], "gpus_max": 8, "wait_for_capacity": true, "gpu_memory_mib": 10}),
+            "slice",
+        ),
+        (json!({"command": ["true"], "gpus": 1, "gpus_max": 2, "replicas": 2}), "elastic gangs"),
+        (json!({"command": ["true"], "gpus": 1, "gpus_max": 1000}), "at most 64"),
+    ] {
+        let resp = s.as_(&alice, reqwest::Method::POST, "/v1/jobs").json(&body).send().await.expect("send");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let error = crate::api::error_of(resp).await;
+        assert!(error.contains("gpus_max") || error.contains("elastic"), "{body}: {error}");
+        assert!(error.contains(says), "{body}: {error}");
+    }
+    let id = s.submit_as(&alice, json!({"command": ["true"], "gpus": 1, "gpus_max": 2})).await["id"]
+        .as_i64()
+        .expect("id");
+    let detail: Value = crate::json_of(s.as_(&alice, reqwest::Method::GET, &format!("/v1/jobs/{id}"))).await;
+    assert_eq!(
+        (detail["job"]["request"]["gpus"].as_u64(), detail["job"]["request"]["gpus_max"].as_u64()),
+        (Some(1), Some(2))
+    );
+    let read = s.as_(&bob, reqwest::Method::GET, &format!("/v1/jobs/{id}"));
+    assert_eq!(status(read).await, StatusCode::NOT_FOUND, "another team's elastic job is invisible");
+    let listed: Vec<Value> = crate::json_of(s.as_(&bob, reqwest::Method::GET, "/v1/jobs")).await;
+    assert!(listed.is_empty(), "bob sees {listed:?}");
+    let theirs = json!({"command": ["true"], "gpus": 1, "gpus_max": 2, "team": "vision"});
+    let submit = s.as_(&bob, reqwest::Method::POST, "/v1/jobs").json(&theirs);
+    assert_eq!(status(submit).await, StatusCode::FORBIDDEN, "no elastic job in another team's name");
+}
+
+/// `--array` work is bounded by what it asks for, not by the unique indices: before, one 1 MiB
+/// body repeating `0-9999` parsed 10,000 indices per part on the async runtime (minutes of CPU),
+/// stalling every request until the node's heartbeats timed out and its jobs were requeued.
+#[tokio::test]
+async fn an_array_of_repeated_overlapping_ranges_is_refused_before_it_costs_anything() {
+    let s = TestServer::start().await;
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    let viewer = s.token_for("vic", Role::Viewer, &["nlp"]);
+    let array = ["0-9999"; 2].join(",");
+    for token in [&b, &viewer] {
+        let resp = s
+            .as_(token, reqwest::Method::POST, "/v1/jobs")
+            .json(&json!({"command": ["true"], "array": array}))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = resp.json().await.expect("json");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains("more than 10000")), "{body}");
+    }
+    let jobs: Vec<Value> = crate::json_of(s.as_(&b, reqwest::Method::GET, "/v1/jobs")).await;
+    assert!(jobs.is_empty(), "nothing was queued");
+}
+
+/// Before, `until=-2^63` overflowed computing the default `since` (a panic: the connection
+/// dropped) and `since=-2^63&until=2^63-1` overflowed in the store (a 500).
+#[tokio::test]
+async fn usage_periods_outside_the_calendar_get_422_not_a_panic() {
+    let s = TestServer::start().await;
+    let b = s.token_for("bob", Role::Member, &["nlp"]);
+    for query in
+        ["until=-9223372036854775808", "since=-9223372036854775808&until=9223372036854775807", "since=-1"]
+    {
+        let resp =
+            s.as_(&b, reqwest::Method::GET, &format!("/v1/usage?{query}")).send().await.expect("answered");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{query}");
+    }
+    let ok = s
+        .as_(&b, reqwest::Method::GET, "/v1/usage?since=0&until=253402300799999")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(ok.status(), StatusCode::OK);
+}

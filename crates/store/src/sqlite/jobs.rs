@@ -44,9 +44,9 @@ fn insert(
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
          gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
-         array_index, array_max_running, after, labels, gpu_models, workdir, replicas) \
+         array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22)",
+         ?19, ?20, ?21, ?22, ?23)",
     )?
     .execute(params![
         request_id,
@@ -70,7 +70,8 @@ fn insert(
         rows::to_json(&job.labels)?,
         rows::to_json(&job.gpu_models)?,
         job.workdir,
-        job.replicas.max(1)
+        job.replicas.max(1),
+        r.gpus_max
     ])?;
     let id = c.last_insert_rowid();
     if let Some((array_id, ..)) = array {
@@ -310,6 +311,23 @@ pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Resul
     super::tokens::event(c, at, "job.preempted", &format!("job/{id}"), reason, Some(&job.team))
 }
 
+/// Stops a running elastic job to restart it at another width: the preemption path (SIGTERM,
+/// the grace period, back to `pending` with `reason`, no retry spent) with a `job.resized`
+/// event. The next placement decides the new width.
+pub(super) fn resize(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
+    let job = require(c, id)?;
+    if !job.request.is_elastic() || job.gang.is_some() {
+        return Err(StoreError::Conflict(format!("job {id} is not elastic")));
+    }
+    if job.state != JobState::Running || job.stop.is_some() {
+        let stop = job.stop.as_deref().map(|s| format!(", stopping ({s})")).unwrap_or_default();
+        return Err(StoreError::Conflict(format!("job {id} is {}{stop}, not resizable now", job.state)));
+    }
+    c.prepare_cached("UPDATE jobs SET stop = 'preempt', reason = ?2 WHERE id = ?1")?
+        .execute(params![id, reason])?;
+    super::tokens::event(c, at, "job.resized", &format!("job/{id}"), reason, Some(&job.team))
+}
+
 pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
     if require(c, p.job_id)?.gang.is_some() {
         return Err(StoreError::Conflict(format!("job {} belongs to a gang: place the gang", p.job_id)));
@@ -335,6 +353,16 @@ pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
                 p.node_id, p.epoch
             )));
         }
+    }
+    if let Some(max) = job.request.gpus_max
+        && !(job.request.gpus as usize..=max as usize).contains(&p.grants.len())
+    {
+        return Err(StoreError::Conflict(format!(
+            "job {} runs on {}..{max} GPUs, not {}",
+            job.id,
+            job.request.gpus,
+            p.grants.len()
+        )));
     }
     let attempt = job.attempt + 1;
     for g in &p.grants {

@@ -51,13 +51,34 @@ impl SqliteStore {
     }
 
     fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let slot = self.readers.iter().find_map(|m| m.try_lock().ok());
+        use std::sync::TryLockError;
+        let slot = self.readers.iter().find_map(|m| match m.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(p)) => Some(recovered(m, p.into_inner())),
+            Err(TryLockError::WouldBlock) => None,
+        });
         let guard = match slot {
             Some(guard) => guard,
-            None => self.readers[0].lock().map_err(|_| StoreError::Closed)?,
+            None => self.readers[0].lock().unwrap_or_else(|p| recovered(&self.readers[0], p.into_inner())),
         };
         f(&guard)
     }
+}
+
+/// A reader whose last user panicked: the connection itself is sound (statements are dropped
+/// while unwinding), so end any read it left open and keep using it. Else one panicking read
+/// would fail every later read that needs this connection, for every caller.
+fn recovered<'a>(
+    lock: &Mutex<Connection>,
+    guard: std::sync::MutexGuard<'a, Connection>,
+) -> std::sync::MutexGuard<'a, Connection> {
+    if !guard.is_autocommit()
+        && let Err(e) = guard.execute_batch("ROLLBACK")
+    {
+        tracing::warn!(error = %e, "could not end the read a panicking reader left open");
+    }
+    lock.clear_poison();
+    guard
 }
 
 fn make_private(dir: &Path, db: &Path) -> std::io::Result<()> {
@@ -179,6 +200,10 @@ impl Store for SqliteStore {
         let reason = reason.to_owned();
         self.writer.write(move |c| jobs::preempt(c, id, &reason, at))
     }
+    fn resize(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+        let reason = reason.to_owned();
+        self.writer.write(move |c| jobs::resize(c, id, &reason, at))
+    }
     fn register_node(&self, registration: &NodeRegistration) -> Result<u64> {
         let registration = registration.clone();
         self.writer.write(move |c| nodes::register(c, &registration))
@@ -204,5 +229,26 @@ impl Store for SqliteStore {
     }
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         self.read(|c| tokens::events(c, filter))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before, a read that panicked (an arithmetic overflow on a hostile query in a debug
+    /// build) poisoned its connection's lock for good: from then on reads failed with "store is
+    /// closed" whenever the other connection was busy, and for every caller.
+    #[test]
+    fn a_read_that_panicked_leaves_its_connection_usable() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = SqliteStore::open(dir.path()).expect("open");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.read(|_| -> Result<()> { panic!("a bug in one read") })
+        }));
+        assert!(panicked.is_err());
+        let _busy = store.readers[1].lock();
+        let read = store.read(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(Into::into));
+        assert_eq!(read.expect("the first connection still reads"), 1);
     }
 }

@@ -10,7 +10,7 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user, \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
-     replicas, gang_id, rank, local_rank, master_addr, master_port";
+     replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
@@ -40,6 +40,7 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
             gpu_compute_pct: r.get(7)?,
             cpu_milli: r.get(8)?,
             memory_mib: r.get(9)?,
+            gpus_max: r.get(38)?,
         },
         state: parse_enum("job state", &state, JobState::parse)?,
         attempt: r.get(11)?,

@@ -1,6 +1,7 @@
 //! Integration tests of the SQLite store.
 
 mod audit;
+mod elastic;
 mod gangs;
 mod jobs;
 mod nodes;
