@@ -6,6 +6,14 @@
 //! once that node is set aside scores 8, and so on for [`RANKED`] rounds; other feasible nodes
 //! score 1. The core exposes choices, not raw scores, so ranks are what can be said without a
 //! second scoring path that could drift from the simulator's.
+//!
+//! The model is pure: no I/O, no clock. It holds three kinds of pod: *bound* (seen bound by the
+//! API server through [`Model::observe_pod`], or recorded by a bind without one), *reserved*
+//! (this extender's bind is under way: [`Model::reserve`], then [`Model::confirm`] or
+//! [`Model::unreserve`], which leaves the model as it was) and *pending* (seen by filter, kept
+//! for `/bind`, which carries no spec). A bound pod whose node is not known yet is kept and takes
+//! its GPUs when the node arrives; a full list from a watcher replaces nodes or bound pods
+//! ([`Model::replace_nodes`], [`Model::replace_pods`]) but never drops a reservation.
 
 use std::collections::HashMap;
 use std::sync::Arc;
