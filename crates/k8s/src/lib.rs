@@ -6,12 +6,12 @@
 //!   the core's choice of GPUs for GetPreferredAllocation. Start at
 //!   [`device_plugin::lifecycle::run`].
 //! - [`extender`]: the kube-scheduler extender: the wire types kube-scheduler sends and
-//!   expects, a model of nodes and the GPU pods on them, and an axum router answering
-//!   `POST /filter`, `/prioritize` and `/bind` with the scheduling core's `gantry` policy — the
-//!   same [`gantry_core::Policy`] that `gantry sim` runs. It is not yet a controller: the model
-//!   is filled through [`extender::Model::upsert_node`] / [`extender::Model::upsert_pod`], which
-//!   a future API-server watcher will call. Start at [`extender::wire`] (the JSON), then
-//!   [`extender::model`] (decisions), then [`extender::router`] (HTTP).
+//!   expects, a model of nodes and the GPU pods on them kept from the API server by kube-rs
+//!   watchers, and an axum router answering `POST /filter`, `/prioritize` and `/bind` with the
+//!   scheduling core's `gantry` policy — the same [`gantry_core::Policy`] that `gantry sim` runs.
+//!   `/bind` creates the pod's `Binding` and binds gangs all-or-nothing. Start at
+//!   [`extender::wire`] (the JSON), then [`extender::model`] (decisions), [`extender::bind`],
+//!   [`extender::watch`] and [`extender::router`] (HTTP).
 //! - [`pod_resources`]: a client of the kubelet's pod-resources API (which container holds
 //!   which device), for the exporter's pod labels.
 

@@ -170,7 +170,7 @@ fn the_extenders_top_node_is_the_one_the_core_policy_places_on_as_binds_change_t
         .expect("valid");
         let order: Vec<usize> = (0..names.len()).collect();
         let expected = policy.place(m.cluster(), &request, &order, &mut rng);
-        let pod = PodRequest { key: format!("ml/p{i}"), uid: String::new(), request };
+        let pod = PodRequest::new(format!("ml/p{i}"), request);
         let fit = m.filter(&pod, &names).fit;
         let scores = m.prioritize(&pod, &fit);
         let top = scores.iter().find(|h| h.score == 10).map(|h| h.host.clone());
@@ -221,7 +221,7 @@ fn an_openb_trace_replayed_through_the_extender_lands_every_pod_on_the_node_and_
     let names: Vec<String> = replay.order.iter().map(|id| nodes[*id].name.clone()).collect();
     let (mut placed, mut unplaced) = (0, 0);
     for (k, (request, decision)) in replay.pods.iter().enumerate() {
-        let pod = PodRequest { key: format!("openb/pod-{k}"), uid: String::new(), request: *request };
+        let pod = PodRequest::new(format!("openb/pod-{k}"), *request);
         let fit = model.filter(&pod, &names).fit;
         let scores = model.prioritize(&pod, &fit);
         match (top(&scores), decision) {

@@ -1,28 +1,45 @@
 //! `gantry extender`: the kube-scheduler extender (filter, prioritize, bind) on the core's policy.
 //!
-//! Thin: validate flags, load the optional node list, serve `gantry_k8s::extender::router`.
-//! Until the API-server watcher lands, the model is filled from `--nodes` and by `/bind`.
+//! Thin: validate flags, pick the mode, serve `gantry_k8s::extender::routes`. Two modes, said on
+//! stderr at start:
+//! - default: connect to the API server (in-cluster service account, else the kubeconfig), keep
+//!   the model from its nodes and pods with watchers, create `Binding`s; no API server is an
+//!   error that names `--no-kube`;
+//! - `--no-kube`: no API server; the model holds the `--nodes` list and this extender's own binds,
+//!   and `/bind` records only (tests, local runs).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use gantry_core::NodeSpec;
-use gantry_k8s::extender::{Model, bench, router};
+use gantry_k8s::extender::{Binder, Extender, Model, bench, routes, watch};
 
 use super::exporter::{init_logging, runtime};
 use super::up::shutdown_signal;
 
 /// `gantry extender` flags.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  gantry extender --listen 0.0.0.0:8888 --gang-timeout 60\n  \
+    gantry extender --no-kube --nodes nodes.json\n  gantry extender --bench-nodes 1000")]
 pub struct Args {
     /// Address kube-scheduler calls (`urlPrefix` in the KubeSchedulerConfiguration).
     #[arg(long, default_value = "127.0.0.1:8888")]
     pub listen: SocketAddr,
-    /// JSON list of nodes (`name`, `cpu_milli`, `memory_mib`, `gpus`, `gpu_model`, `gpu_memory_mib`).
+    /// Run without an API server: the model holds `--nodes` and this extender's own binds, and
+    /// `/bind` records the decision without creating a `Binding`.
     #[arg(long)]
+    pub no_kube: bool,
+    /// JSON list of nodes (`name`, `cpu_milli`, `memory_mib`, `gpus`, `gpu_model`,
+    /// `gpu_memory_mib`); with `--no-kube` only (otherwise nodes come from the API server).
+    #[arg(long, requires = "no_kube")]
     pub nodes: Option<PathBuf>,
+    /// Seconds a gang (pods sharing the `gantry.dev/gang` annotation) may hold partial
+    /// reservations before they are released; kube-scheduler's `httpTimeout` must be longer.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub gang_timeout: u64,
     /// Instead of serving: time filter+prioritize on a model of this many nodes against a
     /// plain best-fit scorer, print p50/p99 and the p99 ratio, and exit.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -45,14 +62,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             model.upsert_node(spec)?;
         }
     }
-    let app = router(Arc::new(Mutex::new(model)));
+    let model = Arc::new(Mutex::new(model));
+    let gang_timeout = Duration::from_secs(args.gang_timeout);
     let rt = runtime()?;
     rt.block_on(async {
+        let ext = if args.no_kube {
+            eprintln!(
+                "gantry extender: no API server (--no-kube): the model holds --nodes and this extender's \
+                 own binds; /bind records the decision and creates no Binding"
+            );
+            Extender::new(model, Binder::Record, gang_timeout)
+        } else {
+            let (client, url) = watch::connect().await.context(
+                "gantry extender needs a Kubernetes API server; pass --no-kube to run without one",
+            )?;
+            eprintln!(
+                "gantry extender: API server {url}: the model follows its nodes and bound pods; \
+                 /bind creates Bindings"
+            );
+            let ext = Extender::new(model, Binder::Api(client.clone()), gang_timeout);
+            tokio::spawn(watch::run(client, ext.clone(), |what| {
+                tracing::info!("the model holds every {what} the API server lists")
+            }));
+            ext
+        };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
         tracing::info!(listen = %args.listen, "gantry extender serving /filter, /prioritize, /bind");
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        axum::serve(listener, routes(ext)).with_graceful_shutdown(shutdown_signal()).await?;
         anyhow::Ok(())
     })
 }

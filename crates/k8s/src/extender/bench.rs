@@ -117,7 +117,7 @@ fn side(
     let mut rng = SplitMix64::new(11);
     let mut times = Vec::with_capacity(calls);
     for i in 0..calls {
-        let pod = PodRequest { key: format!("bench/p{i}"), uid: String::new(), request: request(&mut rng) };
+        let pod = PodRequest::new(format!("bench/p{i}"), request(&mut rng));
         let start = Instant::now();
         let filtered = model.filter(&pod, names);
         let scored = score(&mut model, &pod, &filtered.fit);

@@ -1,12 +1,14 @@
 //! HTTP: `POST /filter`, `/prioritize`, `/bind`, as kube-scheduler calls them (`urlPrefix/verb`).
 //!
-//! Who may call: kube-scheduler only. The Service is cluster-internal and the extender holds no
-//! credentials that a caller could borrow; bind only records in the model (see the module docs
-//! of [`crate::extender`]). Bodies are parsed here, so malformed JSON is a 400 with the parser's
-//! sentence, not axum's 422.
+//! Who may call: kube-scheduler only. The Service is cluster-internal (no Ingress, no NodePort).
+//! The extender's credentials can only read nodes and pods and create `pods/binding`, so the
+//! worst a caller that reaches the port can do is what kube-scheduler does: bind a pending pod
+//! to a node where it fits (the model refuses the rest, the API server refuses bound pods).
+//! `/filter` answers reveal node names and free-GPU reasons, nothing from pod specs. Bodies are
+//! parsed here, so malformed JSON is a 400 with the parser's sentence, not axum's 422.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -16,12 +18,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::de::DeserializeOwned;
 
-use super::model::Model;
+use super::bind::{DEFAULT_GANG_TIMEOUT, Extender, Poisoned, SharedModel};
+use super::binder::Binder;
 use super::pod;
 use super::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
-
-/// The shared model behind the routes.
-pub type SharedModel = Arc<Mutex<Model>>;
 
 /// Errors that become HTTP statuses (the one place that maps them).
 #[derive(Debug, thiserror::Error)]
@@ -47,13 +47,24 @@ impl IntoResponse for ExtenderError {
     }
 }
 
-/// The extender's routes over `model`.
+impl From<Poisoned> for ExtenderError {
+    fn from(_: Poisoned) -> Self {
+        ExtenderError::Poisoned
+    }
+}
+
+/// The extender's routes over `model` with no API server: `/bind` records in the model only.
 pub fn router(model: SharedModel) -> Router {
+    routes(Extender::new(model, Binder::Record, DEFAULT_GANG_TIMEOUT))
+}
+
+/// The extender's routes over `ext`.
+pub fn routes(ext: Arc<Extender>) -> Router {
     Router::new()
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind))
-        .with_state(model)
+        .with_state(ext)
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ExtenderError> {
@@ -73,7 +84,7 @@ fn candidates(args: &ExtenderArgs) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn filter(State(model): State<SharedModel>, body: Bytes) -> Result<Response, ExtenderError> {
+async fn filter(State(ext): State<Arc<Extender>>, body: Bytes) -> Result<Response, ExtenderError> {
     let args: ExtenderArgs = parse(&body)?;
     let pod = match pod::parse(&args.pod) {
         Ok(p) => p,
@@ -82,7 +93,7 @@ async fn filter(State(model): State<SharedModel>, body: Bytes) -> Result<Respons
         }
     };
     let names = candidates(&args);
-    let filtered = model.lock().map_err(|_| ExtenderError::Poisoned)?.filter(&pod, &names);
+    let filtered = ext.lock_model()?.filter(&pod, &names);
     let mut result = ExtenderFilterResult {
         failed_nodes: filtered.failed.into_iter().collect::<BTreeMap<_, _>>(),
         failed_and_unresolvable_nodes: filtered.unresolvable.into_iter().collect(),
@@ -101,18 +112,16 @@ async fn filter(State(model): State<SharedModel>, body: Bytes) -> Result<Respons
     Ok(axum::Json(result).into_response())
 }
 
-async fn prioritize(State(model): State<SharedModel>, body: Bytes) -> Result<Response, ExtenderError> {
+async fn prioritize(State(ext): State<Arc<Extender>>, body: Bytes) -> Result<Response, ExtenderError> {
     let args: ExtenderArgs = parse(&body)?;
     let pod = pod::parse(&args.pod).map_err(ExtenderError::Malformed)?;
     let names = candidates(&args);
-    let scores = model.lock().map_err(|_| ExtenderError::Poisoned)?.prioritize(&pod, &names);
+    let scores = ext.lock_model()?.prioritize(&pod, &names);
     Ok(axum::Json(scores).into_response())
 }
 
-async fn bind(State(model): State<SharedModel>, body: Bytes) -> Result<Response, ExtenderError> {
+async fn bind(State(ext): State<Arc<Extender>>, body: Bytes) -> Result<Response, ExtenderError> {
     let args: ExtenderBindingArgs = parse(&body)?;
-    let key = format!("{}/{}", args.pod_namespace, args.pod_name);
-    let outcome = model.lock().map_err(|_| ExtenderError::Poisoned)?.bind(&key, &args.node);
-    let error = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+    let error = ext.bind(&args).await?.err().unwrap_or_default();
     Ok(axum::Json(ExtenderBindingResult { error }).into_response())
 }
