@@ -2,6 +2,7 @@
 
 mod api;
 mod fuzz;
+mod incremental;
 mod limits;
 mod live;
 mod queue;
