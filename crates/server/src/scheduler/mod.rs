@@ -10,6 +10,7 @@ mod plan;
 mod state;
 mod victims;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -147,26 +148,14 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     if full {
         housekeeping.full = Some(Instant::now());
     }
-    let snapshot = housekeeping.state.as_ref().map(|s| s.snapshot(now_ms())).unwrap_or_default();
-    let waited_on = waited_on(&snapshot.pending);
+    let Some(state) = housekeeping.state.as_mut() else { return Ok(0) };
+    let at = now_ms();
+    let waited_on = waited_on(&state.plan_input(at, QueueInput::default()).pending);
     let store = Arc::clone(&app.store);
     let deps = tokio::task::spawn_blocking(move || dependency_states(&*store, waited_on))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
-    let mut snapshot = snapshot;
-    housekeeping.share.charge(&snapshot.active, snapshot.at);
-    snapshot.queue = housekeeping.share.input.clone();
-    if let Ok(mut queue) = app.queue.write() {
-        queue.clone_from(&snapshot.queue);
-    }
-    let started = Instant::now();
-    let gated = gate(&snapshot.pending, &snapshot.active, &deps);
-    snapshot.pending.retain(|j| !gated.stops(j.id));
-    let decisions = plan(&snapshot, app.config.policy, 0x9a17);
-    app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
-    if let Ok(mut waiting) = app.waiting.write() {
-        *waiting = decisions.waiting.into_iter().chain(gated.held).collect();
-    }
+    let (decisions, gated, submitted) = decide(app, state, &mut housekeeping.share, &deps, at);
     for (job, reason) in gated.failed {
         match app.dispatch(Command::DependencyFailed { job, reason }).await {
             Ok(_) => {}
@@ -176,7 +165,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     }
     let mut placed = 0;
     for placement in decisions.placements {
-        let submitted = snapshot.pending.iter().find(|j| j.id == placement.job_id).map(|j| j.submitted_at);
+        let submitted = submitted.get(&placement.job_id).copied();
         match app.dispatch(Command::Place(placement)).await {
             Ok(_) => {
                 placed += 1;
@@ -194,8 +183,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         }
     }
     for gang in decisions.gangs {
-        let (id, submitted) = (gang.gang_id, snapshot.pending.iter().find(|j| j.id == gang.gang_id));
-        let submitted = submitted.map(|j| j.submitted_at);
+        let (id, submitted) = (gang.gang_id, submitted.get(&gang.gang_id).copied());
         match app.dispatch(Command::PlaceGang(gang)).await {
             Ok(_) => {
                 placed += 1;
@@ -222,6 +210,43 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         }
     }
     Ok(placed)
+}
+
+/// Plans on the scheduler's copy of the store (copied only when some pending job is held back
+/// by a dependency): the decisions, the jobs dependencies hold or fail, and when each job the
+/// plan places was submitted.
+fn decide(
+    app: &App,
+    state: &mut State,
+    share: &mut FairShare,
+    deps: &DepStates,
+    at: i64,
+) -> (Plan, Gated, HashMap<JobId, i64>) {
+    share.charge(&state.plan_input(at, QueueInput::default()).active, at);
+    let snapshot = state.plan_input(at, share.input.clone());
+    if let Ok(mut queue) = app.queue.write() {
+        queue.clone_from(&snapshot.queue);
+    }
+    let started = Instant::now();
+    let gated = gate(&snapshot.pending, &snapshot.active, deps);
+    let input = if snapshot.pending.iter().any(|j| gated.stops(j.id)) {
+        let mut copy = snapshot.clone();
+        copy.pending.retain(|j| !gated.stops(j.id));
+        Cow::Owned(copy)
+    } else {
+        Cow::Borrowed(snapshot)
+    };
+    let decisions = plan(&input, app.config.policy, 0x9a17);
+    app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
+    let placed =
+        decisions.placements.iter().map(|p| p.job_id).chain(decisions.gangs.iter().map(|g| g.gang_id));
+    let submitted = placed
+        .filter_map(|id| {
+            let k = input.pending.binary_search_by_key(&id, |j| j.id).ok()?;
+            Some((id, input.pending[k].submitted_at))
+        })
+        .collect();
+    (decisions, gated, submitted)
 }
 
 type Counts = Vec<(String, JobState, u64)>;

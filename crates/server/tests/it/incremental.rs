@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use gantry_core::PolicyKind;
-use gantry_server::scheduler::{Snapshot, State, Synced, plan};
+use gantry_server::scheduler::{QueueInput, Snapshot, State, Synced, plan};
 use gantry_store::*;
 use proptest::prelude::*;
 
@@ -159,7 +159,7 @@ impl World {
             }
             Op::Pass => {
                 state.sync(&self.store).expect("sync");
-                let p = plan(&state.snapshot(self.clock), PolicyKind::Gantry, 7);
+                let p = plan(state.plan_input(self.clock, QueueInput::default()), PolicyKind::Gantry, 7);
                 for placement in &p.placements {
                     let _ = self.store.place(placement);
                 }
