@@ -156,6 +156,9 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     let (decisions, gated, submitted) = decide(app, state, &mut housekeeping.share, &deps, at);
+    if let Ok(mut waiting) = app.waiting.write() {
+        *waiting = decisions.waiting.into_iter().chain(gated.held).collect();
+    }
     for (job, reason) in gated.failed {
         match app.dispatch(Command::DependencyFailed { job, reason }).await {
             Ok(_) => {}
