@@ -4,6 +4,9 @@
 -- lost or registered again, a GPU's health, a team's quota). The scheduler keeps its queue in
 -- memory and reads `WHERE seq > last`; one writer and AUTOINCREMENT make `seq` gap-free, so a
 -- gap means the log was pruned past the reader, which then reloads everything.
+-- Also: the address a node advertises to its peers (`gantry agent --advertise-addr`), which gang
+-- workers get as MASTER_ADDR instead of its host name.
+ALTER TABLE nodes ADD COLUMN advertise_addr TEXT;
 CREATE TABLE scheduler_changes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id INTEGER
@@ -28,6 +31,7 @@ CREATE TRIGGER scheduler_node_insert AFTER INSERT ON nodes
 BEGIN INSERT INTO scheduler_changes (job_id) VALUES (NULL); END;
 CREATE TRIGGER scheduler_node_update AFTER UPDATE ON nodes
 WHEN OLD.state IS NOT NEW.state OR OLD.epoch IS NOT NEW.epoch OR OLD.hostname IS NOT NEW.hostname
+  OR OLD.advertise_addr IS NOT NEW.advertise_addr
   OR OLD.cpu_milli IS NOT NEW.cpu_milli OR OLD.memory_mib IS NOT NEW.memory_mib
 BEGIN INSERT INTO scheduler_changes (job_id) VALUES (NULL); END;
 CREATE TRIGGER scheduler_node_delete AFTER DELETE ON nodes

@@ -121,6 +121,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
         store.register_node(&NodeRegistration {
             node_id: format!("node-{n:04}"),
             hostname: format!("node-{n:04}"),
+            advertise_addr: None,
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,

@@ -147,6 +147,7 @@ impl World {
                 let reg = NodeRegistration {
                     node_id: format!("n{n}"),
                     hostname: format!("h{n}"),
+                    advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
                     cpu_milli: 8000,
                     memory_mib: 64_000,
                     gpus,
