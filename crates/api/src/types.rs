@@ -345,6 +345,11 @@ pub struct RegisterRequest {
     pub node_id: String,
     /// Host name.
     pub hostname: String,
+    /// The address its peers reach it at, when not its host name (`gantry agent
+    /// --advertise-addr`): a host name or an IP address ([`address_problem`]); gang workers get
+    /// it as `MASTER_ADDR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise_addr: Option<String>,
     /// CPU, milli-cores.
     pub cpu_milli: u64,
     /// Host memory, MiB.
@@ -355,6 +360,28 @@ pub struct RegisterRequest {
     /// keeps those placed on this node; every other attempt of an older epoch was lost.
     #[serde(default)]
     pub attempts: Vec<AttemptRef>,
+}
+
+/// Why `addr` is not an address a node's peers can reach it at — a host name (RFC 1123 labels
+/// of letters, digits and `-`, not all digits at the end) or an IP address — or `None` when it
+/// is one.
+pub fn address_problem(addr: &str) -> Option<&'static str> {
+    if addr.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let name = addr.strip_suffix('.').unwrap_or(addr);
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    let numeric_end = name.rsplit('.').next().is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()));
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label) || numeric_end {
+        return Some("must be a host name (letters, digits, '-' and '.') or an IP address");
+    }
+    None
 }
 
 /// The epoch an agent must send with every heartbeat.

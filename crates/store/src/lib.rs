@@ -115,4 +115,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn usage(&self, since: i64, until: i64, by_user: bool, teams: Option<Vec<String>>) -> Result<Vec<Usage>>;
     /// Events, newest first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
+
+    /// The scheduler's change log position now: read it before a full reload, then ask for
+    /// [`Store::scheduler_changes`] after it.
+    fn scheduler_position(&self) -> Result<i64>;
+    /// What changed for the scheduler after `after` (jobs, their held allocations, whether the
+    /// cluster changed). `None` when the log cannot say (pruned past `after`, or more than
+    /// `limit` changes): the caller reloads everything.
+    fn scheduler_changes(&self, after: i64, limit: u32) -> Result<Option<SchedulerChanges>>;
 }

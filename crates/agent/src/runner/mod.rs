@@ -76,6 +76,9 @@ pub struct AgentConfig {
     /// Stop every job (SIGTERM, grace, SIGKILL) when the agent stops; by default they keep
     /// running and the next start of the agent takes them up again.
     pub stop_jobs_on_exit: bool,
+    /// The address this node's peers reach it at, when not its host name (validated by the
+    /// caller with [`gantry_api::types::address_problem`]; the server checks it again).
+    pub advertise_addr: Option<String>,
 }
 
 /// The running executable, which serves as the shim when run with [`shim::ARG`].
@@ -124,6 +127,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let mut register = RegisterRequest {
         node_id: config.node_id.clone(),
         hostname: hostname(),
+        advertise_addr: config.advertise_addr.clone(),
         cpu_milli: std::thread::available_parallelism().map_or(1, |n| n.get() as u64) * 1000,
         memory_mib: memory_mib(),
         gpus: gpus.inventory(),

@@ -129,6 +129,7 @@ impl Harness {
             sandbox,
             shim: SHIM.into(),
             stop_jobs_on_exit,
+            advertise_addr: None,
         };
         tokio::spawn(runner::run(config, gpus, stop))
     }

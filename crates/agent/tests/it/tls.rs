@@ -56,6 +56,7 @@ fn registration() -> RegisterRequest {
         attempts: Vec::new(),
         node_id: "node-a".into(),
         hostname: "node-a".into(),
+        advertise_addr: None,
         cpu_milli: 1000,
         memory_mib: 1024,
         gpus: vec![],

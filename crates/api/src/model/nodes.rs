@@ -26,6 +26,10 @@ pub struct Node {
     pub id: String,
     /// Host name.
     pub hostname: String,
+    /// The address it advertises to its peers (`gantry agent --advertise-addr`), which gang
+    /// workers get as `MASTER_ADDR`; `None`: its host name.
+    #[serde(default)]
+    pub advertise_addr: Option<String>,
     /// Liveness.
     pub state: NodeState,
     /// Registration epoch.

@@ -18,7 +18,8 @@ use super::up::shutdown_signal;
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   gantry agent --server https://head:7070 --ca ca.pem --join-token $JOIN_TOKEN
-  gantry agent --server https://head:7070 --stop-jobs-on-exit   # stopping the agent stops its jobs")]
+  gantry agent --server https://head:7070 --stop-jobs-on-exit   # stopping the agent stops its jobs
+  gantry agent --server https://head:7070 --advertise-addr 10.0.0.7   # gang peers reach it there")]
 pub struct AgentArgs {
     /// Server URL.
     #[arg(long, env = "GANTRY_SERVER")]
@@ -61,6 +62,18 @@ pub struct AgentArgs {
     /// running and the next start of the agent on the same data directory takes them up again.
     #[arg(long)]
     stop_jobs_on_exit: bool,
+    /// The address this node's peers reach it at (a host name or an IP address), when its host
+    /// name is not: gang workers whose rank 0 runs here get it as `MASTER_ADDR`.
+    #[arg(long, value_name = "ADDR", value_parser = advertise_addr)]
+    advertise_addr: Option<String>,
+}
+
+/// `--advertise-addr`: a host name or an IP address.
+pub(super) fn advertise_addr(value: &str) -> Result<String, String> {
+    match gantry_api::types::address_problem(value) {
+        Some(why) => Err(format!("{value:?} {why}")),
+        None => Ok(value.to_owned()),
+    }
 }
 
 /// Runs the agent until Ctrl-C or SIGTERM.
@@ -96,6 +109,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         sandbox,
         shim: runner::default_shim()?,
         stop_jobs_on_exit: args.stop_jobs_on_exit,
+        advertise_addr: args.advertise_addr,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

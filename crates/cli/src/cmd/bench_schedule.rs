@@ -86,6 +86,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
         s.nodes.push(Node {
             id: id.clone(),
             hostname: id.clone(),
+            advertise_addr: None,
             state: NodeState::Ready,
             epoch: 1,
             cpu_milli: 192_000,

@@ -24,6 +24,9 @@ pub enum BenchCommand {
     /// queue, beside the priority-FIFO best-fit pass (`--json`: `placements_per_s`,
     /// `baseline_placements_per_s`).
     Schedule(super::bench_schedule::ScheduleBenchArgs),
+    /// What one scheduling pass costs with a long pending queue on an on-disk store: a full
+    /// reload and plan beside the incremental passes (idle, time-based, after one change).
+    Pass(super::bench_pass::PassBenchArgs),
 }
 
 /// Arguments of `gantry bench submit`.
@@ -46,6 +49,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Submit(args) => args,
         BenchCommand::Load(args) => return super::bench_load::run(args),
         BenchCommand::Schedule(args) => return super::bench_schedule::run(&args),
+        BenchCommand::Pass(args) => return super::bench_pass::run(&args),
     };
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),

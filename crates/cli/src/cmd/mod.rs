@@ -8,6 +8,7 @@ pub mod audit;
 pub mod backend;
 pub mod bench;
 pub mod bench_load;
+pub mod bench_pass;
 pub mod bench_schedule;
 pub mod bench_submit;
 pub mod cancel;

@@ -1,4 +1,5 @@
-//! `gantry nodes`: like `sinfo`, each node's state and its GPUs: model, free, total, unhealthy.
+//! `gantry nodes`: like `sinfo`, each node's state and its GPUs: model, free, total, unhealthy;
+//! `ADDRESS` is the address it advertises to its peers (`--advertise-addr`; `-`: its host name).
 
 use clap::Args;
 use gantry_api::types::NodeView;
@@ -37,6 +38,7 @@ pub fn run(args: NodesArgs) -> anyhow::Result<()> {
             vec![
                 n.id.clone(),
                 n.hostname.clone(),
+                n.advertise_addr.clone().unwrap_or_else(|| "-".into()),
                 n.state.to_string(),
                 v.gpu_model.clone().unwrap_or_else(|| "-".into()),
                 format!("{}/{}", v.gpus_free, v.gpus),
@@ -47,8 +49,18 @@ pub fn run(args: NodesArgs) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    let header =
-        ["NODE", "HOST", "STATE", "GPU MODEL", "GPUS FREE", "UNHEALTHY", "CPUS", "MEMORY_MIB", "EPOCH"];
+    let header = [
+        "NODE",
+        "HOST",
+        "ADDRESS",
+        "STATE",
+        "GPU MODEL",
+        "GPUS FREE",
+        "UNHEALTHY",
+        "CPUS",
+        "MEMORY_MIB",
+        "EPOCH",
+    ];
     table::print(&header, &rows);
     Ok(())
 }

@@ -52,6 +52,10 @@ pub struct UpArgs {
     /// and the next `gantry up` on the same data directory takes them up again.
     #[arg(long)]
     stop_jobs_on_exit: bool,
+    /// The address other nodes reach this one at (a host name or an IP address), when its host
+    /// name is not: gang workers whose rank 0 runs on the local agent get it as `MASTER_ADDR`.
+    #[arg(long, value_name = "ADDR", value_parser = super::agent::advertise_addr, conflicts_with = "no_agent")]
+    advertise_addr: Option<String>,
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
@@ -99,6 +103,7 @@ async fn serve(
             sandbox,
             shim: runner::default_shim()?,
             stop_jobs_on_exit: args.stop_jobs_on_exit,
+            advertise_addr: args.advertise_addr.clone(),
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     } else {

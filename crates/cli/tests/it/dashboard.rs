@@ -285,6 +285,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
             attempts: Vec::new(),
             node_id: node_id.clone(),
             hostname: node_id.clone(),
+            advertise_addr: None,
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,

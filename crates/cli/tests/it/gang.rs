@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use gantry_store::Store;
 
+use crate::gantry;
 use crate::harness::{Cluster, command, eventually};
 
 /// A `gantry agent` joining `cluster` as `node` with 2 simulated GPUs (a seed per node, so the
-/// two fleets' GPU UUIDs differ).
+/// two fleets' GPU UUIDs differ), advertising the address `10.0.0.<seed>` to its peers.
 fn start_agent(cluster: &Cluster, node: &str, seed: u64) -> Child {
     let join = cluster.gantry(&["token", "create", "--role", "agent", "--name", node]).trim().to_owned();
     let dir = cluster.home.path().join(format!("node-{node}"));
@@ -22,6 +23,7 @@ fn start_agent(cluster: &Cluster, node: &str, seed: u64) -> Child {
         .args(["agent", "--server", &cluster.url(), "--node-id", node, "--backend", "simulated"])
         .arg("--simulated-gpus")
         .arg(&fleet)
+        .args(["--advertise-addr", &format!("10.0.0.{seed}")])
         .args(["--grace", "1", "--data-dir"])
         .arg(&dir)
         .arg("--work-dir")
@@ -46,6 +48,8 @@ fn two_nodes() -> (Cluster, Vec<Child>) {
         let nodes = cluster.gantry(&["nodes"]);
         (nodes.contains("n1") && nodes.contains("n2")).then_some(())
     });
+    let nodes = cluster.gantry(&["nodes"]);
+    assert!(nodes.contains("ADDRESS") && nodes.contains("10.0.0.1") && nodes.contains("10.0.0.2"), "{nodes}");
     (cluster, agents)
 }
 
@@ -106,7 +110,10 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
     assert_eq!(ranks, ["0", "1", "2", "3"].map(String::from).into_iter().collect());
     assert_eq!(rendezvous.len(), 1, "one rendezvous for the gang: {rendezvous:?}");
     let (addr, port) = rendezvous.into_iter().next().expect("one");
-    assert!(!addr.is_empty() && port.parse::<u16>().is_ok_and(|p| p >= 29_500), "{addr}:{port}");
+    assert!(port.parse::<u16>().is_ok_and(|p| p >= 29_500), "{addr}:{port}");
+    let rank0 = workers[0]["node_id"].as_str().expect("rank 0's node");
+    let advertised = if rank0 == "n1" { "10.0.0.1" } else { "10.0.0.2" };
+    assert_eq!(addr, advertised, "MASTER_ADDR is the address rank 0's node ({rank0}) advertises");
     let two: BTreeSet<String> = ["0", "1"].map(String::from).into_iter().collect();
     assert_eq!(local_by_node.len(), 2, "two workers on each node: {local_by_node:?}");
     assert!(local_by_node.values().all(|l| *l == two), "LOCAL_RANK 0 and 1 on each node: {local_by_node:?}");
@@ -228,4 +235,14 @@ fn a_gang_is_refused_with_a_sentence_when_it_cannot_ever_fit_or_asks_for_no_gpus
     assert!(String::from_utf8_lossy(&out.stderr).contains("whole GPUs"));
     let out = cluster.try_gantry(&["submit", "--replicas", "2", "--gpus", "1", "-e", "RANK=0", "--", "true"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("set by Gantry"), "RANK cannot be forged");
+}
+
+#[test]
+fn an_advertised_address_that_is_neither_a_host_name_nor_an_ip_is_refused_with_a_sentence() {
+    for bad in ["a b", "http://h", "10.0.0.999"] {
+        let out = gantry(&["agent", "--server", "http://127.0.0.1:1", "--advertise-addr", bad]);
+        assert!(!out.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--advertise-addr") && err.contains("host name"), "{bad}: {err}");
+    }
 }

@@ -4,6 +4,7 @@
 
 mod access;
 mod agent_loss;
+mod bench;
 mod browser;
 mod crash;
 mod dashboard;

@@ -70,9 +70,13 @@ pub async fn register(
 ) -> Result<Json<RegisterResponse>, ApiError> {
     validate::word("node_id", &req.node_id)?;
     validate::inventory(&req)?;
+    if let Some(addr) = &req.advertise_addr {
+        validate::address("advertise_addr", addr)?;
+    }
     let registration = NodeRegistration {
         node_id: req.node_id,
         hostname: req.hostname,
+        advertise_addr: req.advertise_addr,
         cpu_milli: req.cpu_milli,
         memory_mib: req.memory_mib,
         gpus: req.gpus,

@@ -155,6 +155,7 @@ mod tests {
         let node = Node {
             id: id.into(),
             hostname: id.into(),
+            advertise_addr: None,
             state: NodeState::Ready,
             epoch: 1,
             cpu_milli: cores * 1000,

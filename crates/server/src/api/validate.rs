@@ -139,6 +139,14 @@ pub fn inventory(r: &RegisterRequest) -> Result<(), ApiError> {
     r.gpus.iter().try_for_each(|g| at_most("gpus[].memory_mib", g.memory_mib, MAX_GPU_MEMORY_MIB))
 }
 
+/// An address a node's peers reach it at: a host name or an IP address.
+pub fn address(field: &str, value: &str) -> Result<(), ApiError> {
+    match gantry_api::types::address_problem(value) {
+        Some(why) => Err(bad(field, why)),
+        None => Ok(()),
+    }
+}
+
 /// A name made of letters, digits, `-`, `_`, `.`.
 pub fn word(field: &str, value: &str) -> Result<(), ApiError> {
     let ok = !value.is_empty()

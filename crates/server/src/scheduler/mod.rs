@@ -1,5 +1,6 @@
-//! The scheduling loop: load a snapshot, [`plan`] (pure), record each decision through the
-//! dispatcher, repeat. Agents learn their work from the store on their next heartbeat, so a
+//! The scheduling loop: bring the scheduler's copy of the store up to date with what changed
+//! ([`State`]), [`plan`] (pure) on its snapshot, record each decision through the dispatcher,
+//! repeat. Agents learn their work from the store on their next heartbeat, so a
 //! decision is always durable before anything acts on it.
 
 mod baseline;
@@ -7,8 +8,10 @@ mod elastic;
 mod gang;
 mod gates;
 mod plan;
+mod state;
 mod victims;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +23,7 @@ pub use baseline::plan_priority_fifo;
 pub use elastic::Resize;
 pub use gates::{Gated, gate};
 pub use plan::{Plan, Preemption, QueueInput, Snapshot, plan};
+pub use state::{State, Synced};
 
 use crate::app::{App, now_ms};
 use crate::command::Command;
@@ -31,8 +35,11 @@ const MIN_GAP: Duration = Duration::from_millis(20);
 /// Least time between two checks for silent nodes (a write) and two gauge refreshes (a scan).
 const HOUSEKEEPING: Duration = Duration::from_millis(250);
 /// Most time between two full passes even when nothing was counted as a change (a GPU healthy
-/// again, aging): a safety net, not the normal path.
+/// again, aging, fair share): planned from the scheduler's copy of the store, not reloaded.
 const FULL_PASS: Duration = Duration::from_secs(5);
+/// Most time between two full reloads of the store (a safety net beside the change log; a
+/// placement the store refused asks for one at once).
+const RELOAD: Duration = Duration::from_secs(300);
 
 /// When the periodic side jobs of a pass last ran, and what the queue remembers between passes.
 #[derive(Debug, Default)]
@@ -45,6 +52,10 @@ pub struct Housekeeping {
     /// `App::changes` as of the last pass that read the queue.
     seen: Option<u64>,
     full: Option<Instant>,
+    /// The last full reload of the store.
+    reloaded: Option<Instant>,
+    /// The scheduler's copy of the store, kept between passes.
+    state: Option<State>,
     share: FairShare,
 }
 
@@ -117,42 +128,37 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     }
     let with_counts = due(&mut housekeeping.gauges);
     let changes = app.changes.load(std::sync::atomic::Ordering::Relaxed);
+    let reload = housekeeping.reloaded.is_none_or(|t| t.elapsed() >= RELOAD);
+    let (state, store) = (housekeeping.state.take(), Arc::clone(&app.store));
+    let (state, synced, counts) =
+        tokio::task::spawn_blocking(move || sync(&*store, state, reload, with_counts))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))??;
+    if synced == Synced::Reloaded {
+        housekeeping.reloaded = Some(Instant::now());
+    }
+    if let Some(counts) = counts {
+        record_gauges(app, &counts);
+    }
+    housekeeping.state = Some(state);
     let full = housekeeping.full.is_none_or(|t| t.elapsed() >= FULL_PASS);
     if housekeeping.seen == Some(changes) && !full {
         // Nothing was submitted and nothing ended since the last pass placed all it could: the
-        // same snapshot would give the same plan. Skip reading the queue.
-        if with_counts {
-            let store = Arc::clone(&app.store);
-            let counts = tokio::task::spawn_blocking(move || store.job_counts())
-                .await
-                .map_err(|e| ApiError::Internal(e.to_string()))??;
-            record_gauges(app, &counts);
-        }
+        // same snapshot would give the same plan.
         return Ok(0);
     }
     housekeeping.seen = Some(changes);
     if full {
         housekeeping.full = Some(Instant::now());
     }
+    let Some(state) = housekeeping.state.as_mut() else { return Ok(0) };
+    let at = now_ms();
+    let waited_on = waited_on(&state.plan_input(at, QueueInput::default()).pending);
     let store = Arc::clone(&app.store);
-    let (snapshot, deps, counts) = tokio::task::spawn_blocking(move || load(&*store, with_counts))
+    let deps = tokio::task::spawn_blocking(move || dependency_states(&*store, waited_on))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
-    if let Some(counts) = counts {
-        record_gauges(app, &counts);
-    }
-    let mut snapshot = snapshot;
-    housekeeping.share.charge(&snapshot.active, snapshot.at);
-    snapshot.queue = housekeeping.share.input.clone();
-    snapshot.queue.resize_gap_ms = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
-    if let Ok(mut queue) = app.queue.write() {
-        queue.clone_from(&snapshot.queue);
-    }
-    let started = Instant::now();
-    let gated = gate(&snapshot.pending, &snapshot.active, &deps);
-    snapshot.pending.retain(|j| !gated.stops(j.id));
-    let decisions = plan(&snapshot, app.config.policy, 0x9a17);
-    app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
+    let (decisions, gated, submitted) = decide(app, state, &mut housekeeping.share, &deps, at);
     if let Ok(mut waiting) = app.waiting.write() {
         *waiting = decisions.waiting.into_iter().chain(gated.held).collect();
     }
@@ -165,7 +171,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     }
     let mut placed = 0;
     for placement in decisions.placements {
-        let submitted = snapshot.pending.iter().find(|j| j.id == placement.job_id).map(|j| j.submitted_at);
+        let submitted = submitted.get(&placement.job_id).copied();
         match app.dispatch(Command::Place(placement)).await {
             Ok(_) => {
                 placed += 1;
@@ -174,16 +180,16 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
                 }
             }
             Err(ApiError::Conflict(why)) => {
-                // The snapshot was stale: look again next pass.
+                // The snapshot was stale: look again next pass, at everything.
                 app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                housekeeping.reloaded = None;
                 tracing::debug!(%why, "placement refused by the store");
             }
             Err(e) => return Err(e),
         }
     }
     for gang in decisions.gangs {
-        let (id, submitted) = (gang.gang_id, snapshot.pending.iter().find(|j| j.id == gang.gang_id));
-        let submitted = submitted.map(|j| j.submitted_at);
+        let (id, submitted) = (gang.gang_id, submitted.get(&gang.gang_id).copied());
         match app.dispatch(Command::PlaceGang(gang)).await {
             Ok(_) => {
                 placed += 1;
@@ -193,6 +199,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
             }
             Err(ApiError::Conflict(why)) => {
                 app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                housekeeping.reloaded = None;
                 tracing::debug!(gang = id, %why, "gang placement refused by the store");
             }
             Err(e) => return Err(e),
@@ -219,47 +226,79 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     Ok(placed)
 }
 
+/// Plans on the scheduler's copy of the store (copied only when some pending job is held back
+/// by a dependency): the decisions, the jobs dependencies hold or fail, and when each job the
+/// plan places was submitted.
+fn decide(
+    app: &App,
+    state: &mut State,
+    share: &mut FairShare,
+    deps: &DepStates,
+    at: i64,
+) -> (Plan, Gated, HashMap<JobId, i64>) {
+    share.charge(&state.plan_input(at, QueueInput::default()).active, at);
+    let mut queue = share.input.clone();
+    queue.resize_gap_ms = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
+    let snapshot = state.plan_input(at, queue);
+    if let Ok(mut queue) = app.queue.write() {
+        queue.clone_from(&snapshot.queue);
+    }
+    let started = Instant::now();
+    let gated = gate(&snapshot.pending, &snapshot.active, deps);
+    let input = if snapshot.pending.iter().any(|j| gated.stops(j.id)) {
+        let mut copy = snapshot.clone();
+        copy.pending.retain(|j| !gated.stops(j.id));
+        Cow::Owned(copy)
+    } else {
+        Cow::Borrowed(snapshot)
+    };
+    let decisions = plan(&input, app.config.policy, 0x9a17);
+    app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
+    let placed =
+        decisions.placements.iter().map(|p| p.job_id).chain(decisions.gangs.iter().map(|g| g.gang_id));
+    let submitted = placed
+        .filter_map(|id| {
+            let k = input.pending.binary_search_by_key(&id, |j| j.id).ok()?;
+            Some((id, input.pending[k].submitted_at))
+        })
+        .collect();
+    (decisions, gated, submitted)
+}
+
 type Counts = Vec<(String, JobState, u64)>;
 type DepStates = HashMap<JobId, Vec<JobState>>;
 
-fn load(
+/// Brings the scheduler's copy of the store up to date: a full reload when there is none yet or
+/// `reload` asks for one, else only what changed.
+fn sync(
     store: &dyn Store,
+    state: Option<State>,
+    reload: bool,
     with_counts: bool,
-) -> Result<(Snapshot, DepStates, Option<Counts>), gantry_store::StoreError> {
+) -> Result<(State, Synced, Option<Counts>), gantry_store::StoreError> {
     let counts = if with_counts { Some(store.job_counts()?) } else { None };
-    let by_state = |state| store.jobs(&JobFilter { state: Some(state), ..JobFilter::default() });
-    let nodes = store.nodes()?;
-    if !nodes.iter().any(|n| n.state == gantry_store::NodeState::Ready) {
-        // Nothing can be placed: skip reading the queue.
-        let snapshot = Snapshot { nodes, at: now_ms(), ..Snapshot::default() };
-        return Ok((snapshot, DepStates::new(), counts));
-    }
-    let mut active = by_state(JobState::Scheduled)?;
-    active.extend(by_state(JobState::Running)?);
-    let snapshot = Snapshot {
-        nodes,
-        gpus: store.gpus()?,
-        held: store.allocations(true)?,
-        pending: by_state(JobState::Pending)?,
-        active,
-        teams: store.teams()?,
-        at: now_ms(),
-        queue: QueueInput::default(),
+    let (state, synced) = match state {
+        Some(mut state) if !reload => {
+            let synced = state.sync(store)?;
+            (state, synced)
+        }
+        _ => (State::load(store)?, Synced::Reloaded),
     };
-    let deps = dependency_states(store, &snapshot.pending)?;
-    Ok((snapshot, deps, counts))
+    Ok((state, synced, counts))
+}
+
+/// The jobs pending jobs wait for, once each.
+fn waited_on(pending: &[gantry_store::Job]) -> Vec<JobId> {
+    let mut ids: Vec<JobId> = pending.iter().flat_map(|j| j.after.iter().map(|d| d.job)).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// The states of every job a pending job waits for (each member's, for an array's id).
-fn dependency_states(
-    store: &dyn Store,
-    pending: &[gantry_store::Job],
-) -> Result<DepStates, gantry_store::StoreError> {
+fn dependency_states(store: &dyn Store, ids: Vec<JobId>) -> Result<DepStates, gantry_store::StoreError> {
     let mut out = DepStates::new();
-    for id in pending.iter().flat_map(|j| j.after.iter().map(|d| d.job)) {
-        if out.contains_key(&id) {
-            continue;
-        }
+    for id in ids {
         let Some(job) = store.job(id)? else { continue };
         let states = if job.array.is_some_and(|a| a.id == id) {
             store

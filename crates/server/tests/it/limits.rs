@@ -113,3 +113,27 @@ async fn a_100_mb_body_is_refused_with_413_without_being_read() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
 }
+
+#[tokio::test]
+async fn an_advertised_address_is_a_host_name_or_an_ip_else_422_and_nodes_show_it() {
+    let s = TestServer::start().await;
+    let node = gantry_server::create_node_credential(&*s.store, "n1").expect("credential");
+    let as_node = |path: &str| s.http.post(format!("{}{path}", s.url)).bearer_auth(&node);
+    let register = |addr: &str| {
+        json!({"node_id": "n1", "hostname": "h", "advertise_addr": addr, "cpu_milli": 1000, "memory_mib": 1024,
+            "gpus": []})
+    };
+    let long = format!("{}.example", "a".repeat(250));
+    for bad in ["", "-h", "a b", "h_1", "10.0.0.999", "http://h", "h:7070", "a..b", long.as_str()] {
+        let (status, error) =
+            error_of(as_node("/v1/agent/register").json(&register(bad)).send().await.expect("send")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad:?}: {error}");
+        assert!(error.starts_with("advertise_addr"), "{error}");
+    }
+    for good in ["fe80::1", "node-7.example.org", "10.0.0.7"] {
+        let resp = as_node("/v1/agent/register").json(&register(good)).send().await.expect("send");
+        assert_eq!(resp.status(), StatusCode::OK, "{good}");
+    }
+    let nodes: Value = crate::json_of(s.get("/v1/nodes")).await;
+    assert_eq!(nodes[0]["advertise_addr"], "10.0.0.7", "{nodes}");
+}

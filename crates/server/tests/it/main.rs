@@ -3,6 +3,7 @@
 mod api;
 mod elastic;
 mod fuzz;
+mod incremental;
 mod limits;
 mod live;
 mod queue;

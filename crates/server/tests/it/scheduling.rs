@@ -6,6 +6,7 @@ pub fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
     let node = gantry_store::Node {
         id: "n1".into(),
         hostname: "h".into(),
+        advertise_addr: None,
         state: NodeState::Ready,
         epoch: 3,
         cpu_milli: 64_000,

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Actor, Job, JobId, NewJob, NewToken, NodeRegistration, Team, User};
+use super::{Actor, Allocation, Job, JobId, NewJob, NewToken, NodeRegistration, Team, User};
 
 /// A change made for a caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,4 +64,20 @@ pub struct AuditEntry {
     pub target: String,
     /// ms since the epoch.
     pub at: i64,
+}
+
+/// What changed for the scheduler after a position in its change log
+/// ([`crate::Store::scheduler_changes`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchedulerChanges {
+    /// The position reached: pass it as `after` next time.
+    pub position: i64,
+    /// Whether a node, a GPU's health or a team's quota changed (the caller reads them again).
+    pub cluster: bool,
+    /// Jobs that changed (their rows, or their allocations), by id.
+    pub changed: Vec<JobId>,
+    /// Their rows as they are now, by id (a job deleted since is missing).
+    pub jobs: Vec<Job>,
+    /// Their allocations held now, oldest first.
+    pub held: Vec<Allocation>,
 }

@@ -11,6 +11,10 @@ pub struct NodeRegistration {
     pub node_id: String,
     /// Host name.
     pub hostname: String,
+    /// The address its peers reach it at, given to gang workers as `MASTER_ADDR` (`None`: the
+    /// host name).
+    #[serde(default)]
+    pub advertise_addr: Option<String>,
     /// CPU in milli-cores.
     pub cpu_milli: u64,
     /// Host memory, MiB.

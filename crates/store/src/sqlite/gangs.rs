@@ -105,7 +105,7 @@ pub(super) fn place(c: &Connection, gp: &GangPlacement) -> Result<()> {
         return Err(StoreError::Conflict(format!("gang {} placed with no workers", gang.id)));
     };
     let addr: String = c
-        .prepare_cached("SELECT hostname FROM nodes WHERE id = ?1")?
+        .prepare_cached("SELECT COALESCE(advertise_addr, hostname) FROM nodes WHERE id = ?1")?
         .query_row([&first.node_id], |r| r.get(0))?;
     let port = free_port(c, gang.id, &addr)?;
     let mut per_node: HashMap<&str, u32> = HashMap::new();

@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("../../migrations/0007_workflow.sql")),
     (8, include_str!("../../migrations/0008_gangs.sql")),
     (9, include_str!("../../migrations/0009_elastic.sql")),
+    (10, include_str!("../../migrations/0010_scheduler_changes.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -14,6 +14,7 @@ mod jobs;
 mod migrate;
 mod nodes;
 mod rows;
+mod scheduler;
 mod tokens;
 mod workflow;
 mod writer;
@@ -229,6 +230,12 @@ impl Store for SqliteStore {
     }
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         self.read(|c| tokens::events(c, filter))
+    }
+    fn scheduler_position(&self) -> Result<i64> {
+        self.read(scheduler::position)
+    }
+    fn scheduler_changes(&self, after: i64, limit: u32) -> Result<Option<SchedulerChanges>> {
+        self.read(|c| scheduler::changes(c, after, limit))
     }
 }
 

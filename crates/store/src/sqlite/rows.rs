@@ -106,13 +106,15 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
     })
 }
 
-pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat";
+pub(super) const NODE_COLUMNS: &str =
+    "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr";
 
 pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
     let state: String = r.get(2)?;
     Ok(Node {
         id: r.get(0)?,
         hostname: r.get(1)?,
+        advertise_addr: r.get(7)?,
         state: parse_enum("node state", &state, NodeState::parse)?,
         epoch: r.get(3)?,
         cpu_milli: r.get(4)?,

@@ -14,6 +14,7 @@ fn register(store: &SqliteStore, id: &str, gpus: u32) -> u64 {
         attempts: Vec::new(),
         node_id: id.into(),
         hostname: format!("host-{id}"),
+        advertise_addr: None,
         cpu_milli: 8000,
         memory_mib: 1000,
         gpus,
@@ -224,5 +225,39 @@ fn a_preempted_gang_is_requeued_whole_without_spending_a_retry_and_a_lost_node_s
         assert_eq!(state(&store, gang), JobState::Running, "worker 0 still has to stop");
         store.heartbeat(&hb("a", epoch_a, vec![], 70)).expect("hb");
         assert_eq!(state(&store, gang), expected);
+    }
+}
+
+#[test]
+fn a_gangs_master_addr_is_the_address_rank_zeros_node_advertises() {
+    let (_dir, store) = open();
+    let epoch = register(&store, "a", 2);
+    let gpus = (0..2)
+        .map(|i| GpuInfo { uuid: format!("GPU-b-{i}"), index: i, model: "A100".into(), memory_mib: 81920 })
+        .collect();
+    let reg = NodeRegistration {
+        attempts: Vec::new(),
+        node_id: "b".into(),
+        hostname: "host-b".into(),
+        advertise_addr: Some("10.1.2.3".into()),
+        cpu_milli: 8000,
+        memory_mib: 1000,
+        gpus,
+        at: 10,
+    };
+    assert_eq!(store.register_node(&reg).expect("register"), epoch);
+    let node = store.nodes().expect("nodes").into_iter().find(|n| n.id == "b").expect("node b");
+    assert_eq!(node.advertise_addr.as_deref(), Some("10.1.2.3"));
+    let (gang, _) = store.submit(&NewJob { replicas: 2, ..new_job("g", 2, 0) }).expect("submit");
+    let (w0, w1) = (gang + 1, gang + 2);
+    let gp = GangPlacement {
+        gang_id: gang,
+        workers: vec![on(w0, "b", epoch, &[0, 1]), on(w1, "a", epoch, &[0, 1])],
+        at: 20,
+    };
+    store.place_gang(&gp).expect("place gang");
+    for id in [w0, w1] {
+        let worker = store.job(id).expect("get").expect("worker").gang.expect("a worker");
+        assert_eq!(worker.master_addr.as_deref(), Some("10.1.2.3"), "rank 0 runs on b");
     }
 }
