@@ -116,8 +116,9 @@ pub fn rank(w: &QueueWeights, teams: &[Team], jobs: &[QueuedJob], usage: &Usage)
         .map(|j| Key {
             borrower: false,
             priority: effective_priority(w, j),
-            // Hysteresis: a running job keeps the band below its own, so a job does not lose
-            // its GPUs (and pay a restart) the moment it crosses a threshold.
+            // With `sticky`, hysteresis: a running job keeps the band below its own, so it does
+            // not lose its GPUs the moment it crosses a threshold. Off by default: it kept jobs
+            // that had run for hours ahead of new ones (docs/scheduling.md, the philly set).
             band: w.band(j.attained_gpu_s).saturating_sub(u32::from(w.sticky && j.running())),
             waiting: !w.backfill_yields && !j.running(),
             share: share(j.team),
