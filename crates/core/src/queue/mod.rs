@@ -22,16 +22,26 @@
 //!    per factor `band_factor`. Service is wall time × GPUs while holding GPUs, so it needs no
 //!    duration estimate: a job that has run long is likely to run longer (Philly's job sizes are
 //!    heavy-tailed), so new and small jobs go first. Tiresias is the special case of one
-//!    threshold at 16 GPU-hours.
+//!    threshold at 16 GPU-hours. A running job is ranked by its own band (`sticky` = 1 ranks it
+//!    one band lower: fewer restarts, but long jobs then hold GPUs new jobs need).
 //! 4. **Fair share.** The team's decayed GPU-seconds (half-life `half_life_s`) over its weight,
-//!    lowest first: among jobs of equal standing the team that used less recently goes first.
-//! 5. **FIFO**: submission time, then id.
+//!    lowest first, compared in steps of `share_step` (4×) over the least-used team: among jobs
+//!    of equal standing a team that used far less recently goes first; smaller differences tie,
+//!    so fair share does not reorder (and preempt) jobs every round as usage moves.
+//! 5. **FIFO**: submission time, then id — for running and waiting jobs alike
+//!    (`backfill_yields`). A job that backfilled past a blocked wider one therefore ranks below
+//!    it and gives its GPUs back as soon as the wider job fits, as the skip-ahead of Tiresias
+//!    does; otherwise narrow jobs arriving one after another keep a wide job waiting for as long
+//!    as they arrive (Sia's Philly set, mostly 6–16-GPU jobs on 64 GPUs: see
+//!    `docs/scheduling.md`). With `backfill_yields` = 0 running jobs rank before every waiting
+//!    job of their band instead.
 //!
 //! # Admission, backfill, preemption
 //! The ranked list is walked with a budget of all GPUs. A job (a whole gang) runs if its GPUs fit
 //! in the budget; otherwise it waits and, if running, is preempted. Later jobs may still run
 //! (backfill), which cannot delay the first job that did not fit (the *head*): a preemptible
-//! backfill is preempted as soon as the head fits, and a non-preemptible job backfills only into
+//! backfill ranks below the head in later rounds too, so it is preempted as soon as the head
+//! fits, and a non-preemptible job backfills only into
 //! GPUs the head cannot use even after every preemptible job behind it is preempted
 //! (reservation). Preemption thus only ever evicts lower-ranked jobs; [`choose_victims`] gives the
 //! smallest victim set for an explicit priority preemption (least GPU-time lost, never a job of

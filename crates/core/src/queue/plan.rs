@@ -110,20 +110,18 @@ fn effective_priority(w: &QueueWeights, job: &QueuedJob) -> i64 {
 
 /// Indices of `jobs` from first to last claim on the GPUs (see the module doc).
 pub fn rank(w: &QueueWeights, teams: &[Team], jobs: &[QueuedJob], usage: &Usage) -> Vec<usize> {
+    let share = shares(w, teams, jobs, usage);
     let mut keys: Vec<Key> = jobs
         .iter()
         .map(|j| Key {
             borrower: false,
             priority: effective_priority(w, j),
-            // Hysteresis: a running job keeps the band below its own, so a job does not lose
-            // its GPUs (and pay a restart) the moment it crosses a threshold.
+            // With `sticky`, hysteresis: a running job keeps the band below its own, so it does
+            // not lose its GPUs the moment it crosses a threshold. Off by default: it kept jobs
+            // that had run for hours ahead of new ones (docs/scheduling.md, the philly set).
             band: w.band(j.attained_gpu_s).saturating_sub(u32::from(w.sticky && j.running())),
-            waiting: w.sticky && !j.running(),
-            share: if w.fair_share {
-                usage.of(j.team) / teams.get(j.team).map_or(1.0, |t| t.weight.max(1e-9))
-            } else {
-                0.0
-            },
+            waiting: !w.backfill_yields && !j.running(),
+            share: share(j.team),
             submitted: j.submitted_s,
             id: j.id,
         })
@@ -143,6 +141,26 @@ pub fn rank(w: &QueueWeights, teams: &[Team], jobs: &[QueuedJob], usage: &Usage)
     }
     order.sort_by(|a, b| cmp_key(&keys[*a], &keys[*b]));
     order
+}
+
+/// The fair-share key of each team: decayed usage over weight, or with `share_step` > 1 its step
+/// above the least-used team with jobs here (one GPU-hour added to each, so an idle team and one
+/// that ran a few minutes tie). Returns a lookup by team index.
+fn shares<'a>(
+    w: &QueueWeights,
+    teams: &'a [Team],
+    jobs: &[QueuedJob],
+    usage: &'a Usage,
+) -> impl Fn(usize) -> f64 + 'a {
+    const FLOOR_GPU_S: f64 = 3_600.0;
+    let raw = move |team: usize| usage.of(team) / teams.get(team).map_or(1.0, |t| t.weight.max(1e-9));
+    let least = jobs.iter().map(|j| raw(j.team)).fold(f64::INFINITY, f64::min);
+    let (on, step) = (w.fair_share, w.share_step);
+    move |team: usize| match (on, step > 1.0) {
+        (false, _) => 0.0,
+        (true, false) => raw(team),
+        (true, true) => ((raw(team) + FLOOR_GPU_S) / (least + FLOOR_GPU_S)).log(step).floor().max(0.0),
+    }
 }
 
 /// One round: decisions for every job, in the order of `jobs`.

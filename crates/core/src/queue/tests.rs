@@ -272,6 +272,9 @@ fn small_jobs_do_not_starve_a_large_gang() {
     let w = QueueWeights { gang_reservation: true, ..QueueWeights::default() };
     let running = |id: u64, node: usize| QueuedJob { held: vec![(node, 1)], ..gang(id, 1, 1, 0) };
     let mut jobs = vec![running(0, 0), running(1, 1), gang(2, 2, 4, 0)];
+    // The running jobs were submitted before the gang, so they keep their place.
+    jobs[0].submitted_s = -3.0;
+    jobs[1].submitted_s = -2.0;
     jobs[2].submitted_s = -1.0;
     jobs.extend((3..8).map(|id| gang(id, 1, 1, 0)));
     let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
@@ -346,5 +349,69 @@ fn a_non_preemptible_job_does_not_backfill_ahead_of_a_blocked_head() {
     assert!(
         matches!(d[3], Decision::Start { .. }),
         "preemptible backfill is fine: it yields when the head fits"
+    );
+}
+
+/// A waiting or running job of team 0, priority 0, band 0, submitted at `id` s.
+fn plain(id: u64, gpus: u32, held: Vec<(usize, u32)>) -> QueuedJob {
+    QueuedJob { held, ..gang(id, gpus, 1, 0) }
+}
+
+#[test]
+fn a_backfill_gives_its_gpus_back_when_the_earlier_wide_job_fits() {
+    // 2 × 4 GPUs. The 8-GPU job 1 was blocked while job 0 ran, and job 2 (4 GPUs, submitted
+    // later) backfilled on node 1. Job 0 has finished: node 0 is free. Job 1 ranks before the
+    // backfill (FIFO within its band), so the backfill yields and job 1 starts on both nodes.
+    let jobs = vec![plain(1, 8, vec![]), plain(2, 4, vec![(1, 4)])];
+    let w = QueueWeights::default();
+    let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert!(matches!(&d[0], Decision::Start { nodes, .. } if nodes == &vec![(0, 4), (1, 4)]), "{d:?}");
+    assert_eq!(d[1], Decision::Preempt { job: 2, by: Some(1), reason: "outranked" });
+    // Without it a running job outranks every waiting one of its band: the wide job waits for as
+    // long as narrow jobs keep backfilling.
+    let old = QueueWeights { backfill_yields: false, ..w };
+    let d = plan(&old, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert_eq!(d, vec![Decision::Wait { job: 1 }, Decision::Keep { job: 2 }]);
+}
+
+#[test]
+fn a_backfill_keeps_its_gpus_against_a_later_job_and_against_any_job_of_a_higher_band() {
+    let w = QueueWeights::default();
+    // The waiting 8-GPU job was submitted after the running one: FIFO keeps the running job.
+    let jobs = vec![plain(2, 8, vec![]), plain(1, 4, vec![(1, 4)])];
+    let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert_eq!(d, vec![Decision::Wait { job: 2 }, Decision::Keep { job: 1 }]);
+    // An earlier job that has already received more service than the first threshold waits
+    // behind the band-0 job.
+    let mut served = plain(1, 8, vec![]);
+    served.attained_gpu_s = w.band_base_gpu_s;
+    let jobs = vec![served, plain(2, 4, vec![(1, 4)])];
+    let d = plan(&w, &teams(0), &jobs, &Usage::new(3, 0.0), &[4, 4]);
+    assert_eq!(d, vec![Decision::Wait { job: 1 }, Decision::Keep { job: 2 }]);
+}
+
+#[test]
+fn fair_share_orders_teams_only_when_their_usage_differs_by_a_step() {
+    // One free GPU, two waiting 1-GPU jobs: team 1's was submitted first.
+    let mut first = plain(1, 1, vec![]);
+    first.team = 1;
+    let jobs = vec![first, plain(2, 1, vec![])];
+    let w = QueueWeights::default();
+    let starts = |usage: &Usage| {
+        let d = plan(&w, &teams(0), &jobs, usage, &[1]);
+        d.iter().position(|d| matches!(d, Decision::Start { .. }))
+    };
+    let mut close = Usage::new(3, 0.0);
+    close.charge(1, 30_000.0);
+    close.charge(0, 10_000.0);
+    assert_eq!(starts(&close), Some(0), "usage within a factor of {}: FIFO decides", w.share_step);
+    let mut far = Usage::new(3, 0.0);
+    far.charge(1, 200_000.0);
+    far.charge(0, 10_000.0);
+    assert_eq!(starts(&far), Some(1), "team 1 used far more: team 0 goes first");
+    let exact = QueueWeights { share_step: 1.0, ..w.clone() };
+    assert_eq!(
+        plan(&exact, &teams(0), &jobs, &close, &[1])[1],
+        Decision::Start { job: 2, nodes: vec![(0, 1)] }
     );
 }

@@ -17,8 +17,18 @@ pub struct QueueWeights {
     pub borrow_limit: f64,
     /// Whether fair share orders jobs of equal band (0 = off, 1 = on).
     pub fair_share: bool,
-    /// Within a band, running jobs rank before waiting ones (no restart churn).
+    /// Hysteresis: a running job ranks one band below its own, so crossing a threshold does not
+    /// cost it its GPUs at once.
     pub sticky: bool,
+    /// Within a band, jobs keep FIFO order whether running or waiting, so a job that backfilled
+    /// past a blocked one gives its GPUs back when the earlier job fits (as Tiresias does). Off:
+    /// running jobs rank before every waiting job of their band, and a blocked wide job waits
+    /// until backfills stop arriving.
+    pub backfill_yields: bool,
+    /// Fair share compares teams in geometric steps of this factor of decayed usage (over the
+    /// least-used team's, plus one GPU-hour), so usage that differs by less is a tie and FIFO
+    /// decides; ≤ 1 compares exact usage (which reorders jobs every round).
+    pub share_step: f64,
     /// Simulator only: the fraction of the cluster guaranteed to teams, split evenly.
     pub team_guarantee: f64,
     /// Once a gang of several workers is blocked, no waiting job starts unless it leaves the
@@ -41,7 +51,9 @@ impl Default for QueueWeights {
             borrow_limit: 1.0,
             fair_share: true,
             team_guarantee: 1.0,
-            sticky: true,
+            sticky: false,
+            backfill_yields: true,
+            share_step: 4.0,
             gang_reservation: false,
             resize_margin: 2.0,
         }
@@ -70,6 +82,8 @@ impl QueueWeights {
                 "borrow_limit" => w.borrow_limit = v,
                 "fair_share" => w.fair_share = v != 0.0,
                 "sticky" => w.sticky = v != 0.0,
+                "backfill_yields" => w.backfill_yields = v != 0.0,
+                "share_step" => w.share_step = v,
                 "gang_reservation" => w.gang_reservation = v != 0.0,
                 "team_guarantee" if v <= 1.0 => w.team_guarantee = v,
                 "team_guarantee" => return Err("team_guarantee is a fraction of the cluster, 0 to 1".into()),
@@ -77,7 +91,7 @@ impl QueueWeights {
                 other => {
                     return Err(format!(
                         "unknown weight `{other}`; known: band_base_gpu_s, band_factor, bands, aging_s, \
-                         half_life_s, borrow_limit, fair_share, sticky, team_guarantee, gang_reservation, \
+                         half_life_s, borrow_limit, fair_share, sticky, backfill_yields, share_step, team_guarantee, gang_reservation, \
                          resize_margin"
                     ));
                 }
