@@ -35,6 +35,9 @@ pub struct PodName {
     pub containers: Vec<Arc<str>>,
 }
 
+/// `(namespace, pod, container)`; the container only when known.
+pub type Resolved = (Arc<str>, Arc<str>, Option<Arc<str>>);
+
 /// UID → pod names, from the kubelet's pod log directory.
 #[derive(Debug)]
 pub struct PodNames {
@@ -62,12 +65,7 @@ impl PodNames {
     /// Namespace, pod and (when known) container of the process in pod `uid` whose cgroup names
     /// `container_id`; lists the directory again first if the answer is not cached and the last
     /// listing is at least `min_refresh` older than `now`.
-    pub fn resolve(
-        &mut self,
-        uid: &str,
-        container_id: Option<&str>,
-        now: Instant,
-    ) -> Option<(Arc<str>, Arc<str>, Option<Arc<str>>)> {
+    pub fn resolve(&mut self, uid: &str, container_id: Option<&str>, now: Instant) -> Option<Resolved> {
         let cached = self.by_uid.contains_key(uid)
             && container_id.is_none_or(|id| self.by_container_id.contains_key(id));
         let due = self.listed_at.is_none_or(|at| now.saturating_duration_since(at) >= self.min_refresh);
