@@ -46,8 +46,8 @@ pub struct PodNames {
     pub min_refresh: Duration,
     listed_at: Option<Instant>,
     by_uid: HashMap<String, PodName>,
-    /// Container ID → container name, from the sibling `containers` directory.
-    by_container_id: HashMap<String, Arc<str>>,
+    /// Container ID → (pod, namespace, container), from the sibling `containers` directory.
+    by_container_id: HashMap<String, (String, String, Arc<str>)>,
 }
 
 impl PodNames {
@@ -74,7 +74,10 @@ impl PodNames {
         }
         let pod = self.by_uid.get(uid)?;
         let container = match container_id.and_then(|id| self.by_container_id.get(id)) {
-            Some(c) if pod.containers.contains(c) => Some(c.clone()),
+            // The ID's entry must name this very pod and one of its containers.
+            Some((p, ns, c)) if **p == *pod.pod && **ns == *pod.namespace && pod.containers.contains(c) => {
+                Some(c.clone())
+            }
             _ => match pod.containers.as_slice() {
                 [only] => Some(only.clone()),
                 _ => None,
@@ -121,15 +124,17 @@ fn list_pods(dir: &Path) -> HashMap<String, PodName> {
     out
 }
 
-/// `<pod>_<namespace>_<container>-<64 hex id>.log` → id → container.
-fn list_containers(dir: &Path) -> HashMap<String, Arc<str>> {
+/// `<pod>_<namespace>_<container>-<64 hex id>.log` → id → (pod, namespace, container).
+fn list_containers(dir: &Path) -> HashMap<String, (String, String, Arc<str>)> {
     names(dir)
         .into_iter()
         .filter_map(|name| {
             let stem = name.strip_suffix(".log")?;
             let (rest, id) = stem.rsplit_once('-')?;
-            let container = rest.splitn(3, '_').nth(2)?;
-            (is_container_id(id) && !container.is_empty()).then(|| (id.to_owned(), Arc::from(container)))
+            let mut parts = rest.splitn(3, '_');
+            let (pod, namespace, container) = (parts.next()?, parts.next()?, parts.next()?);
+            (is_container_id(id) && !container.is_empty())
+                .then(|| (id.to_owned(), (pod.to_owned(), namespace.to_owned(), Arc::from(container))))
         })
         .collect()
 }
@@ -187,6 +192,12 @@ mod tests {
         assert_eq!((&*ns, &*pod, c.as_deref()), ("ml", "train-0", Some("trainer")));
         // Two containers and an unknown ID: no container label rather than a guess.
         let (_, _, c) = names.resolve(UID, Some(&id('b')), now).expect("known");
+        assert_eq!(c, None);
+        // An ID whose entry names another pod is not believed.
+        std::fs::write(root.path().join("containers").join(format!("api-7_web_trainer-{}.log", id('d'))), "")
+            .expect("link");
+        names.min_refresh = Duration::ZERO;
+        let (_, _, c) = names.resolve(UID, Some(&id('d')), now).expect("known");
         assert_eq!(c, None);
         // One container: it is that one.
         let (ns, pod, c) = names.resolve(UID2, None, now).expect("known");

@@ -168,14 +168,17 @@ impl PodUids {
     }
 }
 
-/// The container ID at the end of the pod cgroup path in `/proc/<pid>/cgroup`, if any.
+/// The container ID in `/proc/<pid>/cgroup`: the segment right after the pod's (the first one),
+/// so a cgroup a process makes inside its container cannot pass for another container.
 pub fn container_id_from_cgroup(text: &str) -> Option<&str> {
     text.lines().find_map(|line| {
         let path = line.splitn(3, ':').nth(2)?;
         if !path.contains("kubepods") {
             return None;
         }
-        container_id_from_segment(path.rsplit('/').next()?)
+        let mut segments = path.split('/');
+        segments.find(|seg| pod_uid_from_segment(seg).is_some())?;
+        container_id_from_segment(segments.next()?)
     })
 }
 
@@ -261,6 +264,19 @@ mod tests {
         // A cgroup made inside the container cannot replace the pod's UID.
         let text = "0::/kubepods/burstable/pod8a1c5f0e-3b2d-4c6a-9e1f-0123456789ab/ctr/podffffffff-ffff-ffff-ffff-ffffffffffff";
         assert_eq!(pod_uid_from_cgroup(text).as_deref(), Some(UID));
+    }
+
+    #[test]
+    fn the_container_id_is_the_segment_after_the_pods() {
+        let id: String = std::iter::repeat_n('a', 64).collect();
+        let other: String = std::iter::repeat_n('b', 64).collect();
+        let text = format!("0::/kubepods/burstable/pod{UID}/{id}/nested/{other}");
+        assert_eq!(container_id_from_cgroup(&text), Some(id.as_str()));
+        let text = format!(
+            "0::/kubepods.slice/kubepods-pod8a1c5f0e_3b2d_4c6a_9e1f_0123456789ab.slice/cri-containerd-{id}.scope"
+        );
+        assert_eq!(container_id_from_cgroup(&text), Some(id.as_str()));
+        assert_eq!(container_id_from_cgroup(&format!("0::/kubepods/burstable/pod{UID}")), None);
     }
 
     #[test]
