@@ -1,11 +1,10 @@
 //! Prometheus text format (0.0.4) for one collection.
 
 use super::metrics::{self, DCGM_METRICS, GPU_LABELS, GantryMetric, Kind, POD_LABELS};
-use super::pods::PodMap;
+use super::pods::{PodMap, ProcessPod};
 use gantry_gpu::Collection;
 use gantry_gpu::findings::FindingKind;
 use std::fmt::Write;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Content type of the body.
@@ -49,8 +48,8 @@ fn gantry_header(out: &mut String, m: &GantryMetric) {
 pub struct Pods<'a> {
     /// Who holds each GPU (none: not on Kubernetes, no pod labels).
     pub map: Option<&'a PodMap>,
-    /// `uids[i]` is the pod UID of `c.processes[i]` (empty: none known).
-    pub uids: &'a [Option<Arc<str>>],
+    /// `uids[i]` is the pod of `c.processes[i]` (empty: none known).
+    pub uids: &'a [Option<ProcessPod>],
 }
 
 /// Encodes `c`; `jobs[i]` is the job of `c.processes[i]`.
@@ -59,7 +58,8 @@ pub fn encode(c: &Collection, hostname: &str, jobs: &[impl AsRef<str>], counters
 }
 
 /// Encodes `c` with pod labels: `container`, `namespace`, `pod` on the series of a GPU one
-/// container holds, `pod_uid` on the series of a process in a pod.
+/// container holds, `pod_uid` (and, when named, `container`, `namespace`, `pod`: the process's
+/// own pod) on the series of a process in a pod.
 pub fn encode_with_pods(
     c: &Collection,
     hostname: &str,
@@ -135,10 +135,16 @@ pub fn encode_with_pods(
             continue;
         };
         let job = escape(job.as_ref());
-        let uid = match pods.uids.get(n) {
-            Some(Some(uid)) => format!(",pod_uid=\"{}\"", escape(uid)),
-            _ => String::new(),
-        };
+        let mut uid = String::new();
+        if let Some(Some(pp)) = pods.uids.get(n) {
+            if let Some(c) = &pp.container {
+                let _ = write!(uid, ",container=\"{}\"", escape(c));
+            }
+            if let Some((ns, pod)) = &pp.names {
+                let _ = write!(uid, ",namespace=\"{}\",pod=\"{}\"", escape(ns), escape(pod));
+            }
+            let _ = write!(uid, ",pod_uid=\"{}\"", escape(&pp.uid));
+        }
         let _ = writeln!(
             out,
             "{}{{{l},pid=\"{}\",job_id=\"{job}\"{uid}}} {}",

@@ -17,6 +17,7 @@ pub mod attribution;
 pub mod client;
 pub mod encode;
 pub mod metrics;
+pub mod pod_names;
 pub mod pods;
 pub mod sampler;
 pub mod server;

@@ -10,13 +10,17 @@
 //!   gets none on its GPU series, because any choice would be wrong for the others.
 //! - A process series gets `pod_uid` (dcgm-exporter's optional label) from its
 //!   `/proc/<pid>/cgroup` (written by the kernel, not by the process), whatever the pod asked
-//!   the kubelet for — pods that requested no GPU included. Pod-resources carries no UIDs, so
-//!   names for a UID need another source (the API server); that is not done here.
+//!   the kubelet for — pods that requested no GPU included. Pod-resources carries no UIDs;
+//!   with the kubelet's pod log directory ([`super::pod_names`]) the series also gets
+//!   `namespace`, `pod` and, where the layout tells, `container`.
 
 use gantry_gpu::ProcessUsage;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Instant;
+
+use super::pod_names::{PodNames, container_id_from_segment};
 
 /// A container in a pod.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -99,38 +103,83 @@ impl PodCell {
     }
 }
 
-/// Pod UIDs of GPU processes from `/proc/<pid>/cgroup`, remembered per pid.
+/// The pod a GPU process runs in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessPod {
+    /// The pod's UID, from the process's cgroup.
+    pub uid: Arc<str>,
+    /// Namespace and pod name, when the kubelet's pod log directory names the UID.
+    pub names: Option<(Arc<str>, Arc<str>)>,
+    /// The container, when the log directory tells it (see [`super::pod_names`]).
+    pub container: Option<Arc<str>>,
+}
+
+/// Pod UID and container ID from a cgroup file.
+type CgroupPod = (Arc<str>, Option<String>);
+
+/// Pods of GPU processes from `/proc/<pid>/cgroup` (remembered per pid), named from the
+/// kubelet's pod log directory when one is given.
 #[derive(Debug)]
 pub struct PodUids {
     proc_root: PathBuf,
-    cache: HashMap<u32, Option<Arc<str>>>,
+    cache: HashMap<u32, Option<CgroupPod>>,
+    names: Option<PodNames>,
 }
 
 impl PodUids {
-    /// Reads from `proc_root` (normally `/proc`).
+    /// Reads from `proc_root` (normally `/proc`); no pod names.
     pub fn new(proc_root: impl Into<PathBuf>) -> Self {
-        Self { proc_root: proc_root.into(), cache: HashMap::new() }
+        Self { proc_root: proc_root.into(), cache: HashMap::new(), names: None }
     }
 
-    /// The pod UID of each of `processes`, in order; pids no longer listed are forgotten so a
+    /// Also names pods from `names` (the kubelet's `/var/log/pods`).
+    pub fn with_names(mut self, names: PodNames) -> Self {
+        self.names = Some(names);
+        self
+    }
+
+    /// The pod of each of `processes`, in order; pids no longer listed are forgotten so a
     /// reused pid is looked up afresh.
-    pub fn lookup(&mut self, processes: &[ProcessUsage]) -> Vec<Option<Arc<str>>> {
+    pub fn lookup(&mut self, processes: &[ProcessUsage]) -> Vec<Option<ProcessPod>> {
         self.cache.retain(|pid, _| processes.iter().any(|p| p.pid == *pid));
+        let now = Instant::now();
         processes
             .iter()
             .map(|p| {
                 let root = &self.proc_root;
-                self.cache
+                let (uid, cid) = self
+                    .cache
                     .entry(p.pid)
                     .or_insert_with(|| {
                         let text =
                             std::fs::read_to_string(root.join(p.pid.to_string()).join("cgroup")).ok()?;
-                        pod_uid_from_cgroup(&text).map(Arc::from)
+                        let uid = pod_uid_from_cgroup(&text)?;
+                        Some((Arc::from(uid), container_id_from_cgroup(&text).map(str::to_owned)))
                     })
-                    .clone()
+                    .clone()?;
+                let resolved = self.names.as_mut().and_then(|n| n.resolve(&uid, cid.as_deref(), now));
+                let (names, container) = match resolved {
+                    Some((ns, pod, container)) => (Some((ns, pod)), container),
+                    None => (None, None),
+                };
+                Some(ProcessPod { uid, names, container })
             })
             .collect()
     }
+}
+
+/// The container ID in `/proc/<pid>/cgroup`: the segment right after the pod's (the first one),
+/// so a cgroup a process makes inside its container cannot pass for another container.
+pub fn container_id_from_cgroup(text: &str) -> Option<&str> {
+    text.lines().find_map(|line| {
+        let path = line.splitn(3, ':').nth(2)?;
+        if !path.contains("kubepods") {
+            return None;
+        }
+        let mut segments = path.split('/');
+        segments.find(|seg| pod_uid_from_segment(seg).is_some())?;
+        container_id_from_segment(segments.next()?)
+    })
 }
 
 /// The pod UID in the text of `/proc/<pid>/cgroup`, with dashes (`8a1c…-…`), if the process is
@@ -215,6 +264,19 @@ mod tests {
         // A cgroup made inside the container cannot replace the pod's UID.
         let text = "0::/kubepods/burstable/pod8a1c5f0e-3b2d-4c6a-9e1f-0123456789ab/ctr/podffffffff-ffff-ffff-ffff-ffffffffffff";
         assert_eq!(pod_uid_from_cgroup(text).as_deref(), Some(UID));
+    }
+
+    #[test]
+    fn the_container_id_is_the_segment_after_the_pods() {
+        let id: String = std::iter::repeat_n('a', 64).collect();
+        let other: String = std::iter::repeat_n('b', 64).collect();
+        let text = format!("0::/kubepods/burstable/pod{UID}/{id}/nested/{other}");
+        assert_eq!(container_id_from_cgroup(&text), Some(id.as_str()));
+        let text = format!(
+            "0::/kubepods.slice/kubepods-pod8a1c5f0e_3b2d_4c6a_9e1f_0123456789ab.slice/cri-containerd-{id}.scope"
+        );
+        assert_eq!(container_id_from_cgroup(&text), Some(id.as_str()));
+        assert_eq!(container_id_from_cgroup(&format!("0::/kubepods/burstable/pod{UID}")), None);
     }
 
     #[test]

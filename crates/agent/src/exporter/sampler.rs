@@ -2,7 +2,8 @@
 
 use super::attribution::Attributor;
 use super::encode::{self, Counters, Pods};
-use super::pods::{PodCell, PodUids};
+use super::pod_names::PodNames;
+use super::pods::{PodCell, PodUids, ProcessPod};
 use axum::body::Bytes;
 use gantry_gpu::{Collection, Collector};
 use std::path::PathBuf;
@@ -22,6 +23,9 @@ pub struct ExporterConfig {
     pub proc_root: PathBuf,
     /// Kubernetes attribution kept up to date by someone else (`None`: no pod labels).
     pub pods: Option<Arc<PodCell>>,
+    /// The kubelet's pod log directory (`/var/log/pods`), to name the pods of process series
+    /// (`None`: process series carry `pod_uid` only).
+    pub pod_logs: Option<PathBuf>,
 }
 
 impl ExporterConfig {
@@ -32,6 +36,7 @@ impl ExporterConfig {
             hostname: local_hostname(),
             proc_root: PathBuf::from("/proc"),
             pods: None,
+            pod_logs: None,
         }
     }
 }
@@ -151,7 +156,7 @@ pub struct Publisher {
 struct Attributed {
     collection: Collection,
     jobs: Vec<Arc<str>>,
-    uids: Vec<Option<Arc<str>>>,
+    uids: Vec<Option<ProcessPod>>,
 }
 
 impl Publisher {
@@ -162,7 +167,14 @@ impl Publisher {
             attributor: Attributor::new(&cfg.proc_root),
             hostname: cfg.hostname.clone(),
             counters: Counters::default(),
-            pods: cfg.pods.clone().map(|cell| (cell, PodUids::new(&cfg.proc_root))),
+            pods: cfg.pods.clone().map(|cell| {
+                let uids = PodUids::new(&cfg.proc_root);
+                let uids = match &cfg.pod_logs {
+                    Some(dir) => uids.with_names(PodNames::new(dir)),
+                    None => uids,
+                };
+                (cell, uids)
+            }),
             last: None,
         }
     }

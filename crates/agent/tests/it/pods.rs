@@ -52,6 +52,7 @@ fn gpu_series_carry_the_holding_pod_and_process_series_their_pod_uid() {
         hostname: "node-1".into(),
         proc_root: proc_root.path().to_owned(),
         pods: Some(cell.clone()),
+        pod_logs: None,
     };
     let mut publisher = Publisher::new(&cfg);
     let mut collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
@@ -96,4 +97,76 @@ fn gpu_series_carry_the_holding_pod_and_process_series_their_pod_uid() {
     let body = publisher.cell().latest().body.clone();
     let text = std::str::from_utf8(&body).expect("utf-8");
     assert!(!text.contains("pod=\""), "{text}");
+}
+
+#[test]
+fn process_series_of_pods_without_gpus_are_named_from_the_kubelets_pod_log_directory() {
+    let backend = SimulatedBackend::new(&FleetSpec::parse("1xH100", 11).expect("spec")).expect("fleet");
+    let fleet = backend.handle();
+    let steady = || UtilProfile::Steady { percent: 50.0 };
+    for pid in [6001, 6002, 6003] {
+        fleet.start_process(0, pid, None, 1000, steady()).expect("start");
+    }
+    let cid: String = std::iter::repeat_n('c', 64).collect();
+    let proc_root = tempfile::tempdir().expect("tempdir");
+    let cgroup = |pid: u32, text: &str| {
+        let dir = proc_root.path().join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("cgroup"), text).expect("cgroup");
+    };
+    // 6001: container `worker` of a two-container pod (systemd driver, containerd);
+    // 6002: a single-container pod (cgroupfs driver); 6003: a pod the directory does not list.
+    cgroup(
+        6001,
+        &format!(
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod11111111_2222_3333_4444_555555555555.slice/cri-containerd-{cid}.scope\n"
+        ),
+    );
+    cgroup(6002, "0::/kubepods/besteffort/podaaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee/0123\n");
+    cgroup(6003, "0::/kubepods/besteffort/pod99999999-bbbb-cccc-dddd-eeeeeeeeeeee/0123\n");
+    // The kubelet's layout: /var/log/pods/<namespace>_<pod>_<uid>/<container>/<n>.log and
+    // /var/log/containers/<pod>_<namespace>_<container>-<id>.log.
+    let logs = tempfile::tempdir().expect("tempdir");
+    let pods = logs.path().join("pods");
+    for dir in [
+        "batch_etl-5_11111111-2222-3333-4444-555555555555/worker",
+        "batch_etl-5_11111111-2222-3333-4444-555555555555/fetch",
+        "web_api-0_aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee/api",
+    ] {
+        std::fs::create_dir_all(pods.join(dir)).expect("mkdir");
+        std::fs::write(pods.join(dir).join("0.log"), "log line\n").expect("log");
+    }
+    std::fs::create_dir_all(logs.path().join("containers")).expect("mkdir");
+    std::fs::write(logs.path().join("containers").join(format!("etl-5_batch_worker-{cid}.log")), "")
+        .expect("link");
+
+    let cfg = ExporterConfig {
+        interval: Duration::from_secs(1),
+        hostname: "node-1".into(),
+        proc_root: proc_root.path().to_owned(),
+        pods: Some(Arc::new(PodCell::new())),
+        pod_logs: Some(pods),
+    };
+    let mut publisher = Publisher::new(&cfg);
+    let mut collector = Collector::new(Box::new(backend), HealthConfig::default(), FindingsConfig::default());
+    let c = collector.collect(Duration::from_secs(1));
+    publisher.record(c.as_ref(), Duration::from_millis(1));
+    let body = publisher.cell().latest().body.clone();
+    let (series, _) = parse(std::str::from_utf8(&body).expect("utf-8"));
+    let process = |pid: &str| {
+        series
+            .iter()
+            .find(|s| s.name == "gantry_gpu_process_memory_used_bytes" && s.labels["pid"] == pid)
+            .unwrap_or_else(|| panic!("process {pid}"))
+    };
+    let label = |pid: &str, k: &str| process(pid).labels.get(k).cloned();
+    assert_eq!(label("6001", "pod_uid").as_deref(), Some("11111111-2222-3333-4444-555555555555"));
+    assert_eq!(label("6001", "namespace").as_deref(), Some("batch"));
+    assert_eq!(label("6001", "pod").as_deref(), Some("etl-5"));
+    assert_eq!(label("6001", "container").as_deref(), Some("worker"));
+    assert_eq!(label("6002", "namespace").as_deref(), Some("web"));
+    assert_eq!(label("6002", "pod").as_deref(), Some("api-0"));
+    assert_eq!(label("6002", "container").as_deref(), Some("api"));
+    assert_eq!(label("6003", "pod_uid").as_deref(), Some("99999999-bbbb-cccc-dddd-eeeeeeeeeeee"));
+    assert_eq!(label("6003", "pod"), None);
 }

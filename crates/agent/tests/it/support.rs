@@ -106,7 +106,13 @@ impl Exporting {
         proc_root: PathBuf,
     ) -> Self {
         let collector = Collector::new(backend, health, FindingsConfig::default());
-        let cfg = ExporterConfig { interval, hostname: "test-node".to_owned(), proc_root, pods: None };
+        let cfg = ExporterConfig {
+            interval,
+            hostname: "test-node".to_owned(),
+            proc_root,
+            pods: None,
+            pod_logs: None,
+        };
         let exporter = Exporter::start(collector, cfg).expect("sampler starts");
         let router = server::router(exporter.cell(), interval * 5);
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");

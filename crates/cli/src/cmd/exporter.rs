@@ -52,6 +52,12 @@ pub struct Args {
     /// (usually /var/lib/kubelet/pod-resources/kubelet.sock; off when not given).
     #[arg(long)]
     pub pod_resources_socket: Option<PathBuf>,
+    /// The kubelet's pod log directory (usually /var/log/pods, mounted read-only): with
+    /// `--pod-resources-socket`, name the pod (namespace, pod, and container where the layout
+    /// tells) of each process series from its `<namespace>_<pod>_<uid>` entries, without any
+    /// API-server access. Listed again when an unknown pod UID shows up, at most every 10 s.
+    #[arg(long, requires = "pod_resources_socket")]
+    pub pod_logs_dir: Option<PathBuf>,
     /// Seconds between pod-resources `List` calls (the answer is cached, never fetched per scrape).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub pod_resources_interval_s: u64,
@@ -84,6 +90,7 @@ impl Args {
             hostname: self.hostname.clone().unwrap_or_else(local_hostname),
             proc_root: self.proc_root.clone(),
             pods: None,
+            pod_logs: None,
         };
         Ok((health, findings, exporter))
     }
@@ -107,6 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(socket) = &args.pod_resources_socket {
         let cell = Arc::new(PodCell::new());
         cfg.pods = Some(cell.clone());
+        cfg.pod_logs.clone_from(&args.pod_logs_dir);
         let every = Duration::from_secs(args.pod_resources_interval_s);
         tracing::info!(socket = %socket.display(), every_s = args.pod_resources_interval_s, "pod attribution on");
         let publish = move |assignments: &[Assignment]| {

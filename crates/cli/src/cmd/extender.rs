@@ -7,6 +7,11 @@
 //!   error that names `--no-kube`;
 //! - `--no-kube`: no API server; the model holds the `--nodes` list and this extender's own binds,
 //!   and `/bind` records only (tests, local runs).
+//!
+//! `/bind` creates Bindings with the extender's service account, so the listener is guarded:
+//! with `--tls-cert`, `--tls-key` and `--client-ca` it serves HTTPS and refuses any client without
+//! a certificate signed by the CA (kube-scheduler's `tlsConfig`); without them it listens on a
+//! loopback address only, unless `--insecure-listen` says an open port is intended.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,19 +20,38 @@ use std::time::Duration;
 
 use anyhow::Context;
 use gantry_core::NodeSpec;
-use gantry_k8s::extender::{Binder, Extender, Model, bench, routes, watch};
+use gantry_k8s::extender::{Binder, Extender, Model, bench, routes, tls, watch};
+use gantry_server::transport::{self, Limits};
 
 use super::exporter::{init_logging, runtime};
 use super::up::shutdown_signal;
 
 /// `gantry extender` flags.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  gantry extender --listen 0.0.0.0:8888 --gang-timeout 60\n  \
-    gantry extender --no-kube --nodes nodes.json\n  gantry extender --bench-nodes 1000")]
+#[command(
+    after_help = "Examples:\n  gantry extender --listen 0.0.0.0:8888 --tls-cert tls.crt --tls-key tls.key \
+    --client-ca ca.crt\n  gantry extender --listen 127.0.0.1:8888 --gang-timeout 60\n  \
+    gantry extender --no-kube --nodes nodes.json\n  gantry extender --bench-nodes 1000"
+)]
 pub struct Args {
-    /// Address kube-scheduler calls (`urlPrefix` in the KubeSchedulerConfiguration).
+    /// Address kube-scheduler calls (`urlPrefix` in the KubeSchedulerConfiguration). A
+    /// non-loopback address needs the TLS flags (or `--insecure-listen`).
     #[arg(long, default_value = "127.0.0.1:8888")]
     pub listen: SocketAddr,
+    /// Serve HTTPS with this certificate (PEM, chain first); needs `--tls-key` and `--client-ca`.
+    #[arg(long, requires_all = ["tls_key", "client_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, requires_all = ["tls_cert", "client_ca"])]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate(s) (PEM) that sign the clients' certificates: a client (kube-scheduler)
+    /// without a certificate signed by one of them is refused at the TLS handshake.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    pub client_ca: Option<PathBuf>,
+    /// Allow plain HTTP without client authentication on a non-loopback `--listen`: anyone who
+    /// can reach the port can then bind pods to nodes. For networks locked down otherwise.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub insecure_listen: bool,
     /// Run without an API server: the model holds `--nodes` and this extender's own binds, and
     /// `/bind` records the decision without creating a `Binding`.
     #[arg(long)]
@@ -51,6 +75,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(n) = args.bench_nodes {
         println!("{}", bench::run(n as usize, 1000));
         return Ok(());
+    }
+    let tls = match (&args.tls_cert, &args.tls_key, &args.client_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(tls::server_config(cert, key, ca)?),
+        _ => None,
+    };
+    if tls.is_none() && !args.listen.ip().is_loopback() && !args.insecure_listen {
+        anyhow::bail!(
+            "refusing to listen on {} without TLS: any pod that reaches it could bind pods to nodes; \
+             pass --tls-cert, --tls-key and --client-ca (mutual TLS with kube-scheduler), listen on a \
+             loopback address, or pass --insecure-listen if the network is locked down otherwise",
+            args.listen
+        );
     }
     init_logging();
     let mut model = Model::gantry();
@@ -89,8 +125,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
-        tracing::info!(listen = %args.listen, "gantry extender serving /filter, /prioritize, /bind");
-        axum::serve(listener, routes(ext)).with_graceful_shutdown(shutdown_signal()).await?;
+        let scheme = if tls.is_some() { "https, client certificates required" } else { "plain http" };
+        tracing::info!(listen = %args.listen, scheme, "gantry extender serving /filter, /prioritize, /bind");
+        if tls.is_none() && !args.listen.ip().is_loopback() {
+            tracing::warn!(listen = %args.listen, "--insecure-listen: anyone who reaches this port can bind pods");
+        }
+        // The server's accept loop: handshake and header timeouts, a connection cap; a gang
+        // member's /bind may be held up to --gang-timeout, so requests get that and a margin.
+        let limits = Limits {
+            max_connections: 256,
+            header_read_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
+            request_timeout: gang_timeout + Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+        };
+        transport::serve(listener, routes(ext), tls, limits, shutdown_signal()).await;
         anyhow::Ok(())
     })
 }

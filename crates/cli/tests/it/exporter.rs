@@ -174,3 +174,10 @@ fn the_exporter_labels_gpu_series_with_the_pod_the_kubelet_says_holds_the_gpu() 
     }
     assert!(!body.contains("coredns") && !body.contains("proxy"), "{body}");
 }
+
+#[test]
+fn exporter_pod_logs_dir_without_the_pod_resources_socket_is_refused_by_the_parser() {
+    let out = gantry(&["exporter", "--pod-logs-dir", "/var/log/pods"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pod-resources-socket"));
+}

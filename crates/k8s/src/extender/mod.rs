@@ -13,6 +13,9 @@
 //! pure [`Model`]. Without an API server (`gantry extender --no-kube`) the model holds the
 //! `--nodes` list and this extender's own binds, and `/bind` creates no `Binding`.
 //!
+//! The listener is mutual TLS ([`tls`]): only a client holding a certificate from the
+//! `--client-ca` (kube-scheduler) may filter or bind.
+//!
 //! Start at [`wire`] (the JSON), then [`model`] (decisions), [`bind`] (binds and gangs),
 //! [`watch`] (the API server's view) and [`router`] (HTTP).
 
@@ -23,6 +26,7 @@ pub mod gang;
 pub mod model;
 pub mod pod;
 pub mod router;
+pub mod tls;
 pub mod watch;
 pub mod wire;
 
