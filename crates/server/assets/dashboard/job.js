@@ -127,7 +127,7 @@ export function render({ missing, detail, chunks }, ctx) {
   put(document.getElementById('job-fields'), html`<h2>Details</h2><dl class="fields">
     <dt>Team</dt><dd>${j.team}</dd>
     <dt>Command</dt><dd><code>${j.command.join(' ')}</code></dd>
-    <dt>Request</dt><dd>${j.request.gpus} GPU${j.request.gpus === 1 ? '' : 's'}${j.request.gpu_memory_mib ? `, ${mib(j.request.gpu_memory_mib)} slice` : ''}, priority ${j.priority}</dd>
+    <dt>Request</dt><dd>${j.request.gpus_max ? `${j.request.gpus}..${j.request.gpus_max} GPUs (elastic${j.gpu_uuids.length ? `, holds ${j.gpu_uuids.length}` : ''})` : `${j.request.gpus} GPU${j.request.gpus === 1 ? '' : 's'}`}${j.request.gpu_memory_mib ? `, ${mib(j.request.gpu_memory_mib)} slice` : ''}, priority ${j.priority}</dd>
     <dt>Attempt</dt><dd>${j.attempt} of ${j.max_retries + 1}</dd>
     <dt>Node</dt><dd>${j.node_id ? html`<a href="#/node/${encodeURIComponent(j.node_id)}">${j.node_id}</a>` : '–'}</dd>
     <dt>GPUs</dt><dd>${j.gpu_uuids.join(', ') || '–'}</dd>

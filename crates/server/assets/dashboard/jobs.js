@@ -75,12 +75,22 @@ export function live(ctx, name, changed) {
   return 'render';
 }
 
+// GPUs asked: a count, `slice`, or an elastic job's range (with its width while it holds GPUs).
+const gpus = (j) => {
+  const r = j.request;
+  if (r.gpus_max) {
+    const range = `${r.gpus}..${r.gpus_max}`;
+    return j.gpu_uuids.length ? `${j.gpu_uuids.length} (${range})` : range;
+  }
+  return r.gpus || (r.gpu_memory_mib ? 'slice' : 0);
+};
+
 const row = (j) => html`<tr>
   <td><a href="#/job/${j.id}">${j.id}</a></td>
   <td class="name"><a href="#/job/${j.id}">${j.name}</a></td>
   <td>${j.team}</td>
   <td>${state(j.state)}</td>
-  <td class="num">${j.request.gpus || (j.request.gpu_memory_mib ? 'slice' : 0)}</td>
+  <td class="num">${gpus(j)}</td>
   <td>${j.node_id || ''}</td>
   <td class="num">${j.priority}</td>
   <td>${ago(j.submitted_at)}</td>

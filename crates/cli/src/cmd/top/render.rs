@@ -152,7 +152,9 @@ fn render_gpus(frame: &mut Frame, area: Rect, model: &Model, view: &View) {
 
 fn render_queue(frame: &mut Frame, area: Rect, queue: &[&gantry_store::Job], now_ms: i64) {
     let rows = queue.iter().map(|j| {
-        let gpus = if j.request.gpus > 0 {
+        let gpus = if let Some(max) = j.request.gpus_max {
+            format!("{}..{max}", j.request.gpus)
+        } else if j.request.gpus > 0 {
             j.request.gpus.to_string()
         } else if j.request.gpu_memory_mib > 0 {
             format!("{} MiB", j.request.gpu_memory_mib)
