@@ -110,7 +110,8 @@ mod tests {
             }
             Op::SetTeam { job, team } => {
                 if let Some(id) = nth_id(c, job) {
-                    c.execute("UPDATE jobs SET team = ?1 WHERE id = ?2", params![TEAMS[team], id]).expect("team");
+                    c.execute("UPDATE jobs SET team = ?1 WHERE id = ?2", params![TEAMS[team], id])
+                        .expect("team");
                 }
             }
             Op::SetGang { job, gang } => {
