@@ -31,7 +31,7 @@ pub(super) fn apply(conn: &mut Connection) -> Result<()> {
 pub(super) fn apply_up_to(conn: &mut Connection, last: i64) -> Result<()> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
-    let pending = MIGRATIONS.iter().filter(|(v, _)| *v > current && *v <= last);
+    let mut pending = MIGRATIONS.iter().filter(|(v, _)| *v > current && *v <= last);
     let result = pending.try_for_each(|(version, sql)| {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
