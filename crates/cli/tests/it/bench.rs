@@ -20,12 +20,18 @@ fn bench_pass_prints_the_full_pass_beside_the_incremental_ones() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["pending"], 40, "{v}");
-    for key in
-        ["full_pass_s", "full_reload_s", "idle_pass_s", "timed_pass_s", "change_pass_s", "job_counts_s"]
-    {
+    for key in [
+        "full_pass_s",
+        "full_reload_s",
+        "idle_pass_s",
+        "timed_pass_s",
+        "change_pass_s",
+        "job_counts_s",
+        "job_counts_scan_s",
+    ] {
         assert!(v[key].as_f64().is_some_and(|s| s >= 0.0), "{key} in {v}");
     }
-    for key in ["idle_ratio", "timed_ratio", "change_ratio"] {
+    for key in ["idle_ratio", "timed_ratio", "change_ratio", "job_counts_ratio"] {
         assert!(v[key].as_f64().is_some_and(f64::is_finite), "{key} in {v}");
     }
 }

@@ -116,18 +116,6 @@ pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub(super) fn counts(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
-    // A gang counts once, not once per worker.
-    let mut stmt = c.prepare_cached(
-        "SELECT team, state, COUNT(*) FROM jobs WHERE gang_id IS NULL GROUP BY team, state",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        let state: String = r.get(1)?;
-        Ok((r.get(0)?, rows::parse_enum("job state", &state, JobState::parse)?, r.get(2)?))
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
 pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> {
     let mut stmt = c.prepare_cached(
         "SELECT from_state, to_state, reason, at, attempt FROM job_transitions WHERE job_id = ?1 ORDER BY id",

@@ -17,15 +17,22 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("../../migrations/0008_gangs.sql")),
     (9, include_str!("../../migrations/0009_elastic.sql")),
     (10, include_str!("../../migrations/0010_scheduler_changes.sql")),
+    (11, include_str!("../../migrations/0011_job_counts.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.
 /// Foreign keys are off while they run (SQLite can only rebuild a referenced table that way,
 /// and the pragma is a no-op inside a transaction); each migration must leave none dangling.
 pub(super) fn apply(conn: &mut Connection) -> Result<()> {
+    apply_up_to(conn, i64::MAX)
+}
+
+/// [`apply`], stopping after version `last` (tests build an older schema with it).
+pub(super) fn apply_up_to(conn: &mut Connection, last: i64) -> Result<()> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
-    let result = MIGRATIONS.iter().filter(|(v, _)| *v > current).try_for_each(|(version, sql)| {
+    let mut pending = MIGRATIONS.iter().filter(|(v, _)| *v > current && *v <= last);
+    let result = pending.try_for_each(|(version, sql)| {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
         let dangling: i64 =
