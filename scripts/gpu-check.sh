@@ -10,6 +10,8 @@
 # binary built with `--features nvml-tests`), built on a machine of the same architecture:
 #   cargo build -p gantry && cargo test -p gantry-gpu --features nvml-tests --no-run
 # and copy target/debug/gantry and the `it-*` test executable it names.
+# Stripped, the two are ~62 MiB (kube-rs included); where a transfer limit bites, gzip them and
+# `gunzip "$GANTRY_PREBUILT"/*.gz` before running (18 MiB compressed).
 # GANTRY_CHECK_LOAD is a command that keeps GPU 0 busy for ~20 s (default: PyTorch if present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
