@@ -8,7 +8,7 @@ use gantry_server::scheduler::{Plan, Snapshot, plan};
 use gantry_store::*;
 use proptest::prelude::*;
 
-use super::scheduling::{job, node};
+use super::scheduling::{hold, job, node};
 
 const GAP_MS: i64 = 60_000;
 const NOW: i64 = 1_000_000;
@@ -37,28 +37,8 @@ fn elastic(id: JobId, min: u32, max: u32) -> Job {
 }
 
 /// Marks `j` running on `node` on `width` GPUs from `first_gpu`, started `ran_ms` ago.
-fn run_on(s: &mut Snapshot, mut j: Job, node: usize, first_gpu: u32, width: u32, ran_ms: i64) {
-    j.state = JobState::Running;
-    j.node_id = Some(format!("n{node}"));
-    j.epoch = Some(3);
-    j.attempt = 1;
-    j.started_at = Some(NOW - ran_ms);
-    for i in first_gpu..first_gpu + width {
-        let uuid = format!("GPU-{node}-{i}");
-        j.gpu_uuids.push(uuid.clone());
-        s.held.push(Allocation {
-            id: s.held.len() as i64 + 1,
-            job_id: j.id,
-            attempt: 1,
-            node_id: format!("n{node}"),
-            epoch: 3,
-            gpu_uuid: uuid,
-            share_milli: 1000,
-            memory_mib: 81920,
-            released_after: None,
-        });
-    }
-    s.active.push(j);
+fn run_on(s: &mut Snapshot, j: Job, node: usize, first_gpu: u32, width: u32, ran_ms: i64) {
+    hold(s, j, node, first_gpu, width, NOW - ran_ms);
 }
 
 fn go(s: &Snapshot) -> Plan {

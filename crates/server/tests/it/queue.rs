@@ -9,7 +9,7 @@ use gantry_server::scheduler::{QueueInput, Snapshot, plan};
 use gantry_store::*;
 use proptest::prelude::*;
 
-use super::scheduling::{job, node, snapshot};
+use super::scheduling::{hold, job, node, snapshot};
 
 /// `n` nodes of `gpus` GPUs, named n0, n1, …
 fn cluster(n: usize, gpus: u32) -> Snapshot {
@@ -28,27 +28,9 @@ fn cluster(n: usize, gpus: u32) -> Snapshot {
 }
 
 /// Marks `j` running on `node`, holding its first idle GPUs there.
-fn run_on(s: &mut Snapshot, mut j: Job, node: usize, first_gpu: u32) {
-    j.state = JobState::Running;
-    j.node_id = Some(format!("n{node}"));
-    j.epoch = Some(3);
-    j.started_at = Some(j.submitted_at);
-    for i in first_gpu..first_gpu + j.request.gpus {
-        let uuid = format!("GPU-{node}-{i}");
-        j.gpu_uuids.push(uuid.clone());
-        s.held.push(Allocation {
-            id: s.held.len() as i64 + 1,
-            job_id: j.id,
-            attempt: 1,
-            node_id: format!("n{node}"),
-            epoch: 3,
-            gpu_uuid: uuid,
-            share_milli: 1000,
-            memory_mib: 81920,
-            released_after: None,
-        });
-    }
-    s.active.push(j);
+fn run_on(s: &mut Snapshot, j: Job, node: usize, first_gpu: u32) {
+    let (width, started_at) = (j.request.gpus, j.submitted_at);
+    hold(s, j, node, first_gpu, width, started_at);
 }
 
 #[test]

@@ -61,6 +61,32 @@ pub fn job(id: JobId, team: &str, priority: i32, gpus: u32, slice_mib: u64) -> J
     }
 }
 
+/// Marks `j` running (attempt 1, epoch 3) on node `n{node}`, holding `width` whole GPUs from
+/// `first_gpu`, started at `started_at`.
+pub fn hold(s: &mut Snapshot, mut j: Job, node: usize, first_gpu: u32, width: u32, started_at: i64) {
+    j.state = JobState::Running;
+    j.node_id = Some(format!("n{node}"));
+    j.epoch = Some(3);
+    j.attempt = 1;
+    j.started_at = Some(started_at);
+    for i in first_gpu..first_gpu + width {
+        let uuid = format!("GPU-{node}-{i}");
+        j.gpu_uuids.push(uuid.clone());
+        s.held.push(Allocation {
+            id: s.held.len() as i64 + 1,
+            job_id: j.id,
+            attempt: 1,
+            node_id: format!("n{node}"),
+            epoch: 3,
+            gpu_uuid: uuid,
+            share_milli: 1000,
+            memory_mib: 81920,
+            released_after: None,
+        });
+    }
+    s.active.push(j);
+}
+
 pub fn snapshot(gpus: u32, pending: Vec<Job>) -> Snapshot {
     let (n, g) = node(gpus);
     Snapshot { nodes: vec![n], gpus: g, pending, ..Snapshot::default() }
