@@ -36,4 +36,5 @@ if ! command -v tmux >/dev/null 2>&1; then
   fi
 fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-cargo test --workspace "$@"
+# Every crate's tests run even when one fails (cargo stops at the first failing target otherwise).
+cargo test --workspace --no-fail-fast "$@"

@@ -183,8 +183,8 @@ fn the_extenders_top_node_is_the_one_the_core_policy_places_on_as_binds_change_t
 
 fn openb(file: &str) -> std::path::PathBuf {
     let path =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb").join(file);
-    assert!(path.is_file(), "{} is missing: this test needs shared/ beside the checkout", path.display());
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/openb").join(file);
+    assert!(path.is_file(), "{} is missing from the repository", path.display());
     path
 }
 

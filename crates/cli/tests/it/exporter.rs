@@ -99,7 +99,8 @@ fn the_exporter_labels_gpu_series_with_the_pod_the_kubelet_says_holds_the_gpu() 
     if !python_grpc_available() {
         let msg = "python3 with grpcio and grpcio-tools is not available: the exporter's pod-resources \
                    independent-peer test did NOT run (pip install grpcio grpcio-tools)";
-        assert!(std::env::var("GANTRY_REQUIRE_PEER_TESTS").as_deref() != Ok("1"), "{msg}");
+        let required = std::env::var("GANTRY_REQUIRE_PEER_TESTS").as_deref() == Ok("1");
+        assert!(!required && std::env::var_os("CI").is_none(), "{msg}");
         eprintln!("\n!!!!!!!! SKIPPED: {msg} !!!!!!!!\n");
         return;
     }

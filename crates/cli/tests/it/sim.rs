@@ -128,8 +128,8 @@ fn a_missing_file_is_named_once_with_the_reason() {
 }
 
 fn pollux(path: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/pollux-workloads").join(path);
-    assert!(p.exists(), "{} is missing: these tests need shared/ beside the checkout", p.display());
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/pollux-workloads").join(path);
+    assert!(p.exists(), "{} is missing from the repository", p.display());
     p.display().to_string()
 }
 
@@ -188,7 +188,7 @@ fn sim_jobs_refuses_a_bad_cluster_and_an_unknown_application_in_one_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let w =
         write(dir.path(), "w.csv", "name,time,application,num_replicas,batch_size\nx-0,5,nosuchapp,1,32\n");
-    let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/job-profiles");
+    let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/job-profiles");
     let out = gantry(&[
         "sim",
         "jobs",

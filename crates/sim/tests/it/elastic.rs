@@ -9,7 +9,7 @@ use gantry_sim::jobs::{
 };
 
 fn traces() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces")
 }
 
 /// The first `n` jobs of Pollux's workload-1 at load 0.5, and their profiles.

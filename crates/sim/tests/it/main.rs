@@ -1,4 +1,4 @@
-//! The simulator on the real openb trace (read from `shared/` beside the checkout): the published
+//! The simulator on the real openb trace (the copy in `testdata/`): the published
 //! FGD result is reproduced, the ideal line holds, Gantry's policy beats FGD, and a seed fully
 //! determines a run.
 
@@ -12,8 +12,8 @@ use gantry_core::PolicyKind;
 use gantry_sim::{Experiment, read_nodes, read_pods, run_all};
 
 fn openb(file: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb").join(file);
-    assert!(path.is_file(), "{} is missing: these tests need shared/ beside the checkout", path.display());
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/openb").join(file);
+    assert!(path.is_file(), "{} is missing from the repository", path.display());
     path
 }
 
