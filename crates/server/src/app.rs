@@ -20,8 +20,11 @@ use crate::transport::{self, Limits};
 pub struct ServerConfig {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// An agent silent this long is lost.
+    /// An agent silent this long is not responding: its node gets no new work, its jobs keep
+    /// their place.
     pub heartbeat_timeout: Duration,
+    /// An agent silent this long (at least `heartbeat_timeout`) is lost: its jobs are requeued.
+    pub node_lost_after: Duration,
     /// How often agents should heartbeat (told to them at registration).
     pub heartbeat_interval: Duration,
     /// Scheduling passes run at least this often (and on every submission).
@@ -52,12 +55,14 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults for a single machine: 127.0.0.1:7070, 10 s heartbeat timeout, policy `gantry`, logs
+    /// Defaults for a single machine: 127.0.0.1:7070, 10 s heartbeat timeout, a node lost after
+    /// 5 min, policy `gantry`, logs
     /// capped at 64 MiB per job and stream.
     pub fn local(logs_dir: PathBuf) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             heartbeat_timeout: Duration::from_secs(10),
+            node_lost_after: Duration::from_secs(300),
             heartbeat_interval: Duration::from_millis(250),
             schedule_interval: Duration::from_millis(500),
             logs_dir,

@@ -112,10 +112,12 @@ pub enum Command {
         /// Why, naming the dependency.
         reason: String,
     },
-    /// Mark silent nodes lost.
+    /// Mark silent nodes not responding, and long-silent ones lost.
     ExpireNodes {
-        /// Nodes silent since before this (ms) are lost.
-        deadline: i64,
+        /// Ready nodes silent since before this (ms) are not responding (no new work).
+        silent: i64,
+        /// Nodes silent since before this (ms) are lost and their jobs requeued.
+        lost: i64,
     },
 }
 
@@ -244,8 +246,10 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }
-        Command::ExpireNodes { deadline } => {
-            store.expire_nodes(deadline, now).map(Outcome::Expired).map_err(Into::into)
+        Command::ExpireNodes { silent, lost } => {
+            let lost = store.expire_nodes(lost, now)?;
+            store.mark_not_responding(silent, now)?;
+            Ok(Outcome::Expired(lost))
         }
     }
 }
@@ -257,7 +261,7 @@ fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(),
     if by.token.node.is_some() {
         return Ok(());
     }
-    let live = store.nodes()?.iter().any(|n| n.id == node && n.state == gantry_store::NodeState::Ready);
+    let live = store.nodes()?.iter().any(|n| n.id == node && n.state.is_up());
     if live {
         return Err(ApiError::Conflict(format!(
             "node {node} is up; join it with a join token made for it (`gantry token create --role agent --node {node}`)"

@@ -100,8 +100,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Applies a heartbeat; returns the jobs the node must run now. Reports of jobs not placed
     /// on this node under this epoch change nothing.
     fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Job>>;
-    /// Marks ready nodes silent since before `deadline` as lost and requeues their jobs.
+    /// Marks up nodes (ready or not responding) silent since before `deadline` as lost and
+    /// requeues their jobs.
     fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>>;
+    /// Marks ready nodes silent since before `deadline` as not responding: they get no new work
+    /// and keep their jobs; their next heartbeat makes them ready again.
+    fn mark_not_responding(&self, deadline: i64, at: i64) -> Result<Vec<String>>;
     /// All nodes.
     fn nodes(&self) -> Result<Vec<Node>>;
     /// All GPUs.

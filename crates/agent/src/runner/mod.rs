@@ -15,6 +15,7 @@
 //! [`AgentConfig::stop_jobs_on_exit`] is set.
 
 pub mod attempt;
+pub mod backoff;
 pub mod cgroup;
 pub mod child;
 pub mod client;
@@ -133,30 +134,35 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         gpus: gpus.inventory(),
         attempts: Vec::new(),
     };
+    let mut registering = backoff::Backoff::new(Duration::from_secs(1));
     'register: loop {
         let (epoch, interval) = loop {
             register.attempts =
                 jobs.claims().into_iter().map(|(job_id, attempt)| AttemptRef { job_id, attempt }).collect();
             match client.register(&register).await {
                 Ok(r) => {
+                    log_change("registration", registering.succeeded(), None);
                     break (r.epoch, Duration::from_millis(r.heartbeat_interval_ms.max(50)));
                 }
                 Err(AgentError::Status { status: 401, body }) => {
+                    registering.failed();
                     tracing::error!(%body, "the node credential was refused (revoked?); remove {} and join with a new join token",
                         credential::path(&config.state_dir).display());
                 }
-                Err(e) => tracing::warn!(error = %e, "registration failed; retrying"),
+                Err(e) => log_change("registration", registering.failed(), Some(&e)),
             }
             tokio::select! {
                 _ = stop.changed() => {
                     stop_jobs(&config, &mut jobs, &mut exits, &gpus).await;
                     return Ok(());
                 }
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = tokio::time::sleep(registering.delay(backoff::jitter())) => {}
             }
         };
         tracing::info!(node = %config.node_id, epoch, "registered");
         let mut tick = tokio::time::interval(interval);
+        let mut beating = backoff::Backoff::new(interval);
+        let mut retry_at = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = stop.changed() => {
@@ -169,6 +175,9 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                     jobs.enforce_grace();
                     let (reports, processes) = gpus.collect();
                     jobs.enforce_grants(&processes);
+                    if tokio::time::Instant::now() < retry_at {
+                        continue;
+                    }
                     let attempts = jobs.attempts();
                     let (logs, drained) = match &mut shipper {
                         Some(s) => {
@@ -182,6 +191,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                     let hb = Heartbeat { node_id: config.node_id.clone(), epoch, gpus: reports, jobs: jobs.reports(&hold), logs, at: 0 };
                     match client.heartbeat(&hb).await {
                         Ok(resp) => {
+                            log_change("heartbeat", beating.succeeded(), None);
                             if let Some(s) = &mut shipper {
                                 s.acknowledged(&hb.logs);
                             }
@@ -193,7 +203,10 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                             jobs.kill_all(&gpus);
                             continue 'register;
                         }
-                        Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+                        Err(e) => {
+                            log_change("heartbeat", beating.failed(), Some(&e));
+                            retry_at = tokio::time::Instant::now() + beating.delay(backoff::jitter());
+                        }
                     }
                 }
             }
@@ -217,6 +230,21 @@ async fn stop_jobs(
             jobs = jobs.claims().len(),
             "leaving the jobs running; the next start of the agent takes them up"
         );
+    }
+}
+
+/// One line per change of the server's reachability, not one per try.
+fn log_change(what: &str, change: backoff::Change, error: Option<&AgentError>) {
+    let error = error.map(ToString::to_string).unwrap_or_default();
+    match change {
+        backoff::Change::Failing => tracing::warn!(
+            %error,
+            "{what} failed; retrying with back-off (up to {} s), logged again when it succeeds",
+            backoff::MAX.as_secs()
+        ),
+        backoff::Change::StillFailing => tracing::debug!(%error, "{what} failed again"),
+        backoff::Change::Recovered(n) => tracing::info!("{what} succeeded again after {n} failed tries"),
+        backoff::Change::Fine => {}
     }
 }
 

@@ -63,6 +63,13 @@ string_enum!(
     }
 );
 
+impl NodeState {
+    /// Still holds its GPUs and jobs (ready or not responding).
+    pub fn is_up(self) -> bool {
+        matches!(self, NodeState::Ready | NodeState::NotResponding)
+    }
+}
+
 impl JobState {
     /// Holds an allocation (scheduled or running).
     pub fn is_active(self) -> bool {
@@ -79,7 +86,10 @@ string_enum!(
     NodeState {
         /// Heartbeats arrive.
         Ready => "ready",
-        /// Missed heartbeats for the timeout; its jobs were requeued.
+        /// Silent for the heartbeat timeout: no new work, its jobs keep their place (the agent
+        /// may be restarting); ready again at its next heartbeat.
+        NotResponding => "not-responding",
+        /// Silent for the node-lost deadline; its jobs were requeued.
         Lost => "lost",
     }
 );

@@ -17,7 +17,8 @@ use super::up::shutdown_signal;
 /// Arguments of `gantry agent`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  gantry agent --server https://head:7070 --ca ca.pem --join-token $JOIN_TOKEN
+  GANTRY_JOIN_TOKEN=gty_… gantry agent --server https://head:7070 --ca-sha256 3f…   # first start
+  gantry agent --server https://head:7070 --join-token-file /run/secrets/join   # or from a file
   gantry agent --server https://head:7070 --stop-jobs-on-exit   # stopping the agent stops its jobs
   gantry agent --server https://head:7070 --advertise-addr 10.0.0.7   # gang peers reach it there")]
 pub struct AgentArgs {
@@ -25,9 +26,18 @@ pub struct AgentArgs {
     #[arg(long, env = "GANTRY_SERVER")]
     server: String,
     /// One-time join token (`gantry token create --role agent`); needed on the first start only:
-    /// the node's own credential is kept in its data directory afterwards.
-    #[arg(long, env = "GANTRY_JOIN_TOKEN", hide_env_values = true)]
+    /// the node's own credential is kept in its data directory afterwards. Prefer
+    /// `GANTRY_JOIN_TOKEN` or `--join-token-file`: a command line is visible to every user in
+    /// `ps`.
+    #[arg(long, env = "GANTRY_JOIN_TOKEN", hide_env_values = true, conflicts_with = "join_token_file")]
     join_token: Option<String>,
+    /// A file holding the one-time join token (surrounding whitespace ignored).
+    #[arg(long, value_name = "FILE")]
+    join_token_file: Option<PathBuf>,
+    /// Seed of the simulated fleet's GPU UUIDs (default: derived from the node id, so several
+    /// simulated agents on one machine have distinct GPUs).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Node id (default: the host name).
     #[arg(long)]
     node_id: Option<String>,
@@ -68,6 +78,12 @@ pub struct AgentArgs {
     advertise_addr: Option<String>,
 }
 
+/// The simulated fleet's seed for a node: FNV-1a of its id, stable across runs and versions
+/// (std's hashers are neither), so a node keeps its GPU UUIDs and two nodes do not share them.
+fn node_seed(node_id: &str) -> u64 {
+    node_id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// `--advertise-addr`: a host name or an IP address.
 pub(super) fn advertise_addr(value: &str) -> Result<String, String> {
     match gantry_api::types::address_problem(value) {
@@ -96,9 +112,18 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let ca_pem =
         cluster_ca(&args.server, args.ca.as_deref(), args.ca_sha256.as_deref(), &data.join("agent"))?;
     let sandbox = args.sandbox.build(&data, &data.join("agent"))?;
+    let token = match (&args.join_token, &args.join_token_file) {
+        (_, Some(file)) => std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the join token file {}", file.display()))?
+            .trim()
+            .to_owned(),
+        (Some(token), None) => token.clone(),
+        (None, None) => String::new(),
+    };
+    let seed = args.seed.unwrap_or_else(|| node_seed(&node_id));
     let config = AgentConfig {
         server: args.server,
-        token: args.join_token.unwrap_or_default(),
+        token,
         node_id,
         logs_dir: data.join("logs"),
         state_dir: data.join("agent"),
@@ -113,7 +138,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let gpus = Gpus::open(&choice, 1).context("opening GPUs")?;
+        let gpus = Gpus::open(&choice, seed).context("opening GPUs")?;
         eprintln!("{}", gpus.description);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {

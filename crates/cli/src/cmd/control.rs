@@ -43,9 +43,15 @@ pub struct ControlArgs {
     /// Placement policy.
     #[arg(long, default_value = "gantry")]
     pub policy: PolicyKind,
-    /// Seconds without heartbeat before an agent is lost.
+    /// Seconds without heartbeat before a node is `not-responding`: it gets no new work, and its
+    /// running jobs keep their place (an agent restarting comes back to them).
     #[arg(long, default_value_t = 10.0)]
     pub heartbeat_timeout: f64,
+    /// Silence after which a node is lost and its jobs are requeued elsewhere (at least the
+    /// heartbeat timeout): `90s`, `5m`, `1h`. An agent back before then keeps its jobs running
+    /// as the same attempt; after it, the jobs the server requeued are stopped on it.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = super::submit::parse_time)]
+    pub node_lost_after: u64,
     /// Most output kept per job and stream (stdout, stderr), e.g. `64MiB`; older output is
     /// rotated away. Agents get it with each job.
     #[arg(long, default_value = "64MiB")]
@@ -77,6 +83,13 @@ pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
     gantry_server::memory::configure();
     if !(0.5..=3600.0).contains(&args.heartbeat_timeout) {
         anyhow::bail!("--heartbeat-timeout must be between 0.5 and 3600 seconds");
+    }
+    if (args.node_lost_after as f64) < args.heartbeat_timeout {
+        anyhow::bail!(
+            "--node-lost-after ({} s) must be at least --heartbeat-timeout ({} s)",
+            args.node_lost_after,
+            args.heartbeat_timeout
+        );
     }
     let log_limit = super::sandbox::parse_size(&args.log_limit).context("--log-limit")?;
     if log_limit < 4096 {
@@ -141,6 +154,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.listen = args.listen;
     config.policy = args.policy;
     config.heartbeat_timeout = Duration::from_secs_f64(args.heartbeat_timeout);
+    config.node_lost_after = Duration::from_secs(args.node_lost_after);
     config.max_connections = args.max_connections as usize;
     config.resize_interval = Duration::from_secs(args.resize_interval);
     config.log_limit_bytes = super::sandbox::parse_size(&args.log_limit).context("--log-limit")?;

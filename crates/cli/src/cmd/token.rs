@@ -101,10 +101,12 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
             None => String::new(),
         };
         eprintln!("one-time join token {} (expires {expires}); on the new machine run:", resp.id);
+        // The token goes in the environment, never on the agent's command line, where every
+        // user of that machine could read it in `ps` (`--join-token-file FILE` also works).
         eprintln!(
-            "  gantry agent --server {} --node-id {node} --join-token {}{pin}",
-            reachable(api.base()),
-            resp.token
+            "  GANTRY_JOIN_TOKEN={} gantry agent --server {} --node-id {node}{pin}",
+            resp.token,
+            reachable(api.base())
         );
     } else {
         eprintln!(

@@ -7,13 +7,18 @@ use std::time::{Duration, Instant};
 use crate::harness::{Cluster, command, eventually};
 
 fn start_agent(cluster: &Cluster, join: &str) -> Child {
-    let dir = cluster.home.path().join("node-n1");
+    start_agent_as(cluster, join, "n1")
+}
+
+/// `gantry agent` as `node`, on 2 simulated GPUs whose UUIDs follow from the node id.
+fn start_agent_as(cluster: &Cluster, join: &str, node: &str) -> Child {
+    let dir = cluster.home.path().join(format!("node-{node}"));
     command(cluster.home.path())
-        .args(["agent", "--server", &cluster.url(), "--node-id", "n1", "--backend", "simulated"])
+        .args(["agent", "--server", &cluster.url(), "--node-id", node, "--backend", "simulated"])
         .args(["--simulated-gpus", "2xA100-80GB", "--grace", "1", "--data-dir"])
         .arg(&dir)
         .arg("--work-dir")
-        .arg(cluster.outside.path().join("node-n1-work"))
+        .arg(cluster.outside.path().join(format!("node-{node}-work")))
         .env("GANTRY_JOIN_TOKEN", join)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -27,7 +32,7 @@ fn state_of(cluster: &Cluster, id: &str) -> serde_json::Value {
 
 #[test]
 fn a_lost_agent_requeues_or_fails_its_jobs_and_coming_back_does_not_double_allocate() {
-    let cluster = Cluster::start(&["--no-agent", "--heartbeat-timeout", "2"]);
+    let cluster = Cluster::start(&["--no-agent", "--heartbeat-timeout", "2", "--node-lost-after", "2s"]);
     let join = cluster.gantry(&["token", "create", "--role", "agent", "--name", "n1"]).trim().to_owned();
     let mut agent = start_agent(&cluster, &join);
     let retried = cluster.gantry(&["submit", "--gpus", "1", "--", "sleep", "60"]).trim().to_owned();
@@ -64,4 +69,67 @@ fn a_lost_agent_requeues_or_fails_its_jobs_and_coming_back_does_not_double_alloc
     cluster.gantry(&["cancel", &retried]);
     let _ = std::process::Command::new("kill").arg(agent.id().to_string()).status();
     let _ = agent.wait();
+}
+
+/// Slurm's `SlurmdTimeout` and Kubernetes' eviction delay: a node away for longer than the
+/// heartbeat timeout is `not-responding`, not lost; its agent, back within `--node-lost-after`,
+/// takes up the job it left running, on the same attempt.
+#[test]
+fn an_agent_stopped_for_30_seconds_and_restarted_keeps_its_running_job_on_attempt_1() {
+    let cluster = Cluster::start(&["--no-agent", "--heartbeat-timeout", "2"]);
+    let join = cluster.gantry(&["token", "create", "--role", "agent", "--name", "n1"]).trim().to_owned();
+    let mut agent = start_agent(&cluster, &join);
+    let go = cluster.shared().join("go");
+    let script = format!("echo before; while [ ! -e {} ]; do sleep 0.1; done; echo after", go.display());
+    let id = cluster.gantry(&["submit", "--gpus", "1", "--", "sh", "-c", &script]).trim().to_owned();
+    eventually(Duration::from_secs(20), "the job to run", || {
+        (state_of(&cluster, &id)["state"] == "running").then_some(())
+    });
+    let _ = agent.kill();
+    let _ = agent.wait();
+    eventually(Duration::from_secs(15), "the node to be not responding", || {
+        cluster.gantry(&["nodes"]).contains("not-responding").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(30));
+    let away = state_of(&cluster, &id);
+    assert_eq!((away["state"].as_str(), away["attempt"].as_i64()), (Some("running"), Some(1)), "{away}");
+    let mut agent = start_agent(&cluster, &join);
+    eventually(Duration::from_secs(20), "the node to be ready again", || {
+        let nodes = cluster.gantry(&["nodes"]);
+        (!nodes.contains("not-responding") && nodes.contains("ready")).then_some(())
+    });
+    std::fs::write(&go, "").expect("go");
+    let done = eventually(Duration::from_secs(20), "the job to succeed", || {
+        let job = state_of(&cluster, &id);
+        (job["state"] == "succeeded").then_some(job)
+    });
+    assert_eq!(done["attempt"], 1, "the same attempt went on: {done}");
+    assert_eq!(cluster.gantry(&["logs", &id]), "before\nafter\n");
+    cluster.assert_no_double_allocation();
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
+#[test]
+fn two_simulated_agents_on_one_machine_both_register_with_distinct_gpus() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let mut agents = Vec::new();
+    for node in ["sim-a", "sim-b"] {
+        let join = cluster.gantry(&["token", "create", "--role", "agent", "--name", node]).trim().to_owned();
+        agents.push(start_agent_as(&cluster, &join, node));
+    }
+    let nodes = eventually(Duration::from_secs(20), "both agents to register", || {
+        let nodes: Vec<serde_json::Value> =
+            serde_json::from_str(&cluster.gantry(&["nodes", "-o", "json"])).expect("nodes json");
+        (nodes.iter().filter(|n| n["state"] == "ready").count() == 2).then_some(nodes)
+    });
+    let gpus = cluster.gantry(&["gpus", "-o", "json"]);
+    let gpus: Vec<serde_json::Value> = serde_json::from_str(&gpus).expect("gpus json");
+    let uuids: std::collections::BTreeSet<&str> =
+        gpus.iter().filter_map(|g| g["gpu"]["uuid"].as_str()).collect();
+    assert_eq!(uuids.len(), 4, "four distinct GPUs on two nodes: {nodes:?}");
+    for mut agent in agents {
+        let _ = agent.kill();
+        let _ = agent.wait();
+    }
 }

@@ -297,7 +297,15 @@ fn every_new_flag_is_in_help_with_an_example() {
             &["--previous", "gantry logs 12 --previous", "--attempt", "gantry logs 12 --attempt 1", "12_3"],
         ),
         (&["up"], &["--stop-jobs-on-exit", "gantry up --stop-jobs-on-exit"]),
-        (&["agent"], &["--stop-jobs-on-exit", "--join-token $JOIN_TOKEN", "--advertise-addr 10.0.0.7"]),
+        (
+            &["agent"],
+            &[
+                "--stop-jobs-on-exit",
+                "GANTRY_JOIN_TOKEN=gty_… gantry agent",
+                "--join-token-file",
+                "--advertise-addr 10.0.0.7",
+            ],
+        ),
         (&["submit"], &["MIN..MAX", "--gpus 2..8", "gantry submit --gpus 2..8", "WORLD_SIZE"]),
         (&["up"], &["--resize-interval", "gantry up --resize-interval 10m"]),
     ];

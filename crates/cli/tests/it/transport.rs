@@ -124,8 +124,14 @@ fn the_load_benchmark_reports_throughput_errors_and_server_memory_as_json() {
 
 /// Runs `gantry agent` with `args` after the common ones; its output goes to `<home>/agent.log`.
 fn agent_with(cluster: &Cluster, args: &[&str]) -> Child {
+    agent_with_env(cluster, args, ("GANTRY_UNUSED", ""))
+}
+
+/// [`agent_with`] with one more environment variable.
+fn agent_with_env(cluster: &Cluster, args: &[&str], (name, value): (&str, &str)) -> Child {
     let log = std::fs::File::create(cluster.home.path().join("agent.log")).expect("log");
     command(cluster.home.path())
+        .env(name, value)
         .args(["agent", "--server", &cluster.url(), "--node-id", "gpu-2", "--backend", "simulated"])
         .args(["--simulated-gpus", "1xA100-80GB", "--grace", "1", "--data-dir"])
         .arg(cluster.home.path().join("node-gpu-2"))
@@ -143,18 +149,29 @@ fn a_machine_joins_with_the_printed_command_over_mutual_tls_and_restarts_without
     assert!(out.status.success(), "{}", stderr_of(&out));
     let join = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let printed = stderr_of(&out);
-    let command_line =
-        printed.lines().find(|l| l.trim_start().starts_with("gantry agent")).expect("a command");
-    assert!(command_line.contains(&format!("--join-token {join}")), "{printed}");
+    let command_line = printed.lines().find(|l| l.contains("gantry agent")).expect("a command");
+    // The token travels in the environment, not on the command line `ps` shows everyone.
+    assert!(
+        command_line.trim_start().starts_with(&format!("GANTRY_JOIN_TOKEN={join} gantry agent")),
+        "{printed}"
+    );
+    assert!(!command_line.contains("--join-token"), "{printed}");
     let hash = command_line.split("--ca-sha256 ").nth(1).expect("the CA hash").trim().to_owned();
     let wrong = "0".repeat(64);
     let mut refused = agent_with(&cluster, &["--join-token", &join, "--ca-sha256", &wrong]);
     let status = refused.wait().expect("wait");
     assert!(!status.success(), "a wrong CA hash must stop the agent");
-    let mut agent = agent_with(&cluster, &["--join-token", &join, "--ca-sha256", &hash]);
+    let mut agent = agent_with_env(&cluster, &["--ca-sha256", &hash], ("GANTRY_JOIN_TOKEN", &join));
     eventually(Duration::from_secs(20), "the agent to register", || {
         cluster.gantry(&["nodes"]).contains("gpu-2").then_some(())
     });
+    let leaked: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&join))
+        .collect();
+    assert!(leaked.is_empty(), "the join token is on a command line: {leaked:?}");
     let state = cluster.home.path().join("node-gpu-2/agent");
     for file in ["credential", "client.pem", "client-key.pem", "ca.pem"] {
         let mode = std::fs::metadata(state.join(file)).expect(file).permissions().mode() & 0o777;

@@ -123,8 +123,11 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
 pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usize, ApiError> {
     let started = *housekeeping.started.get_or_insert_with(Instant::now);
     if started.elapsed() >= app.config.heartbeat_timeout && due(&mut housekeeping.expired) {
-        let timeout = i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
-        app.dispatch(Command::ExpireNodes { deadline: now_ms() - timeout }).await?;
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let now = now_ms();
+        let silent = now.saturating_sub(ms(app.config.heartbeat_timeout));
+        let lost = now.saturating_sub(ms(app.config.node_lost_after.max(app.config.heartbeat_timeout)));
+        app.dispatch(Command::ExpireNodes { silent, lost }).await?;
     }
     let with_counts = due(&mut housekeeping.gauges);
     let changes = app.changes.load(std::sync::atomic::Ordering::Relaxed);

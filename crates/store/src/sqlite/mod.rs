@@ -224,6 +224,9 @@ impl Store for SqliteStore {
     fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
         self.writer.write(move |c| nodes::expire(c, deadline, at))
     }
+    fn mark_not_responding(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
+        self.writer.write(move |c| nodes::mark_not_responding(c, deadline, at))
+    }
     fn nodes(&self) -> Result<Vec<Node>> {
         self.read(nodes::list)
     }

@@ -18,13 +18,13 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         let holder: Option<String> = c
             .prepare_cached(
                 "SELECT g.node_id FROM gpus g JOIN nodes n ON n.id = g.node_id \
-                 WHERE g.uuid = ?1 AND g.node_id != ?2 AND n.state = 'ready'",
+                 WHERE g.uuid = ?1 AND g.node_id != ?2 AND n.state IN ('ready', 'not-responding')",
             )?
             .query_row([&g.uuid, &reg.node_id], |r| r.get(0))
             .optional()?;
         if let Some(holder) = holder {
             return Err(StoreError::Conflict(format!(
-                "gpu {} belongs to node {holder}, which is ready",
+                "gpu {} belongs to node {holder}, which is up",
                 g.uuid
             )));
         }
@@ -72,8 +72,12 @@ pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat) -> Result<Vec<Job>> {
     let Some((state, current)) = node else {
         return Err(StoreError::NotFound(format!("node {}", hb.node_id)));
     };
-    if state != "ready" || current != hb.epoch {
+    if !(state == "ready" || state == "not-responding") || current != hb.epoch {
         return Err(StoreError::StaleEpoch { node: hb.node_id.clone(), got: hb.epoch, current });
+    }
+    if state == "not-responding" {
+        c.prepare_cached("UPDATE nodes SET state = 'ready' WHERE id = ?1")?.execute([&hb.node_id])?;
+        tokens::event(c, hb.at, "node.ready", &hb.node_id, "heartbeats resumed; its jobs went on", None)?;
     }
     c.prepare_cached("UPDATE nodes SET last_heartbeat = ?2 WHERE id = ?1")?
         .execute(params![hb.node_id, hb.at])?;
@@ -151,9 +155,25 @@ fn assignments(c: &Connection, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Ready nodes silent since before `deadline` stop getting work; nothing of theirs is requeued.
+pub(super) fn mark_not_responding(c: &Connection, deadline: i64, at: i64) -> Result<Vec<String>> {
+    let silent: Vec<String> = c
+        .prepare_cached("SELECT id FROM nodes WHERE state = 'ready' AND last_heartbeat < ?1")?
+        .query_map([deadline], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for node in &silent {
+        c.prepare_cached("UPDATE nodes SET state = 'not-responding' WHERE id = ?1")?.execute([node])?;
+        let message = "missed heartbeats; no new work until it reports, its jobs keep their place";
+        tokens::event(c, at, "node.not-responding", node, message, None)?;
+    }
+    Ok(silent)
+}
+
 pub(super) fn expire(c: &Connection, deadline: i64, at: i64) -> Result<Vec<String>> {
     let lost: Vec<String> = c
-        .prepare_cached("SELECT id FROM nodes WHERE state = 'ready' AND last_heartbeat < ?1")?
+        .prepare_cached(
+            "SELECT id FROM nodes WHERE state IN ('ready', 'not-responding') AND last_heartbeat < ?1",
+        )?
         .query_map([deadline], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for node in &lost {

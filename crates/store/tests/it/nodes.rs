@@ -106,3 +106,44 @@ fn a_preempted_job_is_stopped_and_requeued_without_spending_its_retry_budget() {
     assert_eq!(job.reason.as_deref(), Some("preempted by job 9 (priority 100 over 0)"));
     assert!(store.allocations(true).expect("held").is_empty());
 }
+
+#[test]
+fn a_silent_node_is_not_responding_keeps_its_jobs_and_is_ready_again_at_its_next_heartbeat() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    let beat = |at| Heartbeat {
+        logs: vec![],
+        node_id: "n1".into(),
+        epoch,
+        gpus: vec![],
+        jobs: vec![JobReport { job_id: id, attempt: 1, exit: None }],
+        at,
+    };
+    store.heartbeat(&beat(20)).expect("heartbeat");
+    assert_eq!(store.mark_not_responding(1_000, 1_000).expect("mark"), vec!["n1".to_owned()]);
+    let state = |store: &dyn Store| store.nodes().expect("nodes")[0].state;
+    assert_eq!(state(&store), NodeState::NotResponding);
+    let job = store.job(id).expect("get").expect("exists");
+    assert_eq!((job.state, job.attempt), (JobState::Running, 1), "nothing requeued while not responding");
+    assert_eq!(store.allocations(true).expect("held").len(), 1, "its GPU stays held");
+    // A second mark finds nothing new; the heartbeat of the same epoch is taken.
+    assert!(store.mark_not_responding(2_000, 2_000).expect("mark").is_empty());
+    store.heartbeat(&beat(2_100)).expect("a not-responding node's heartbeat is accepted");
+    assert_eq!(state(&store), NodeState::Ready);
+    let job = store.job(id).expect("get").expect("exists");
+    assert_eq!((job.state, job.attempt), (JobState::Running, 1));
+}
+
+#[test]
+fn a_node_silent_past_the_lost_deadline_is_lost_from_not_responding_too() {
+    let (_dir, store) = open();
+    let epoch = register(&store, 1);
+    let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
+    store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
+    store.mark_not_responding(i64::MAX, 10).expect("mark");
+    assert_eq!(store.expire_nodes(i64::MAX, 20).expect("expire"), vec!["n1".to_owned()]);
+    assert_eq!(store.nodes().expect("nodes")[0].state, NodeState::Lost);
+    assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Pending));
+}
