@@ -57,8 +57,8 @@ pub struct JobFile {
     /// Whole GPUs: a number, or a range `"2..8"` for an elastic job.
     #[serde(default)]
     pub gpus: gantry_api::elastic::GpuRange,
-    /// A slice of one GPU, MiB.
-    #[serde(default)]
+    /// A slice of one GPU: MiB (`20000`) or a size with a unit (`"20G"`).
+    #[serde(default, deserialize_with = "mib")]
     pub gpu_memory: Option<u64>,
     /// Compute share of the slice, percent.
     #[serde(default)]
@@ -69,8 +69,8 @@ pub struct JobFile {
     /// CPU cores.
     #[serde(default)]
     pub cpu: Option<f64>,
-    /// Host memory, MiB.
-    #[serde(default)]
+    /// Host memory: MiB (`32768`) or a size with a unit (`"32G"`).
+    #[serde(default, deserialize_with = "mib")]
     pub memory: Option<u64>,
     /// Team.
     #[serde(default)]
@@ -207,6 +207,21 @@ fn digest(text: &str) -> String {
         h = h.wrapping_mul(PRIME);
     }
     format!("{h:032x}")
+}
+
+/// A size field of a job file: MiB as a number, or a string with a unit (`submit::parse_mib`).
+fn mib<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Mib(u64),
+        Text(String),
+    }
+    match <Option<Size> as serde::Deserialize>::deserialize(d)? {
+        None => Ok(None),
+        Some(Size::Mib(n)) => Ok(Some(n)),
+        Some(Size::Text(t)) => super::submit::parse_mib(&t).map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod logs;
 pub mod nodes;
 pub mod pipe;
 pub mod sandbox;
+pub mod sbatch;
 pub mod server;
 pub mod sim;
 pub mod sim_jobs;

@@ -3,7 +3,8 @@
 //!
 //! A batch script takes the command's place (`gantry submit train.sh`): its `#GANTRY` lines
 //! before the first command hold flags, as `#SBATCH` lines do for `sbatch`, and flags on the
-//! command line win over them. The script travels in the job (it need not exist on the node) and
+//! command line win over them. Its `#SBATCH` lines are read too, through [`super::sbatch`]
+//! (`#GANTRY` wins over them). The script travels in the job (it need not exist on the node) and
 //! runs under the interpreter its `#!` line names, `/bin/sh` without one.
 
 use std::ffi::OsString;
@@ -21,7 +22,8 @@ use super::watch::{self, Announcer};
 /// Arguments of `gantry submit`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  gantry submit --gpus 2 --cpu 8 --memory 32768 -- python train.py --lr 3e-4
+  gantry submit --gpus 2 --cpu 8 --memory 32G -- python train.py --lr 3e-4
+  gantry submit slurm.sh          # its #SBATCH lines too (--gres=gpu:2, -J, --mem, -t, -a, -d)
   gantry submit --gpus 1 --wait -- ./eval.sh && echo passed
   gantry submit --replicas 4 --gpus 2 -- torchrun train.py   # 4 workers × 2 GPUs, all at once
   gantry submit --gpus 2..8 -- sh -c 'torchrun --nproc-per-node $WORLD_SIZE train.py'   # elastic: 2 to 8 GPUs
@@ -46,8 +48,9 @@ pub struct SubmitArgs {
     /// MASTER_PORT as torchrun would set them; one failed worker ends the whole gang.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     replicas: Option<u32>,
-    /// A slice of one GPU with this much GPU memory, MiB.
-    #[arg(long, value_name = "MIB")]
+    /// A slice of one GPU with this much GPU memory: MiB, or with a unit (`20G`, `20GiB`,
+    /// `512M`). Example: `--gpu-memory 20G`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_mib)]
     gpu_memory: Option<u64>,
     /// Compute share of the slice, percent.
     #[arg(long, value_name = "PCT", requires = "gpu_memory")]
@@ -55,8 +58,8 @@ pub struct SubmitArgs {
     /// CPU cores (fractions allowed).
     #[arg(long, value_name = "C")]
     cpu: Option<f64>,
-    /// Host memory, MiB.
-    #[arg(long, value_name = "MIB")]
+    /// Host memory: MiB, or with a unit (`32G`, `32GiB`, `512M`, `1T`). Example: `--memory 32G`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_mib)]
     memory: Option<u64>,
     /// Team (default: the token's team).
     #[arg(long)]
@@ -203,12 +206,16 @@ fn read_script(script: &Path) -> anyhow::Result<String> {
 /// would send your token to its server).
 const NOT_IN_SCRIPTS: &[&str] = &["--server", "--token", "--context", "--ca"];
 
-/// The words of the `#GANTRY` lines before the script's first command.
+/// The flags of the `#SBATCH` and `#GANTRY` lines before the script's first command (`#SBATCH`
+/// ones first, so `#GANTRY` wins); the `#SBATCH` options not applied are said on stderr.
 pub fn directives(text: &str) -> anyhow::Result<Vec<String>> {
     let mut words = Vec::new();
+    let mut slurm = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
-        if let Some(rest) = line.strip_prefix("#GANTRY") {
+        if let Some(rest) = line.strip_prefix("#SBATCH") {
+            slurm.extend(split_words(rest).with_context(|| format!("line {}", n + 1))?);
+        } else if let Some(rest) = line.strip_prefix("#GANTRY") {
             let found = split_words(rest).with_context(|| format!("line {}", n + 1))?;
             if let Some(bad) = found.iter().find(|w| NOT_IN_SCRIPTS.iter().any(|f| w.starts_with(f))) {
                 bail!("line {}: {bad} is not accepted in a script; pass it on the command line", n + 1);
@@ -218,7 +225,11 @@ pub fn directives(text: &str) -> anyhow::Result<Vec<String>> {
             break;
         }
     }
-    Ok(words)
+    let translated = super::sbatch::translate(&slurm)?;
+    for warning in &translated.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(translated.flags.into_iter().chain(words).collect())
 }
 
 /// Splits on whitespace, keeping `'…'` and `"…"` together (no escapes inside).
@@ -330,6 +341,26 @@ fn request_id() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A size in MiB: a plain number is MiB (Slurm's `--mem` and our API's unit); `K`, `M`, `G`,
+/// `T` with an optional `iB` (or `B`) suffix are binary units (`32G` = `32GiB` = 32768).
+pub fn parse_mib(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let bad = || format!("`{text}` is not a size: use MiB (`32768`) or a unit (`32G`, `32GiB`, `512M`)");
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let unit = unit.trim();
+    let unit = unit.strip_suffix("iB").or_else(|| unit.strip_suffix('B')).unwrap_or(unit);
+    let kib = match unit.to_ascii_uppercase().as_str() {
+        "K" => return Ok(number.div_ceil(1024)),
+        "" | "M" => 1,
+        "G" => 1 << 10,
+        "T" => 1 << 20,
+        _ => return Err(bad()),
+    };
+    number.checked_mul(kib).ok_or_else(|| format!("`{text}` is too large"))
+}
+
 /// A duration in seconds: `90s`, `30m`, `2h`, `1d`, `HH:MM:SS`, `MM:SS`, `D-HH:MM:SS`, or
 /// minutes.
 pub fn parse_time(text: &str) -> Result<u64, String> {
@@ -394,6 +425,29 @@ mod tests {
     fn directives_stop_at_the_first_command_and_keep_quoted_words() {
         let text = "#!/bin/bash\n#GANTRY --gpus 2 --name 'my run'\n# a comment\n\n#GANTRY -e A=\"x y\"\necho hi\n#GANTRY --gpus 8\n";
         assert_eq!(directives(text).expect("parses"), ["--gpus", "2", "--name", "my run", "-e", "A=x y"]);
+    }
+
+    #[test]
+    fn sbatch_lines_are_read_before_gantry_lines_so_gantry_wins() {
+        let text =
+            "#!/bin/bash\n#SBATCH --gres=gpu:2 -J slurm\n#GANTRY --name mine\n#SBATCH --mem=2G\necho hi\n";
+        let flags = directives(text).expect("parses");
+        assert_eq!(flags, ["--gpus", "2", "--name", "slurm", "--memory", "2048", "--name", "mine"]);
+    }
+
+    #[test]
+    fn sizes_are_mib_plain_or_with_binary_units() {
+        assert_eq!(parse_mib("32768"), Ok(32768));
+        assert_eq!(parse_mib("32G"), Ok(32768));
+        assert_eq!(parse_mib("20GiB"), Ok(20480));
+        assert_eq!(parse_mib("512M"), Ok(512));
+        assert_eq!(parse_mib("512MB"), Ok(512));
+        assert_eq!(parse_mib("1T"), Ok(1 << 20));
+        assert_eq!(parse_mib("1536K"), Ok(2));
+        for bad in ["", "G", "12 parsecs", "1.5G", "-3"] {
+            assert!(parse_mib(bad).is_err(), "{bad}");
+        }
+        assert!(parse_mib("99999999999999999T").is_err());
     }
 
     #[test]

@@ -267,3 +267,29 @@ fn completions_and_the_man_page_are_generated_from_the_commands() {
     assert!(String::from_utf8_lossy(&man.stdout).starts_with(".ie"), "roff");
     assert!(String::from_utf8_lossy(&man.stdout).contains(".TH gantry 1"));
 }
+
+#[test]
+fn a_slurm_script_runs_with_its_sbatch_lines_and_names_the_options_it_does_not_apply() {
+    let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB"]);
+    let script = cluster.home.path().join("slurm.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#SBATCH --gres=gpu:2 -J x --time=00:01:00 --mem=2G\n#SBATCH --partition=gpu\n\
+         echo \"on $CUDA_VISIBLE_DEVICES\"\n",
+    )
+    .expect("write script");
+    let out = cluster.try_gantry(&["run", "--quiet", &script.display().to_string()]);
+    assert_eq!(code(&out), Some(0), "{out:?}");
+    assert!(text(&out.stdout).starts_with("on GPU-"), "{out:?}");
+    assert!(text(&out.stderr).contains("#SBATCH --partition is not applied"), "{out:?}");
+    let job = job_named(&cluster, "x");
+    let request = &job["request"];
+    assert_eq!(
+        (request["gpus"].as_i64(), request["memory_mib"].as_i64(), job["time_limit_s"].as_i64()),
+        (Some(2), Some(2048), Some(60)),
+        "{job}"
+    );
+    // Sizes take units on the command line too.
+    let out = cluster.try_gantry(&["submit", "--gpu-memory", "20G", "--memory", "1GiB", "--", "true"]);
+    assert_eq!(code(&out), Some(0), "{out:?}");
+}
