@@ -150,6 +150,12 @@ pub struct EventQuery {
     pub limit: Option<u32>,
     /// Only events with a smaller id (the next page; see `x-next-before`).
     pub before: Option<i64>,
+    /// Only events at or after this time, ms since the epoch.
+    pub since: Option<i64>,
+    /// Only events with a larger id than this (new since the last one seen: `gantry events -w`).
+    pub after: Option<i64>,
+    /// Only events about this subject: `job/12`, a node id or a GPU UUID.
+    pub subject: Option<String>,
 }
 
 /// Which log and from where.

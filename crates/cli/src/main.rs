@@ -49,6 +49,8 @@ enum Command {
     Cancel(cmd::cancel::CancelArgs),
     /// List nodes.
     Nodes(cmd::nodes::NodesArgs),
+    /// What happened, newest first: nodes, GPUs, jobs (`--job ID`, `--node N`, `--since 1h`, `-w`).
+    Events(cmd::events::EventsArgs),
     /// The cluster live in the terminal: GPUs with utilisation, memory and history, their jobs,
     /// the queue (keys: s sort, t team, Enter/l a job's log, q quit).
     Top(cmd::top::TopArgs),
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         Command::Logs(a) => cmd::logs::run(a),
         Command::Cancel(a) => cmd::cancel::run(a),
         Command::Nodes(a) => cmd::nodes::run(a),
+        Command::Events(a) => cmd::events::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Token(c) => cmd::token::run(c),
         Command::Audit(a) => cmd::audit::run(a),

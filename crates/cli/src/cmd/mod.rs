@@ -18,6 +18,7 @@ pub mod completions;
 pub mod config;
 pub mod control;
 pub mod device_plugin;
+pub mod events;
 pub mod exporter;
 pub mod extender;
 pub mod gpus;

@@ -98,6 +98,10 @@ fn an_agent_stopped_for_30_seconds_and_restarted_keeps_its_running_job_on_attemp
         let nodes = cluster.gantry(&["nodes"]);
         (!nodes.contains("not-responding") && nodes.contains("ready")).then_some(())
     });
+    let events = cluster.gantry(&["events", "--node", "n1"]);
+    // The restarted agent registered again (a new process: epoch 2) and kept its attempt.
+    let (ready, silent) = (events.find("registered at epoch 2"), events.find("node.not-responding"));
+    assert!(matches!((ready, silent), (Some(r), Some(s)) if r < s), "newest first:\n{events}");
     std::fs::write(&go, "").expect("go");
     let done = eventually(Duration::from_secs(20), "the job to succeed", || {
         let job = state_of(&cluster, &id);
@@ -113,6 +117,19 @@ fn an_agent_stopped_for_30_seconds_and_restarted_keeps_its_running_job_on_attemp
 #[test]
 fn two_simulated_agents_on_one_machine_both_register_with_distinct_gpus() {
     let cluster = Cluster::start(&["--no-agent"]);
+    let mut watch = command(cluster.home.path())
+        .args(["events", "-w", "--node", "sim-b"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("gantry events -w");
+    let (tx, lines) = std::sync::mpsc::channel();
+    let out = watch.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
     let mut agents = Vec::new();
     for node in ["sim-a", "sim-b"] {
         let join = cluster.gantry(&["token", "create", "--role", "agent", "--name", node]).trim().to_owned();
@@ -128,6 +145,19 @@ fn two_simulated_agents_on_one_machine_both_register_with_distinct_gpus() {
     let uuids: std::collections::BTreeSet<&str> =
         gpus.iter().filter_map(|g| g["gpu"]["uuid"].as_str()).collect();
     assert_eq!(uuids.len(), 4, "four distinct GPUs on two nodes: {nodes:?}");
+    // `events -w` printed sim-b's registration as it happened, and nothing of sim-a's.
+    let mut seen = Vec::new();
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(15)) {
+        let done = line.contains("node.registered");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    assert!(seen.last().is_some_and(|l| l.contains("node.registered") && l.contains("sim-b")), "{seen:?}");
+    assert!(seen.iter().all(|l| !l.contains("sim-a")), "{seen:?}");
+    let _ = watch.kill();
+    let _ = watch.wait();
     for mut agent in agents {
         let _ = agent.kill();
         let _ = agent.wait();

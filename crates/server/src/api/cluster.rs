@@ -160,7 +160,20 @@ pub async fn events(
 ) -> Result<(axum::http::HeaderMap, Json<Vec<Event>>), ApiError> {
     who.require_user()?;
     let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
-    let filter = EventFilter { limit, before: q.before, teams: who.visible_teams() };
+    if let Some(since) = q.since {
+        validate::epoch_ms("since", since)?;
+    }
+    if let Some(subject) = &q.subject {
+        validate::label("subject", subject)?;
+    }
+    let filter = EventFilter {
+        limit,
+        before: q.before,
+        teams: who.visible_teams(),
+        since: q.since,
+        after: q.after,
+        subject: q.subject,
+    };
     let events = blocking(&app, move |s| s.events(&filter)).await?;
     Ok((super::next_page(events.len(), limit, events.last().map(|e| e.id)), Json(events)))
 }

@@ -108,4 +108,10 @@ pub struct EventFilter {
     pub before: Option<i64>,
     /// Only events of these teams (`None`: all, cluster events included).
     pub teams: Option<Vec<String>>,
+    /// Only events at or after this time (ms since the epoch).
+    pub since: Option<i64>,
+    /// Only events with a larger id (what is new since the last one seen).
+    pub after: Option<i64>,
+    /// Only events about this subject (`job/12`, a node id, a GPU UUID).
+    pub subject: Option<String>,
 }

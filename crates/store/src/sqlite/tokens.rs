@@ -198,9 +198,11 @@ pub(super) fn events(c: &Connection, filter: &EventFilter) -> Result<Vec<Event>>
     let teams = filter.teams.as_ref().map(rows::to_json).transpose()?;
     let mut stmt = c.prepare_cached(
         "SELECT id, at, kind, subject, message, team FROM events WHERE (?2 IS NULL OR id < ?2) \
-         AND (?3 IS NULL OR team IN (SELECT value FROM json_each(?3))) ORDER BY id DESC LIMIT ?1",
+         AND (?3 IS NULL OR team IN (SELECT value FROM json_each(?3))) AND (?4 IS NULL OR at >= ?4) \
+         AND (?5 IS NULL OR id > ?5) AND (?6 IS NULL OR subject = ?6) ORDER BY id DESC LIMIT ?1",
     )?;
-    let rows = stmt.query_map(params![filter.limit, filter.before, teams], |r| {
+    let args = params![filter.limit, filter.before, teams, filter.since, filter.after, filter.subject];
+    let rows = stmt.query_map(args, |r| {
         Ok(Event {
             id: r.get(0)?,
             at: r.get(1)?,
