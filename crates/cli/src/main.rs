@@ -51,6 +51,10 @@ enum Command {
     Nodes(cmd::nodes::NodesArgs),
     /// What happened, newest first: nodes, GPUs, jobs (`--job ID`, `--node N`, `--since 1h`, `-w`).
     Events(cmd::events::EventsArgs),
+    /// Pending and running jobs only, with why each waits or where it runs (as squeue).
+    Queue(cmd::queue::QueueArgs),
+    /// Everything about one job or node, with its recent events (`describe job 12`).
+    Describe(cmd::describe::DescribeArgs),
     /// The cluster live in the terminal: GPUs with utilisation, memory and history, their jobs,
     /// the queue (keys: s sort, t team, Enter/l a job's log, q quit).
     Top(cmd::top::TopArgs),
@@ -112,6 +116,8 @@ fn main() -> ExitCode {
         Command::Cancel(a) => cmd::cancel::run(a),
         Command::Nodes(a) => cmd::nodes::run(a),
         Command::Events(a) => cmd::events::run(a),
+        Command::Queue(a) => cmd::queue::run(a),
+        Command::Describe(a) => cmd::describe::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Token(c) => cmd::token::run(c),
         Command::Audit(a) => cmd::audit::run(a),

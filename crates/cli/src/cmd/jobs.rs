@@ -19,12 +19,15 @@ pub enum JobsOutput {
     Json,
     /// YAML, with the same fields as JSON.
     Yaml,
+    /// `job/ID` per line, for scripts (`kubectl get -o name`).
+    Name,
 }
 
 /// Arguments of `gantry jobs`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   gantry jobs --state running -o wide
+  gantry jobs --state pending,running --user alice --since 2h -o name   # job/12 per line
   gantry jobs -o json | jq '.[] | select(.state == \"failed\") | .id'
   gantry jobs -l exp=lr-sweep -o yaml     # only jobs labelled exp=lr-sweep
   gantry jobs -w                          # then a line per change, until Ctrl-C
@@ -35,13 +38,20 @@ pub struct JobsArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value = "table")]
     output: JobsOutput,
-    /// Only jobs in this state.
-    #[arg(long, value_parser = PossibleValuesParser::new(JobState::ALL.iter().map(|s| s.as_str())))]
-    state: Option<String>,
+    /// Only jobs in these states (comma-separated). Example: `--state pending,running`.
+    #[arg(long, value_delimiter = ',',
+        value_parser = PossibleValuesParser::new(JobState::ALL.iter().map(|s| s.as_str())))]
+    state: Vec<String>,
     /// Only this team's jobs.
     #[arg(long)]
     team: Option<String>,
-    /// At most this many (up to 1000), newest first; without it every job, oldest first.
+    /// Only jobs this user submitted.
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
+    /// Only jobs submitted in the last DURATION: `90s`, `30m`, `2h`, `1d`. Example: `--since 2h`.
+    #[arg(long, value_name = "DURATION", value_parser = super::submit::parse_time)]
+    since: Option<u64>,
+    /// At most this many (up to 1000); without it every job. Newest first either way.
     #[arg(long)]
     limit: Option<u32>,
     /// Only jobs with these labels: `-l KEY=VALUE[,KEY=VALUE…]` (every pair must match).
@@ -67,7 +77,7 @@ const PAGE: u32 = 1000;
 /// Lists jobs.
 pub fn list(args: JobsArgs) -> anyhow::Result<()> {
     let mut query = Vec::new();
-    if let Some(s) = &args.state {
+    if let [s] = args.state.as_slice() {
         query.push(format!("state={s}"));
     }
     if let Some(t) = &args.team {
@@ -85,13 +95,23 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
     if args.watch {
         return block_on(super::jobs_watch::watch(&api, &path, args.output))?;
     }
-    let jobs = if args.limit.is_some() {
+    let filtered = args.state.len() > 1 || args.user.is_some() || args.since.is_some();
+    let mut jobs = if args.limit.is_some() && !filtered {
         block_on(api.get::<Vec<Job>>(&path))??
     } else {
-        let mut all = block_on(all_pages(&api, &path))??;
-        all.reverse();
-        all
+        block_on(all_pages(&api, &path))??
     };
+    let since = args
+        .since
+        .map(|s| now_ms().saturating_sub(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)));
+    jobs.retain(|j| {
+        (args.state.is_empty() || args.state.iter().any(|s| s == j.state.as_str()))
+            && args.user.as_ref().is_none_or(|u| j.user.as_ref() == Some(u))
+            && since.is_none_or(|t| j.submitted_at >= t)
+    });
+    if let Some(limit) = args.limit {
+        jobs.truncate(limit as usize);
+    }
     print(&jobs, args.output)
 }
 
@@ -101,6 +121,10 @@ pub fn print(jobs: &[Job], output: JobsOutput) -> anyhow::Result<()> {
     match output {
         JobsOutput::Json => table::json(&jobs.iter().map(with_times).collect::<Vec<_>>()),
         JobsOutput::Yaml => table::yaml(&jobs.iter().map(with_times).collect::<Vec<_>>()),
+        JobsOutput::Name => {
+            jobs.iter().for_each(|j| println!("job/{}", j.id));
+            Ok(())
+        }
         JobsOutput::Table | JobsOutput::Wide => {
             table::print(&header, &rows);
             Ok(())
@@ -152,7 +176,7 @@ fn now_ms() -> i64 {
 }
 
 /// Follows `x-next-before` until the last page; newest first.
-async fn all_pages(api: &Api, path: &str) -> anyhow::Result<Vec<Job>> {
+pub async fn all_pages(api: &Api, path: &str) -> anyhow::Result<Vec<Job>> {
     let (mut all, mut next): (Vec<Job>, _) = api.get_page(path).await?;
     while let Some(before) = next {
         let (page, after): (Vec<Job>, _) = api.get_page(&format!("{path}&before={before}")).await?;
@@ -206,7 +230,7 @@ fn short_gpu(uuid: &str) -> String {
     id.chars().take(8).collect()
 }
 
-fn asked(j: &Job) -> String {
+pub fn asked(j: &Job) -> String {
     let r = &j.request;
     match (r.gpus, r.gpu_memory_mib, &j.gang) {
         (n, _, Some(g)) if !g.is_worker() => format!("{}x{n} GPU", g.replicas),
@@ -249,6 +273,13 @@ pub struct JobArgs {
     output: table::Structured,
 }
 
+impl JobArgs {
+    /// `gantry job ID` as a table, for `gantry describe`.
+    pub fn table(server: ServerArgs, id: String) -> Self {
+        Self { server, id, output: table::Structured::Table }
+    }
+}
+
 /// Shows one job and its history.
 pub fn show(args: JobArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
@@ -265,8 +296,22 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     let j = &detail.job;
     println!("job {}  {}  ({})", j.id, state(j), table::printable(&j.name));
     println!("team      {}  priority {}", j.team, j.priority);
-    println!("command   {}", table::printable(&j.command.join(" ")));
+    match script_of(&j.command) {
+        Some((interpreter, name, text)) => {
+            println!("script    {} (run by {})", table::printable(name), table::printable(&interpreter));
+            for line in text.lines() {
+                println!("  | {}", table::printable(line));
+            }
+        }
+        None => println!("command   {}", table::printable(&j.command.join(" "))),
+    }
     println!("asked     {}", asked(j));
+    if let Some(limit) = j.time_limit_s {
+        println!(
+            "time      at most {} a run (then SIGTERM, the grace period, SIGKILL)",
+            table::span(limit as i64 * 1000)
+        );
+    }
     println!(
         "attempt   {}  (runs lost to node or GPU failures are retried {} times)",
         j.attempt, j.max_retries
@@ -339,6 +384,14 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A batch script's interpreter, name and text, from the argv `submit SCRIPT` made of it
+/// (`INTERPRETER… -c TEXT NAME ARGS…`), so `gantry job` prints it as lines, not escapes.
+fn script_of(command: &[String]) -> Option<(String, &str, &str)> {
+    let c = command.iter().position(|w| w == "-c")?;
+    let (text, name) = (command.get(c + 1)?, command.get(c + 2)?);
+    text.contains('\n').then(|| (command[..c].join(" "), name.as_str(), text.as_str()))
 }
 
 /// One line per attempt: where it ran, when, and how it ended.

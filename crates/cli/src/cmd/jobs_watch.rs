@@ -25,6 +25,7 @@ fn seen(j: &Job) -> Seen {
 pub async fn watch(api: &Api, path: &str, output: JobsOutput) -> anyhow::Result<()> {
     let mut last: HashMap<JobId, Seen> = HashMap::new();
     let mut first = true;
+    let mut widths = Vec::new();
     loop {
         let mut listed: Vec<Job> = api.get(path).await?;
         listed.reverse();
@@ -32,13 +33,16 @@ pub async fn watch(api: &Api, path: &str, output: JobsOutput) -> anyhow::Result<
         for j in &changed {
             last.insert(j.id, seen(j));
         }
-        emit(&changed, output, first)?;
+        emit(&changed, output, first, &mut widths)?;
         first = false;
         tokio::time::sleep(POLL).await;
     }
 }
 
-fn emit(changed: &[Job], output: JobsOutput, first: bool) -> anyhow::Result<()> {
+/// Columns are padded to at most this many characters (longer cells stay whole).
+const MAX_PAD: usize = 64;
+
+fn emit(changed: &[Job], output: JobsOutput, first: bool, widths: &mut Vec<usize>) -> anyhow::Result<()> {
     match output {
         JobsOutput::Json => {
             for j in changed {
@@ -51,15 +55,30 @@ fn emit(changed: &[Job], output: JobsOutput, first: bool) -> anyhow::Result<()> 
                 table::yaml(&jobs::with_times(j))?;
             }
         }
+        JobsOutput::Name => {
+            for j in changed {
+                println!("job/{} {}", j.id, jobs::state(j));
+            }
+        }
         JobsOutput::Table | JobsOutput::Wide => {
             let (header, rows) = jobs::rows(changed, output == JobsOutput::Wide);
+            let mut lines: Vec<Vec<String>> =
+                rows.iter().map(|r| r.iter().map(|c| table::printable(c).into_owned()).collect()).collect();
             if first {
-                table::print(&header, &rows);
-            } else {
-                // Later rows are not aligned with the first table: columns may grow.
-                for row in rows {
-                    println!("{}", row.join("  ").trim_end());
+                lines.insert(0, header.iter().map(|h| (*h).to_owned()).collect());
+            }
+            // Later lines line up under the first table's columns (which only ever widen), as
+            // `kubectl get -w` does.
+            for line in &lines {
+                widths.resize(widths.len().max(line.len()), 0);
+                for (w, cell) in widths.iter_mut().zip(line) {
+                    *w = (*w).max(cell.chars().count().min(MAX_PAD));
                 }
+            }
+            for line in lines {
+                let padded: Vec<String> =
+                    line.iter().zip(widths.iter()).map(|(c, w)| format!("{c:<w$}")).collect();
+                println!("{}", padded.join("  ").trim_end());
             }
         }
     }

@@ -293,3 +293,55 @@ fn a_slurm_script_runs_with_its_sbatch_lines_and_names_the_options_it_does_not_a
     let out = cluster.try_gantry(&["submit", "--gpu-memory", "20G", "--memory", "1GiB", "--", "true"]);
     assert_eq!(code(&out), Some(0), "{out:?}");
 }
+
+#[test]
+fn queue_describe_and_the_job_filters_show_what_waits_and_why_newest_first() {
+    let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
+    let done = cluster.gantry(&["submit", "--wait", "--", "true"]).trim().to_owned();
+    let script = cluster.home.path().join("train.sh");
+    std::fs::write(&script, "#!/bin/sh\necho one\nsleep 60\n").expect("script");
+    let running = cluster
+        .gantry(&["submit", "--gpus", "1", "--time", "2m", &script.display().to_string()])
+        .trim()
+        .to_owned();
+    eventually(Duration::from_secs(20), "the job to run", || {
+        (job_named(&cluster, "train.sh")["state"] == "running").then_some(())
+    });
+    let waiting = cluster.gantry(&["submit", "--gpus", "1", "--", "true"]).trim().to_owned();
+    let names = cluster.gantry(&["jobs", "--state", "pending,running", "-o", "name"]);
+    assert_eq!(names, format!("job/{waiting}\njob/{running}\n"), "newest first");
+    let all = cluster.gantry(&["jobs", "--since", "1h", "-o", "name"]);
+    assert_eq!(all, format!("job/{waiting}\njob/{running}\njob/{done}\n"));
+    assert_eq!(cluster.gantry(&["jobs", "--user", "nobody-here", "-o", "name"]), "");
+    let queue = eventually(Duration::from_secs(10), "a reason for the waiting job", || {
+        let q = cluster.gantry(&["queue"]);
+        let line = q.lines().find(|l| l.starts_with(&waiting))?.to_owned();
+        line.contains('(').then_some(q)
+    });
+    assert!(queue.lines().any(|l| l.starts_with(&running)), "{queue}");
+    assert!(!queue.lines().any(|l| l.starts_with(&format!("{done} "))), "no ended job: {queue}");
+    let job = cluster.gantry(&["job", &running]);
+    assert!(
+        job.contains("script    train.sh") && job.contains("  | sleep 60"),
+        "the script as lines:\n{job}"
+    );
+    assert!(job.contains("time      at most 2m00s"), "{job}");
+    let described = cluster.gantry(&["describe", "job", &running]);
+    assert!(
+        described.contains(&format!("job {running}")) && described.contains("events (newest first)"),
+        "{described}"
+    );
+    let nodes: Vec<serde_json::Value> =
+        serde_json::from_str(&cluster.gantry(&["nodes", "-o", "json"])).expect("nodes json");
+    let node = nodes[0]["id"].as_str().expect("node id").to_owned();
+    let described = cluster.gantry(&["describe", "node", &node]);
+    assert!(described.contains(&format!("node {node}")), "{described}");
+    assert!(described.contains("node.registered"), "its events: {described}");
+    assert!(
+        described.lines().any(|l| l.trim_start().starts_with(&format!("{running} train.sh"))),
+        "{described}"
+    );
+    let missing = cluster.try_gantry(&["describe", "node", "no-such-node"]);
+    assert!(!missing.status.success() && text(&missing.stderr).contains("not found"), "{missing:?}");
+    cluster.gantry(&["cancel", &running]);
+}
