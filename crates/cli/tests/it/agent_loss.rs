@@ -10,6 +10,8 @@ fn start_agent(cluster: &Cluster, join: &str) -> Child {
     let dir = cluster.home.path().join("node-n1");
     command(cluster.home.path())
         .args(["agent", "--server", &cluster.url(), "--node-id", "n1", "--backend", "simulated"])
+        .arg("--ca")
+        .arg(cluster.ca_path())
         .args(["--simulated-gpus", "2xA100-80GB", "--grace", "1", "--data-dir"])
         .arg(&dir)
         .arg("--work-dir")
