@@ -262,3 +262,27 @@ fn up_serves_loopback_over_tls_by_default_and_no_tls_warns_of_the_threat() {
     assert!(!out.status.success());
     assert!(stderr_of(&out).contains("--no-tls is for loopback addresses only"), "{}", stderr_of(&out));
 }
+
+#[test]
+fn gantry_ca_show_names_the_fingerprint_up_printed_and_install_says_what_it_would_do() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let log = std::fs::read_to_string(cluster.home.path().join("up.log")).expect("output");
+    let shown = cluster.gantry(&["ca", "show"]);
+    let sha = shown.lines().find_map(|l| l.strip_prefix("sha256:")).expect("sha256 line").trim().to_owned();
+    assert_eq!(sha.len(), 64, "{shown}");
+    assert!(log.contains(&format!("sha256 {sha}")), "up printed another CA: {log}\n{shown}");
+    let pin = cluster.ca_spki().expect("pin");
+    assert!(shown.contains(&format!("--ignore-certificate-errors-spki-list={pin}")), "{shown}");
+
+    let dry = cluster.gantry(&["ca", "install", "--dry-run", "--nss-db", "/nonexistent/nssdb"]);
+    assert!(
+        dry.contains(&format!("gantry-{}.crt", &sha[..12])) || dry.contains("no system trust store"),
+        "{dry}"
+    );
+    assert!(dry.contains("certutil"), "{dry}");
+
+    let plain = Cluster::start(&["--no-agent", "--no-tls"]);
+    let out = plain.try_gantry(&["ca", "show"]);
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("the context pins no CA"), "{}", stderr_of(&out));
+}
