@@ -5,7 +5,7 @@
 //! `::1`; browsers try `::1` first. A server bound to one family leaves the other free, and any
 //! local process (a job, under any user) may bind it and answer `http://localhost:PORT/` in its
 //! place. So a listen address of `127.0.0.1:P` or `[::1]:P` is bound in both families, on the
-//! same port:
+//! same port (and `0.0.0.0:P`, which covers `127.0.0.1`, gets `[::1]:P` beside it):
 //! - the other family's address being in use is an error: something else already answers
 //!   `localhost:P`, and starting anyway would leave clients to whichever family they try first
 //!   (with port 0, a fresh port is tried instead, a few times);
@@ -62,10 +62,12 @@ pub enum ListenError {
     },
 }
 
-/// The other family's loopback address for `addr`, when `addr` is `127.0.0.1` or `::1`.
+/// The other family's loopback address for `addr`, when `addr` is `127.0.0.1` or `::1`; also
+/// `::1` for `0.0.0.0`, which holds `127.0.0.1` but leaves `[::1]` free (`::` is left alone: it
+/// usually holds both families already).
 pub fn loopback_partner(addr: SocketAddr) -> Option<SocketAddr> {
     match addr.ip() {
-        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST => {
+        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST || ip.is_unspecified() => {
             Some(SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port()))
         }
         IpAddr::V6(ip) if ip == Ipv6Addr::LOCALHOST => {
@@ -161,6 +163,16 @@ mod tests {
         let err = bind(format!("127.0.0.1:{port}").parse().expect("addr")).await.expect_err("refused");
         let text = err.to_string();
         assert!(text.contains(&format!("[::1]:{port}")) && text.contains("another process"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn the_ipv4_wildcard_gets_the_ipv6_loopback_beside_it() {
+        let bound = bind("0.0.0.0:0".parse().expect("addr")).await.expect("bind");
+        let port = bound.listeners[0].local_addr().expect("addr").port();
+        if v6_loopback_exists() {
+            assert_eq!(bound.listeners.len(), 2);
+            assert!(std::net::TcpListener::bind(format!("[::1]:{port}")).is_err());
+        }
     }
 
     #[tokio::test]
