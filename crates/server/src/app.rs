@@ -18,7 +18,8 @@ use crate::transport::{self, Limits};
 /// Validated server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Where to listen.
+    /// Where to listen; `127.0.0.1`, `::1` and `0.0.0.0` also hold the other loopback family
+    /// on the same port (see [`crate::listen`]).
     pub listen: SocketAddr,
     /// An agent silent this long is lost.
     pub heartbeat_timeout: Duration,
