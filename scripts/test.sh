@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command (README): installs what the tests need (prometheus, chromium, grpcio),
+# The one test command (README): installs what the tests need (prometheus, chromium, certutil, grpcio),
 # then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,10 +10,10 @@ if ! command -v prometheus >/dev/null 2>&1; then
       || echo "warning: could not install prometheus; the real-scrape test will fail" >&2
   fi
 fi
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 || ! command -v certutil >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's chromium and chromium-driver for the dashboard's browser test" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null) \
+    echo "installing Debian's chromium, chromium-driver and libnss3-tools (certutil, for gantry ca install) for the dashboard's browser tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver libnss3-tools >/dev/null) \
       || echo "warning: could not install chromium; the browser test will fail in CI" >&2
   fi
 fi

@@ -64,6 +64,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(cmd::token::TokenCommand),
+    /// The cluster CA: its fingerprint, and trusting it on this machine (for the dashboard).
+    #[command(subcommand)]
+    Ca(cmd::ca::CaCommand),
     /// Read the audit log of every change (admin); `audit verify` checks its hash chain.
     Audit(cmd::audit::AuditArgs),
     /// GPU-hours allocated, used and wasted (idle) per team or user over a period.
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
         Command::Describe(a) => cmd::describe::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Token(c) => cmd::token::run(c),
+        Command::Ca(c) => cmd::ca::run(c),
         Command::Audit(a) => cmd::audit::run(a),
         Command::Usage(a) => cmd::usage::run(a),
         Command::Completions(a) => cmd::completions::completions::<Cli>(a),

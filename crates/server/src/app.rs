@@ -18,7 +18,8 @@ use crate::transport::{self, Limits};
 /// Validated server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Where to listen.
+    /// Where to listen; `127.0.0.1`, `::1` and `0.0.0.0` also hold the other loopback family
+    /// on the same port (see [`crate::listen`]).
     pub listen: SocketAddr,
     /// An agent silent this long is not responding: its node gets no new work, its jobs keep
     /// their place.
@@ -142,14 +143,9 @@ pub fn now_ms() -> i64 {
 /// Why the server could not start or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// Binding the listen address failed.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// Binding the listen address (or, for loopback, its other family) failed.
+    #[error(transparent)]
+    Bind(#[from] crate::listen::ListenError),
     /// Serving failed.
     #[error("server failed: {0}")]
     Serve(#[from] std::io::Error),
@@ -168,21 +164,27 @@ pub enum ServerError {
 #[derive(Debug)]
 pub struct Server {
     app: Arc<App>,
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
+    missing: Option<String>,
     tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Server {
-    /// Binds the listen address (port 0 picks a free port).
+    /// Binds the listen address (port 0 picks a free port); a loopback address in both families
+    /// (see [`crate::listen`]).
     pub async fn bind(config: ServerConfig, store: Arc<dyn Store>) -> Result<Self, ServerError> {
         let tls = match &config.pki {
             Some(pki) => Some(pki.server_config()?),
             None => None,
         };
         let pki = config.pki.clone();
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ServerError::Bind { addr: config.listen, source })?;
+        let bound = crate::listen::bind(config.listen).await?;
+        let missing = bound.missing.map(|(addr, e)| {
+            format!("{addr} cannot be bound ({e}): this machine has no such loopback; serving the other family alone")
+        });
+        if let Some(missing) = &missing {
+            tracing::warn!("{missing}");
+        }
         let app = Arc::new(App {
             store,
             config,
@@ -197,12 +199,23 @@ impl Server {
             closing: watch::channel(false).0,
             queue: Default::default(),
         });
-        Ok(Self { app, listener, tls })
+        Ok(Self { app, listeners: bound.listeners, missing, tls })
     }
 
-    /// The address actually bound.
+    /// The address actually bound (the listen address; its port when that was 0).
     pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
-        Ok(self.listener.local_addr()?)
+        let first = self.listeners.first().ok_or_else(|| ServerError::Unexpected("no listener".into()))?;
+        Ok(first.local_addr()?)
+    }
+
+    /// Every address bound: the listen address, then its other loopback family if bound.
+    pub fn local_addrs(&self) -> Result<Vec<SocketAddr>, ServerError> {
+        Ok(self.listeners.iter().map(TcpListener::local_addr).collect::<Result<_, _>>()?)
+    }
+
+    /// Why the other loopback family is not bound, when the machine lacks it (no IPv6).
+    pub fn missing_family(&self) -> Option<&str> {
+        self.missing.as_deref()
     }
 
     /// The shared state (for embedding and tests).
@@ -228,13 +241,13 @@ impl Server {
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
         let limits = self.app.config.limits();
-        tracing::info!(addr = %self.local_addr()?, tls = self.is_tls(), "serving the API");
+        tracing::info!(addrs = ?self.local_addrs()?, tls = self.is_tls(), "serving the API");
         let app = Arc::clone(&self.app);
         let shutdown = async move {
             shutdown.await;
             app.closing.send_replace(true);
         };
-        transport::serve(self.listener, router, self.tls, limits, shutdown).await;
+        transport::serve(self.listeners, router, self.tls, limits, shutdown).await;
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         Ok(())

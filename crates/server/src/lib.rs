@@ -7,7 +7,8 @@
 //!   policies ([`scheduler::plan`] is pure) and records them before agents act on them;
 //! - [`auth`]: bearer tokens (hashed at rest) and the role checks;
 //! - [`tls`]: the cluster CA, server and client certificates; [`transport`]: the listener
-//!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown).
+//!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown);
+//!   [`listen`]: binding it, on both loopback families for a loopback address.
 //! - [`job_logs`] and [`job_env`]: what the server and the agent agree on about a job's output
 //!   files and its declared environment.
 //!
@@ -20,6 +21,7 @@ pub mod auth;
 pub mod command;
 pub mod credentials;
 pub mod error;
+pub mod listen;
 pub mod memory;
 pub mod metrics;
 

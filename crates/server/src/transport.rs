@@ -64,10 +64,11 @@ struct Shared {
     limits: Limits,
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish
-/// (up to [`Limits::shutdown_grace`]) and closes idle connections at once.
+/// Serves `router` on `listeners` (one address, or both loopback families: see [`crate::listen`])
+/// until `shutdown` resolves, then lets in-flight requests finish (up to
+/// [`Limits::shutdown_grace`]) and closes idle connections at once.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
@@ -77,6 +78,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let shared = Shared { router, tls, limits };
     tokio::pin!(shutdown);
+    let mut turn = 0;
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&permits).acquire_owned() => match permit {
@@ -86,7 +88,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = crate::listen::accept_any(&listeners, &mut turn) => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     accept_failed(e).await;
@@ -98,7 +100,7 @@ pub async fn serve(
         let span = tracing::info_span!("connection", %peer);
         tokio::spawn(connection(stream, peer, shared.clone(), graceful.watcher(), permit).instrument(span));
     }
-    drop(listener);
+    drop(listeners);
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await.is_err() {
         tracing::warn!(grace = ?limits.shutdown_grace, "requests still running at shutdown were abandoned");
     }

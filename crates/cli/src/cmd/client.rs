@@ -210,7 +210,8 @@ impl Api {
             None if context_server => context.ca_pem()?,
             None => None,
         };
-        let base = args.server.clone().or(context.server).unwrap_or_else(|| "http://127.0.0.1:7070".into());
+        // https even without a CA: a token is never sent in clear to whatever holds the port.
+        let base = args.server.clone().or(context.server).unwrap_or_else(|| "https://127.0.0.1:7070".into());
         let token = args.token.clone().filter(|t| !t.is_empty()).or(context.token);
         let token = token.ok_or_else(|| {
             anyhow!(

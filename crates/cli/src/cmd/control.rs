@@ -3,8 +3,12 @@
 //! and the client config. `up` adds a local agent; `server` is this alone (a head node without
 //! GPUs).
 //!
-//! TLS policy: a listener on any address but loopback speaks TLS, whatever the flags say
-//! (tokens cross the network in every request); on loopback `--tls` turns it on.
+//! TLS policy: every listener speaks TLS with the cluster CA, loopback included, and the client
+//! config pins that CA. On loopback the threat is not the network but the machine: any local
+//! process (a job) may bind the port while the server restarts, and would receive every token
+//! sent in plain HTTP; with TLS the CLI, agent and a browser that trusts the CA refuse it before
+//! sending one (see `docs/security.md`). `--no-tls` opts out, on loopback only, with a warning.
+//! A loopback listen address is bound in both families ([`gantry_server::listen`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -27,12 +31,17 @@ pub struct ControlArgs {
     /// `$XDG_DATA_HOME/gantry` or `~/.local/share/gantry`).
     #[arg(long, env = "GANTRY_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Listen address. Any address but loopback is served over TLS.
+    /// Listen address, served over TLS. `127.0.0.1:P` and `[::1]:P` are bound together, so that
+    /// no other process can answer `localhost:P`.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
-    /// Serve HTTPS on loopback too (always on for other addresses).
-    #[arg(long)]
+    /// Serve HTTPS (the default; kept for scripts that pass it).
+    #[arg(long, conflicts_with = "no_tls")]
     pub tls: bool,
+    /// Serve plain HTTP on a loopback address. Unsafe where anyone else runs processes on this
+    /// machine (jobs do): one that binds the port while the server is down receives every token.
+    #[arg(long)]
+    pub no_tls: bool,
     /// A further DNS name or IP address for the server certificate (repeatable); localhost,
     /// 127.0.0.1, ::1, the host name and a specific listen address are always in it.
     #[arg(long = "tls-san", value_name = "NAME")]
@@ -135,20 +144,30 @@ pub struct Control {
 /// Decides on TLS, loads or makes the certificates, binds the listener, makes the admin token on
 /// a fresh store and writes the client config.
 pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Control> {
-    let pki = if args.tls || !args.listen.ip().is_loopback() {
-        if !args.tls {
-            eprintln!(
-                "note: serving HTTPS: {} is not a loopback address, and plain HTTP is served on loopback only",
-                args.listen
-            );
+    let loopback = args.listen.ip().is_loopback();
+    if args.no_tls && !loopback {
+        anyhow::bail!(
+            "--no-tls is for loopback addresses only: {} is reachable from other machines, and every request carries a token",
+            args.listen
+        );
+    }
+    let pki = if args.no_tls {
+        eprintln!(
+            "warning: --no-tls: {} speaks plain HTTP. Any process on this machine, a job included, that binds \
+             this port while gantry is down (a restart) receives the token of every CLI call and dashboard \
+             poll; with TLS (the default) clients pin the cluster CA and refuse it",
+            args.listen
+        );
+        None
+    } else {
+        if !loopback {
+            eprintln!("note: serving HTTPS: {} is not a loopback address", args.listen);
         }
         let sans = tls::default_sans(args.listen, &args.tls_san);
         let dir = prepared.data.join("tls");
         let pki = Pki::load_or_create(&dir, &sans)
             .with_context(|| format!("cannot set up TLS certificates in {}", dir.display()))?;
         Some(Arc::new(pki))
-    } else {
-        None
     };
     let mut config = ServerConfig::local(prepared.data.join("logs"));
     config.listen = args.listen;
@@ -161,6 +180,9 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.pki = pki.clone();
     let server = Server::bind(config, Arc::clone(&prepared.store)).await?;
     let url = local_url(server.local_addr()?, pki.is_some());
+    if let Some(missing) = server.missing_family() {
+        eprintln!("note: {missing}");
+    }
     if let Some(pki) = &pki {
         println!(
             "TLS is on; the cluster CA is {} (sha256 {}): clients pin it with --ca or GANTRY_CA",
@@ -168,6 +190,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
             pki.ca_sha256()
         );
     }
+    println!("{}", dashboard_line(server.local_addr()?, pki.as_deref()));
     announce_tokens(&*prepared.store, &url, pki.as_deref(), &prepared.data, args.context.as_deref())?;
     Ok(Control { server, url, pki, prepared })
 }
@@ -182,6 +205,24 @@ fn local_url(addr: SocketAddr, tls: bool) -> String {
     };
     let scheme = if tls { "https" } else { "http" };
     format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// Where the dashboard is: `localhost` on loopback (both families are bound), with what a browser
+/// needs to trust the server.
+fn dashboard_line(addr: SocketAddr, pki: Option<&Pki>) -> String {
+    let at = if addr.ip().is_loopback() || addr.ip().is_unspecified() {
+        format!("localhost:{}", addr.port())
+    } else {
+        addr.to_string()
+    };
+    match pki {
+        Some(pki) => format!(
+            "dashboard: https://{at}/ (the browser must trust the cluster CA, sha256 {}: \
+             `gantry ca install` adds it to this machine's trust stores)",
+            pki.ca_sha256()
+        ),
+        None => format!("dashboard: http://{at}/ (plain HTTP)"),
+    }
 }
 
 /// Saves this cluster as a context of the client config and makes it current, leaving every

@@ -15,6 +15,8 @@ fn start_agent_as(cluster: &Cluster, join: &str, node: &str) -> Child {
     let dir = cluster.home.path().join(format!("node-{node}"));
     command(cluster.home.path())
         .args(["agent", "--server", &cluster.url(), "--node-id", node, "--backend", "simulated"])
+        .arg("--ca")
+        .arg(cluster.ca_path())
         .args(["--simulated-gpus", "2xA100-80GB", "--grace", "1", "--data-dir"])
         .arg(&dir)
         .arg("--work-dir")

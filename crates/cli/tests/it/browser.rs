@@ -2,6 +2,11 @@
 //! reqwest). [`Browser::start`] gives `None` — after printing why — when Chromium is missing
 //! and `CI` is unset; in CI a missing browser fails the test (`.ci/run` installs Debian's
 //! `chromium` and `chromium-driver`).
+//!
+//! `gantry up` serves the dashboard over TLS with its cluster CA. The browser trusts that CA and
+//! no other: it gets `--ignore-certificate-errors-spki-list` with the CA's public-key hash
+//! ([`crate::harness::Cluster::ca_spki`]), and the server sends the CA after its certificate, so a
+//! chain from the cluster's CA is accepted and any other certificate is still refused.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,8 +29,15 @@ fn on_path(program: &str) -> Option<PathBuf> {
 }
 
 impl Browser {
-    /// Starts chromedriver and a headless Chromium with a 1400×900 window.
-    pub fn start() -> Option<Self> {
+    /// Starts chromedriver and a headless Chromium with a 1400×900 window that trusts the CA
+    /// whose public key hashes to `spki_pin` (base64 SHA-256), if given.
+    pub fn start(spki_pin: Option<&str>) -> Option<Self> {
+        Self::start_in(spki_pin, None)
+    }
+
+    /// [`Browser::start`] with `HOME` set to `home`, whose `.pki/nssdb` is the NSS database
+    /// Chromium trusts certificates from.
+    pub fn start_in(spki_pin: Option<&str>, home: Option<&Path>) -> Option<Self> {
         let found = (
             on_path("chromedriver"),
             ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|b| on_path(b)),
@@ -42,7 +54,11 @@ impl Browser {
         };
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
-        let driver = Command::new(driver_bin)
+        let mut driver = Command::new(driver_bin);
+        if let Some(home) = home {
+            driver.env("HOME", home);
+        }
+        let driver = driver
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -56,9 +72,20 @@ impl Browser {
             assert!(Instant::now() < deadline, "chromedriver did not answer");
             std::thread::sleep(Duration::from_millis(100));
         }
+        let mut args = vec![
+            "--headless=new".to_owned(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-dev-shm-usage".into(),
+            "--window-size=1400,900".into(),
+            "--hide-scrollbars".into(),
+            "--lang=en-GB".into(),
+        ];
+        if let Some(pin) = spki_pin {
+            args.push(format!("--ignore-certificate-errors-spki-list={pin}"));
+        }
         let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
-            "binary": chrome, "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,900", "--hide-scrollbars", "--lang=en-GB"]}}}});
+            "binary": chrome, "args": args}}}});
         let created = browser.call(reqwest::Method::POST, "/session", Some(caps)).expect("new session");
         let id = created["sessionId"].as_str().expect("session id").to_owned();
         browser.session = format!("{}/session/{id}", browser.session);
@@ -85,6 +112,11 @@ impl Browser {
 
     pub fn goto(&self, url: &str) {
         self.post("/url", json!({ "url": url }));
+    }
+
+    /// Navigates to `url`; the WebDriver error (e.g. `insecure certificate`) if it fails.
+    pub fn try_goto(&self, url: &str) -> Result<(), String> {
+        self.call(reqwest::Method::POST, "/url", Some(json!({ "url": url }))).map(drop)
     }
 
     /// Runs `script` (a function body; `arguments` holds `args`) and returns what it returns.

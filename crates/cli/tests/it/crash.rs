@@ -13,8 +13,12 @@ use crate::harness::Cluster;
 const CLIENTS: usize = 8;
 const PER_CLIENT: usize = 125;
 
-async fn client(url: String, token: String, c: usize, acked: Arc<Mutex<Vec<(String, i64)>>>) {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("client");
+async fn client(
+    http: reqwest::Client,
+    (url, token): (String, String),
+    c: usize,
+    acked: Arc<Mutex<Vec<(String, i64)>>>,
+) {
     let deadline = Instant::now() + Duration::from_secs(100);
     for i in 0..PER_CLIENT {
         let key = format!("crash-{c}-{i}");
@@ -52,12 +56,13 @@ fn next(state: &mut u64) -> u64 {
 fn acknowledged_submissions_survive_sigkill_exactly_once_and_no_gpu_is_double_allocated() {
     let mut cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB", "--grace", "1"]);
     let (url, token) = (cluster.url(), cluster.token());
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = cluster.http_builder().timeout(Duration::from_secs(5)).build().expect("client");
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let tasks: Vec<_> =
-        (0..CLIENTS).map(|c| rt.spawn(client(url.clone(), token.clone(), c, Arc::clone(&acked)))).collect();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|c| rt.spawn(client(http.clone(), (url.clone(), token.clone()), c, Arc::clone(&acked))))
+        .collect();
     let mut seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64)
             | 1;

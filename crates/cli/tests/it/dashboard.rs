@@ -25,7 +25,8 @@ fn sign_in(browser: &Browser, url: &str, token: &str) {
 fn submit(cluster: &Cluster, token: &str, body: Value) -> i64 {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let resp = crate::browser::http()
+        let resp = cluster
+            .http()
             .post(format!("{}/v1/jobs", cluster.url()))
             .bearer_auth(token)
             .json(&body)
@@ -46,9 +47,9 @@ fn row_js(id: i64) -> String {
 
 #[test]
 fn in_a_browser_a_member_sees_its_job_run_finish_and_print_and_another_team_sees_nothing() {
-    let Some(browser) = Browser::start() else { return };
-    let shots = screenshot_dir();
     let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB"]);
+    let Some(browser) = Browser::start(cluster.ca_spki().as_deref()) else { return };
+    let shots = screenshot_dir();
     let vision = cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
     let nlp = cluster.gantry(&["token", "create", "--team", "nlp"]).trim().to_owned();
 
@@ -150,21 +151,22 @@ fn in_a_browser_a_member_sees_its_job_run_finish_and_print_and_another_team_sees
     assert!(!page.as_str().unwrap_or_default().contains("hello"), "nlp reads the output: {page}");
     browser.screenshot(&shots, "other-team");
     eventually(WAIT, "the dashboard answers with its security headers", || {
-        dashboard_headers_are_strict(&cluster.url()).then_some(())
+        dashboard_headers_are_strict(&cluster).then_some(())
     });
 }
 
 #[test]
 fn in_a_browser_the_dashboard_polls_while_its_stream_is_refused_and_goes_live_when_it_is_back() {
-    let Some(browser) = Browser::start() else { return };
     let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
+    let Some(browser) = Browser::start(cluster.ca_spki().as_deref()) else { return };
     let vision = cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
     // Hold every stream this token may open: the dashboard's own is refused (429).
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let held: Vec<reqwest::Response> = rt.block_on(async {
         let mut held = Vec::new();
         for _ in 0..gantry_server::api::watch::PER_TOKEN {
-            let resp = crate::browser::http()
+            let resp = cluster
+                .http()
                 .get(format!("{}/v1/watch", cluster.url()))
                 .bearer_auth(&vision)
                 .send()
@@ -197,10 +199,10 @@ fn in_a_browser_the_dashboard_polls_while_its_stream_is_refused_and_goes_live_wh
     assert!(pushed.as_u64().unwrap_or(0) > 0, "no update came by push");
 }
 
-fn dashboard_headers_are_strict(url: &str) -> bool {
+fn dashboard_headers_are_strict(cluster: &Cluster) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let resp = crate::browser::http().get(format!("{url}/")).send().await.expect("get /");
+        let resp = cluster.http().get(format!("{}/", cluster.url())).send().await.expect("get /");
         let h = resp.headers();
         let csp = h.get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_default();
         csp.contains("default-src 'self'; script-src 'self'; style-src 'self'")
@@ -402,7 +404,7 @@ fn measure(browser: &Browser, url: &str, page: &str, updates: usize, via: &str) 
 fn stream_bytes(cluster: &Cluster, token: &str) -> (usize, usize, f64) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let http = crate::browser::http();
+        let http = cluster.http();
         let gpus =
             http.get(format!("{}/v1/gpus", cluster.url())).bearer_auth(token).send().await.expect("gpus");
         let gpus = gpus.bytes().await.expect("body").len();
@@ -427,8 +429,8 @@ fn stream_bytes(cluster: &Cluster, token: &str) -> (usize, usize, f64) {
 
 #[test]
 fn in_a_browser_a_thousand_gpus_and_ten_thousand_jobs_render_and_the_render_times_are_reported() {
-    let Some(browser) = Browser::start() else { return };
     let mut cluster = Cluster::start_as("server", "127.0.0.1", &[]);
+    let Some(browser) = Browser::start(cluster.ca_spki().as_deref()) else { return };
     let admin = cluster.token();
     cluster.kill();
     let nodes = populate(&cluster.store());
@@ -443,7 +445,7 @@ fn in_a_browser_a_thousand_gpus_and_ten_thousand_jobs_render_and_the_render_time
         let mut held = Vec::new();
         for _ in 0..gantry_server::api::watch::PER_TOKEN {
             let url = format!("{}/v1/watch", cluster.url());
-            held.push(crate::browser::http().get(url).bearer_auth(&admin).send().await.expect("watch"));
+            held.push(cluster.http().get(url).bearer_auth(&admin).send().await.expect("watch"));
         }
         held
     });
@@ -503,4 +505,88 @@ fn in_a_browser_a_thousand_gpus_and_ten_thousand_jobs_render_and_the_render_time
         "bytes: /v1/gpus {gpus} per read (every 2 s when polling); /v1/watch first copy {initial}, then {per_second:.0} per second with all 1,000 GPUs changing every second"
     ));
     eprintln!("dashboard at 1,000 GPUs and 10,000 jobs:\n  {}", report.join("\n  "));
+}
+
+#[test]
+fn in_a_browser_the_dashboard_works_over_https_and_after_a_restart_an_impostor_on_the_port_gets_no_token() {
+    use crate::squatting::{Impostor, contains, ipv6_loopback};
+    let mut cluster = Cluster::start(&["--no-agent"]);
+    let Some(browser) = Browser::start(cluster.ca_spki().as_deref()) else { return };
+    // The link `gantry up` prints: localhost, https.
+    let url = format!("https://localhost:{}", cluster.port);
+    let admin = cluster.token();
+    sign_in(&browser, &url, &admin);
+    browser.goto(&format!("{url}/#/jobs"));
+    browser.wait_for(
+        "the jobs page",
+        "document.querySelector('#jobs-table .empty, #jobs-table table')",
+        WAIT,
+    );
+    assert_eq!(browser.js("return location.protocol;", json!([])), json!("https:"));
+
+    // `gantry up` stops (a restart); a job takes the port in both families with a certificate
+    // of its own for localhost. The open tab keeps polling with the token in its sessionStorage.
+    assert!(cluster.terminate().success());
+    let mut impostors =
+        vec![Impostor::start(std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port)), true)];
+    if ipv6_loopback() {
+        let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, cluster.port));
+        impostors.push(Impostor::start(v6, true));
+    }
+    std::thread::sleep(Duration::from_secs(8));
+    let refused = certificate_refusal(&browser, &format!("{url}/"));
+    let (mut received, mut connections) = (Vec::new(), 0);
+    for impostor in impostors {
+        let (r, c) = impostor.finish();
+        received.extend(r);
+        connections += c;
+    }
+    assert!(connections > 0, "the tab never reached the impostor, so this proves nothing");
+    assert!(
+        !contains(&received, &admin),
+        "the impostor got the token: {}",
+        String::from_utf8_lossy(&received)
+    );
+    assert!(
+        received.is_empty(),
+        "the browser sent a request to the impostor: {}",
+        String::from_utf8_lossy(&received)
+    );
+    assert!(refused.contains("ERR_CERT"), "the browser opened the impostor's page: {refused}");
+}
+
+/// What the browser shows for `url`: the WebDriver error, or the text of the page it opened
+/// (Chromium's interstitial names the error, e.g. `NET::ERR_CERT_AUTHORITY_INVALID`).
+fn certificate_refusal(browser: &Browser, url: &str) -> String {
+    match browser.try_goto(url) {
+        Err(e) => e,
+        Ok(()) => {
+            let shown = browser.js("return location.href + '\\n' + document.body.innerText;", json!([]));
+            shown.as_str().unwrap_or_default().to_owned()
+        }
+    }
+}
+
+#[test]
+fn gantry_ca_install_makes_chromium_trust_the_dashboard_without_any_pin() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let url = format!("https://localhost:{}/", cluster.port);
+    // Without the CA and without a pin, Chromium refuses the server.
+    let Some(untrusting) = Browser::start(None) else { return };
+    let refused = certificate_refusal(&untrusting, &url);
+    assert!(refused.contains("ERR_CERT"), "an unknown CA was trusted: {refused}");
+    drop(untrusting);
+
+    let browser_home = tempfile::tempdir().expect("browser home");
+    let nssdb = browser_home.path().join(".pki/nssdb");
+    let out = cluster.try_gantry(&["ca", "install", "--no-system", "--nss-db", &nssdb.display().to_string()]);
+    if String::from_utf8_lossy(&out.stdout).contains("certutil is not installed") {
+        assert!(std::env::var_os("CI").is_none(), "CI must have certutil (libnss3-tools)");
+        eprintln!("note: skipping: certutil is not installed (apt-get install libnss3-tools)");
+        return;
+    }
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let Some(browser) = Browser::start_in(None, Some(browser_home.path())) else { return };
+    browser.goto(&url);
+    browser.wait_for("the sign-in form", "!document.getElementById('login').hidden", WAIT);
 }

@@ -21,6 +21,8 @@ fn start_agent(cluster: &Cluster, node: &str, seed: u64) -> Child {
     std::fs::write(&fleet, format!("seed = {seed}\ngpus = \"2xA100-80GB\"\n")).expect("fleet file");
     command(cluster.home.path())
         .args(["agent", "--server", &cluster.url(), "--node-id", node, "--backend", "simulated"])
+        .arg("--ca")
+        .arg(cluster.ca_path())
         .arg("--simulated-gpus")
         .arg(&fleet)
         .args(["--advertise-addr", &format!("10.0.0.{seed}")])

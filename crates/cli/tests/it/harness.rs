@@ -19,7 +19,7 @@ pub struct Cluster {
     pub port: u16,
     /// Where the local agent serves GPU metrics.
     pub metrics_port: u16,
-    /// Whether the server speaks TLS (`--tls`, or a listen address other than loopback).
+    /// Whether the server speaks TLS (the default; `--no-tls` turns it off on loopback).
     pub tls: bool,
     /// Outside HOME and reachable by job users: the jobs' work root and [`Cluster::shared`].
     pub outside: tempfile::TempDir,
@@ -83,7 +83,7 @@ impl Cluster {
             args.extend(["--work-dir".into(), outside.path().join("work").display().to_string()]);
         }
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let tls = extra.contains(&"--tls") || !host.starts_with("127.");
+        let tls = !extra.contains(&"--no-tls");
         let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         let mut cluster = Self { home, port, metrics_port, tls, outside, args, env, child: None };
         cluster.restart();
@@ -103,6 +103,32 @@ impl Cluster {
 
     pub fn data_dir(&self) -> PathBuf {
         self.home.path().join("data")
+    }
+
+    /// The cluster CA `gantry up` made (what clients pin).
+    pub fn ca_path(&self) -> PathBuf {
+        self.data_dir().join("tls/ca.pem")
+    }
+
+    /// An HTTP client for [`Cluster::url`] that trusts the cluster CA and nothing else.
+    pub fn http(&self) -> reqwest::Client {
+        self.http_builder().build().expect("client")
+    }
+
+    /// [`Cluster::http`], to add settings to.
+    pub fn http_builder(&self) -> reqwest::ClientBuilder {
+        let ca = self.tls.then(|| std::fs::read_to_string(self.ca_path()).expect("the cluster CA"));
+        gantry_agent::runner::client::builder(ca.as_deref(), None).expect("client")
+    }
+
+    /// Base64 SHA-256 of the cluster CA's public key: what a browser pins.
+    pub fn ca_spki(&self) -> Option<String> {
+        use rustls::pki_types::pem::PemObject;
+        if !self.tls {
+            return None;
+        }
+        let der = rustls::pki_types::CertificateDer::from_pem_file(self.ca_path()).expect("CA PEM");
+        gantry_server::tls::spki_sha256_base64(&der)
     }
 
     /// (Re)starts the process and waits for `/healthz`.

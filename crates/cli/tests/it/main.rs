@@ -23,6 +23,7 @@ mod sandbox;
 mod sharing;
 mod sim;
 mod slurm_habits;
+mod squatting;
 mod top;
 mod transport;
 mod usage;

@@ -172,7 +172,7 @@ fn a_second_cluster_gets_its_own_context_and_the_first_stays_reachable() {
     let home = first.home.path();
     first.gantry(&["submit", "--name", "on-first", "--", "true"]);
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-    let url = format!("http://127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}");
     let _second = SecondUp(
         command(home)
             .args(["up", "--no-agent", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
@@ -208,7 +208,9 @@ fn a_config_from_before_contexts_is_read_as_the_default_context() {
     let cluster = Cluster::start(&["--no-agent"]);
     let token = cluster.token();
     let config = cluster.home.path().join(".config/gantry/config.toml");
-    std::fs::write(&config, format!("server = \"{}\"\ntoken = \"{token}\"\n", cluster.url())).expect("write");
+    let ca = cluster.ca_path();
+    let legacy = format!("server = \"{}\"\ntoken = \"{token}\"\nca = \"{}\"\n", cluster.url(), ca.display());
+    std::fs::write(&config, legacy).expect("write");
     assert!(cluster.try_gantry(&["jobs"]).status.success());
     assert_eq!(cluster.gantry(&["config", "current-context"]).trim(), "default");
     let out = command(cluster.home.path()).args(["jobs", "--token", "nonsense"]).output().expect("run");

@@ -47,8 +47,8 @@ fn expect(input: &[u8], want: u8) -> Option<(&[u8], &[u8])> {
     (tag == want).then_some((content, rest))
 }
 
-/// The first common name in the subject of a DER certificate.
-pub(super) fn subject_common_name(cert: &[u8]) -> Option<String> {
+/// The subject of a DER certificate, and what follows it in the to-be-signed part.
+fn subject(cert: &[u8]) -> Option<(&[u8], &[u8])> {
     let (certificate, _) = expect(cert, SEQUENCE)?;
     let (tbs, _) = expect(certificate, SEQUENCE)?;
     let mut rest = tbs;
@@ -59,7 +59,21 @@ pub(super) fn subject_common_name(cert: &[u8]) -> Option<String> {
     let (_, rest) = expect(rest, SEQUENCE)?; // signature algorithm
     let (_, rest) = expect(rest, SEQUENCE)?; // issuer
     let (_, rest) = expect(rest, SEQUENCE)?; // validity
-    let (mut subject, _) = expect(rest, SEQUENCE)?;
+    expect(rest, SEQUENCE)
+}
+
+/// The SubjectPublicKeyInfo of a DER certificate, whole (tag and length included): what a
+/// public-key pin hashes.
+pub(super) fn subject_public_key_info(cert: &[u8]) -> Option<&[u8]> {
+    let (_, rest) = subject(cert)?;
+    let (_, _, after) = tlv(rest)?;
+    let (tag, _, _) = tlv(rest)?;
+    (tag == SEQUENCE).then(|| &rest[..rest.len() - after.len()])
+}
+
+/// The first common name in the subject of a DER certificate.
+pub(super) fn subject_common_name(cert: &[u8]) -> Option<String> {
+    let (mut subject, _) = subject(cert)?;
     while !subject.is_empty() {
         let (mut rdn, next) = expect(subject, SET)?;
         subject = next;
@@ -113,10 +127,20 @@ mod tests {
     }
 
     #[test]
+    fn the_public_key_info_read_is_the_one_the_key_pair_holds() {
+        use rcgen::PublicKeyData;
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let der = params.self_signed(&key).expect("cert").der().to_vec();
+        assert_eq!(subject_public_key_info(&der), Some(key.subject_public_key_info().as_slice()));
+    }
+
+    #[test]
     fn truncated_or_garbage_input_yields_none_without_panicking() {
         let der = cert_with_cn("node-a");
         for cut in 0..der.len() {
             let _ = subject_common_name(&der[..cut]);
+            let _ = subject_public_key_info(&der[..cut]);
         }
         assert_eq!(subject_common_name(&[]), None);
         assert_eq!(subject_common_name(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);

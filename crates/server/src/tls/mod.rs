@@ -60,6 +60,14 @@ pub fn sha256_hex(der: &[u8]) -> String {
     Sha256::digest(der).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Base64 SHA-256 of a DER certificate's SubjectPublicKeyInfo (what Chromium's
+/// `--ignore-certificate-errors-spki-list` takes), if the certificate can be read.
+pub fn spki_sha256_base64(cert_der: &[u8]) -> Option<String> {
+    use base64::Engine;
+    let spki = der::subject_public_key_info(cert_der)?;
+    Some(base64::engine::general_purpose::STANDARD.encode(Sha256::digest(spki)))
+}
+
 /// Names the server certificate is valid for: `localhost`, `127.0.0.1`, `::1`, this machine's
 /// host name, the listen address when it is a specific one, and `extra` (`--tls-san`).
 pub fn default_sans(listen: SocketAddr, extra: &[String]) -> Vec<String> {

@@ -92,6 +92,22 @@ impl Pki {
         sha256_hex(&self.ca_der)
     }
 
+    /// Base64 SHA-256 of the CA's SubjectPublicKeyInfo: the pin Chromium's
+    /// `--ignore-certificate-errors-spki-list` and HTTP public-key pinning take. The server sends
+    /// the CA after its own certificate, so a browser pinning this key finds it in the chain.
+    pub fn ca_spki_sha256_base64(&self) -> String {
+        use base64::Engine;
+        use rcgen::PublicKeyData;
+        use sha2::Digest;
+        let spki = self.issuer.key().subject_public_key_info();
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(spki))
+    }
+
+    /// The CA certificate, DER.
+    pub fn ca_der(&self) -> &[u8] {
+        &self.ca_der
+    }
+
     /// The names the server certificate is valid for.
     pub fn sans(&self) -> &[String] {
         &self.sans
@@ -114,7 +130,8 @@ impl Pki {
         Ok((cert.pem(), key.serialize_pem()))
     }
 
-    /// The listener's rustls configuration: this server certificate; client certificates
+    /// The listener's rustls configuration: this server certificate, then the CA's (so a client
+    /// can check the chain against a pinned CA key, as well as a pinned CA); client certificates
     /// optional, but verified against the CA when presented; HTTP/1.1 by ALPN.
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -129,7 +146,10 @@ impl Pki {
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(verifier)
-            .with_single_cert(vec![self.server_cert.clone()], self.server_key.clone_key())?;
+            .with_single_cert(
+                vec![self.server_cert.clone(), self.ca_der.clone()],
+                self.server_key.clone_key(),
+            )?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }

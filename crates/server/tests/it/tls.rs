@@ -39,6 +39,15 @@ fn the_pki_keeps_keys_private_and_reuses_everything_on_restart() {
 }
 
 #[test]
+fn the_ca_key_pin_is_the_sha256_of_the_public_key_in_the_ca_certificate() {
+    let dir = tempfile::tempdir().expect("dir");
+    let pki = Pki::load_or_create(&dir.path().join("tls"), &sans()).expect("create");
+    let from_certificate = gantry_server::tls::spki_sha256_base64(pki.ca_der()).expect("readable");
+    assert_eq!(pki.ca_spki_sha256_base64(), from_certificate);
+    assert_eq!(from_certificate.len(), 44, "{from_certificate}");
+}
+
+#[test]
 fn new_names_reissue_the_server_certificate_under_the_same_ca() {
     let dir = tempfile::tempdir().expect("dir");
     let tls = dir.path().join("tls");
@@ -94,7 +103,7 @@ async fn echo_server(pki: Option<&Pki>) -> (String, tokio::sync::oneshot::Sender
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router = Router::new().route("/who", get(who));
-    tokio::spawn(transport::serve(listener, router, tls, limits, async move {
+    tokio::spawn(transport::serve(vec![listener], router, tls, limits, async move {
         let _ = rx.await;
     }));
     (format!("{scheme}://{addr}"), tx)
