@@ -78,9 +78,11 @@ fn an_array_runs_one_job_per_index_never_more_than_its_limit_at_once() {
         assert!(active <= 2, "more than 2 members at once: {list:?}");
         (list.len() == 6 && list.iter().all(|j| j["state"] == "succeeded")).then_some(list)
     });
-    let ids: Vec<i64> = members.iter().map(|j| j["id"].as_i64().expect("id")).collect();
+    let ids: Vec<i64> = members.iter().rev().map(|j| j["id"].as_i64().expect("id")).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "listed newest first: {ids:?}");
     assert_eq!(ids[0].to_string(), array, "the array's id is its first member's");
-    let indices: Vec<u64> = members.iter().map(|j| j["array"]["index"].as_u64().expect("index")).collect();
+    let indices: Vec<u64> =
+        members.iter().rev().map(|j| j["array"]["index"].as_u64().expect("index")).collect();
     assert_eq!(indices, [0, 1, 2, 3, 4, 5]);
     assert_eq!(most_at_once(&cluster, &ids), 2, "the limit was used and never passed");
     assert!(most_seen <= 2);
