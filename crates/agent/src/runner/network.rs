@@ -93,6 +93,8 @@ pub struct Network {
     /// `<state>/netns`: namespace files and cached results.
     run: PathBuf,
     scope: String,
+    /// Whether the conflist is the agent's default (its bridge is this agent's alone).
+    own_conf: bool,
 }
 
 /// One attempt's attachment, as the shim and the attempt's record keep it.
@@ -179,7 +181,8 @@ impl Network {
             }
         };
         let conflist = Conflist::load(&conf).map_err(|e| AgentError::Sandbox(e.to_string()))?;
-        Ok(Ok(Self { conflist, conf, dirs, run, scope: scope.to_owned() }))
+        let own_conf = config.conf.is_none();
+        Ok(Ok(Self { conflist, conf, dirs, run, scope: scope.to_owned(), own_conf }))
     }
 
     /// One line for the agent's start-up message.
@@ -221,6 +224,25 @@ impl Network {
             Err(e) => {
                 let _ = net.detach();
                 Err(e)
+            }
+        }
+    }
+
+    /// Removes this agent's own bridge once no attempt is attached (a clean stop): the default
+    /// conflist's bridge is this agent's alone. An operator's conflist's bridges are left.
+    pub fn release(&self) {
+        let attached = std::fs::read_dir(&self.run).map_or(0, |d| d.flatten().count());
+        if attached > 0 || !self.own_conf {
+            return;
+        }
+        for bridge in self.conflist.bridges() {
+            let deleted = std::process::Command::new("ip")
+                .args(["link", "delete", &bridge, "type", "bridge"])
+                .env("PATH", super::env::DEFAULT_PATH)
+                .stderr(std::process::Stdio::null())
+                .status();
+            if !deleted.is_ok_and(|s| s.success()) && Path::new("/sys/class/net").join(&bridge).exists() {
+                tracing::warn!(%bridge, "could not remove the jobs' bridge");
             }
         }
     }

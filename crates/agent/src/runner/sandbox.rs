@@ -303,6 +303,9 @@ impl Sandbox {
         if let Some(c) = &self.cgroups {
             c.release();
         }
+        if let Some(n) = &self.network {
+            n.release();
+        }
         let _ = std::fs::remove_dir(&self.work);
     }
 }

@@ -239,3 +239,66 @@ async fn cni_del_leaves_no_veth_namespace_file_address_or_iptables_rule_of_the_a
         .expect("read");
     assert!(!mounts.contains(&netns.display().to_string()), "the namespace is unmounted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_attempt_loses_its_network_when_it_ends_and_a_restart_removes_those_of_dead_attempts() {
+    if needs_netns(
+        "an_adopted_attempt_loses_its_network_when_it_ends_and_a_restart_removes_those_of_dead_attempts",
+    ) {
+        return;
+    }
+    let mut h = start_with(Setup { fleet: "3xA100-80GB", ..Setup::default() }).await;
+    h.agent.abort();
+    let _ = (&mut h.agent).await;
+    let fleet = || {
+        gantry_agent::runner::Gpus::open(
+            &gantry_agent::runner::BackendChoice::Simulated("3xA100-80GB".into()),
+            3,
+        )
+        .expect("fleet")
+    };
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    h.agent = h.start_agent_until(fleet(), false, stop_rx);
+    let go = h.shared.join("go");
+    let adopted =
+        crate::runner::submit(&*h.store, &format!("while [ ! -e {} ]; do sleep 0.1; done", go.display()), 1);
+    // One dies with its shim and keeps its record (found dead), one also loses its record (an
+    // orphan only the namespace directory still knows of).
+    let dead = crate::runner::submit(&*h.store, "sleep 600", 1);
+    let orphan = crate::runner::submit(&*h.store, "sleep 600", 1);
+    let netns = |id: i64| h.dir.path().join(format!("agent/netns/{id}-1"));
+    let record = |id: i64| h.dir.path().join(format!("agent/attempts/{id}-1.json"));
+    for id in [adopted, dead, orphan] {
+        until("the job to run", || Some(job(&*h.store, id)).filter(|j| j.state == JobState::Running)).await;
+        until("its record", || record(id).exists().then_some(())).await;
+        assert!(netns(id).exists(), "job {id} has its namespace");
+    }
+    let _ = stop.send(true);
+    let _ = (&mut h.agent).await;
+    for id in [dead, orphan] {
+        let text = std::fs::read_to_string(record(id)).expect("record");
+        let shim = serde_json::from_str::<serde_json::Value>(&text).expect("json")["shim_pid"].to_string();
+        let _ = std::process::Command::new("kill").args(["-KILL", &shim]).status();
+    }
+    std::fs::remove_file(record(orphan)).expect("forget the orphan");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    h.agent = h.start_agent_until(fleet(), true, stop_rx);
+    until("the dead attempts' namespaces to go", || {
+        (!netns(dead).exists() && !netns(orphan).exists()).then_some(())
+    })
+    .await;
+    assert!(netns(adopted).exists(), "the adopted attempt keeps its namespace");
+    std::fs::write(&go, "").expect("go");
+    assert_eq!(finished(&h, adopted).await.state, JobState::Succeeded, "{}", log(&h, adopted, "stderr"));
+    assert!(!netns(adopted).exists(), "the adopted attempt's namespace went with it");
+    // The dead jobs run again as attempt 2 (they had retries left); of attempt 1 nothing is left.
+    let left: Vec<String> = std::fs::read_dir(h.dir.path().join("agent/netns"))
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.trim_end_matches(".json").ends_with("-1"))
+        .collect();
+    assert!(left.is_empty(), "attempt 1's namespaces are all gone: {left:?}");
+    let _ = stop.send(true);
+}

@@ -106,3 +106,24 @@ fn a_preempted_job_is_stopped_and_requeued_without_spending_its_retry_budget() {
     assert_eq!(job.reason.as_deref(), Some("preempted by job 9 (priority 100 over 0)"));
     assert!(store.allocations(true).expect("held").is_empty());
 }
+
+#[test]
+fn a_node_keeps_the_network_mode_it_registered_last() {
+    let (_dir, store) = open();
+    register(&store, 1);
+    let network = |store: &SqliteStore| store.nodes().expect("nodes")[0].network;
+    assert_eq!(network(&store), NodeNetwork::Shared, "an agent that does not say shares the node's network");
+    let reg = NodeRegistration {
+        attempts: Vec::new(),
+        node_id: "n1".into(),
+        hostname: "h".into(),
+        advertise_addr: None,
+        network: NodeNetwork::Cni,
+        cpu_milli: 8000,
+        memory_mib: 1000,
+        gpus: Vec::new(),
+        at: 20,
+    };
+    store.register_node(&reg).expect("register again");
+    assert_eq!(network(&store), NodeNetwork::Cni);
+}
