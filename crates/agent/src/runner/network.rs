@@ -127,6 +127,22 @@ pub fn plugins_found(dirs: &[PathBuf]) -> bool {
     ["bridge", "host-local", "portmap", "firewall"].iter().all(|p| dirs.iter().any(|d| d.join(p).is_file()))
 }
 
+/// Whether this process could give jobs namespaces with the default settings: it is root and
+/// the plugins are in [`DEFAULT_BIN_DIRS`]. For tests that need it: with
+/// `GANTRY_REQUIRE_NETNS_TESTS=1` (CI, once it installed the plugins) a `false` is a failure.
+pub fn available_for_tests(test: &str) -> bool {
+    let dirs: Vec<PathBuf> = DEFAULT_BIN_DIRS.iter().map(PathBuf::from).collect();
+    if super::sandbox::running_as_root() && plugins_found(&dirs) {
+        return true;
+    }
+    assert!(
+        std::env::var("GANTRY_REQUIRE_NETNS_TESTS").as_deref() != Ok("1"),
+        "{test}: GANTRY_REQUIRE_NETNS_TESTS=1 but this is not root or the CNI plugins are not in {DEFAULT_BIN_DIRS:?}"
+    );
+    eprintln!("note: {test} needs root and the CNI plugins in {DEFAULT_BIN_DIRS:?}, and was skipped");
+    false
+}
+
 impl Network {
     /// The network for `config`: `Ok(Err(why))` when jobs share the node's network (why, for
     /// the start-up warning); an error when `--job-network cni` cannot be had.
@@ -417,6 +433,37 @@ mod tests {
         for bad in ["10.88.0.0", "10.88.0/24", "10.88.0.0/31", "fd00::/64"] {
             assert!(check_subnet(bad).is_err(), "{bad}");
         }
+    }
+
+    fn config(mode: Mode, bin: &Path) -> NetworkConfig {
+        NetworkConfig { mode, bin_dirs: vec![bin.to_path_buf()], ..NetworkConfig::default() }
+    }
+
+    #[test]
+    fn without_root_or_plugins_jobs_share_the_nodes_network_with_a_warning_and_cni_refuses_to_start() {
+        let (state, bin) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+        let shared =
+            |mode, root| Network::build(&config(mode, bin.path()), state.path(), "0123abcd4567", root);
+        let why = shared(Mode::Auto, false).expect("not fatal").expect_err("shared");
+        assert!(why.contains("not root") && why.contains("loopback"), "{why}");
+        let why = shared(Mode::Auto, true).expect("not fatal").expect_err("shared");
+        assert!(why.contains("are not in") && why.contains("containernetworking-plugins"), "{why}");
+        assert!(
+            shared(Mode::Shared, true)
+                .expect("not fatal")
+                .expect_err("shared")
+                .contains("--job-network shared")
+        );
+        let err = shared(Mode::Cni, true).expect_err("refused");
+        assert!(err.to_string().contains("--job-network cni cannot be had"), "{err}");
+        for plugin in ["bridge", "host-local", "portmap", "firewall"] {
+            std::fs::write(bin.path().join(plugin), "").expect("plugin");
+        }
+        let network = shared(Mode::Cni, true).expect("built").expect("namespaces");
+        assert!(network.describe().contains("bridge, portmap, firewall"), "{}", network.describe());
+        let written =
+            std::fs::read_to_string(state.path().join("cni/gantry.conflist")).expect("conflist written");
+        assert!(written.contains("10.163.171.0/24"), "{written}");
     }
 
     #[test]

@@ -9,22 +9,17 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gantry_agent::runner::network::{DEFAULT_BIN_DIRS, bridge_name, plugins_found};
-use gantry_agent::runner::sandbox::running_as_root;
+use gantry_agent::runner::network::{available_for_tests, bridge_name};
 use gantry_store::{JobState, NewJob, Store};
 
 use crate::runner::{Harness, Setup, job, start_with, until};
 use crate::sandbox::{finished, log};
 use crate::support::Running;
 
-/// Whether the test must be skipped: it needs root and the CNI plugins.
+/// Whether the test must be skipped: it needs root and the CNI plugins (required under
+/// `GANTRY_REQUIRE_NETNS_TESTS=1`).
 pub fn needs_netns(test: &str) -> bool {
-    let dirs: Vec<PathBuf> = DEFAULT_BIN_DIRS.iter().map(PathBuf::from).collect();
-    if running_as_root() && plugins_found(&dirs) {
-        return false;
-    }
-    eprintln!("note: {test} needs root and the CNI plugins in {DEFAULT_BIN_DIRS:?}, and was skipped");
-    true
+    !available_for_tests(test)
 }
 
 /// Tries each `host port` pair given as arguments; prints `reached` or `refused` for each.

@@ -167,12 +167,7 @@ if ($rank == 0) {
 
 #[test]
 fn a_gang_of_two_on_two_agents_rendezvous_through_rank_zeros_published_port_with_namespaces_on() {
-    let dirs: Vec<std::path::PathBuf> =
-        gantry_agent::runner::network::DEFAULT_BIN_DIRS.iter().map(Into::into).collect();
-    if !gantry_agent::runner::sandbox::running_as_root()
-        || !gantry_agent::runner::network::plugins_found(&dirs)
-    {
-        eprintln!("note: the namespaced gang test needs root and the CNI plugins, and was skipped");
+    if !gantry_agent::runner::network::available_for_tests("the namespaced gang test") {
         return;
     }
     let cluster = Cluster::start(&["--no-agent"]);
