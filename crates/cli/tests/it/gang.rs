@@ -15,7 +15,8 @@ use crate::harness::{Cluster, command, eventually};
 /// A `gantry agent` joining `cluster` as `node` with 2 simulated GPUs (a seed per node, so the
 /// two fleets' GPU UUIDs differ), advertising the address `10.0.0.<seed>` to its peers.
 fn start_agent(cluster: &Cluster, node: &str, seed: u64) -> Child {
-    start_agent_at(cluster, node, seed, &format!("10.0.0.{seed}"), &[])
+    // Stopping it also removes its jobs' bridge when it made one.
+    start_agent_at(cluster, node, seed, &format!("10.0.0.{seed}"), &["--stop-jobs-on-exit"])
 }
 
 /// Like [`start_agent`], advertising `addr`, with `extra` flags.
@@ -183,6 +184,11 @@ fn a_gang_of_two_on_two_agents_rendezvous_through_rank_zeros_published_port_with
         (nodes.contains("n1") && nodes.contains("n2")).then_some(nodes)
     });
     assert!(nodes.contains("NETWORK") && nodes.matches(" cni ").count() == 2, "{nodes}");
+    let listed: serde_json::Value =
+        serde_json::from_str(&cluster.gantry(&["nodes", "-o", "json"])).expect("json");
+    let networks: Vec<&str> =
+        listed.as_array().expect("nodes").iter().filter_map(|n| n["network"].as_str()).collect();
+    assert_eq!(networks, ["cni", "cni"], "/v1/nodes says how each node runs its jobs' network: {listed}");
     let gang: i64 = cluster
         .gantry(&[
             "submit",
