@@ -104,7 +104,7 @@ pub struct NetRef {
     pub conf: PathBuf,
     /// `CNI_PATH`.
     pub dirs: Vec<PathBuf>,
-    /// The namespace file (the cached ADD result is beside it, `.json`).
+    /// The namespace file (the cached ADD result and the published ports are beside it, `.json`).
     pub netns: PathBuf,
     /// `CNI_CONTAINERID`.
     pub container_id: String,
@@ -230,7 +230,8 @@ impl Network {
             let runtime = net.runtime();
             let result =
                 self.conflist.add(&net.dirs, &net.attachment(&runtime)).map_err(|e| fail(e.to_string()))?;
-            std::fs::write(net.cache(), result.to_string())
+            let cached = json!({ "result": result, "ports": net.ports });
+            std::fs::write(net.cache(), cached.to_string())
                 .map_err(|e| fail(format!("keeping the result: {e}")))?;
             localnet_off(&self.conflist.bridges()).map_err(fail)?;
             Ok(gateway(&result))
@@ -293,8 +294,14 @@ impl NetRef {
     pub fn detach(&self) -> Result<(), AgentError> {
         let cached: Option<Value> =
             std::fs::read_to_string(self.cache()).ok().and_then(|t| serde_json::from_str(&t).ok());
+        // The cache also keeps the published ports, for a namespace found without its record.
+        let mut net = self.clone();
+        let kept = cached.as_ref().and_then(|c| c["ports"].as_array()).into_iter().flatten();
+        net.ports
+            .extend(kept.filter_map(|p| u16::try_from(p.as_u64()?).ok()).filter(|p| !self.ports.contains(p)));
+        let cached = cached.map(|mut c| c["result"].take());
         let del = if cached.is_some() || netns::is_mounted(&self.netns) {
-            let runtime = self.runtime();
+            let runtime = net.runtime();
             Conflist::load(&self.conf)
                 .and_then(|c| c.del(&self.dirs, &self.attachment(&runtime), cached.as_ref()))
                 .map_err(|e| AgentError::Sandbox(format!("removing the job's network: {e}")))

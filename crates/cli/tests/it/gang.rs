@@ -226,6 +226,15 @@ fn a_gang_of_two_on_two_agents_rendezvous_through_rank_zeros_published_port_with
         gantry_agent::runner::network::bridge_name(scope.expect("scope").trim())
     };
     let (b1, b2) = (bridges("node-n1"), bridges("node-n2"));
+    let rules = String::from_utf8_lossy(
+        &std::process::Command::new("iptables-save").output().expect("iptables-save").stdout,
+    )
+    .into_owned();
+    for w in &workers {
+        let id = format!("-{}-1\"", w["id"]);
+        let left: Vec<&str> = rules.lines().filter(|l| l.contains("gantry-") && l.contains(&id)).collect();
+        assert!(left.is_empty(), "CNI DEL removed the worker's NAT and published port: {left:?}");
+    }
     assert!(std::path::Path::new("/sys/class/net").join(&b1).exists(), "n1's bridge {b1}");
     agents.into_iter().for_each(stop_agent);
     for b in [b1, b2] {
