@@ -10,7 +10,8 @@
 //! attachment's result, which the caller keeps: `DEL` runs the plugins in reverse order, each
 //! with that cached result as `prevResult`, and goes on past a failing plugin so that one broken
 //! step does not leave the others' state behind (the first error is returned). A plugin that
-//! fails exits non-zero and prints `{"code", "msg", "details"}`; its `msg` is the error.
+//! fails exits non-zero and prints `{"code", "msg", "details"}`; its `msg` is the error. A plugin
+//! still running after [`PLUGIN_TIMEOUT`] is killed and its step fails.
 //!
 //! Nothing here knows what the plugins do; [`super::network`] writes the default conflist.
 
@@ -65,7 +66,12 @@ pub struct Conflist {
     name: String,
     version: String,
     plugins: Vec<Map<String, Value>>,
+    /// How long one plugin may run.
+    timeout: std::time::Duration,
 }
+
+/// How long one plugin may run before it is killed and its step fails.
+pub const PLUGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One attachment: a container's interface in a network namespace.
 #[derive(Debug, Clone)]
@@ -109,7 +115,13 @@ impl Conflist {
             }
             plugins.push(p.clone());
         }
-        Ok(Self { name, version, plugins })
+        Ok(Self { name, version, plugins, timeout: PLUGIN_TIMEOUT })
+    }
+
+    /// The same list with another limit on how long one plugin may run.
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// The network's name.
@@ -204,10 +216,27 @@ impl Conflist {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(exec)?;
+        // A plugin that hangs (a stuck `iptables` lock) must not hang the agent: it is killed.
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let (pid, timeout) = (child.id(), self.timeout);
+        let watchdog = std::thread::spawn(move || {
+            let late = finished.recv_timeout(timeout).is_err();
+            if late {
+                super::process::signal_pid(pid, libc::SIGKILL);
+            }
+            late
+        });
         if let Some(mut input) = child.stdin.take() {
-            input.write_all(&stdin).map_err(exec)?;
+            // A plugin may exit without reading its config; its status says what happened.
+            let _ = input.write_all(&stdin);
         }
-        let out = child.wait_with_output().map_err(exec)?;
+        let out = child.wait_with_output();
+        let _ = done.send(());
+        if watchdog.join().unwrap_or(false) {
+            let msg = format!("it did not finish within {timeout:?} and was killed");
+            return Err(CniError::Plugin { plugin: name.to_owned(), command, msg });
+        }
+        let out = out.map_err(exec)?;
         let parsed: Option<Value> = serde_json::from_slice(&out.stdout).ok();
         if out.status.success() {
             // DEL prints nothing; ADD prints its result.

@@ -12,6 +12,7 @@ dir=$(dirname "$0"); name=$(basename "$0")
 echo "$name $CNI_COMMAND" >> "$dir/order"
 cat > "$dir/$name-$CNI_COMMAND.json"
 env > "$dir/$name-$CNI_COMMAND.env"
+[ "$name" = hang ] && exec sleep 30
 if [ "$name" = fail ]; then
   printf '{"cniVersion":"1.0.0","code":11,"msg":"no addresses left","details":"range full"}'
   exit 1
@@ -113,6 +114,17 @@ fn del_runs_in_reverse_with_the_cached_result_and_goes_on_past_a_failure() {
         assert_eq!(stdin_of(bin.path(), call)["prevResult"], cached, "{call}");
     }
     assert!(read(bin.path(), "a-DEL.env").lines().any(|l| l == "CNI_COMMAND=DEL"));
+}
+
+#[test]
+fn a_plugin_that_hangs_is_killed_and_its_step_fails() {
+    let bin = plugins(&["a", "hang"]);
+    let runtime = Map::new();
+    let list = list(&["a", "hang"]).with_timeout(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let err = list.add(&[bin.path().to_path_buf()], &attach(&runtime)).expect_err("times out");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "killed, not waited for");
+    assert!(err.to_string().contains("hang failed (ADD): it did not finish within 300ms"), "{err}");
 }
 
 #[test]
