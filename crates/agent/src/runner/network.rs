@@ -210,9 +210,13 @@ impl Network {
     /// (the plugins run `iptables`). On failure nothing is left behind.
     pub fn attach(&self, job_id: i64, attempt: u32, ports: &[u16]) -> Result<Attached, AgentError> {
         let fail = |why: String| AgentError::Sandbox(format!("the job's network: {why}"));
+        let published = published_ports();
         for port in ports {
             if std::net::TcpListener::bind(("0.0.0.0", *port)).is_err() {
                 return Err(fail(format!("port {port} is in use on this node and cannot be published")));
+            }
+            if published.contains(port) {
+                return Err(fail(format!("port {port} is already published on this node by another job")));
             }
         }
         let stem = format!("{job_id}-{attempt}");
@@ -352,6 +356,26 @@ pub fn names_this_node(addr: &str, hostname: &str) -> bool {
         || addr.eq_ignore_ascii_case(hostname)
 }
 
+/// The TCP ports `portmap` publishes on this machine now (any agent's, any network's), from
+/// its `CNI-HOSTPORT-DNAT` chain; empty when there is none.
+fn published_ports() -> Vec<u16> {
+    let out = std::process::Command::new("iptables")
+        .args(["-w", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT"])
+        .env("PATH", super::env::DEFAULT_PATH)
+        .stderr(std::process::Stdio::null())
+        .output();
+    out.map(|o| dports(&String::from_utf8_lossy(&o.stdout))).unwrap_or_default()
+}
+
+/// The ports of every `--dports A,B` in `iptables -S` output.
+fn dports(rules: &str) -> Vec<u16> {
+    rules
+        .lines()
+        .filter_map(|l| l.split_once("--dports ")?.1.split_whitespace().next())
+        .flat_map(|list| list.split(',').filter_map(|p| p.parse().ok()))
+        .collect()
+}
+
 /// The first gateway in a CNI result.
 fn gateway(result: &Value) -> Option<IpAddr> {
     result.get("ips")?.as_array()?.iter().find_map(|ip| ip.get("gateway")?.as_str()?.parse().ok())
@@ -471,6 +495,15 @@ mod tests {
         let written =
             std::fs::read_to_string(state.path().join("cni/gantry.conflist")).expect("conflist written");
         assert!(written.contains("10.163.171.0/24"), "{written}");
+    }
+
+    #[test]
+    fn the_ports_portmap_publishes_are_read_from_its_dnat_chain() {
+        let rules = "-N CNI-HOSTPORT-DNAT\n\
+            -A CNI-HOSTPORT-DNAT -p tcp -m comment --comment \"dnat name: \\\"n\\\" id: \\\"c\\\"\" -m multiport --dports 29501 -j CNI-DN-cc5\n\
+            -A CNI-HOSTPORT-DNAT -p tcp -m multiport --dports 8080,9090 -j CNI-DN-aa1\n";
+        assert_eq!(dports(rules), [29501, 8080, 9090]);
+        assert!(dports("").is_empty());
     }
 
     #[test]

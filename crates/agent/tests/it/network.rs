@@ -297,3 +297,30 @@ async fn an_adopted_attempt_loses_its_network_when_it_ends_and_a_restart_removes
     assert!(left.is_empty(), "attempt 1's namespaces are all gone: {left:?}");
     let _ = stop.send(true);
 }
+
+#[test]
+fn a_port_one_attempt_publishes_cannot_be_published_by_another_until_it_is_detached() {
+    use gantry_agent::runner::network::{Network, NetworkConfig};
+    if needs_netns("a_port_one_attempt_publishes_cannot_be_published_by_another_until_it_is_detached") {
+        return;
+    }
+    let state = tempfile::tempdir().expect("state");
+    let scope = format!("{:012x}", 0xfe00_0000_0000_u64 + u64::from(std::process::id()));
+    let network = Network::build(&NetworkConfig::default(), state.path(), &scope, true)
+        .expect("built")
+        .expect("namespaces");
+    let port = free_port();
+    let first = network.attach(1, 1, &[port]).expect("the first attempt publishes the port");
+    let err = network.attach(2, 1, &[port]).expect_err("the port is taken");
+    assert!(err.to_string().contains(&format!("port {port} is already published")), "{err}");
+    assert!(!state.path().join("netns/2-1").exists(), "the refused attempt left nothing");
+    let busy = TcpListener::bind(("0.0.0.0", free_port())).expect("a node service");
+    let taken = busy.local_addr().expect("addr").port();
+    let err = network.attach(3, 1, &[taken]).expect_err("a node service holds it");
+    assert!(err.to_string().contains("in use on this node"), "{err}");
+    first.net.detach().expect("detach");
+    let again = network.attach(4, 1, &[port]).expect("free again once detached");
+    again.net.detach().expect("detach");
+    network.release();
+    assert!(!PathBuf::from("/sys/class/net").join(bridge_name(&scope)).exists(), "the bridge is removed");
+}
