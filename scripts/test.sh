@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one test command (README): installs what the tests need (prometheus, chromium, certutil, grpcio),
+# The one test command (README): installs what the tests need (prometheus, chromium, certutil,
+# grpcio, and as root the CNI plugins and iptables),
 # then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,20 @@ if ! command -v tmux >/dev/null 2>&1; then
     echo "installing Debian's tmux for the terminal test of gantry top" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux >/dev/null) \
       || echo "warning: could not install tmux; the tmux test of gantry top will be skipped" >&2
+  fi
+fi
+# The job network namespace tests (root only): the standard CNI plugins and iptables. Once they
+# are there, the tests must run (they fail rather than skip).
+if [ "$(id -u)" = 0 ]; then
+  if ! [ -x /usr/lib/cni/bridge ] && ! [ -x /opt/cni/bin/bridge ] || ! command -v iptables >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+      echo "installing Debian's containernetworking-plugins and iptables for the job network tests" >&2
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containernetworking-plugins iptables >/dev/null) \
+        || echo "warning: could not install the CNI plugins; the job network tests are SKIPPED" >&2
+    fi
+  fi
+  if [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ]; then
+    export GANTRY_REQUIRE_NETNS_TESTS=1
   fi
 fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"

@@ -356,6 +356,10 @@ pub struct RegisterRequest {
     /// it as `MASTER_ADDR`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub advertise_addr: Option<String>,
+    /// Whether its jobs get network namespaces of their own (`cni`) or share the node's
+    /// (`shared`, also what an agent that does not say reports).
+    #[serde(default)]
+    pub network: crate::model::NodeNetwork,
     /// CPU, milli-cores.
     pub cpu_milli: u64,
     /// Host memory, MiB.

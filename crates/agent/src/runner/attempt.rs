@@ -1,7 +1,8 @@
 //! One attempt of a job, from its sandbox to the report of its end.
 //!
-//! Starting: the attempt's user, work directory and cgroup come from the [`Sandbox`], its
-//! environment from [`super::env`]; its shim ([`super::shim`]) starts it and copies its output
+//! Starting: the attempt's user, work directory, cgroup and network namespace come from the
+//! [`Sandbox`], its environment from [`super::env`] (a gang's `MASTER_ADDR` naming this node
+//! becomes the bridge's gateway, [`super::network`]; rank 0 publishes `MASTER_PORT`); its shim ([`super::shim`]) starts it and copies its output
 //! to [`super::logs`]. The agent then records the attempt ([`super::record`]) so that a
 //! restarted agent finds it again.
 //!
@@ -28,6 +29,7 @@ use super::cgroup::Cgroup;
 use super::env;
 use super::error::AgentError;
 use super::logs;
+use super::network::{self, Attached};
 use super::record::{self, Record};
 use super::sandbox::{self, Sandbox};
 use super::shim::{self, Spec};
@@ -90,14 +92,28 @@ pub fn start(
             return Err(e);
         }
     };
+    let attached = match ctx.sandbox.network().map(|n| n.attach(a.job_id, a.attempt, &published(a))) {
+        None => None,
+        Some(Ok(attached)) => Some(attached),
+        Some(Err(e)) => {
+            if let Some(c) = &cgroup {
+                let _ = c.remove();
+            }
+            sandbox::remove_dir(&workdir);
+            return Err(e);
+        }
+    };
     let cleanup = |cgroup: &Option<Arc<Cgroup>>| {
         // Nothing ran in the group: removing it does not wait.
         if let Some(c) = cgroup {
             let _ = c.remove();
         }
         sandbox::remove_dir(&workdir);
+        if let Some(n) = &attached {
+            let _ = n.net.detach();
+        }
     };
-    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref()) {
+    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref(), attached.as_ref()) {
         Ok(spec) => spec,
         Err(e) => {
             cleanup(&cgroup);
@@ -123,6 +139,7 @@ pub fn start(
         gpu_uuids: a.gpu_uuids.clone(),
         grant_mib: a.gpu_memory_mib,
         memory_mib: a.memory_mib,
+        net: attached.as_ref().map(|n| n.net.clone()),
     };
     if let Err(e) = record::save(&ctx.state, &record) {
         tracing::warn!(job = a.job_id, error = %e, "could not record the attempt: a restarted agent will not find it");
@@ -144,8 +161,15 @@ fn spec(
     credentials: Option<super::child::Credentials>,
     workdir: &std::path::Path,
     cgroup: Option<&Cgroup>,
+    attached: Option<&Attached>,
 ) -> Result<Spec, AgentError> {
-    let env = env::build(a, &user.name, workdir)?;
+    let mut env = env::build(a, &user.name, workdir)?;
+    if let Some(gateway) = attached.and_then(|n| n.gateway)
+        && let Some(addr) = env.get_mut("MASTER_ADDR")
+        && network::names_this_node(addr, &super::hostname())
+    {
+        *addr = gateway.to_string();
+    }
     let cwd = ctx.sandbox.make_subdir(workdir, a.workdir.as_deref(), user)?;
     logs::private_dir(&job_logs::dir(&ctx.logs, a.job_id))?;
     let dir = job_logs::attempt_dir(&ctx.logs, a.job_id, a.attempt);
@@ -164,7 +188,18 @@ fn spec(
         logs: dir,
         log_limit: limit,
         state: ctx.state.clone(),
+        net: attached.map(|n| n.net.clone()),
     })
+}
+
+/// The ports attempt `a` publishes on its node: rank 0 of a gang publishes `MASTER_PORT`.
+fn published(a: &Assignment) -> Vec<u16> {
+    a.gang
+        .as_ref()
+        .filter(|g| g.is_worker() && g.rank == Some(0))
+        .and_then(|g| g.master_port)
+        .into_iter()
+        .collect()
 }
 
 /// Waits until the attempt's shim is gone (reaping it when it is this agent's child), then
@@ -217,8 +252,18 @@ async fn watch(
 }
 
 /// Ends what is left of an attempt whose shim is gone: its cgroup, or without one its process
-/// group while the leader is the process the record names (not a reused pid). Blocks.
+/// group while the leader is the process the record names (not a reused pid); then removes its
+/// network namespace. Blocks.
 pub fn end_orphaned(record: &Record) {
+    end_processes(record);
+    if let Some(net) = &record.net
+        && let Err(e) = net.detach()
+    {
+        tracing::warn!(error = %e, "could not remove a job's network");
+    }
+}
+
+fn end_processes(record: &Record) {
     match &record.cgroup {
         Some(c) => {
             if let Err(e) = c.open().remove() {

@@ -1,5 +1,5 @@
-//! What runs in a job's process between `fork` and `exec`: entering its cgroup and becoming its
-//! user.
+//! What runs in a job's process between `fork` and `exec`: entering its network namespace and
+//! its cgroup, and becoming its user.
 //!
 //! Both must happen before the job's own code runs. Joining the cgroup from the parent after
 //! spawning would leave a window in which the job can fork outside it; and std's
@@ -14,6 +14,10 @@
 //! stops setuid binaries (`su`, `sudo`) from raising them again. The closure checks that
 //! `setuid(0)` now fails. Descriptors the agent's libraries may have opened without
 //! close-on-exec are marked close-on-exec so the job inherits only its stdio.
+//!
+//! The network namespace ([`super::network`]) is entered first, with `setns` on a descriptor the
+//! parent opened (close-on-exec, so the job does not inherit it): it needs root, and a job must
+//! never run a single instruction in the node's namespace.
 
 use std::ffi::CString;
 use std::io;
@@ -38,6 +42,8 @@ pub struct Confinement {
     join: Vec<CString>,
     /// `None`: keep the agent's user.
     user: Option<Credentials>,
+    /// The attempt's network namespace (`None`: the node's).
+    netns: Option<std::fs::File>,
 }
 
 impl Confinement {
@@ -47,14 +53,20 @@ impl Confinement {
             .iter()
             .map(|p| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other))
             .collect::<io::Result<_>>()?;
-        Ok(Self { join, user })
+        Ok(Self { join, user, netns: None })
+    }
+
+    /// Also enters the network namespace open in `netns` (before anything else).
+    pub fn with_netns(mut self, netns: Option<std::fs::File>) -> Self {
+        self.netns = netns;
+        self
     }
 
     /// Installs the confinement on `cmd`.
     #[allow(unsafe_code)] // reason: only `pre_exec` runs code in the child between fork and exec.
     pub fn install(self, cmd: &mut std::process::Command) {
         use std::os::unix::process::CommandExt;
-        // SAFETY: `enter` is async-signal-safe: it makes only open, write, close, syscall, prctl,
+        // SAFETY: `enter` is async-signal-safe: it makes only setns, open, write, close, syscall, prctl,
         // setgroups, setgid and setuid calls on memory owned by the closure, allocated before the
         // fork, and it does not allocate, lock or touch any other state of the parent.
         unsafe {
@@ -63,6 +75,9 @@ impl Confinement {
     }
 
     fn enter(&self) -> io::Result<()> {
+        if let Some(ns) = &self.netns {
+            enter_netns(ns)?;
+        }
         for procs in &self.join {
             write_zero(procs)?;
         }
@@ -72,6 +87,17 @@ impl Confinement {
         }
         Ok(())
     }
+}
+
+/// Moves this process into the network namespace open in `ns`.
+#[allow(unsafe_code)] // reason: setns(2) has no wrapper in std.
+fn enter_netns(ns: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns takes a descriptor this closure owns and a flag; it touches no memory.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Writes "0" (this process) to a `cgroup.procs` file.

@@ -4,8 +4,9 @@
 //! A 409 answer (stale epoch) means the server fenced this agent off: everything is killed at
 //! once and the node registers again under a new epoch.
 //!
-//! Jobs run in a sandbox ([`sandbox`]): their own user, directory, environment and cgroup, with
-//! their output copied through pipes to capped files ([`logs`]).
+//! Jobs run in a sandbox ([`sandbox`]): their own user, directory, environment, cgroup and, when
+//! the agent is root and has the CNI plugins, network namespace ([`network`]), with their output
+//! copied through pipes to capped files ([`logs`]).
 //!
 //! Jobs outlive the agent: each attempt is supervised by its own shim process ([`shim`]), and
 //! the agent keeps a record of it ([`record`]). A restarted agent adopts the attempts whose shim
@@ -19,12 +20,15 @@ pub mod backoff;
 pub mod cgroup;
 pub mod child;
 pub mod client;
+pub mod cni;
 pub mod credential;
 pub mod env;
 pub mod error;
 pub mod gpus;
 pub mod jobs;
 pub mod logs;
+pub mod netns;
+pub mod network;
 pub mod process;
 pub mod record;
 pub mod sandbox;
@@ -129,6 +133,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         node_id: config.node_id.clone(),
         hostname: hostname(),
         advertise_addr: config.advertise_addr.clone(),
+        network: config.sandbox.network_kind(),
         cpu_milli: std::thread::available_parallelism().map_or(1, |n| n.get() as u64) * 1000,
         memory_mib: memory_mib(),
         gpus: gpus.inventory(),
@@ -248,7 +253,7 @@ fn log_change(what: &str, change: backoff::Change, error: Option<&AgentError>) {
     }
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "localhost".into(), |h| h.trim().to_owned())
 }

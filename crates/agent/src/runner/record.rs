@@ -48,6 +48,9 @@ pub struct Record {
     pub grant_mib: u64,
     /// Its memory request, MiB.
     pub memory_mib: u64,
+    /// Its network namespace, when it has one.
+    #[serde(default)]
+    pub net: Option<super::network::NetRef>,
 }
 
 /// How an attempt's shim said it ended.
@@ -229,6 +232,7 @@ mod tests {
             gpu_uuids: Vec::new(),
             grant_mib: 0,
             memory_mib: 0,
+            net: None,
         }
     }
 

@@ -17,7 +17,9 @@
 //!   storage, and a node must not fill up with old attempts;
 //! - sees only an allow-listed environment ([`super::env`]);
 //! - runs in its own cgroup ([`super::cgroup`]), limited to its memory and CPU requests and
-//!   ended as a whole, daemons included, when the attempt ends.
+//!   ended as a whole, daemons included, when the attempt ends;
+//! - runs in its own network namespace set up by the CNI plugins ([`super::network`]) when they
+//!   are installed (`--job-network`), so that its loopback is its own.
 //!
 //! An agent that is not root can do none of this: jobs run as the agent's own user, can read
 //! what it can read, and are stopped by process group. The agent says so once at start-up
@@ -37,6 +39,7 @@ use gantry_api::types::Assignment;
 use super::cgroup::{Cgroup, Cgroups, Limits};
 use super::child::Credentials;
 use super::error::AgentError;
+use super::network::{Network, NetworkConfig};
 use super::team_user;
 use super::users::{self, Identity, SHARED_JOB_USER};
 
@@ -50,6 +53,8 @@ pub struct SandboxConfig {
     pub work_dir: PathBuf,
     /// Team → user to run its jobs as ([`ANY_TEAM`]: every other team). Needs a root agent.
     pub job_users: BTreeMap<String, String>,
+    /// Network namespaces (`--job-network`, `--cni-*`).
+    pub network: NetworkConfig,
 }
 
 /// The users, directories and cgroups jobs run in.
@@ -61,6 +66,8 @@ pub struct Sandbox {
     /// `<work_dir>/<scope>`.
     work: PathBuf,
     cgroups: Option<Cgroups>,
+    /// `None`: jobs share the node's network.
+    network: Option<Network>,
     warnings: Vec<String>,
 }
 
@@ -137,7 +144,14 @@ impl Sandbox {
                 None
             }
         };
-        Ok(Self { users, agent, work, cgroups, warnings })
+        let network = match Network::build(&config.network, state, &scope, root)? {
+            Ok(n) => Some(n),
+            Err(why) => {
+                warnings.push(why);
+                None
+            }
+        };
+        Ok(Self { users, agent, work, cgroups, network, warnings })
     }
 
     /// What the agent should say once at start-up.
@@ -159,7 +173,20 @@ impl Sandbox {
             .cgroups
             .as_ref()
             .map_or("process groups".to_owned(), |c| format!("cgroup {} groups", c.version()));
-        format!("jobs run {who} in {groups}, in work directories under {}", self.work.display())
+        let net = self.network.as_ref().map_or("the node's network".to_owned(), Network::describe);
+        format!("jobs run {who} in {groups}, in work directories under {}, in {net}", self.work.display())
+    }
+
+    /// The attempts' network, `None` when jobs share the node's.
+    pub fn network(&self) -> Option<&Network> {
+        self.network.as_ref()
+    }
+
+    /// What the node registers: `cni` when each attempt gets its own network namespace, else
+    /// `shared`.
+    pub fn network_kind(&self) -> gantry_api::model::NodeNetwork {
+        use gantry_api::model::NodeNetwork;
+        if self.network.is_some() { NodeNetwork::Cni } else { NodeNetwork::Shared }
     }
 
     /// The user `team`'s jobs run as, and the credentials to switch to (`None`: stay the agent).
@@ -256,6 +283,9 @@ impl Sandbox {
         if let Some(c) = &self.cgroups {
             c.remove_all(keep);
         }
+        if let Some(n) = &self.network {
+            n.remove_orphans(keep);
+        }
         if let Ok(entries) = std::fs::read_dir(&self.work) {
             for entry in entries.flatten() {
                 if !keep.contains(&*entry.file_name().to_string_lossy()) {
@@ -272,6 +302,9 @@ impl Sandbox {
     pub fn release(&self) {
         if let Some(c) = &self.cgroups {
             c.release();
+        }
+        if let Some(n) = &self.network {
+            n.release();
         }
         let _ = std::fs::remove_dir(&self.work);
     }

@@ -9,11 +9,12 @@
 //! not reach it. The agent writes the attempt's [`Spec`] to the shim's stdin; the shim:
 //!
 //! 1. starts the job exactly as the agent used to: in its cgroup, as its user, in its work
-//!    directory, with its environment, its output piped into capped files it copies itself;
+//!    directory, in its network namespace when it has one, with its environment, its output
+//!    piped into capped files it copies itself;
 //! 2. answers `started <pid>` (or `error <why>`) on its stdout, which the agent waits for;
 //! 3. waits for the job's first process, then ends the rest of the attempt (its whole cgroup,
-//!    daemons included, or its process group), waits for the output to reach disk and removes
-//!    the work directory;
+//!    daemons included, or its process group), waits for the output to reach disk, removes
+//!    the work directory and unplugs the network namespace (CNI DEL, unmount, remove);
 //! 4. writes how the job ended to `<state>/attempts/<job>-<attempt>.exit`, atomically, and exits.
 //!
 //! The shim stays in the agent's cgroup, not the job's: ending the job's group must not end the
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::cgroup::{Cgroup, CgroupRef};
 use super::child::{Confinement, Credentials};
 use super::error::AgentError;
+use super::network::NetRef;
 use super::process::{self, Launch};
 use super::record::{self, Exit};
 use super::{logs, sandbox};
@@ -69,6 +71,9 @@ pub struct Spec {
     pub log_limit: u64,
     /// The agent's state directory (the exit file goes to its `attempts/`).
     pub state: PathBuf,
+    /// The attempt's network namespace (`None`: the node's network).
+    #[serde(default)]
+    pub net: Option<NetRef>,
 }
 
 /// A shim that started its job.
@@ -168,6 +173,10 @@ pub fn main() -> i32 {
         }
     }
     sandbox::remove_dir(&spec.workdir);
+    if let Some(net) = &spec.net {
+        // Its stderr goes nowhere; what a failed DEL leaves, the agent's next start removes.
+        let _ = net.detach();
+    }
     let exit = Exit { status: status.into_raw(), oom_killed };
     match record::save_exit(&spec.state, spec.job_id, spec.attempt, &exit) {
         Ok(()) => 0,
@@ -182,8 +191,14 @@ fn start(spec: &Spec, cgroup: Option<&Cgroup>) -> Result<(std::process::Child, O
     let (stdout, stdout_done) = logs::capture(&spec.logs, "stdout", spec.log_limit)?;
     let (stderr, stderr_done) = logs::capture(&spec.logs, "stderr", spec.log_limit)?;
     let join = cgroup.map(Cgroup::procs_files).unwrap_or_default();
+    let netns =
+        spec.net.as_ref().map(NetRef::open).transpose().map_err(|source| AgentError::Io {
+            what: "opening the job's network namespace".into(),
+            source,
+        })?;
     let confinement = Confinement::new(&join, spec.user.clone())
-        .map_err(|source| AgentError::Io { what: "preparing the job's cgroup".into(), source })?;
+        .map_err(|source| AgentError::Io { what: "preparing the job's cgroup".into(), source })?
+        .with_netns(netns);
     let launch = Launch { argv: &spec.argv, env: &spec.env, cwd: &spec.cwd, confinement, stdout, stderr };
     Ok((process::spawn(launch)?, vec![stdout_done, stderr_done]))
 }

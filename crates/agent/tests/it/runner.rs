@@ -22,6 +22,8 @@ pub struct Harness {
     pub stop: tokio::sync::watch::Sender<bool>,
     /// `--job-user` of every agent started here.
     job_users: std::collections::BTreeMap<String, String>,
+    /// `--job-network` and the CNI settings of every agent started here.
+    network: gantry_agent::runner::network::NetworkConfig,
     url: String,
     token: String,
     pub agent: tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>>,
@@ -33,11 +35,18 @@ pub struct Setup {
     pub log_limit_bytes: u64,
     /// `--job-user TEAM=USER` mappings.
     pub job_users: std::collections::BTreeMap<String, String>,
+    /// `--job-network` and the CNI settings (default: auto).
+    pub network: gantry_agent::runner::network::NetworkConfig,
 }
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { fleet: "1xA100-80GB", log_limit_bytes: 64 << 20, job_users: Default::default() }
+        Self {
+            fleet: "1xA100-80GB",
+            log_limit_bytes: 64 << 20,
+            job_users: Default::default(),
+            network: Default::default(),
+        }
     }
 }
 
@@ -79,6 +88,7 @@ pub async fn start_with(setup: Setup) -> Harness {
         shared,
         stop,
         job_users: setup.job_users,
+        network: setup.network,
         url,
         token,
         agent: tokio::spawn(async { Ok(()) }),
@@ -114,7 +124,11 @@ impl Harness {
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
         let state_dir = self.dir.path().join("agent");
-        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: self.job_users.clone() };
+        let sandbox = SandboxConfig {
+            work_dir: self.work_root(),
+            job_users: self.job_users.clone(),
+            network: self.network.clone(),
+        };
         let sandbox = Arc::new(Sandbox::build(&sandbox, &state_dir).expect("sandbox"));
         let config = AgentConfig {
             server: self.url.clone(),
@@ -139,6 +153,11 @@ impl Harness {
         self.outside.path().join("work")
     }
 
+    /// The control plane's URL (`http://127.0.0.1:PORT`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The agent's join token (a secret no job may see).
     pub fn token(&self) -> &str {
         &self.token
@@ -148,7 +167,11 @@ impl Harness {
 impl Drop for Harness {
     /// A failed test leaves its jobs running: end them the way a restarted agent would.
     fn drop(&mut self) {
-        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: self.job_users.clone() };
+        let sandbox = SandboxConfig {
+            work_dir: self.work_root(),
+            job_users: self.job_users.clone(),
+            network: self.network.clone(),
+        };
         if let Ok(sandbox) = Sandbox::build(&sandbox, &self.dir.path().join("agent")) {
             sandbox.remove_orphans();
             sandbox.release();

@@ -95,6 +95,24 @@ string_enum!(
 );
 
 string_enum!(
+    /// How a node runs its jobs' network (`gantry agent --job-network`).
+    NodeNetwork {
+        /// Jobs share the node's network namespace (the agent is not root, has no CNI plugins,
+        /// or was told `--job-network shared`): a job can bind the node's loopback ports.
+        Shared => "shared",
+        /// Each attempt runs in its own network namespace set up by the CNI plugins.
+        Cni => "cni",
+    }
+);
+
+impl Default for NodeNetwork {
+    /// What an agent that does not say reports: the node's network.
+    fn default() -> Self {
+        NodeNetwork::Shared
+    }
+}
+
+string_enum!(
     /// A GPU's health (the GPU layer's state machine). Only `healthy` GPUs get new work.
     GpuHealth {
         /// Fine.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{GpuHealth, JobExit, JobId, NodeState};
+use super::{GpuHealth, JobExit, JobId, NodeNetwork, NodeState};
 
 /// A GPU as an agent reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +30,9 @@ pub struct Node {
     /// workers get as `MASTER_ADDR`; `None`: its host name.
     #[serde(default)]
     pub advertise_addr: Option<String>,
+    /// Whether its jobs get network namespaces of their own (`cni`) or share its (`shared`).
+    #[serde(default)]
+    pub network: NodeNetwork,
     /// Liveness.
     pub state: NodeState,
     /// Registration epoch.

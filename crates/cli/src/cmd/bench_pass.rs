@@ -132,6 +132,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
             node_id: format!("node-{n:04}"),
             hostname: format!("node-{n:04}"),
             advertise_addr: None,
+            network: Default::default(),
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,

@@ -87,6 +87,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             id: id.clone(),
             hostname: id.clone(),
             advertise_addr: None,
+            network: Default::default(),
             state: NodeState::Ready,
             epoch: 1,
             cpu_milli: 192_000,

@@ -1,5 +1,7 @@
 //! `gantry nodes`: like `sinfo`, each node's state and its GPUs: model, free, total, unhealthy;
-//! `ADDRESS` is the address it advertises to its peers (`--advertise-addr`; `-`: its host name).
+//! `ADDRESS` is the address it advertises to its peers (`--advertise-addr`; `-`: its host name);
+//! `NETWORK` is `cni` when each job runs in a network namespace of its own, `shared` when jobs
+//! share the node's network (the agent is not root or has no CNI plugins).
 
 use clap::Args;
 use gantry_api::types::NodeView;
@@ -40,6 +42,7 @@ pub fn run(args: NodesArgs) -> anyhow::Result<()> {
                 n.hostname.clone(),
                 n.advertise_addr.clone().unwrap_or_else(|| "-".into()),
                 n.state.to_string(),
+                n.network.to_string(),
                 v.gpu_model.clone().unwrap_or_else(|| "-".into()),
                 format!("{}/{}", v.gpus_free, v.gpus),
                 v.gpus_unhealthy.to_string(),
@@ -54,6 +57,7 @@ pub fn run(args: NodesArgs) -> anyhow::Result<()> {
         "HOST",
         "ADDRESS",
         "STATE",
+        "NETWORK",
         "GPU MODEL",
         "GPUS FREE",
         "UNHEALTHY",

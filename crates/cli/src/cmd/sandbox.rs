@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use gantry_agent::runner::cni::Conflist;
+use gantry_agent::runner::network::NetworkConfig;
 use gantry_agent::runner::sandbox::{ANY_TEAM, running_as_root};
 use gantry_agent::runner::{Sandbox, SandboxConfig};
 
@@ -25,6 +27,23 @@ pub struct SandboxArgs {
     /// root jobs run as the agent's user.
     #[arg(long = "job-user", value_name = "TEAM=USER")]
     job_users: Vec<String>,
+    /// Each job's network: `auto` gives every attempt a network namespace of its own through
+    /// the CNI plugins when the agent is root and finds them (else jobs share the node's, and
+    /// the agent says so); `cni` insists (the agent does not start without); `shared` keeps
+    /// jobs in the node's network.
+    #[arg(long, value_name = "auto|cni|shared", default_value = "auto")]
+    job_network: String,
+    /// A directory holding the CNI plugins (repeatable; default /usr/lib/cni and /opt/cni/bin).
+    #[arg(long = "cni-bin-dir", value_name = "DIR")]
+    cni_bin_dirs: Vec<PathBuf>,
+    /// A CNI network configuration list to use instead of the agent's default (bridge with
+    /// host-local addresses and NAT, portmap, firewall; written to `<data dir>/agent/cni/`).
+    #[arg(long, value_name = "FILE")]
+    cni_conf: Option<PathBuf>,
+    /// The default conflist's subnet for job addresses (an IPv4 CIDR; default a /24 in
+    /// 10.128.0.0/10 picked per agent).
+    #[arg(long, value_name = "CIDR")]
+    cni_subnet: Option<String>,
 }
 
 impl SandboxArgs {
@@ -45,7 +64,23 @@ impl SandboxArgs {
                 bail!("--job-user names team `{team}` twice");
             }
         }
-        Ok(SandboxConfig { work_dir, job_users })
+        Ok(SandboxConfig { work_dir, job_users, network: self.network()? })
+    }
+
+    fn network(&self) -> anyhow::Result<NetworkConfig> {
+        let mode = self.job_network.parse().map_err(anyhow::Error::msg)?;
+        if self.cni_conf.is_some() && self.cni_subnet.is_some() {
+            bail!("--cni-subnet sets the default conflist's subnet; with --cni-conf set it in that file");
+        }
+        if let Some(conf) = &self.cni_conf {
+            Conflist::load(conf)?;
+        }
+        Ok(NetworkConfig {
+            mode,
+            bin_dirs: self.cni_bin_dirs.clone(),
+            conf: self.cni_conf.clone(),
+            subnet: self.cni_subnet.clone(),
+        })
     }
 
     /// Builds the sandbox and says once how jobs will run, with any warning.
@@ -77,6 +112,8 @@ pub fn parse_size(text: &str) -> anyhow::Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    use gantry_agent::runner::network::Mode;
+
     use super::*;
 
     #[test]
@@ -89,16 +126,47 @@ mod tests {
         assert!(parse_size("MiB").is_err());
     }
 
+    fn defaults(work_dir: Option<PathBuf>) -> SandboxArgs {
+        SandboxArgs {
+            work_dir,
+            job_users: Vec::new(),
+            job_network: "auto".into(),
+            cni_bin_dirs: Vec::new(),
+            cni_conf: None,
+            cni_subnet: None,
+        }
+    }
+
+    #[test]
+    fn the_job_network_is_auto_cni_or_shared_and_a_subnet_goes_with_the_default_conflist_only() {
+        for (mode, want) in [("auto", Mode::Auto), ("cni", Mode::Cni), ("shared", Mode::Shared)] {
+            let config = SandboxArgs { job_network: mode.into(), ..defaults(None) }.config(Path::new("/d"));
+            assert_eq!(config.expect("valid").network.mode, want);
+        }
+        let err = SandboxArgs { job_network: "host".into(), ..defaults(None) }.config(Path::new("/d"));
+        assert!(err.expect_err("refused").to_string().contains("auto, cni or shared"));
+        let both = SandboxArgs {
+            cni_conf: Some("/etc/cni/net.d/x.conflist".into()),
+            cni_subnet: Some("10.88.0.0/24".into()),
+            ..defaults(None)
+        };
+        assert!(both.config(Path::new("/d")).expect_err("refused").to_string().contains("--cni-conf"));
+        let missing = SandboxArgs { cni_conf: Some("/nonexistent.conflist".into()), ..defaults(None) };
+        assert!(missing.config(Path::new("/d")).expect_err("refused").to_string().contains("/nonexistent"));
+    }
+
     #[test]
     fn job_users_are_team_equals_user() {
-        let args =
-            SandboxArgs { work_dir: Some("/w".into()), job_users: vec!["a=alice".into(), "*=nobody".into()] };
+        let args = SandboxArgs {
+            job_users: vec!["a=alice".into(), "*=nobody".into()],
+            ..defaults(Some("/w".into()))
+        };
         let config = args.config(Path::new("/data")).expect("valid");
         assert_eq!(config.job_users.get("a").map(String::as_str), Some("alice"));
         assert_eq!(config.job_users.get("*").map(String::as_str), Some("nobody"));
         for bad in ["alice", "=alice", "a=", "a=x,a=y"] {
             let job_users = bad.split(',').map(str::to_owned).collect();
-            let args = SandboxArgs { work_dir: None, job_users };
+            let args = SandboxArgs { job_users, ..defaults(None) };
             assert!(args.config(Path::new("/data")).is_err(), "{bad}");
         }
     }

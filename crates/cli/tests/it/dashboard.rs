@@ -288,6 +288,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
             node_id: node_id.clone(),
             hostname: node_id.clone(),
             advertise_addr: None,
+            network: Default::default(),
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,

@@ -15,6 +15,12 @@ use crate::harness::{Cluster, command, eventually};
 /// A `gantry agent` joining `cluster` as `node` with 2 simulated GPUs (a seed per node, so the
 /// two fleets' GPU UUIDs differ), advertising the address `10.0.0.<seed>` to its peers.
 fn start_agent(cluster: &Cluster, node: &str, seed: u64) -> Child {
+    // Stopping it also removes its jobs' bridge when it made one.
+    start_agent_at(cluster, node, seed, &format!("10.0.0.{seed}"), &["--stop-jobs-on-exit"])
+}
+
+/// Like [`start_agent`], advertising `addr`, with `extra` flags.
+fn start_agent_at(cluster: &Cluster, node: &str, seed: u64, addr: &str, extra: &[&str]) -> Child {
     let join = cluster.gantry(&["token", "create", "--role", "agent", "--name", node]).trim().to_owned();
     let dir = cluster.home.path().join(format!("node-{node}"));
     let fleet = cluster.home.path().join(format!("fleet-{node}.toml"));
@@ -25,7 +31,8 @@ fn start_agent(cluster: &Cluster, node: &str, seed: u64) -> Child {
         .arg(cluster.ca_path())
         .arg("--simulated-gpus")
         .arg(&fleet)
-        .args(["--advertise-addr", &format!("10.0.0.{seed}")])
+        .args(["--advertise-addr", addr])
+        .args(extra)
         .args(["--grace", "1", "--data-dir"])
         .arg(&dir)
         .arg("--work-dir")
@@ -133,6 +140,111 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
     assert!(!logs.contains("rank 1"), "a gang's output is rank 0's:\n{logs}");
     cluster.assert_no_double_allocation();
     agents.into_iter().for_each(stop_agent);
+}
+
+/// Rank 0 listens on `MASTER_PORT` and prints what it is sent; rank 1 connects to
+/// `MASTER_ADDR:MASTER_PORT` (retrying while rank 0 starts) and sends a line.
+const RENDEZVOUS: &str = r#"
+use Socket qw(:all);
+my ($addr, $port, $rank) = @ENV{qw(MASTER_ADDR MASTER_PORT RANK)};
+socket(my $s, AF_INET, SOCK_STREAM, 0) or die "socket: $!";
+if ($rank == 0) {
+    setsockopt($s, SOL_SOCKET, SO_REUSEADDR, 1);
+    bind($s, pack_sockaddr_in($port, INADDR_ANY)) or die "bind: $!";
+    listen($s, 5) or die "listen: $!";
+    accept(my $c, $s) or die "accept: $!";
+    my $line = <$c>;
+    print "rank 0 got: $line";
+} else {
+    my $to = pack_sockaddr_in($port, inet_aton($addr) // die "no address $addr");
+    for (1 .. 100) {
+        last if connect($s, $to);
+        close $s; select(undef, undef, undef, 0.2);
+        socket($s, AF_INET, SOCK_STREAM, 0) or die "socket: $!";
+    }
+    print $s "hello from rank 1\n" or die "rank 1 could not reach $addr:$port: $!";
+    close $s;
+    print "rank 1 reached $addr:$port\n";
+}
+"#;
+
+#[test]
+fn a_gang_of_two_on_two_agents_rendezvous_through_rank_zeros_published_port_with_namespaces_on() {
+    if !gantry_agent::runner::network::available_for_tests("the namespaced gang test") {
+        return;
+    }
+    let cluster = Cluster::start(&["--no-agent"]);
+    // Both agents on this machine advertise its loopback: each maps that MASTER_ADDR to its
+    // bridge's gateway, and rank 0's agent publishes MASTER_PORT there with portmap.
+    let flags = ["--job-network", "cni", "--stop-jobs-on-exit"];
+    let agents = vec![
+        start_agent_at(&cluster, "n1", 1, "127.0.0.1", &flags),
+        start_agent_at(&cluster, "n2", 2, "127.0.0.1", &flags),
+    ];
+    let nodes = eventually(Duration::from_secs(20), "both nodes to register", || {
+        let nodes = cluster.gantry(&["nodes"]);
+        (nodes.contains("n1") && nodes.contains("n2")).then_some(nodes)
+    });
+    assert!(nodes.contains("NETWORK") && nodes.matches(" cni ").count() == 2, "{nodes}");
+    let listed: serde_json::Value =
+        serde_json::from_str(&cluster.gantry(&["nodes", "-o", "json"])).expect("json");
+    let networks: Vec<&str> =
+        listed.as_array().expect("nodes").iter().filter_map(|n| n["network"].as_str()).collect();
+    assert_eq!(networks, ["cni", "cni"], "/v1/nodes says how each node runs its jobs' network: {listed}");
+    let gang: i64 = cluster
+        .gantry(&[
+            "submit",
+            "--replicas",
+            "2",
+            "--gpus",
+            "2",
+            "--max-retries",
+            "0",
+            "--",
+            "perl",
+            "-e",
+            RENDEZVOUS,
+        ])
+        .trim()
+        .parse()
+        .expect("a job id");
+    let done = eventually(Duration::from_secs(60), "the gang to end", || {
+        let j = job(&cluster, gang);
+        matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled")).then_some(j)
+    });
+    let logs = cluster.gantry(&["logs", &gang.to_string()]);
+    assert_eq!(done["state"], "succeeded", "{done}\n{logs}");
+    let workers = workers_of(&cluster, gang);
+    assert_ne!(workers[0]["node_id"], workers[1]["node_id"], "one worker per node: {workers:?}");
+    assert!(logs.contains("rank 0 got: hello from rank 1"), "{logs}");
+    let rank1 = cluster.gantry(&["logs", &workers[1]["id"].to_string()]);
+    let reached = rank1.trim().strip_prefix("rank 1 reached ").unwrap_or_default();
+    assert!(
+        !reached.is_empty() && !reached.starts_with("127."),
+        "rank 1 went through its bridge's gateway, not its own loopback: {rank1}"
+    );
+    let bridges = |dir: &str| {
+        let scope = std::fs::read_to_string(cluster.home.path().join(dir).join("agent/sandbox-scope"));
+        gantry_agent::runner::network::bridge_name(scope.expect("scope").trim())
+    };
+    let (b1, b2) = (bridges("node-n1"), bridges("node-n2"));
+    let rules = String::from_utf8_lossy(
+        &std::process::Command::new("iptables-save").output().expect("iptables-save").stdout,
+    )
+    .into_owned();
+    for w in &workers {
+        let id = format!("-{}-1\"", w["id"]);
+        let left: Vec<&str> = rules.lines().filter(|l| l.contains("gantry-") && l.contains(&id)).collect();
+        assert!(left.is_empty(), "CNI DEL removed the worker's NAT and published port: {left:?}");
+    }
+    assert!(std::path::Path::new("/sys/class/net").join(&b1).exists(), "n1's bridge {b1}");
+    agents.into_iter().for_each(stop_agent);
+    for b in [b1, b2] {
+        assert!(
+            !std::path::Path::new("/sys/class/net").join(&b).exists(),
+            "a stopped agent removes its bridge {b}"
+        );
+    }
 }
 
 #[test]

@@ -244,7 +244,8 @@ impl Drop for Cluster {
         }
         if state.join("sandbox-scope").exists() {
             let work_dir = self.outside.path().join("work");
-            let config = SandboxConfig { work_dir, job_users: Default::default() };
+            let config =
+                SandboxConfig { work_dir, job_users: Default::default(), network: Default::default() };
             if let Ok(sandbox) = Sandbox::build(&config, &state) {
                 sandbox.remove_orphans();
                 sandbox.release();

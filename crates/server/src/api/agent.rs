@@ -77,6 +77,7 @@ pub async fn register(
         node_id: req.node_id,
         hostname: req.hostname,
         advertise_addr: req.advertise_addr,
+        network: req.network,
         cpu_milli: req.cpu_milli,
         memory_mib: req.memory_mib,
         gpus: req.gpus,

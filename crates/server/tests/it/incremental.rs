@@ -148,6 +148,7 @@ impl World {
                     node_id: format!("n{n}"),
                     hostname: format!("h{n}"),
                     advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
+                    network: Default::default(),
                     cpu_milli: 8000,
                     memory_mib: 64_000,
                     gpus,

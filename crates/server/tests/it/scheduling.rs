@@ -7,6 +7,7 @@ pub fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
         id: "n1".into(),
         hostname: "h".into(),
         advertise_addr: None,
+        network: Default::default(),
         state: NodeState::Ready,
         epoch: 3,
         cpu_milli: 64_000,

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{AttemptRef, GpuInfo};
+use super::{AttemptRef, GpuInfo, NodeNetwork};
 
 /// A node registering (or registering again).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,6 +15,9 @@ pub struct NodeRegistration {
     /// host name).
     #[serde(default)]
     pub advertise_addr: Option<String>,
+    /// Whether its jobs get network namespaces of their own.
+    #[serde(default)]
+    pub network: NodeNetwork,
     /// CPU in milli-cores.
     pub cpu_milli: u64,
     /// Host memory, MiB.

@@ -107,14 +107,16 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
 }
 
 pub(super) const NODE_COLUMNS: &str =
-    "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr";
+    "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, network";
 
 pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
     let state: String = r.get(2)?;
+    let network: String = r.get(8)?;
     Ok(Node {
         id: r.get(0)?,
         hostname: r.get(1)?,
         advertise_addr: r.get(7)?,
+        network: parse_enum("node network", &network, NodeNetwork::parse)?,
         state: parse_enum("node state", &state, NodeState::parse)?,
         epoch: r.get(3)?,
         cpu_milli: r.get(4)?,

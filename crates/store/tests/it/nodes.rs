@@ -147,3 +147,24 @@ fn a_node_silent_past_the_lost_deadline_is_lost_from_not_responding_too() {
     assert_eq!(store.nodes().expect("nodes")[0].state, NodeState::Lost);
     assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Pending));
 }
+
+#[test]
+fn a_node_keeps_the_network_mode_it_registered_last() {
+    let (_dir, store) = open();
+    register(&store, 1);
+    let network = |store: &SqliteStore| store.nodes().expect("nodes")[0].network;
+    assert_eq!(network(&store), NodeNetwork::Shared, "an agent that does not say shares the node's network");
+    let reg = NodeRegistration {
+        attempts: Vec::new(),
+        node_id: "n1".into(),
+        hostname: "h".into(),
+        advertise_addr: None,
+        network: NodeNetwork::Cni,
+        cpu_milli: 8000,
+        memory_mib: 1000,
+        gpus: Vec::new(),
+        at: 20,
+    };
+    store.register_node(&reg).expect("register again");
+    assert_eq!(network(&store), NodeNetwork::Cni);
+}
