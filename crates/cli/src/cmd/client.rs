@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, anyhow};
 use clap::Args;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -298,13 +298,42 @@ impl Api {
         if resp.status().is_success() {
             return Ok(resp);
         }
-        let status = resp.status();
+        let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
         let message = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
             .unwrap_or(text);
-        bail!("{message} ({status})")
+        Err(ApiStatus { status, message }.into())
+    }
+}
+
+/// The server refused a request: its sentence, and the HTTP status for programs (people read
+/// the sentence; a 5xx also says the status, since its body is generic).
+#[derive(Debug)]
+pub struct ApiStatus {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The server's message.
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.status >= 500 {
+            write!(f, "{} (HTTP {})", self.message, self.status)
+        } else {
+            f.write_str(&self.message)
+        }
+    }
+}
+
+impl std::error::Error for ApiStatus {}
+
+impl ApiStatus {
+    /// The status of a request that failed with `e`, when the server answered.
+    pub fn of(e: &anyhow::Error) -> Option<u16> {
+        e.downcast_ref::<ApiStatus>().map(|s| s.status)
     }
 }
 

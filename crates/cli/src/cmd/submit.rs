@@ -16,7 +16,7 @@ use clap::{Args, FromArgMatches};
 use gantry_api::elastic::GpuRange;
 use gantry_api::types::{SubmitRequest, SubmitResponse};
 
-use super::client::{Api, ServerArgs, block_on};
+use super::client::{Api, ApiStatus, ServerArgs, block_on};
 use super::watch::{self, Announcer};
 
 /// Arguments of `gantry submit`.
@@ -124,7 +124,7 @@ pub struct SubmitArgs {
 /// Arguments of `gantry run`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  gantry run --gpus 1 -- nvidia-smi -L
+  gantry run --gpus 1 -- sh -c 'echo my GPU: $CUDA_VISIBLE_DEVICES'   # with the driver: -- nvidia-smi -L
   gantry run --gpus 2 -- python train.py || echo \"training failed with $?\"
   gantry run eval.sh")]
 pub struct RunArgs {
@@ -326,11 +326,44 @@ pub(super) fn send(api: &Api, body: &SubmitRequest) -> anyhow::Result<SubmitResp
         // A retry after a dropped connection carries the same request id: still one job.
         match api.post("/v1/jobs", body).await {
             Err(e) if e.to_string().contains("cannot reach") => Err(e),
-            Err(e) if e.to_string().contains("(4") => Err(e),
+            Err(e) if ApiStatus::of(&e).is_some_and(|s| (400..500).contains(&s)) => Err(in_flags(e)),
             Err(_) => api.post("/v1/jobs", body).await,
             ok => ok,
         }
     })?
+}
+
+/// The API's field names in a refusal, as the flags that set them (`time_limit_s:` is `--time:`).
+fn in_flags(e: anyhow::Error) -> anyhow::Error {
+    const FIELDS: &[(&str, &str)] = &[
+        ("time_limit_s", "--time"),
+        ("gpu_memory_mib", "--gpu-memory"),
+        ("gpu_compute_pct", "--gpu-compute"),
+        ("memory_mib", "--memory"),
+        ("cpu_milli", "--cpu"),
+        ("gpu_models", "--gpu-model"),
+        ("gpus_max", "--gpus"),
+        ("max_retries", "--max-retries"),
+        ("labels", "--label"),
+        ("env", "--env"),
+        ("after", "--after"),
+        ("array", "--array"),
+        ("workdir", "--workdir"),
+        ("replicas", "--replicas"),
+        ("priority", "--priority"),
+        ("team", "--team"),
+        ("name", "--name"),
+        ("gpus", "--gpus"),
+        ("command", "the command"),
+    ];
+    let Some(status) = e.downcast_ref::<ApiStatus>() else { return e };
+    let mut message = status.message.replace(" (wait_for_capacity)", "");
+    if let Some((field, rest)) = message.split_once(": ")
+        && let Some((_, flag)) = FIELDS.iter().find(|(f, _)| *f == field)
+    {
+        message = format!("{flag}: {rest}");
+    }
+    ApiStatus { status: status.status, message }.into()
 }
 
 fn request_id() -> anyhow::Result<String> {
@@ -433,6 +466,19 @@ mod tests {
             "#!/bin/bash\n#SBATCH --gres=gpu:2 -J slurm\n#GANTRY --name mine\n#SBATCH --mem=2G\necho hi\n";
         let flags = directives(text).expect("parses");
         assert_eq!(flags, ["--gpus", "2", "--name", "slurm", "--memory", "2048", "--name", "mine"]);
+    }
+
+    #[test]
+    fn refusals_name_flags_not_api_fields_and_no_status_phrase() {
+        let refusal = |m: &str| anyhow::Error::from(ApiStatus { status: 422, message: m.into() });
+        let said = in_flags(refusal("time_limit_s: must be between 1 second and 31 days")).to_string();
+        assert_eq!(said, "--time: must be between 1 second and 31 days");
+        let said = in_flags(refusal(
+            "no node could: submit with --wait-for-capacity (wait_for_capacity) to queue it",
+        ));
+        assert_eq!(said.to_string(), "no node could: submit with --wait-for-capacity to queue it");
+        let failed = anyhow::Error::from(ApiStatus { status: 500, message: "internal error".into() });
+        assert_eq!(failed.to_string(), "internal error (HTTP 500)");
     }
 
     #[test]
