@@ -207,6 +207,14 @@ pub struct TeamView {
 pub struct QuotaRequest {
     /// Whole GPUs (`null`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// Bytes of job output the server keeps for the team (absent: unchanged; a team never set
+    /// has the server's `--log-quota`, 10 GiB by default).
+    #[serde(default)]
+    pub log_quota_bytes: Option<u64>,
+    /// Jobs the team may have pending, each array member counting (absent: unchanged; default
+    /// 100,000). Past it, submissions get 429.
+    #[serde(default)]
+    pub pending_limit: Option<u64>,
 }
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with

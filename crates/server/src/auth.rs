@@ -72,6 +72,25 @@ impl Principal {
         self.visible_teams().is_none_or(|teams| teams.iter().any(|t| t == team))
     }
 
+    /// Whether the caller may read the values of a job's declared `env` (tokens for a dataset,
+    /// a tracker's key): the user who submitted it and admins. Others who see the job see the
+    /// names only ([`Self::redact_env`]).
+    pub fn sees_env_of(&self, job: &gantry_store::Job) -> bool {
+        match (self.is_user(), self.token.role) {
+            (true, Role::Admin) => true,
+            (true, _) => job.user.is_some() && job.user == self.token.user,
+            (false, _) => false,
+        }
+    }
+
+    /// The job as the caller may read it: declared `env` values replaced by [`REDACTED`]
+    /// unless [`Self::sees_env_of`].
+    pub fn redact_env(&self, job: &mut gantry_store::Job) {
+        if !self.sees_env_of(job) {
+            job.env.values_mut().for_each(|v| REDACTED.clone_into(v));
+        }
+    }
+
     /// Any user (not an agent): reads of the cluster, scoped by [`Self::visible_teams`].
     pub fn require_user(&self) -> Result<(), ApiError> {
         if self.is_user() { Ok(()) } else { Err(forbidden("agent credentials cannot use this endpoint")) }
@@ -135,6 +154,9 @@ impl Principal {
         }
     }
 }
+
+/// What a declared `env` value reads as for those who may not see it.
+pub const REDACTED: &str = "<redacted>";
 
 fn forbidden(why: &str) -> ApiError {
     ApiError::Forbidden(why.to_owned())

@@ -9,7 +9,8 @@
 //! - [`tls`]: the cluster CA, server and client certificates; [`transport`]: the listener
 //!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown).
 //! - [`job_logs`] and [`job_env`]: what the server and the agent agree on about a job's output
-//!   files and its declared environment.
+//!   files and its declared environment; [`output`]: how much of that output the server keeps
+//!   (a quota per team, retention after a job ends, a free-space floor for submissions).
 //!
 //! It is not the agent (see `gantry-agent`) and holds no state of its own beyond caches:
 //! restart it on the same store and it carries on.
@@ -22,6 +23,7 @@ pub mod credentials;
 pub mod error;
 pub mod memory;
 pub mod metrics;
+pub mod output;
 
 pub use gantry_api::{job_env, job_logs};
 pub mod scheduler;

@@ -123,6 +123,8 @@ impl Server {
         let config_path = dir.join("config.toml");
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args(["server", "--listen", "127.0.0.1:0", "--data-dir"]).arg(dir.join("data"));
+        // Every client comes from loopback: the per-address cap must admit them all.
+        cmd.args(["--max-connections-per-address", "1000000"]);
         if tls {
             cmd.arg("--tls");
         }

@@ -100,6 +100,8 @@ pub async fn heartbeat(
     Extension(who): Extension<Principal>,
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
+    // Before anything quotes it (a refusal's audit row, a log line): a node id is a short word.
+    validate::word("node_id", &hb.node_id)?;
     let finished = hb.jobs.iter().any(|j| j.exit.is_some());
     let chunks = decode_logs(&hb)?;
     if !chunks.is_empty() && who.require_node(&hb.node_id).is_ok() {
@@ -142,24 +144,35 @@ fn decode_logs(hb: &Heartbeat) -> Result<Vec<(usize, Vec<u8>)>, ApiError> {
 }
 
 /// Appends shipped output to the server's copy, for attempts placed on this node under this
-/// epoch only: a node cannot write another node's jobs' logs.
+/// epoch only (a node cannot write another node's jobs' logs), within each team's output quota.
 async fn store_logs(app: &Arc<App>, hb: &Heartbeat, chunks: Vec<(usize, Vec<u8>)>) -> Result<(), ApiError> {
-    let (store, logs_dir, limit) =
-        (Arc::clone(&app.store), app.config.logs_dir.clone(), app.config.log_limit_bytes);
+    let app = Arc::clone(app);
     let (node, epoch, meta) = (hb.node_id.clone(), hb.epoch, hb.logs.clone());
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+        let (store, logs, limits) = (&*app.store, &app.config.logs_dir, app.config.output);
+        let quotas: std::collections::HashMap<String, u64> =
+            store.teams()?.into_iter().filter_map(|t| t.log_quota_bytes.map(|q| (t.name, q))).collect();
         for (i, bytes) in chunks {
             let c = &meta[i];
-            let ours = store.job(c.job_id)?.is_some_and(|j| {
+            let Some(job) = store.job(c.job_id)?.filter(|j| {
                 j.node_id.as_deref() == Some(node.as_str())
                     && j.epoch == Some(epoch)
                     && j.attempt == c.attempt
-            });
-            if !ours {
+            }) else {
                 continue;
-            }
-            let dir = crate::job_logs::attempt_dir(&logs_dir, c.job_id, c.attempt);
-            crate::job_logs::append_at(&dir, &c.stream, c.attempt, c.offset, &bytes, limit)
+            };
+            let quota = quotas.get(&job.team).copied().unwrap_or(limits.team_quota);
+            let write = crate::output::Write {
+                job: &job,
+                attempt: c.attempt,
+                stream: &c.stream,
+                offset: c.offset,
+                bytes: &bytes,
+                quota,
+                limit: app.config.log_limit_bytes,
+            };
+            app.output
+                .write(store, logs, write)
                 .map_err(|e| ApiError::Internal(format!("storing output of job {}: {e}", c.job_id)))?;
         }
         Ok(())

@@ -135,7 +135,8 @@ pub async fn teams(
     Ok(Json(views))
 }
 
-/// Set a team's GPU quota (operator or admin).
+/// Set a team's GPU quota (operator or admin), and what it may keep and queue
+/// (`log_quota_bytes`, `pending_limit`: admin only).
 #[utoipa::path(put, path = "/v1/teams/{name}", params(("name" = String, Path, description = "team")),
     request_body = QuotaRequest, security(("bearer" = [])), responses((status = 204), (status = 403, body = ErrorBody)))]
 pub async fn set_quota(
@@ -145,7 +146,19 @@ pub async fn set_quota(
     Body(req): Body<QuotaRequest>,
 ) -> Result<StatusCode, ApiError> {
     validate::word("name", &name)?;
-    app.dispatch(Command::SetTeam { team: Team { name, gpu_quota: req.gpu_quota }, by: who }).await?;
+    if let Some(bytes) = req.log_quota_bytes {
+        validate::at_most("log_quota_bytes", bytes, 1 << 60)?;
+    }
+    if let Some(jobs) = req.pending_limit {
+        validate::at_most("pending_limit", jobs, 1 << 40)?;
+    }
+    let team = Team {
+        name,
+        gpu_quota: req.gpu_quota,
+        log_quota_bytes: req.log_quota_bytes,
+        pending_limit: req.pending_limit,
+    };
+    app.dispatch(Command::SetTeam { team, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

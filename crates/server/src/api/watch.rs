@@ -220,8 +220,10 @@ impl Watcher {
         let gpus = changed(&mut self.gpus, tick.gpus.into_iter().map(|g| (g.gpu.info.uuid.clone(), slim(g))));
         self.cursor = tick.cursor;
         let mut jobs = tick.jobs;
+        let who = Principal { token: self.who.clone(), peer: None, cert_name: None };
         for job in &mut jobs {
             self.slot.app.explain(job);
+            who.redact_env(job);
         }
         event(out, "nodes", &nodes);
         event(out, "gpus", &gpus);

@@ -87,6 +87,7 @@ async fn echo_server(pki: Option<&Pki>) -> (String, tokio::sync::oneshot::Sender
     let scheme = if tls.is_some() { "https" } else { "http" };
     let limits = Limits {
         max_connections: 64,
+        max_connections_per_address: 64,
         header_read_timeout: Duration::from_secs(5),
         tls_handshake_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(30),

@@ -127,7 +127,7 @@ impl Store for SqliteStore {
         result
     }
     fn audit_refusal(&self, audit: AuditEntry, outcome: String) -> Result<()> {
-        self.writer.write(move |c| audit::append(c, &audit, &outcome))
+        self.writer.write(move |c| audit::refusal(c, &audit, &outcome))
     }
     fn audit_rows(&self, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
         self.read(|c| audit::rows(c, after, since, limit))

@@ -168,15 +168,25 @@ pub(super) fn users(c: &Connection) -> Result<Vec<User>> {
 
 pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
     c.prepare_cached(
-        "INSERT INTO teams (name, gpu_quota) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2",
+        "INSERT INTO teams (name, gpu_quota, log_quota_bytes, pending_limit) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
+         log_quota_bytes = COALESCE(?3, log_quota_bytes), pending_limit = COALESCE(?4, pending_limit)",
     )?
-    .execute(params![team.name, team.gpu_quota])?;
+    .execute(params![team.name, team.gpu_quota, team.log_quota_bytes, team.pending_limit])?;
     Ok(())
 }
 
 pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
-    let mut stmt = c.prepare_cached("SELECT name, gpu_quota FROM teams ORDER BY name")?;
-    let rows = stmt.query_map([], |r| Ok(Team { name: r.get(0)?, gpu_quota: r.get(1)? }))?;
+    let mut stmt =
+        c.prepare_cached("SELECT name, gpu_quota, log_quota_bytes, pending_limit FROM teams ORDER BY name")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Team {
+            name: r.get(0)?,
+            gpu_quota: r.get(1)?,
+            log_quota_bytes: r.get(2)?,
+            pending_limit: r.get(3)?,
+        })
+    })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
