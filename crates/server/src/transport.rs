@@ -42,7 +42,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
 use crate::error::ErrorBody;
-use crate::tls::{PeerCert, common_name};
+use crate::tls::{PeerCert, common_name, sha256_hex};
 
 /// The listener's limits (see the module documentation for what each one does).
 #[derive(Debug, Clone, Copy)]
@@ -197,8 +197,8 @@ async fn connection(
     let Ok(Some(tls)) = tokio::time::timeout(shared.limits.tls_handshake_timeout, handshake).await else {
         return;
     };
-    let cert = tls.get_ref().1.peer_certificates().and_then(<[_]>::first).and_then(|c| common_name(c));
-    let cert = cert.map(|common_name| PeerCert { common_name });
+    let cert = tls.get_ref().1.peer_certificates().and_then(<[_]>::first);
+    let cert = cert.and_then(|c| Some(PeerCert { common_name: common_name(c)?, sha256: sha256_hex(c) }));
     http(TokioIo::new(tls), peer, cert, &shared, watcher).await;
 }
 

@@ -42,6 +42,10 @@ pub struct TokenRecord {
     pub revoked_at: Option<i64>,
     /// When a join token was traded in (ms since the epoch).
     pub used_at: Option<i64>,
+    /// For a node credential issued over TLS: the hex SHA-256 of the client certificate issued
+    /// with it, the only one it is accepted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_sha256: Option<String>,
 }
 
 impl TokenRecord {
