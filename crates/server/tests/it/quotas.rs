@@ -294,3 +294,28 @@ async fn many_connections_from_one_address_do_not_block_another_address() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     drop(idle);
 }
+
+#[tokio::test]
+async fn the_same_failed_change_repeated_by_one_caller_adds_one_counted_audit_row() {
+    let s = TestServer::start().await;
+    let alice = token(&s, "alice", Role::Member, &["vision"]);
+    let body = json!({"command": ["true"], "team": "vision", "wait_for_capacity": true});
+    let resp = call(&s, &alice, Method::POST, "/v1/jobs").json(&body).send().await.expect("send");
+    let id = resp.json::<Value>().await.expect("json")["id"].as_i64().expect("id");
+    let cancel = || call(&s, &alice, Method::POST, &format!("/v1/jobs/{id}/cancel")).send();
+    assert_eq!(cancel().await.expect("send").status(), StatusCode::OK);
+    for _ in 0..20 {
+        assert_eq!(cancel().await.expect("send").status(), StatusCode::CONFLICT, "already cancelled");
+    }
+    let rows: Vec<Value> = crate::json_of(s.get("/v1/audit")).await;
+    let failed: Vec<&Value> = rows
+        .iter()
+        .filter(|r| {
+            r["action"] == "job.cancel" && r["outcome"].as_str().is_some_and(|o| o.starts_with("error:"))
+        })
+        .collect();
+    assert!(failed.len() <= 2, "{failed:?}");
+    assert_eq!(failed.iter().map(|r| r["count"].as_u64().unwrap_or(0)).sum::<u64>(), 20);
+    let verified: Value = crate::json_of(s.get("/v1/audit/verify")).await;
+    assert_eq!(verified["ok"], true, "{verified}");
+}

@@ -49,7 +49,7 @@ pub(super) fn append(c: &Connection, entry: &AuditEntry, outcome: &str) -> Resul
     Ok(())
 }
 
-/// Records a refusal: on the row of the same caller's refusal for the same action and reason
+/// Records a refusal or a failed change: on the row of the same caller's refusal for the same action and reason
 /// within the same minute when there is one (its `count` grows), else as a new row.
 pub(super) fn refusal(c: &Connection, entry: &AuditEntry, outcome: &str) -> Result<()> {
     let minute = entry.at - entry.at.rem_euclid(60_000);

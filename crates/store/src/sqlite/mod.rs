@@ -121,8 +121,10 @@ impl Store for SqliteStore {
         if let Err(e) = &result
             && !matches!(e, StoreError::Closed)
         {
+            // Counted like a refusal: the same caller failing the same way in a loop adds a
+            // row a minute, not a row a request.
             let outcome = format!("error: {e}");
-            self.writer.write(move |c| audit::append(c, &audit, &outcome))?;
+            self.writer.write(move |c| audit::refusal(c, &audit, &outcome))?;
         }
         result
     }
