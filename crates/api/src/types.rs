@@ -198,6 +198,15 @@ pub struct TeamView {
     pub pending: u64,
     /// Scheduled or running jobs.
     pub active: u64,
+    /// Jobs the team may have pending (its own limit or the server's default).
+    #[serde(default)]
+    pub pending_limit: u64,
+    /// Bytes of job output kept for the team now.
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// Bytes of job output the team may keep (its own quota or the server's `--log-quota`).
+    #[serde(default)]
+    pub log_quota_bytes: u64,
 }
 
 /// A quota change.

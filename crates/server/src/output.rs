@@ -72,7 +72,7 @@ pub struct Output {
 
 /// One write of shipped output.
 #[derive(Debug, Clone, Copy)]
-pub struct Write<'a> {
+pub struct Shipped<'a> {
     /// The job.
     pub job: &'a Job,
     /// Its attempt.
@@ -91,7 +91,7 @@ pub struct Write<'a> {
 
 impl Output {
     /// Appends shipped output to the job's copy under `logs`, within the team's quota.
-    pub fn write(&self, store: &dyn Store, logs: &Path, w: Write<'_>) -> std::io::Result<()> {
+    pub fn write(&self, store: &dyn Store, logs: &Path, w: Shipped<'_>) -> std::io::Result<()> {
         let mut ledger = self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         ledger.load(store, logs);
         let (job, team) = (w.job.id, w.job.team.as_str());

@@ -179,7 +179,7 @@ async fn store_logs(app: &Arc<App>, hb: &Heartbeat, chunks: Vec<(usize, Vec<u8>)
                 continue;
             };
             let quota = quotas.get(&job.team).copied().unwrap_or(limits.team_quota);
-            let write = crate::output::Write {
+            let write = crate::output::Shipped {
                 job: &job,
                 attempt: c.attempt,
                 stream: &c.stream,

@@ -119,6 +119,12 @@ async fn a_four_member_array_writing_64_mib_each_keeps_at_most_the_teams_100_mib
     assert!(on_disk >= 99 * MIB, "the quota is used, not wasted: {on_disk}");
     let used = s.app.output.used(&*s.store, &s.app.config.logs_dir, "vision");
     assert!(used.abs_diff(on_disk) < 4096, "the counter ({used}) matches the disk ({on_disk})");
+    let teams: Vec<Value> = crate::json_of(s.get("/v1/teams")).await;
+    let vision = teams.iter().find(|t| t["name"] == "vision").expect("vision");
+    assert_eq!(
+        (vision["log_bytes"].as_u64(), vision["log_quota_bytes"].as_u64()),
+        (Some(used), Some(100 * MIB))
+    );
     let marker = "[gantry: output truncated: team vision's log quota of 100 MiB is full]";
     let logs = call(&s, &alice, Method::GET, &format!("/v1/jobs/{}/logs?offset={}", ids[1], 35 * MIB));
     let tail = logs.send().await.expect("send").text().await.expect("text");
