@@ -248,8 +248,8 @@ impl Server {
     }
 }
 
-/// Every minute (and once at start, which counts what is on disk), removes the output of jobs
-/// that ended longer ago than the retention window.
+/// Every minute (and once at start): counts what is on disk, removes the output of jobs that
+/// ended longer ago than the retention window, and holds each team to its output quota.
 async fn sweep_output(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     let mut every = tokio::time::interval(Duration::from_secs(60));
     loop {
@@ -259,8 +259,7 @@ async fn sweep_output(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         }
         let app = Arc::clone(&app);
         let swept = tokio::task::spawn_blocking(move || {
-            let (logs, retention) = (&app.config.logs_dir, app.config.output.retention);
-            app.output.sweep(&*app.store, logs, now_ms(), retention)
+            app.output.sweep(&*app.store, &app.config.logs_dir, now_ms(), app.config.output)
         })
         .await;
         if let Ok(n @ 1..) = swept {

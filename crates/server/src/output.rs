@@ -13,9 +13,12 @@
 //! (`[gantry: output truncated: team vision's log quota of 100 MiB is full]`), and nothing
 //! more of that stream is kept. Nothing a running attempt wrote is removed to make room.
 //!
-//! [`Output::sweep`] removes the output of jobs that ended more than the retention window ago
-//! (`--log-retention`); the server runs it every minute. Time is its parameter, so tests pass
-//! a clock instead of waiting.
+//! [`Output::sweep`], every minute, measures the logs directory again (an agent on the server's
+//! machine, `gantry up`'s, writes there directly rather than shipping output, so this is how
+//! its output is counted and held to the quota, within a minute of being written), removes the
+//! output of jobs that ended more than the retention window ago (`--log-retention`), and
+//! removes a team's oldest ended attempts while it is over its quota. Time is its parameter, so
+//! tests pass a clock instead of waiting.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -110,7 +113,7 @@ impl Output {
         let for_data = w.quota.saturating_sub(MARKER_RESERVE);
         let over = (ledger.used(team) + new).saturating_sub(for_data);
         if over > 0 {
-            ledger.evict(store, logs, team, over, job);
+            ledger.evict(store, logs, team, over, Some(job));
         }
         let before = job_logs::stream_bytes(&dir, w.stream);
         let room = for_data.saturating_sub(ledger.used(team));
@@ -137,27 +140,49 @@ impl Output {
         result
     }
 
-    /// Removes the output of jobs that ended before `now - retention` (and of jobs the store no
-    /// longer has); returns how many jobs' output went.
-    pub fn sweep(&self, store: &dyn Store, logs: &Path, now: i64, retention: Duration) -> usize {
+    /// Once a minute: measures what is on disk again, job by job (output an agent on this
+    /// machine writes straight into the logs directory reaches the ledger no other way), removes
+    /// the output of jobs that ended before `now - retention` or that the store no longer has,
+    /// then holds each team to its quota by removing its oldest ended attempts. Returns how
+    /// many jobs' output went for their age. The measuring happens outside the ledger's lock,
+    /// so shipped writes wait only for the bookkeeping.
+    pub fn sweep(&self, store: &dyn Store, logs: &Path, now: i64, limits: OutputLimits) -> usize {
+        let cutoff = now.saturating_sub(i64::try_from(limits.retention.as_millis()).unwrap_or(i64::MAX));
+        let quotas: HashMap<String, u64> = match store.teams() {
+            Ok(teams) => teams.into_iter().filter_map(|t| t.log_quota_bytes.map(|q| (t.name, q))).collect(),
+            Err(_) => return 0,
+        };
+        let measured = measure(store, logs);
         let mut ledger = self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        ledger.load(store, logs);
-        let cutoff = now.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
-        let mut jobs: Vec<JobId> = ledger.attempts.keys().map(|(job, _)| *job).collect();
-        jobs.dedup();
+        ledger.loaded = true;
+        let on_disk: HashSet<JobId> = measured.iter().map(|m| m.0).collect();
+        let gone: Vec<(JobId, u32)> =
+            ledger.attempts.keys().filter(|k| !on_disk.contains(&k.0)).copied().collect();
+        gone.into_iter().for_each(|(job, attempt)| ledger.forget(job, attempt));
         let mut removed = 0;
-        for id in jobs {
-            let expired = match store.job(id) {
-                Ok(Some(job)) => job.state.is_terminal() && job.finished_at.is_some_and(|t| t < cutoff),
-                Ok(None) => true,
-                Err(_) => false,
-            };
+        for (id, job, attempts) in measured {
+            let expired = job
+                .as_ref()
+                .is_none_or(|j| j.state.is_terminal() && j.finished_at.is_some_and(|t| t < cutoff));
             if expired {
-                let attempts: Vec<u32> =
+                let kept: Vec<u32> =
                     ledger.attempts.range((id, 0)..=(id, u32::MAX)).map(|(k, _)| k.1).collect();
-                attempts.into_iter().for_each(|a| ledger.remove(logs, id, a));
+                kept.into_iter().for_each(|a| ledger.forget(id, a));
                 let _ = std::fs::remove_dir_all(job_logs::dir(logs, id));
                 removed += 1;
+                continue;
+            }
+            let team = job.map(|j| j.team).unwrap_or_default();
+            for (attempt, bytes) in attempts {
+                let current = ledger.attempts.get(&(id, attempt)).map_or(0, |k| k.bytes);
+                ledger.add(&team, id, attempt, bytes, current);
+            }
+        }
+        let teams: Vec<(String, u64)> = ledger.teams.iter().map(|(t, used)| (t.clone(), *used)).collect();
+        for (team, used) in teams {
+            let quota = quotas.get(&team).copied().unwrap_or(limits.team_quota);
+            if used > quota {
+                ledger.evict(store, logs, &team, used - quota, None);
             }
         }
         removed
@@ -176,29 +201,15 @@ impl Ledger {
         self.teams.get(team).copied().unwrap_or(0)
     }
 
-    /// Counts what is on disk, once: `<logs>/<job>/<attempt>/*`, and files directly in a job's
-    /// directory (output from before per-attempt directories) as its attempt 0.
+    /// Counts what is on disk, once (before the first sweep does).
     fn load(&mut self, store: &dyn Store, logs: &Path) {
         if self.loaded {
             return;
         }
         self.loaded = true;
-        let Ok(entries) = std::fs::read_dir(logs) else { return };
-        for entry in entries.flatten() {
-            let Some(id) = entry.file_name().to_str().and_then(|n| n.parse::<JobId>().ok()) else { continue };
-            let team = match store.job(id) {
-                Ok(Some(job)) => job.team,
-                _ => String::new(), // gone from the store: the sweep removes it
-            };
-            let Ok(inside) = std::fs::read_dir(entry.path()) else { continue };
-            for item in inside.flatten() {
-                let attempt = item.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
-                let (attempt, bytes) = match attempt {
-                    Some(a) => (a, files_size(&item.path())),
-                    None => (0, item.metadata().map_or(0, |m| if m.is_file() { m.len() } else { 0 })),
-                };
-                self.add(&team, id, attempt, bytes, 0);
-            }
+        for (id, job, attempts) in measure(store, logs) {
+            let team = job.map(|j| j.team).unwrap_or_default(); // gone from the store: the sweep removes it
+            attempts.into_iter().for_each(|(attempt, bytes)| self.add(&team, id, attempt, bytes, 0));
         }
     }
 
@@ -211,13 +222,18 @@ impl Ledger {
         *total = (*total + after).saturating_sub(before);
     }
 
-    /// Removes an attempt's output and its count.
-    fn remove(&mut self, logs: &Path, job: JobId, attempt: u32) {
+    /// Drops an attempt's count (its output is gone, or about to be).
+    fn forget(&mut self, job: JobId, attempt: u32) {
         let Some(kept) = self.attempts.remove(&(job, attempt)) else { return };
         if let Some(total) = self.teams.get_mut(&kept.team) {
             *total = total.saturating_sub(kept.bytes);
         }
         self.truncated.retain(|(j, a, _)| (*j, *a) != (job, attempt));
+    }
+
+    /// Removes an attempt's output and its count.
+    fn remove(&mut self, logs: &Path, job: JobId, attempt: u32) {
+        self.forget(job, attempt);
         if attempt == 0 {
             remove_files(&job_logs::dir(logs, job));
         } else {
@@ -227,11 +243,11 @@ impl Ledger {
 
     /// Removes `team`'s oldest ended attempts (never `writing`'s) until `need` bytes are freed
     /// or none is left.
-    fn evict(&mut self, store: &dyn Store, logs: &Path, team: &str, need: u64, writing: JobId) {
+    fn evict(&mut self, store: &dyn Store, logs: &Path, team: &str, need: u64, writing: Option<JobId>) {
         let candidates: Vec<(JobId, u32)> = self
             .attempts
             .iter()
-            .filter(|((job, _), kept)| kept.team == team && *job != writing)
+            .filter(|((job, _), kept)| kept.team == team && Some(*job) != writing)
             .map(|(key, _)| *key)
             .collect();
         let mut freed = 0;
@@ -253,6 +269,32 @@ impl Ledger {
             }
         }
     }
+}
+
+/// What is on disk: for each job directory under `logs` (`<logs>/<job>`), the job (`None`:
+/// the store no longer has it) and the bytes of each attempt (`<job>/<attempt>/*`; files
+/// directly in the job's directory, output from before per-attempt directories, as attempt 0).
+/// Jobs the store cannot be asked about now are left out.
+type Measured = Vec<(JobId, Option<Job>, Vec<(u32, u64)>)>;
+
+fn measure(store: &dyn Store, logs: &Path) -> Measured {
+    let Ok(entries) = std::fs::read_dir(logs) else { return Vec::new() };
+    let mut measured = Vec::new();
+    for entry in entries.flatten() {
+        let Some(id) = entry.file_name().to_str().and_then(|n| n.parse::<JobId>().ok()) else { continue };
+        let Ok(job) = store.job(id) else { continue };
+        let Ok(inside) = std::fs::read_dir(entry.path()) else { continue };
+        let mut attempts: BTreeMap<u32, u64> = BTreeMap::new();
+        for item in inside.flatten() {
+            let (attempt, bytes) = match item.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) {
+                Some(a) => (a, files_size(&item.path())),
+                None => (0, item.metadata().map_or(0, |m| if m.is_file() { m.len() } else { 0 })),
+            };
+            *attempts.entry(attempt).or_insert(0) += bytes;
+        }
+        measured.push((id, job, attempts.into_iter().collect()));
+    }
+    measured
 }
 
 /// Bytes of the plain files in `dir`.

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use base64::Engine;
+use gantry_server::output::OutputLimits;
 use gantry_store::{JobState, Role, User};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -155,7 +156,7 @@ async fn an_ended_jobs_output_is_removed_after_the_retention_window_and_first_wh
     let ended = s.store.job(ids[0]).expect("job").expect("job");
     assert!(ended.state.is_terminal(), "{:?}", ended.state);
     let (logs, finished) = (&s.app.config.logs_dir, ended.finished_at.expect("finished"));
-    let week = Duration::from_secs(7 * 86_400);
+    let week = OutputLimits { retention: Duration::from_secs(7 * 86_400), ..s.app.config.output };
     assert_eq!(s.app.output.sweep(&*s.store, logs, finished + 86_400_000, week), 0, "a day after: kept");
     assert!(bytes_under(&first) >= 6 * MIB);
     // The running job needs room: the ended job's output goes first, the running one keeps all.
@@ -169,7 +170,7 @@ async fn an_ended_jobs_output_is_removed_after_the_retention_window_and_first_wh
         call(&s, &credential, Method::POST, "/v1/agent/heartbeat").json(&end).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::OK);
     let later = gantry_server::now_ms() + 8 * 86_400_000;
-    assert_eq!(s.app.output.sweep(&*s.store, logs, later, week), 1);
+    assert_eq!(s.app.output.sweep(&*s.store, logs, later, week), 2, "both jobs' directories");
     assert_eq!(bytes_under(logs), 0);
     assert_eq!(s.app.output.used(&*s.store, logs, "vision"), 0);
 }
@@ -324,4 +325,40 @@ async fn the_same_failed_change_repeated_by_one_caller_adds_one_counted_audit_ro
     assert_eq!(failed.iter().map(|r| r["count"].as_u64().unwrap_or(0)).sum::<u64>(), 20);
     let verified: Value = crate::json_of(s.get("/v1/audit/verify")).await;
     assert_eq!(verified["ok"], true, "{verified}");
+}
+
+#[tokio::test]
+async fn output_an_agent_writes_straight_to_disk_is_counted_held_to_the_quota_and_removed_by_the_sweep() {
+    // `gantry up`'s agent writes into the server's logs directory and ships nothing: before,
+    // none of it was counted, so neither the quota nor retention ever touched it.
+    let s = TestServer::start().await;
+    let quota = json!({"gpu_quota": null, "log_quota_bytes": 10 * MIB});
+    let set = s.http.put(format!("{}/v1/teams/vision", s.url)).bearer_auth(&s.token).json(&quota);
+    assert_eq!(set.send().await.expect("send").status(), StatusCode::NO_CONTENT);
+    let alice = token(&s, "alice", Role::Member, &["vision"]);
+    let (credential, epoch) = node(&s, "gpu-1", 2).await;
+    let ids = array_of(&s, &alice, "vision", 2).await;
+    wait_scheduled(&s, &ids).await;
+    let logs = s.app.config.logs_dir.clone();
+    for id in &ids {
+        let dir = gantry_server::job_logs::attempt_dir(&logs, *id, 1);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("stdout"), vec![b'x'; 6 << 20]).expect("write");
+    }
+    let ended: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"job_id": id, "attempt": 1, "exit": {"exit_code": 0, "reason": null}}))
+        .collect();
+    let end = json!({"node_id": "gpu-1", "epoch": epoch, "gpus": [], "jobs": ended});
+    let resp =
+        call(&s, &credential, Method::POST, "/v1/agent/heartbeat").json(&end).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let limits = s.app.config.output;
+    assert_eq!(s.app.output.sweep(&*s.store, &logs, gantry_server::now_ms(), limits), 0);
+    assert_eq!(bytes_under(&gantry_server::job_logs::dir(&logs, ids[0])), 0, "the older job's output went");
+    assert_eq!(bytes_under(&logs), 6 * MIB, "12 MiB written, 10 MiB allowed: the newer job's 6 MiB stay");
+    assert_eq!(s.app.output.used(&*s.store, &logs, "vision"), 6 * MIB);
+    let later = gantry_server::now_ms() + 8 * 86_400_000;
+    assert_eq!(s.app.output.sweep(&*s.store, &logs, later, limits), 2);
+    assert_eq!((bytes_under(&logs), s.app.output.used(&*s.store, &logs, "vision")), (0, 0));
 }
