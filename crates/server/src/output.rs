@@ -4,8 +4,9 @@
 //! Each stream of each attempt is capped on its own (`--log-limit`, see [`crate::job_logs`]);
 //! that alone lets a member keep `limit × 2 streams × 5 attempts` per job, for as many jobs
 //! as they submit. So the server also keeps, per team, the bytes its jobs' output takes on disk
-//! ([`Ledger`]): counted once at start by reading the logs directory, then kept current by every
-//! write and removal, never by walking the directory again. A write that would take a team past
+//! (a ledger): counted at start by reading the logs directory, then kept current by every
+//! write and removal, not by walking the directory per write (the sweep below re-measures it
+//! once a minute). A write that would take a team past
 //! its quota ([`OutputLimits::team_quota`], or the team's `log_quota_bytes`) first removes the
 //! output of the team's oldest ended attempts (lowest job id, then attempt: the attempts of
 //! ended jobs and the earlier attempts of requeued ones); if that does not make room, the
