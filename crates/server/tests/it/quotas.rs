@@ -362,3 +362,15 @@ async fn output_an_agent_writes_straight_to_disk_is_counted_held_to_the_quota_an
     assert_eq!(s.app.output.sweep(&*s.store, &logs, later, limits), 2);
     assert_eq!((bytes_under(&logs), s.app.output.used(&*s.store, &logs, "vision")), (0, 0));
 }
+
+#[tokio::test]
+async fn submissions_get_507_with_a_sentence_while_the_data_disk_is_below_its_free_space_floor() {
+    let s = TestServer::start_with(|c, _| c.output.min_free_disk = u64::MAX).await;
+    let body = json!({"command": ["true"], "wait_for_capacity": true});
+    let (status, error) = error_of(s.post("/v1/jobs").json(&body).send().await.expect("send")).await;
+    assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{error}");
+    assert!(error.contains("below its floor") && error.contains("--min-free-disk"), "{error}");
+    let roomy = TestServer::start_with(|c, _| c.output.min_free_disk = 1).await;
+    let resp = roomy.post("/v1/jobs").json(&body).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::CREATED);
+}
