@@ -189,6 +189,18 @@ pub fn append_at(
     Ok(())
 }
 
+/// Bytes of `stream` on disk in `dir` (both segments).
+pub fn stream_bytes(dir: &Path, stream: &str) -> u64 {
+    let len = |p: PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
+    len(dir.join(stream)) + len(rotated(dir, stream))
+}
+
+/// The position just past the last byte of `stream` kept in `dir` (0 with no output yet).
+pub fn stream_end(dir: &Path, stream: &str) -> u64 {
+    let len = std::fs::metadata(dir.join(stream)).map_or(0, |m| m.len());
+    read_start(dir, stream).unwrap_or(0) + len
+}
+
 fn rotated(dir: &Path, stream: &str) -> PathBuf {
     dir.join(format!("{stream}.1"))
 }

@@ -204,6 +204,15 @@ pub struct TeamView {
     pub pending: u64,
     /// Scheduled or running jobs.
     pub active: u64,
+    /// Jobs the team may have pending (its own limit or the server's default).
+    #[serde(default)]
+    pub pending_limit: u64,
+    /// Bytes of job output kept for the team now.
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// Bytes of job output the team may keep (its own quota or the server's `--log-quota`).
+    #[serde(default)]
+    pub log_quota_bytes: u64,
 }
 
 /// A quota change.
@@ -213,6 +222,14 @@ pub struct TeamView {
 pub struct QuotaRequest {
     /// Whole GPUs (`null`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// Bytes of job output the server keeps for the team (absent: unchanged; a team never set
+    /// has the server's `--log-quota`, 10 GiB by default).
+    #[serde(default)]
+    pub log_quota_bytes: Option<u64>,
+    /// Jobs the team may have pending, each array member counting (absent: unchanged; default
+    /// 100,000). Past it, submissions get 429.
+    #[serde(default)]
+    pub pending_limit: Option<u64>,
 }
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with

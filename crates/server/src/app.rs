@@ -41,6 +41,8 @@ pub struct ServerConfig {
     pub pki: Option<Arc<Pki>>,
     /// Open connections at most; more wait in the accept backlog.
     pub max_connections: usize,
+    /// Open connections from one peer address at most; more are closed at once.
+    pub max_connections_per_address: usize,
     /// Time allowed for a request's headers, and for an idle keep-alive connection.
     pub header_read_timeout: Duration,
     /// Time allowed for the TLS handshake.
@@ -53,6 +55,8 @@ pub struct ServerConfig {
     pub log_limit_bytes: u64,
     /// Least time an elastic job runs between two resizes (each one restarts it).
     pub resize_interval: Duration,
+    /// What the server keeps of jobs' output: the team quota, retention, the free-space floor.
+    pub output: crate::output::OutputLimits,
 }
 
 impl ServerConfig {
@@ -72,17 +76,20 @@ impl ServerConfig {
             log_limit_bytes: crate::job_logs::DEFAULT_LIMIT,
             pki: None,
             max_connections: 1024,
+            max_connections_per_address: 128,
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
             resize_interval: Duration::from_secs(300),
+            output: crate::output::OutputLimits::default(),
         }
     }
 
     fn limits(&self) -> Limits {
         Limits {
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
             header_read_timeout: self.header_read_timeout,
             tls_handshake_timeout: self.tls_handshake_timeout,
             request_timeout: self.request_timeout,
@@ -120,6 +127,8 @@ pub struct App {
     /// The queue as of the last scheduling pass: each team's decayed GPU-seconds (fair share)
     /// and the borrowing limit (read by `/v1/queues`).
     pub queue: std::sync::RwLock<crate::scheduler::QueueInput>,
+    /// Job output kept on disk, counted per team.
+    pub output: crate::output::Output,
 }
 
 impl App {
@@ -198,6 +207,7 @@ impl Server {
             streams: Default::default(),
             closing: watch::channel(false).0,
             queue: Default::default(),
+            output: Default::default(),
         });
         Ok(Self { app, listeners: bound.listeners, missing, tls })
     }
@@ -238,7 +248,8 @@ impl Server {
     /// finish (up to [`ServerConfig::shutdown_grace`]), idle connections close at once.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx));
+        let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx.clone()));
+        let sweeper = tokio::spawn(sweep_output(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
         let limits = self.app.config.limits();
         tracing::info!(addrs = ?self.local_addrs()?, tls = self.is_tls(), "serving the API");
@@ -250,6 +261,27 @@ impl Server {
         transport::serve(self.listeners, router, self.tls, limits, shutdown).await;
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
+        let _ = sweeper.await;
         Ok(())
+    }
+}
+
+/// Every minute (and once at start): counts what is on disk, removes the output of jobs that
+/// ended longer ago than the retention window, and holds each team to its output quota.
+async fn sweep_output(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let app = Arc::clone(&app);
+        let swept = tokio::task::spawn_blocking(move || {
+            app.output.sweep(&*app.store, &app.config.logs_dir, now_ms(), app.config.output)
+        })
+        .await;
+        if let Ok(n @ 1..) = swept {
+            tracing::info!(jobs = n, "removed the output of jobs past the retention window");
+        }
     }
 }

@@ -36,6 +36,8 @@ pub struct Principal {
     pub peer: Option<SocketAddr>,
     /// The common name of the verified client certificate, when the peer presented one.
     pub cert_name: Option<String>,
+    /// That certificate's hex SHA-256.
+    pub cert_sha256: Option<String>,
 }
 
 impl Principal {
@@ -72,6 +74,25 @@ impl Principal {
         self.visible_teams().is_none_or(|teams| teams.iter().any(|t| t == team))
     }
 
+    /// Whether the caller may read the values of a job's declared `env` (tokens for a dataset,
+    /// a tracker's key): the user who submitted it and admins. Others who see the job see the
+    /// names only ([`Self::redact_env`]).
+    pub fn sees_env_of(&self, job: &gantry_store::Job) -> bool {
+        match (self.is_user(), self.token.role) {
+            (true, Role::Admin) => true,
+            (true, _) => job.user.is_some() && job.user == self.token.user,
+            (false, _) => false,
+        }
+    }
+
+    /// The job as the caller may read it: declared `env` values replaced by [`REDACTED`]
+    /// unless [`Self::sees_env_of`].
+    pub fn redact_env(&self, job: &mut gantry_store::Job) {
+        if !self.sees_env_of(job) {
+            job.env.values_mut().for_each(|v| REDACTED.clone_into(v));
+        }
+    }
+
     /// Any user (not an agent): reads of the cluster, scoped by [`Self::visible_teams`].
     pub fn require_user(&self) -> Result<(), ApiError> {
         if self.is_user() { Ok(()) } else { Err(forbidden("agent credentials cannot use this endpoint")) }
@@ -105,7 +126,8 @@ impl Principal {
     }
 
     /// Acting as a node's agent: only that node's credential (and, over mutual TLS, a client
-    /// certificate issued to that node).
+    /// certificate issued to that node; for a credential that a join over TLS issued, the very
+    /// certificate issued with it).
     pub fn require_node(&self, node_id: &str) -> Result<(), ApiError> {
         if self.token.kind != TokenKind::Node {
             return Err(forbidden("this needs a node credential (agents get one with a join token)"));
@@ -114,11 +136,17 @@ impl Principal {
             let own = self.token.node.as_deref().unwrap_or("?");
             return Err(forbidden(&format!("the credential of node {own} cannot act for node {node_id}")));
         }
-        match &self.cert_name {
-            Some(cn) if cn != node_id => {
-                Err(forbidden(&format!("the client certificate of {cn} cannot act for node {node_id}")))
-            }
-            _ => Ok(()),
+        if let Some(cn) = self.cert_name.as_deref().filter(|cn| *cn != node_id) {
+            return Err(forbidden(&format!("the client certificate of {cn} cannot act for node {node_id}")));
+        }
+        // A credential issued over TLS is half of a pair: without the certificate issued with
+        // it (kept with the agent's key), a copied credential is useless.
+        match (&self.token.cert_sha256, &self.cert_sha256) {
+            (Some(bound), Some(presented)) if bound == presented => Ok(()),
+            (Some(_), _) => Err(forbidden(&format!(
+                "the credential of node {node_id} is accepted only with the client certificate issued with it at join; present that certificate (the agent's client.pem and client.key)"
+            ))),
+            (None, _) => Ok(()),
         }
     }
 
@@ -135,6 +163,9 @@ impl Principal {
         }
     }
 }
+
+/// What a declared `env` value reads as for those who may not see it.
+pub const REDACTED: &str = "<redacted>";
 
 fn forbidden(why: &str) -> ApiError {
     ApiError::Forbidden(why.to_owned())
@@ -257,7 +288,8 @@ pub async fn require_token(
         }
         Err(e) => return Err(e),
     };
-    let cert_name = req.extensions().get::<crate::tls::PeerCert>().map(|p| p.common_name.clone());
-    req.extensions_mut().insert(Principal { token, peer, cert_name });
+    let cert = req.extensions().get::<crate::tls::PeerCert>();
+    let (cert_name, cert_sha256) = (cert.map(|p| p.common_name.clone()), cert.map(|p| p.sha256.clone()));
+    req.extensions_mut().insert(Principal { token, peer, cert_name, cert_sha256 });
     Ok(next.run(req).await)
 }

@@ -197,14 +197,20 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
     match command {
         Command::Submit { job, by } => {
             let team = job.team.clone();
-            let check = by.require_member_of(&team);
+            let check = by.require_member_of(&team).and_then(|()| pending_room(store, &job));
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
             audited(store, check, Change::Submit(job), entry)
         }
         Command::Cancel { id, array, by } => cancel(store, id, array, &by, now),
         Command::SetTeam { team, by } => {
             let entry = entry(&by, "team.set", format!("team/{}", team.name), Some(&team.name), now);
-            audited(store, by.require_operator(), Change::SetTeam(team), entry)
+            // GPU quotas are the operators'; what a team may store and queue, the admins'.
+            let check = if team.log_quota_bytes.is_some() || team.pending_limit.is_some() {
+                by.require_admin()
+            } else {
+                by.require_operator()
+            };
+            audited(store, check, Change::SetTeam(team), entry)
         }
         Command::SetUser { user, by } => {
             let entry = entry(&by, "user.set", format!("user/{}", user.name), None, now);
@@ -270,8 +276,57 @@ fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(),
     Ok(())
 }
 
+/// Jobs a team may have pending when its admin set no limit.
+pub const DEFAULT_PENDING_LIMIT: u64 = 100_000;
+
+/// Refuses a submission that would take the team past its pending limit (an array counts each
+/// member; a gang counts once, as in the job gauges). Checked before the write: submissions
+/// racing each other may each pass it, by at most their own size.
+fn pending_room(store: &dyn Store, job: &NewJob) -> Result<(), ApiError> {
+    let limit = store
+        .teams()?
+        .into_iter()
+        .find(|t| t.name == job.team)
+        .and_then(|t| t.pending_limit)
+        .unwrap_or(DEFAULT_PENDING_LIMIT);
+    let pending: u64 = store
+        .job_counts()?
+        .iter()
+        .filter(|(team, state, _)| *team == job.team && *state == gantry_store::JobState::Pending)
+        .map(|(_, _, n)| n)
+        .sum();
+    let adding = job.array.as_ref().map_or(1, |a| a.indices.len() as u64);
+    if pending + adding > limit {
+        return Err(ApiError::TooMany(format!(
+            "team {} has {pending} pending jobs and may have {limit}; this submission adds {adding}: wait for some to start or cancel some",
+            job.team
+        )));
+    }
+    Ok(())
+}
+
+/// The longest target an audit row stores, in bytes; and the longest outcome.
+const MAX_TARGET: usize = 128;
+const MAX_OUTCOME: usize = 512;
+
 fn entry(by: &Principal, action: &str, target: String, team: Option<&str>, at: i64) -> AuditEntry {
+    let target = truncate(target, MAX_TARGET);
     AuditEntry { actor: by.actor(team), action: action.to_owned(), target, at }
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut. Handlers
+/// validate identifiers before building commands; this keeps any that slip through (and
+/// refusal messages that quote them) from making a row large.
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// Passes `check`'s error on after recording it as a refusal.
@@ -279,7 +334,7 @@ fn refuse_unless(store: &dyn Store, check: Result<(), ApiError>, entry: AuditEnt
     let Err(e) = check else { return Ok(()) };
     let outcome = match &e {
         ApiError::NotFound(_) => "denied: not visible to the caller".to_owned(),
-        other => format!("denied: {other}"),
+        other => truncate(format!("denied: {other}"), MAX_OUTCOME),
     };
     if let Err(audit) = store.audit_refusal(entry, outcome) {
         tracing::warn!(error = %audit, "could not record a refusal in the audit log");

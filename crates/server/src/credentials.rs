@@ -47,6 +47,7 @@ pub fn new_token(secret: &str, kind: TokenKind, name: &str, ttl: Option<Duration
         name: name.to_owned(),
         created_at: now_ms(),
         expires_at: ttl.map(expiry),
+        cert_sha256: None,
     }
 }
 

@@ -34,6 +34,12 @@ pub enum ApiError {
     /// The request conflicts with the current state.
     #[error("{0}")]
     Conflict(String),
+    /// A limit of the caller's team is reached (pending jobs); wait or cancel.
+    #[error("{0}")]
+    TooMany(String),
+    /// The server's data disk is below its free-space floor (`--min-free-disk`).
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// Rejected before reaching the handler (wrong content type, body too large).
     #[error("{1}")]
     Rejected(StatusCode, String),
@@ -70,6 +76,8 @@ impl IntoResponse for ApiError {
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Rejected(status, _) => *status,
             ApiError::Internal(cause) => {
                 tracing::error!(%cause, "request failed");

@@ -10,7 +10,8 @@
 //!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown);
 //!   [`listen`]: binding it, on both loopback families for a loopback address.
 //! - [`job_logs`] and [`job_env`]: what the server and the agent agree on about a job's output
-//!   files and its declared environment.
+//!   files and its declared environment; [`output`]: how much of that output the server keeps
+//!   (a quota per team, retention after a job ends, a free-space floor for submissions).
 //!
 //! It is not the agent (see `gantry-agent`) and holds no state of its own beyond caches:
 //! restart it on the same store and it carries on.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod listen;
 pub mod memory;
 pub mod metrics;
+pub mod output;
 
 pub use gantry_api::{job_env, job_logs};
 pub mod scheduler;

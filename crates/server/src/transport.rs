@@ -7,6 +7,9 @@
 //! 1. takes a permit: at most [`Limits::max_connections`] are open at once. Beyond that the loop
 //!    stops accepting, so new connections wait in the kernel's accept backlog (1024) and are
 //!    served as others close; a client that gives up first sees a connect timeout, not a reset.
+//!    At most [`Limits::max_connections_per_address`] of them may come from one peer address:
+//!    a connection past that is closed at once, so one client holding slow connections open
+//!    cannot take every permit and stall everyone else.
 //! 2. with TLS, completes the handshake within [`Limits::tls_handshake_timeout`]. A client that
 //!    speaks plain HTTP to the TLS port gets a plain HTTP 400 saying so, then the
 //!    connection closes.
@@ -21,7 +24,7 @@
 //! HTTP/2 is not offered: HTTP/1.1 keeps one set of timeouts that is easy to reason about, and
 //! agents and the CLI send one small request at a time.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,13 +42,15 @@ use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
 use crate::error::ErrorBody;
-use crate::tls::{PeerCert, common_name};
+use crate::tls::{PeerCert, common_name, sha256_hex};
 
 /// The listener's limits (see the module documentation for what each one does).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Open connections at most.
     pub max_connections: usize,
+    /// Open connections from one peer address at most.
+    pub max_connections_per_address: usize,
     /// Time allowed for a request's headers, and for an idle keep-alive connection.
     pub header_read_timeout: Duration,
     /// Time allowed for the TLS handshake.
@@ -75,6 +80,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let per_address = PerAddress::new(limits.max_connections_per_address);
     let graceful = GracefulShutdown::new();
     let shared = Shared { router, tls, limits };
     tokio::pin!(shutdown);
@@ -97,12 +103,61 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(slot) = per_address.take(peer.ip()) else {
+            tracing::debug!(%peer, "closed a connection past the per-address limit");
+            drop(stream);
+            continue;
+        };
         let span = tracing::info_span!("connection", %peer);
+        let permit = (permit, slot);
         tokio::spawn(connection(stream, peer, shared.clone(), graceful.watcher(), permit).instrument(span));
     }
     drop(listeners);
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await.is_err() {
         tracing::warn!(grace = ?limits.shutdown_grace, "requests still running at shutdown were abandoned");
+    }
+}
+
+/// Open connections per peer address.
+#[derive(Debug, Clone)]
+struct PerAddress {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>,
+    limit: usize,
+}
+
+/// One open connection of an address; dropping it gives the slot back.
+#[derive(Debug)]
+struct AddressSlot {
+    of: PerAddress,
+    ip: IpAddr,
+}
+
+impl PerAddress {
+    fn new(limit: usize) -> Self {
+        Self { open: Arc::default(), limit: limit.max(1) }
+    }
+
+    /// A slot for `ip`, unless it has `limit` connections open.
+    fn take(&self, ip: IpAddr) -> Option<AddressSlot> {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot { of: self.clone(), ip })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.of.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -121,7 +176,7 @@ async fn connection(
     peer: SocketAddr,
     shared: Shared,
     watcher: Watcher,
-    _permit: OwnedSemaphorePermit,
+    _permit: (OwnedSemaphorePermit, AddressSlot),
 ) {
     let _ = stream.set_nodelay(true);
     let Some(config) = shared.tls.clone() else {
@@ -144,8 +199,8 @@ async fn connection(
     let Ok(Some(tls)) = tokio::time::timeout(shared.limits.tls_handshake_timeout, handshake).await else {
         return;
     };
-    let cert = tls.get_ref().1.peer_certificates().and_then(<[_]>::first).and_then(|c| common_name(c));
-    let cert = cert.map(|common_name| PeerCert { common_name });
+    let cert = tls.get_ref().1.peer_certificates().and_then(<[_]>::first);
+    let cert = cert.and_then(|c| Some(PeerCert { common_name: common_name(c)?, sha256: sha256_hex(c) }));
     http(TokioIo::new(tls), peer, cert, &shared, watcher).await;
 }
 

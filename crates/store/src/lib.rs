@@ -24,9 +24,11 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// Durable control-plane state. Every method is atomic; writes are durable when they return.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Applies a change made for a caller and appends it to the audit log, in one transaction.
-    /// A change that fails is still recorded, with `error: …` as its outcome.
+    /// A change that fails is still recorded, with `error: …` as its outcome (the same caller's
+    /// identical failures within a minute share one row, counted, as refusals do).
     fn apply(&self, change: Change, audit: AuditEntry) -> Result<Changed>;
-    /// Records a refused request (`denied: …`) in the audit log.
+    /// Records a refused request (`denied: …`) in the audit log; the same caller's refusals for
+    /// the same action and reason within a minute share one row, counted.
     fn audit_refusal(&self, audit: AuditEntry, outcome: String) -> Result<()>;
     /// Audit rows after id `after`, oldest first, at most `limit`, none before `since` (ms).
     fn audit_rows(&self, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>>;

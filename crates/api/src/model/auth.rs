@@ -42,6 +42,10 @@ pub struct TokenRecord {
     pub revoked_at: Option<i64>,
     /// When a join token was traded in (ms since the epoch).
     pub used_at: Option<i64>,
+    /// For a node credential issued over TLS: the hex SHA-256 of the client certificate issued
+    /// with it, the only one it is accepted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_sha256: Option<String>,
 }
 
 impl TokenRecord {
@@ -67,6 +71,14 @@ pub struct Team {
     pub name: String,
     /// Whole GPUs the team may hold while others wait (`None`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// Bytes of job output the server keeps for the team (`None`: the server's default,
+    /// `--log-quota`). Setting a team with `None` leaves the team's own value as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_quota_bytes: Option<u64>,
+    /// Jobs the team may have pending, each array member counting (`None`: the default,
+    /// 100,000). Setting a team with `None` leaves the team's own value as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_limit: Option<u64>,
 }
 
 /// A recorded event.
@@ -112,6 +124,14 @@ pub struct AuditRecord {
     pub peer: Option<String>,
     /// Hash of the previous row (64 zeros for the first).
     pub prev_hash: String,
-    /// SHA-256 over `prev_hash` and this row's fields.
+    /// SHA-256 over `prev_hash` and this row's fields (all but `count`).
     pub hash: String,
+    /// How many requests the row stands for: refusals from the same caller, for the same
+    /// action and reason, within the row's minute, are counted on its row rather than added.
+    #[serde(default = "one")]
+    pub count: u64,
+}
+
+fn one() -> u64 {
+    1
 }

@@ -68,7 +68,11 @@ pub fn run(args: AuditArgs) -> anyhow::Result<()> {
                 r.team.clone().unwrap_or_else(|| "-".into()),
                 r.action.clone(),
                 r.target.clone(),
-                r.outcome.clone(),
+                if r.count > 1 {
+                    format!("{} (×{} that minute)", r.outcome, r.count)
+                } else {
+                    r.outcome.clone()
+                },
                 r.peer.clone().unwrap_or_else(|| "-".into()),
             ]
         })

@@ -49,6 +49,10 @@ pub struct ControlArgs {
     /// Open connections at most; more wait in the accept backlog until one closes.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
+    /// Open connections from one address at most; more are closed at once, so one client
+    /// cannot hold every connection slot.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections_per_address: u32,
     /// Placement policy.
     #[arg(long, default_value = "gantry")]
     pub policy: PolicyKind,
@@ -65,6 +69,18 @@ pub struct ControlArgs {
     /// rotated away. Agents get it with each job.
     #[arg(long, default_value = "64MiB")]
     pub log_limit: String,
+    /// Bytes of job output the server keeps per team, for teams without their own
+    /// (`PUT /v1/teams/{name}` with `log_quota_bytes`): `10GiB`. Past it the team's oldest
+    /// ended attempts' output is removed, then new output is cut with a marker line.
+    #[arg(long, value_name = "SIZE", default_value = "10GiB")]
+    pub log_quota: String,
+    /// How long a job's output is kept after the job ends: `7d`, `12h`.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = super::submit::parse_time)]
+    pub log_retention: u64,
+    /// Submissions are refused (507) while the data disk has less free space than this: `1GiB`
+    /// (`0`: never).
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    pub min_free_disk: String,
     /// Least time an elastic job (`submit --gpus 2..8`) runs between two resizes, each of
     /// which restarts it: `90s`, `5m`, `1h`. Example: `--resize-interval 10m`.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = super::submit::parse_time)]
@@ -104,6 +120,8 @@ pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
     if log_limit < 4096 {
         anyhow::bail!("--log-limit must be at least 4KiB");
     }
+    super::sandbox::parse_size(&args.log_quota).context("--log-quota")?;
+    super::sandbox::parse_size(&args.min_free_disk).context("--min-free-disk")?;
     let data = match &args.data_dir {
         Some(d) => d.clone(),
         None => default_data_dir()?,
@@ -175,8 +193,14 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.heartbeat_timeout = Duration::from_secs_f64(args.heartbeat_timeout);
     config.node_lost_after = Duration::from_secs(args.node_lost_after);
     config.max_connections = args.max_connections as usize;
+    config.max_connections_per_address = args.max_connections_per_address as usize;
     config.resize_interval = Duration::from_secs(args.resize_interval);
     config.log_limit_bytes = super::sandbox::parse_size(&args.log_limit).context("--log-limit")?;
+    config.output = gantry_server::output::OutputLimits {
+        team_quota: super::sandbox::parse_size(&args.log_quota).context("--log-quota")?,
+        retention: Duration::from_secs(args.log_retention),
+        min_free_disk: super::sandbox::parse_size(&args.min_free_disk).context("--min-free-disk")?,
+    };
     config.pki = pki.clone();
     let server = Server::bind(config, Arc::clone(&prepared.store)).await?;
     let url = local_url(server.local_addr()?, pki.is_some());

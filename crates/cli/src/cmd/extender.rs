@@ -134,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // member's /bind may be held up to --gang-timeout, so requests get that and a margin.
         let limits = Limits {
             max_connections: 256,
+            max_connections_per_address: 256,
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
             request_timeout: gang_timeout + Duration::from_secs(30),

@@ -19,25 +19,55 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(escaped)
 }
 
-/// Prints rows as aligned columns under a header (cells through [`printable`]).
+/// The widest a table cell is shown, in characters: longer ones are cut, ending in `…`. Cells
+/// come from the server (a job's program name, an audit row's target) and may be as long as a
+/// request allows; padding a cell that wide would also panic (`format!` widths stop at 65,535).
+pub const MAX_CELL: usize = 120;
+
+/// `text` cut to at most [`MAX_CELL`] characters, the last one `…` when it was cut.
+pub fn cut(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(MAX_CELL) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some(_) => {
+            let kept: String = text.chars().take(MAX_CELL - 1).collect();
+            std::borrow::Cow::Owned(kept + "…")
+        }
+    }
+}
+
+/// Prints rows as aligned columns under a header (cells through [`printable`] and [`cut`]).
 pub fn print(header: &[&str], rows: &[Vec<String>]) {
+    print!("{}", render(header, rows));
+}
+
+/// The text [`print`] writes.
+pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> =
-        rows.iter().map(|row| row.iter().map(|c| printable(c).into_owned()).collect()).collect();
-    let rows = &rows;
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
+        rows.iter().map(|row| row.iter().map(|c| cut(&printable(c)).into_owned()).collect()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("{}", padded.join("  ").trim_end());
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            text.extend(std::iter::repeat_n(' ', w.saturating_sub(cell.chars().count())));
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
     };
     line(header.to_vec());
-    for row in rows {
+    for row in &rows {
         line(row.iter().map(String::as_str).collect());
     }
+    out
 }
 
 /// Prints a value as pretty JSON.
@@ -131,5 +161,34 @@ mod tests {
         assert_eq!(super::when(951_827_696_000), "2000-02-29 12:34 UTC");
         assert_eq!(super::rfc3339(951_827_696_007), "2000-02-29T12:34:56.007Z");
         assert_eq!(super::span(3_725_000), "1h02m");
+    }
+
+    #[test]
+    fn a_cell_of_a_hundred_thousand_characters_is_cut_in_every_column_of_every_width() {
+        // Before, a cell wider than 65,535 characters made `format!` panic ("Formatting
+        // argument out of range"), on every call that printed it. Every table goes through
+        // `render`; these are widths from 1 to 12 columns, the long cell in each column.
+        let long = "x".repeat(100_000);
+        for columns in 1..=12 {
+            let header: Vec<String> = (0..columns).map(|c| format!("COL{c}")).collect();
+            let header: Vec<&str> = header.iter().map(String::as_str).collect();
+            for at in 0..columns {
+                let row: Vec<String> =
+                    (0..columns).map(|c| if c == at { long.clone() } else { "short".into() }).collect();
+                let text = super::render(&header, &[row]);
+                let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+                assert!(widest <= columns * (super::MAX_CELL + 2), "{columns} columns: a line of {widest}");
+                assert!(text.contains('…'), "the cut is marked");
+            }
+        }
+    }
+
+    #[test]
+    fn short_cells_are_left_whole_and_aligned() {
+        let text =
+            super::render(&["A", "B"], &[vec!["héllo".into(), "1".into()], vec!["x".into(), "2".into()]]);
+        assert_eq!(text, "A      B\nhéllo  1\nx      2\n");
+        let exact = "y".repeat(super::MAX_CELL);
+        assert_eq!(super::cut(&exact), exact.as_str());
     }
 }

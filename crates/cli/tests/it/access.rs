@@ -98,3 +98,19 @@ fn control_characters_in_a_job_reach_no_terminal_raw() {
     let shown = cluster.gantry(&["job", "1"]);
     assert!(shown.contains(r"\u{1b}]52;c;"), "the escape is shown, escaped: {shown}");
 }
+
+#[test]
+fn a_job_with_a_65530_byte_program_name_leaves_gantry_jobs_and_gantry_audit_working() {
+    // Before, the long cell made `format!` panic (`table.rs:34: Formatting argument out of
+    // range`) for everyone who could see the job, admins included.
+    let cluster = Cluster::start(&["--no-agent"]);
+    let program = format!("/opt/{}", "p".repeat(65_525));
+    assert_eq!(program.len(), 65_530);
+    cluster.gantry(&["submit", "--wait-for-capacity", "--", &program]);
+    let jobs = cluster.gantry(&["jobs"]);
+    assert!(jobs.contains('…'), "the long cell is cut:\n{}", &jobs[..jobs.len().min(2000)]);
+    assert!(jobs.lines().all(|l| l.chars().count() < 2000), "no line carries the whole name");
+    let audit = cluster.gantry(&["audit"]);
+    assert!(audit.contains("job.submit"), "{audit}");
+    assert!(cluster.try_gantry(&["job", "1"]).status.success());
+}

@@ -3,7 +3,9 @@
 //! credential, `POST /v1/agent/register` and `POST /v1/agent/heartbeat` every interval. A node
 //! credential acts for its node alone: it registers only that node id, claims no GPU a live node
 //! holds, and its reports about jobs placed elsewhere change nothing. A heartbeat carries GPU health and samples and the state of the node's jobs;
-//! the answer is the full list of jobs the node must run. A heartbeat with an old epoch gets 409
+//! the answer is the full list of jobs the node must run. A credential that a join over TLS
+//! issued is bound to the client certificate issued with it: without that certificate it is
+//! refused (403), so a credential copied off a node (or out of a log) is of no use alone. A heartbeat with an old epoch gets 409
 //! and the agent must stop everything and register again (fencing).
 
 use std::sync::Arc;
@@ -33,10 +35,6 @@ pub async fn join(
     validate::word("node_id", &req.node_id)?;
     let secret = crate::auth::new_secret().map_err(|e| ApiError::Internal(e.to_string()))?;
     let name = format!("node {}", req.node_id);
-    let credential = NewToken {
-        node: Some(req.node_id.clone()),
-        ..credentials::new_token(&secret, TokenKind::Node, &name, None)
-    };
     // Issue the certificate first: a failure then leaves the join token unused.
     let tls = match &app.pki {
         Some(pki) => {
@@ -45,6 +43,16 @@ pub async fn join(
             Some((pki.ca_pem().to_owned(), cert, key))
         }
         None => None,
+    };
+    // Over TLS the credential is bound to that certificate: one without the other is refused.
+    let cert_sha256 = match &tls {
+        Some((_, cert, _)) => Some(pem_sha256(cert)?),
+        None => None,
+    };
+    let credential = NewToken {
+        node: Some(req.node_id.clone()),
+        cert_sha256,
+        ..credentials::new_token(&secret, TokenKind::Node, &name, None)
     };
     app.dispatch(Command::Join { credential, by: who }).await?;
     let (ca_pem, client_cert_pem, client_key_pem) = match tls {
@@ -58,6 +66,15 @@ pub async fn join(
         client_cert_pem,
         client_key_pem,
     }))
+}
+
+/// Hex SHA-256 of the DER of a certificate in PEM, as the listener reports a client's.
+fn pem_sha256(pem: &str) -> Result<String, ApiError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let der = CertificateDer::from_pem_slice(pem.as_bytes())
+        .map_err(|e| ApiError::Internal(format!("the issued client certificate: {e}")))?;
+    Ok(crate::tls::sha256_hex(&der))
 }
 
 /// Register (or re-register) a node; returns the new epoch.
@@ -101,6 +118,8 @@ pub async fn heartbeat(
     Extension(who): Extension<Principal>,
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
+    // Before anything quotes it (a refusal's audit row, a log line): a node id is a short word.
+    validate::word("node_id", &hb.node_id)?;
     let finished = hb.jobs.iter().any(|j| j.exit.is_some());
     let chunks = decode_logs(&hb)?;
     if !chunks.is_empty() && who.require_node(&hb.node_id).is_ok() {
@@ -143,24 +162,35 @@ fn decode_logs(hb: &Heartbeat) -> Result<Vec<(usize, Vec<u8>)>, ApiError> {
 }
 
 /// Appends shipped output to the server's copy, for attempts placed on this node under this
-/// epoch only: a node cannot write another node's jobs' logs.
+/// epoch only (a node cannot write another node's jobs' logs), within each team's output quota.
 async fn store_logs(app: &Arc<App>, hb: &Heartbeat, chunks: Vec<(usize, Vec<u8>)>) -> Result<(), ApiError> {
-    let (store, logs_dir, limit) =
-        (Arc::clone(&app.store), app.config.logs_dir.clone(), app.config.log_limit_bytes);
+    let app = Arc::clone(app);
     let (node, epoch, meta) = (hb.node_id.clone(), hb.epoch, hb.logs.clone());
     tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+        let (store, logs, limits) = (&*app.store, &app.config.logs_dir, app.config.output);
+        let quotas: std::collections::HashMap<String, u64> =
+            store.teams()?.into_iter().filter_map(|t| t.log_quota_bytes.map(|q| (t.name, q))).collect();
         for (i, bytes) in chunks {
             let c = &meta[i];
-            let ours = store.job(c.job_id)?.is_some_and(|j| {
+            let Some(job) = store.job(c.job_id)?.filter(|j| {
                 j.node_id.as_deref() == Some(node.as_str())
                     && j.epoch == Some(epoch)
                     && j.attempt == c.attempt
-            });
-            if !ours {
+            }) else {
                 continue;
-            }
-            let dir = crate::job_logs::attempt_dir(&logs_dir, c.job_id, c.attempt);
-            crate::job_logs::append_at(&dir, &c.stream, c.attempt, c.offset, &bytes, limit)
+            };
+            let quota = quotas.get(&job.team).copied().unwrap_or(limits.team_quota);
+            let write = crate::output::Shipped {
+                job: &job,
+                attempt: c.attempt,
+                stream: &c.stream,
+                offset: c.offset,
+                bytes: &bytes,
+                quota,
+                limit: app.config.log_limit_bytes,
+            };
+            app.output
+                .write(store, logs, write)
                 .map_err(|e| ApiError::Internal(format!("storing output of job {}: {e}", c.job_id)))?;
         }
         Ok(())

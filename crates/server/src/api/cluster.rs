@@ -103,7 +103,7 @@ pub(crate) fn gpu_views(s: &dyn Store, teams: Option<Vec<String>>) -> Result<Vec
     Ok(views)
 }
 
-/// Teams, quotas and queue sizes.
+/// Teams, quotas and queue sizes, with each team's limits and the job output kept for it.
 #[utoipa::path(get, path = "/v1/teams", security(("bearer" = [])), responses((status = 200, body = Vec<TeamView>)))]
 pub async fn teams(
     State(app): State<Arc<App>>,
@@ -113,17 +113,20 @@ pub async fn teams(
     let (mut teams, mut counts) = blocking(&app, |s| Ok((s.teams()?, s.job_counts()?))).await?;
     teams.retain(|t| who.sees_team(&t.name));
     counts.retain(|(team, _, _)| who.sees_team(team));
-    let mut views: HashMap<String, TeamView> = teams
-        .into_iter()
-        .map(|t| (t.name.clone(), TeamView { name: t.name, gpu_quota: t.gpu_quota, pending: 0, active: 0 }))
-        .collect();
+    let limits = app.config.output;
+    let view = |name: String, t: Option<&gantry_store::Team>| TeamView {
+        name,
+        gpu_quota: t.and_then(|t| t.gpu_quota),
+        pending: 0,
+        active: 0,
+        pending_limit: t.and_then(|t| t.pending_limit).unwrap_or(crate::command::DEFAULT_PENDING_LIMIT),
+        log_bytes: 0,
+        log_quota_bytes: t.and_then(|t| t.log_quota_bytes).unwrap_or(limits.team_quota),
+    };
+    let mut views: HashMap<String, TeamView> =
+        teams.iter().map(|t| (t.name.clone(), view(t.name.clone(), Some(t)))).collect();
     for (team, state, n) in counts {
-        let view = views.entry(team.clone()).or_insert_with(|| TeamView {
-            name: team,
-            gpu_quota: None,
-            pending: 0,
-            active: 0,
-        });
+        let view = views.entry(team.clone()).or_insert_with(|| view(team, None));
         match state {
             JobState::Pending => view.pending += n,
             s if s.is_active() => view.active += n,
@@ -132,10 +135,19 @@ pub async fn teams(
     }
     let mut views: Vec<TeamView> = views.into_values().collect();
     views.sort_by(|a, b| a.name.cmp(&b.name));
+    let views = tokio::task::spawn_blocking(move || {
+        for v in &mut views {
+            v.log_bytes = app.output.used(&*app.store, &app.config.logs_dir, &v.name);
+        }
+        views
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(Json(views))
 }
 
-/// Set a team's GPU quota (operator or admin).
+/// Set a team's GPU quota (operator or admin), and what it may keep and queue
+/// (`log_quota_bytes`, `pending_limit`: admin only).
 #[utoipa::path(put, path = "/v1/teams/{name}", params(("name" = String, Path, description = "team")),
     request_body = QuotaRequest, security(("bearer" = [])), responses((status = 204), (status = 403, body = ErrorBody)))]
 pub async fn set_quota(
@@ -145,7 +157,19 @@ pub async fn set_quota(
     Body(req): Body<QuotaRequest>,
 ) -> Result<StatusCode, ApiError> {
     validate::word("name", &name)?;
-    app.dispatch(Command::SetTeam { team: Team { name, gpu_quota: req.gpu_quota }, by: who }).await?;
+    if let Some(bytes) = req.log_quota_bytes {
+        validate::at_most("log_quota_bytes", bytes, 1 << 60)?;
+    }
+    if let Some(jobs) = req.pending_limit {
+        validate::at_most("pending_limit", jobs, 1 << 40)?;
+    }
+    let team = Team {
+        name,
+        gpu_quota: req.gpu_quota,
+        log_quota_bytes: req.log_quota_bytes,
+        pending_limit: req.pending_limit,
+    };
+    app.dispatch(Command::SetTeam { team, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -22,7 +22,9 @@ const LOG_CHUNK: u64 = 1 << 20;
 
 /// Submit a job.
 #[utoipa::path(post, path = "/v1/jobs", request_body = SubmitRequest, security(("bearer" = [])),
-    responses((status = 201, body = SubmitResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 201, body = SubmitResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody, description = "the team's pending limit is reached"),
+        (status = 507, body = ErrorBody, description = "the server's data disk is below its free-space floor")))]
 pub async fn submit(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
@@ -30,6 +32,7 @@ pub async fn submit(
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     let wait_for_capacity = req.wait_for_capacity;
     let job = new_job(req, &who)?;
+    disk_floor(&app)?;
     for d in &job.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
         visible_job(&app, &who, d.job).await.map_err(|_| {
@@ -50,6 +53,25 @@ pub async fn submit(
     }
 }
 
+/// Refuses submissions (507) while the data disk has less free space than the floor: a job
+/// accepted then could not keep its output, nor the store its state.
+fn disk_floor(app: &App) -> Result<(), ApiError> {
+    let floor = app.config.output.min_free_disk;
+    if floor == 0 {
+        return Ok(());
+    }
+    let free = crate::output::free_bytes(&app.config.logs_dir)
+        .map_err(|e| ApiError::Internal(format!("reading the data disk's free space: {e}")))?;
+    if free < floor {
+        return Err(ApiError::InsufficientStorage(format!(
+            "the server's data disk has {} free, below its floor of {} (--min-free-disk): no jobs are accepted until an operator frees space",
+            crate::output::size(free),
+            crate::output::size(floor)
+        )));
+    }
+    Ok(())
+}
+
 fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
     validate::env(&req.env)?;
@@ -67,7 +89,11 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         (None, _) => return Err(ApiError::Unprocessable("team: you are in several teams; name one".into())),
     };
     validate::word("team", &team)?;
-    let program = req.command.first().map(|p| p.rsplit('/').next().unwrap_or(p).to_owned());
+    // A name taken from the program is cut to what a name may be, rather than refused.
+    let program = req.command.first().map(|p| {
+        let base = p.rsplit('/').next().unwrap_or(p);
+        base.char_indices().take_while(|(i, c)| i + c.len_utf8() <= 128).map(|(_, c)| c).collect::<String>()
+    });
     let name = req.name.or(program).unwrap_or_default();
     validate::label("name", &name)?;
     if !(-1000..=1000).contains(&req.priority) {
@@ -136,7 +162,10 @@ pub async fn list(
         array: q.array,
     };
     let mut jobs = blocking(&app, move |s| s.jobs(&filter)).await?;
-    jobs.iter_mut().for_each(|j| app.explain(j));
+    jobs.iter_mut().for_each(|j| {
+        app.explain(j);
+        who.redact_env(j);
+    });
     Ok((super::next_page(jobs.len(), limit, jobs.last().map(|j| j.id)), Json(jobs)))
 }
 
@@ -152,10 +181,12 @@ pub async fn get(
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let gang = job.gang.as_ref().is_some_and(|g| !g.is_worker());
-    let (transitions, attempts, workers) = blocking(&app, move |s| {
+    let (transitions, attempts, mut workers) = blocking(&app, move |s| {
         Ok((s.transitions(id)?, s.attempts(id)?, if gang { s.workers(id)? } else { Vec::new() }))
     })
     .await?;
+    who.redact_env(&mut job);
+    workers.iter_mut().for_each(|w| who.redact_env(w));
     Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes: app.config.log_limit_bytes, workers }))
 }
 
@@ -169,8 +200,11 @@ pub async fn cancel(
     Path(id): Path<JobId>,
     Query(q): Query<CancelQuery>,
 ) -> Result<Json<Job>, ApiError> {
-    match app.dispatch(Command::Cancel { id, array: q.array, by: who }).await? {
-        Outcome::Job(job) => Ok(Json(*job)),
+    match app.dispatch(Command::Cancel { id, array: q.array, by: who.clone() }).await? {
+        Outcome::Job(mut job) => {
+            who.redact_env(&mut job);
+            Ok(Json(*job))
+        }
         other => Err(ApiError::Internal(format!("cancel produced {other:?}"))),
     }
 }

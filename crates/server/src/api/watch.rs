@@ -203,7 +203,8 @@ impl Watcher {
     async fn read(&self) -> Result<Tick, ApiError> {
         let store = Arc::clone(&self.slot.app.store);
         let (id, cursor) = (self.who.id, self.cursor);
-        let teams = Principal { token: self.who.clone(), peer: None, cert_name: None }.visible_teams();
+        let teams = Principal { token: self.who.clone(), peer: None, cert_name: None, cert_sha256: None }
+            .visible_teams();
         let tick = tokio::task::spawn_blocking(move || -> Result<Tick, StoreError> {
             let s: &dyn Store = &*store;
             let (cursor, jobs) = s.changed_jobs(Some(cursor), CHANGES_PER_TICK, teams.clone())?;
@@ -220,8 +221,10 @@ impl Watcher {
         let gpus = changed(&mut self.gpus, tick.gpus.into_iter().map(|g| (g.gpu.info.uuid.clone(), slim(g))));
         self.cursor = tick.cursor;
         let mut jobs = tick.jobs;
+        let who = Principal { token: self.who.clone(), peer: None, cert_name: None, cert_sha256: None };
         for job in &mut jobs {
             self.slot.app.explain(job);
+            who.redact_env(job);
         }
         event(out, "nodes", &nodes);
         event(out, "gpus", &gpus);

@@ -25,6 +25,8 @@ pub use pki::Pki;
 pub struct PeerCert {
     /// The certificate's subject common name (for agents: the node id it was issued to).
     pub common_name: String,
+    /// Hex SHA-256 of the certificate's DER: what a node credential issued with it is bound to.
+    pub sha256: String,
 }
 
 /// Why certificates could not be made, read or used.

@@ -196,7 +196,12 @@ impl World {
                 }
             }
             Op::Quota(t, quota) => {
-                let _ = self.store.set_team(&Team { name: format!("t{t}"), gpu_quota: *quota });
+                let _ = self.store.set_team(&Team {
+                    name: format!("t{t}"),
+                    gpu_quota: *quota,
+                    log_quota_bytes: None,
+                    pending_limit: None,
+                });
             }
             Op::Preempt(k) => {
                 if let Some(job) = self.job(*k).filter(|j| j.state.is_active()) {

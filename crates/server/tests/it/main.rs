@@ -7,6 +7,7 @@ mod incremental;
 mod limits;
 mod live;
 mod queue;
+mod quotas;
 mod scheduling;
 mod security;
 mod tls;
@@ -24,7 +25,9 @@ pub struct TestServer {
     pub token: String,
     pub store: Arc<dyn Store>,
     pub http: reqwest::Client,
-    _dir: tempfile::TempDir,
+    /// The server's shared state (its config, the output ledger).
+    pub app: Arc<gantry_server::App>,
+    pub dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -45,12 +48,13 @@ impl TestServer {
         let ca = config.pki.as_ref().map(|p| p.ca_pem().to_owned());
         let server = Server::bind(config, Arc::clone(&store)).await.expect("bind");
         let url = server.url().expect("url");
+        let app = server.app();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(server.serve(async move {
             let _ = rx.await;
         }));
         let http = client(ca.as_deref(), None);
-        Self { url, token, store, http, _dir: dir, stop: Some(tx) }
+        Self { url, token, store, http, app, dir, stop: Some(tx) }
     }
 
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {

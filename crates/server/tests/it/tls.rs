@@ -96,6 +96,7 @@ async fn echo_server(pki: Option<&Pki>) -> (String, tokio::sync::oneshot::Sender
     let scheme = if tls.is_some() { "https" } else { "http" };
     let limits = Limits {
         max_connections: 64,
+        max_connections_per_address: 64,
         header_read_timeout: Duration::from_secs(5),
         tls_handshake_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(30),
@@ -188,4 +189,37 @@ async fn the_ca_is_served_without_a_token_and_only_with_tls() {
     let plain = TestServer::start().await;
     let resp = plain.http.get(format!("{}/v1/ca.pem", plain.url)).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_node_credential_from_a_join_over_tls_is_refused_without_the_certificate_issued_with_it() {
+    // Before, the credential alone was enough: one copied off a node acted for it from anywhere.
+    let s = tls_server().await;
+    let join =
+        gantry_server::create_join_token(&*s.store, Some("node-a"), Duration::from_secs(600)).expect("join");
+    let joined: serde_json::Value = crate::json_of(
+        s.http
+            .post(format!("{}/v1/agent/join", s.url))
+            .bearer_auth(&join)
+            .json(&serde_json::json!({"node_id": "node-a"})),
+    )
+    .await;
+    let credential = joined["credential"].as_str().expect("credential");
+    let (cert, key) =
+        (joined["client_cert_pem"].as_str().expect("cert"), joined["client_key_pem"].as_str().expect("key"));
+    let register = serde_json::json!({"node_id": "node-a", "hostname": "a", "cpu_milli": 1000, "memory_mib": 1024, "gpus": []});
+    let send = |http: &reqwest::Client| {
+        http.post(format!("{}/v1/agent/register", s.url)).bearer_auth(credential).json(&register).send()
+    };
+    let bare = send(&s.http).await.expect("send");
+    assert_eq!(bare.status(), StatusCode::FORBIDDEN);
+    let error = bare.text().await.expect("text");
+    assert!(error.contains("only with the client certificate issued with it"), "{error}");
+    // Another certificate for the same node, from the same CA, is not the one issued with it.
+    let pki = s.app.pki.as_ref().expect("pki");
+    let (other_cert, other_key) = pki.issue_client("node-a").expect("issue");
+    let other = client(Some(pki.ca_pem()), Some((&other_cert, &other_key)));
+    assert_eq!(send(&other).await.expect("send").status(), StatusCode::FORBIDDEN);
+    let paired = client(Some(pki.ca_pem()), Some((cert, key)));
+    assert_eq!(send(&paired).await.expect("send").status(), StatusCode::OK);
 }

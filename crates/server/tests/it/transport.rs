@@ -29,6 +29,8 @@ async fn a_thousand_connections_that_never_finish_their_headers_are_closed_and_o
     let s = TestServer::start_with(|config, _| {
         config.header_read_timeout = Duration::from_secs(3);
         config.max_connections = 1024;
+        // All from loopback: this is about the header timeout, not the per-address cap.
+        config.max_connections_per_address = 1024;
     })
     .await;
     let addr = s.url.trim_start_matches("http://").to_owned();
@@ -84,6 +86,7 @@ async fn shutdown_finishes_a_running_request_without_waiting_for_idle_keep_alive
     );
     let limits = Limits {
         max_connections: 16,
+        max_connections_per_address: 16,
         header_read_timeout: Duration::from_secs(60),
         tls_handshake_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(30),

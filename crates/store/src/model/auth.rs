@@ -21,6 +21,8 @@ pub struct NewToken {
     pub created_at: i64,
     /// After this (ms since the epoch) the token is refused.
     pub expires_at: Option<i64>,
+    /// A node credential's client certificate (hex SHA-256 of its DER), which must come with it.
+    pub cert_sha256: Option<String>,
 }
 
 /// Who did something, for the audit log.

@@ -21,6 +21,7 @@ pub(super) fn append(c: &Connection, entry: &AuditEntry, outcome: &str) -> Resul
         peer: entry.actor.peer.clone(),
         prev_hash: last_hash,
         hash: String::new(),
+        count: 1,
     };
     row.hash = row_hash(&row.prev_hash, &row);
     c.prepare_cached(
@@ -48,6 +49,26 @@ pub(super) fn append(c: &Connection, entry: &AuditEntry, outcome: &str) -> Resul
     Ok(())
 }
 
+/// Records a refusal or a failed change: on the row of the same caller's refusal for the same action and reason
+/// within the same minute when there is one (its `count` grows), else as a new row.
+pub(super) fn refusal(c: &Connection, entry: &AuditEntry, outcome: &str) -> Result<()> {
+    let minute = entry.at - entry.at.rem_euclid(60_000);
+    let same: Option<i64> = c
+        .prepare_cached(
+            "SELECT id FROM audit WHERE actor = ?1 AND action = ?2 AND at >= ?3 AND at < ?3 + 60000 \
+             AND role = ?4 AND outcome = ?5 ORDER BY id DESC LIMIT 1",
+        )?
+        .query_row(params![entry.actor.name, entry.action, minute, entry.actor.role, outcome], |r| r.get(0))
+        .optional()?;
+    match same {
+        Some(id) => {
+            c.prepare_cached("UPDATE audit SET count = count + 1 WHERE id = ?1")?.execute([id])?;
+            Ok(())
+        }
+        None => append(c, entry, outcome),
+    }
+}
+
 /// The last row's id and hash.
 pub(super) fn head(c: &Connection) -> Result<Option<(i64, String)>> {
     Ok(c.prepare_cached("SELECT last_id, last_hash FROM audit_head WHERE one = 1")?
@@ -58,7 +79,7 @@ pub(super) fn head(c: &Connection) -> Result<Option<(i64, String)>> {
 /// Rows with ids above `after`, oldest first, at most `limit`; only those at or after `since`.
 pub(super) fn rows(c: &Connection, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
     let mut stmt = c.prepare_cached(
-        "SELECT id, at, actor, role, team, action, target, outcome, peer, prev_hash, hash FROM audit \
+        "SELECT id, at, actor, role, team, action, target, outcome, peer, prev_hash, hash, count FROM audit \
          WHERE id > ?1 AND (?2 IS NULL OR at >= ?2) ORDER BY id LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![after, since, limit], |r| {
@@ -74,6 +95,7 @@ pub(super) fn rows(c: &Connection, after: i64, since: Option<i64>, limit: u32) -
             peer: r.get(8)?,
             prev_hash: r.get(9)?,
             hash: r.get(10)?,
+            count: r.get(11)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

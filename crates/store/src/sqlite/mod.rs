@@ -121,13 +121,15 @@ impl Store for SqliteStore {
         if let Err(e) = &result
             && !matches!(e, StoreError::Closed)
         {
+            // Counted like a refusal: the same caller failing the same way in a loop adds a
+            // row a minute, not a row a request.
             let outcome = format!("error: {e}");
-            self.writer.write(move |c| audit::append(c, &audit, &outcome))?;
+            self.writer.write(move |c| audit::refusal(c, &audit, &outcome))?;
         }
         result
     }
     fn audit_refusal(&self, audit: AuditEntry, outcome: String) -> Result<()> {
-        self.writer.write(move |c| audit::append(c, &audit, &outcome))
+        self.writer.write(move |c| audit::refusal(c, &audit, &outcome))
     }
     fn audit_rows(&self, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
         self.read(|c| audit::rows(c, after, since, limit))

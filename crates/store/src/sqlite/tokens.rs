@@ -14,8 +14,8 @@ pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
     }
     let role = if t.kind == TokenKind::Api { "user" } else { "agent" };
     c.prepare_cached(
-        "INSERT INTO tokens (hash, role, team, name, created_at, kind, user, node, expires_at) \
-         VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO tokens (hash, role, team, name, created_at, kind, user, node, expires_at, cert_sha256) \
+         VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         t.hash,
@@ -25,7 +25,8 @@ pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
         t.kind.as_str(),
         t.user,
         t.node,
-        t.expires_at
+        t.expires_at,
+        t.cert_sha256
     ])?;
     let id = c.last_insert_rowid();
     let owner = t.user.as_deref().or(t.node.as_deref()).unwrap_or("any node");
@@ -35,7 +36,7 @@ pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
 }
 
 const TOKEN_COLUMNS: &str = "t.id, t.kind, t.user, COALESCE(u.role, 'agent'), t.node, t.name, t.created_at, \
-     t.expires_at, t.revoked_at, t.used_at";
+     t.expires_at, t.revoked_at, t.used_at, t.cert_sha256";
 
 fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
     let kind: String = r.get(1)?;
@@ -52,6 +53,7 @@ fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
         expires_at: r.get(7)?,
         revoked_at: r.get(8)?,
         used_at: r.get(9)?,
+        cert_sha256: r.get(10)?,
     })
 }
 
@@ -168,15 +170,25 @@ pub(super) fn users(c: &Connection) -> Result<Vec<User>> {
 
 pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
     c.prepare_cached(
-        "INSERT INTO teams (name, gpu_quota) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2",
+        "INSERT INTO teams (name, gpu_quota, log_quota_bytes, pending_limit) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
+         log_quota_bytes = COALESCE(?3, log_quota_bytes), pending_limit = COALESCE(?4, pending_limit)",
     )?
-    .execute(params![team.name, team.gpu_quota])?;
+    .execute(params![team.name, team.gpu_quota, team.log_quota_bytes, team.pending_limit])?;
     Ok(())
 }
 
 pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
-    let mut stmt = c.prepare_cached("SELECT name, gpu_quota FROM teams ORDER BY name")?;
-    let rows = stmt.query_map([], |r| Ok(Team { name: r.get(0)?, gpu_quota: r.get(1)? }))?;
+    let mut stmt =
+        c.prepare_cached("SELECT name, gpu_quota, log_quota_bytes, pending_limit FROM teams ORDER BY name")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Team {
+            name: r.get(0)?,
+            gpu_quota: r.get(1)?,
+            log_quota_bytes: r.get(2)?,
+            pending_limit: r.get(3)?,
+        })
+    })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
