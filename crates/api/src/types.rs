@@ -213,6 +213,12 @@ pub struct TeamView {
     /// Bytes of job output the team may keep (its own quota or the server's `--log-quota`).
     #[serde(default)]
     pub log_quota_bytes: u64,
+    /// The highest priority its members may submit at (default 100).
+    #[serde(default)]
+    pub max_priority: i32,
+    /// Whether its jobs may preempt other teams' jobs by priority (default false).
+    #[serde(default)]
+    pub preempt_other_teams: bool,
 }
 
 /// A quota change.
@@ -230,6 +236,14 @@ pub struct QuotaRequest {
     /// 100,000). Past it, submissions get 429.
     #[serde(default)]
     pub pending_limit: Option<u64>,
+    /// The highest priority members may submit at (absent: unchanged; default 100); a higher one
+    /// gets 422. Admin only.
+    #[serde(default)]
+    pub max_priority: Option<i32>,
+    /// Whether the team's jobs may preempt other teams' jobs by priority (absent: unchanged;
+    /// default false: across teams, preemption only reclaims guarantees). Admin only.
+    #[serde(default)]
+    pub preempt_other_teams: Option<bool>,
 }
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with

@@ -53,6 +53,11 @@ enum Command {
     Events(cmd::events::EventsArgs),
     /// Pending and running jobs only, with why each waits or where it runs (as squeue).
     Queue(cmd::queue::QueueArgs),
+    /// Teams: guarantee, limits, queue and output kept.
+    Teams(cmd::teams::TeamsArgs),
+    /// Change a team's guarantee or limits (`team set vision --guarantee 8`).
+    #[command(subcommand)]
+    Team(cmd::teams::TeamCommand),
     /// Everything about one job or node, with its recent events (`describe job 12`).
     Describe(cmd::describe::DescribeArgs),
     /// The cluster live in the terminal: GPUs with utilisation, memory and history, their jobs,
@@ -120,6 +125,8 @@ fn main() -> ExitCode {
         Command::Nodes(a) => cmd::nodes::run(a),
         Command::Events(a) => cmd::events::run(a),
         Command::Queue(a) => cmd::queue::run(a),
+        Command::Teams(a) => cmd::teams::list(a),
+        Command::Team(c) => cmd::teams::run(c),
         Command::Describe(a) => cmd::describe::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Token(c) => cmd::token::run(c),

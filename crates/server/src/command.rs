@@ -197,19 +197,23 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
     match command {
         Command::Submit { job, by } => {
             let team = job.team.clone();
-            let check = by.require_member_of(&team).and_then(|()| pending_room(store, &job));
+            let check = by
+                .require_member_of(&team)
+                .and_then(|()| within_ceiling(store, &job, &by))
+                .and_then(|()| pending_room(store, &job));
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
             audited(store, check, Change::Submit(job), entry)
         }
         Command::Cancel { id, array, by } => cancel(store, id, array, &by, now),
         Command::SetTeam { team, by } => {
             let entry = entry(&by, "team.set", format!("team/{}", team.name), Some(&team.name), now);
-            // GPU quotas are the operators'; what a team may store and queue, the admins'.
-            let check = if team.log_quota_bytes.is_some() || team.pending_limit.is_some() {
-                by.require_admin()
-            } else {
-                by.require_operator()
-            };
+            // GPU quotas are the operators'; what a team may store and queue, and how high its
+            // jobs may rank and whom they may preempt, the admins'.
+            let admins = team.log_quota_bytes.is_some()
+                || team.pending_limit.is_some()
+                || team.max_priority.is_some()
+                || team.preempt_other_teams.is_some();
+            let check = if admins { by.require_admin() } else { by.require_operator() };
             audited(store, check, Change::SetTeam(team), entry)
         }
         Command::SetUser { user, by } => {
@@ -271,6 +275,26 @@ fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(),
     if live {
         return Err(ApiError::Conflict(format!(
             "node {node} is up; join it with a join token made for it (`gantry token create --role agent --node {node}`)"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a member's job above its team's priority ceiling (admins may go above it): any member
+/// could otherwise rank first in every queue.
+fn within_ceiling(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), ApiError> {
+    if by.require_admin().is_ok() {
+        return Ok(());
+    }
+    let ceiling = store
+        .teams()?
+        .iter()
+        .find(|t| t.name == job.team)
+        .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling);
+    if job.priority > ceiling {
+        return Err(ApiError::Unprocessable(format!(
+            "priority: {} is above team {}'s ceiling of {ceiling}; an admin may raise it (gantry team set {} --max-priority N)",
+            job.priority, job.team, job.team
         )));
     }
     Ok(())

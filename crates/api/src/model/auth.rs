@@ -64,7 +64,7 @@ impl TokenRecord {
 }
 
 /// A team and its quota.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Team {
     /// Name.
@@ -79,6 +79,30 @@ pub struct Team {
     /// 100,000). Setting a team with `None` leaves the team's own value as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_limit: Option<u64>,
+    /// The highest priority its members may submit at (`None`: [`Team::DEFAULT_MAX_PRIORITY`]).
+    /// Setting a team with `None` leaves the team's own value as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<i32>,
+    /// Whether its jobs may preempt other teams' jobs by priority (`None`: no). Without it,
+    /// across teams a job preempts only to reclaim its team's guarantee from a borrower.
+    /// Setting a team with `None` leaves the team's own value as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_other_teams: Option<bool>,
+}
+
+impl Team {
+    /// The priority ceiling of a team that set none.
+    pub const DEFAULT_MAX_PRIORITY: i32 = 100;
+
+    /// The highest priority its members may submit at.
+    pub fn priority_ceiling(&self) -> i32 {
+        self.max_priority.unwrap_or(Self::DEFAULT_MAX_PRIORITY)
+    }
+
+    /// Whether its jobs may preempt other teams' jobs by priority.
+    pub fn preempts_other_teams(&self) -> bool {
+        self.preempt_other_teams.unwrap_or(false)
+    }
 }
 
 /// A recorded event.

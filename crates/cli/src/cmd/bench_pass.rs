@@ -144,8 +144,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
         store.set_team(&Team {
             name: format!("team-{t}"),
             gpu_quota: Some(args.nodes * args.gpus_per_node / 2),
-            log_quota_bytes: None,
-            pending_limit: None,
+            ..Team::default()
         })?;
     }
     let running = args.nodes * args.gpus_per_node;

@@ -111,12 +111,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
     let teams = args.teams.max(1);
     let share = args.nodes * args.gpus_per_node / teams;
     s.teams = (0..teams)
-        .map(|t| Team {
-            name: format!("team-{t}"),
-            gpu_quota: Some(share),
-            log_quota_bytes: None,
-            pending_limit: None,
-        })
+        .map(|t| Team { name: format!("team-{t}"), gpu_quota: Some(share), ..Team::default() })
         .collect();
     let mut rng = SplitMix64::new(args.seed);
     for id in 1..=i64::from(args.pending) {

@@ -270,6 +270,11 @@ impl Api {
         self.send(self.http.delete(self.url(path))).await.map(drop)
     }
 
+    /// PUT JSON; the answer's body is not read.
+    pub async fn put<B: Serialize>(&self, path: &str, body: &B) -> anyhow::Result<()> {
+        self.send(self.http.put(self.url(path)).json(body)).await.map(drop)
+    }
+
     /// POST JSON, read JSON.
     pub async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
         let resp = self.send(self.http.post(self.url(path)).json(body)).await?;

@@ -38,6 +38,7 @@ pub mod sim;
 pub mod sim_jobs;
 pub mod submit;
 pub mod table;
+pub mod teams;
 pub mod token;
 pub mod top;
 pub mod up;

@@ -302,14 +302,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
     for (team, quota) in
         [("vision", Some(400)), ("nlp", Some(300)), ("speech", Some(100)), ("robotics", None)]
     {
-        store
-            .set_team(&Team {
-                name: team.into(),
-                gpu_quota: quota,
-                log_quota_bytes: None,
-                pending_limit: None,
-            })
-            .expect("quota");
+        store.set_team(&Team { name: team.into(), gpu_quota: quota, ..Team::default() }).expect("quota");
     }
     for i in 0..10_000u32 {
         store

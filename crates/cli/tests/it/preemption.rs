@@ -43,3 +43,92 @@ fn a_priority_hundred_job_preempts_a_priority_zero_job_which_resumes_later() {
     cluster.assert_no_double_allocation();
     cluster.gantry(&["cancel", &low]);
 }
+
+/// Slurm's QOS and KAI's in-quota rule: priority orders a team's own queue; it does not let one
+/// team take another's running GPUs (with no guarantees set, as `gantry up` starts).
+#[test]
+fn a_higher_priority_job_of_another_team_waits_and_a_member_cannot_pass_the_teams_ceiling() {
+    let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB", "--grace", "1"]);
+    let member = |team: &str| cluster.gantry(&["token", "create", "--team", team]).trim().to_owned();
+    let (a, b) = (member("a"), member("b"));
+    let as_member = |token: &str, args: &[&str]| {
+        crate::harness::command(cluster.home.path())
+            .env("GANTRY_TOKEN", token)
+            .args(args)
+            .output()
+            .expect("run")
+    };
+    let out = as_member(&a, &["submit", "--gpus", "1", "--", "sleep", "600"]);
+    let running = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    eventually(Duration::from_secs(20), "team a's job to run", || {
+        (job(&cluster, &running)["state"] == "running").then_some(())
+    });
+    let out = as_member(&b, &["submit", "--gpus", "1", "--priority", "1000", "--", "true"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("above team b's ceiling of 100"), "{said}");
+    assert!(!said.contains("422") && !said.contains("Unprocessable"), "a sentence, no status phrase: {said}");
+    let out = as_member(&b, &["submit", "--gpus", "1", "--priority", "100", "--", "true"]);
+    let waiting = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let reason = eventually(Duration::from_secs(20), "team b's job to say why it waits", || {
+        job(&cluster, &waiting)["reason"]
+            .as_str()
+            .filter(|r| r.contains("may not preempt"))
+            .map(str::to_owned)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let kept = job(&cluster, &running);
+    assert_eq!(
+        (kept["state"].as_str(), kept["attempt"].as_i64()),
+        (Some("running"), Some(1)),
+        "{kept} ({reason})"
+    );
+    assert_eq!(job(&cluster, &waiting)["state"], "pending");
+    cluster.gantry(&["cancel", &running]);
+    eventually(Duration::from_secs(30), "team b's job to run once the GPU is free", || {
+        (job(&cluster, &waiting)["state"] == "succeeded").then_some(())
+    });
+}
+
+#[test]
+fn a_guarantee_set_with_gantry_team_set_is_reclaimed_from_a_borrowing_team() {
+    let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB", "--grace", "1"]);
+    let member = |team: &str| cluster.gantry(&["token", "create", "--team", team]).trim().to_owned();
+    let (a, b) = (member("a"), member("b"));
+    let as_member = |token: &str, args: &[&str]| {
+        let out = crate::harness::command(cluster.home.path())
+            .env("GANTRY_TOKEN", token)
+            .args(args)
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let borrowed: Vec<String> =
+        (0..2).map(|_| as_member(&a, &["submit", "--gpus", "1", "--", "sleep", "600"])).collect();
+    eventually(Duration::from_secs(20), "team a to hold both GPUs", || {
+        borrowed.iter().all(|id| job(&cluster, id)["state"] == "running").then_some(())
+    });
+    cluster.gantry(&["team", "set", "b", "--guarantee", "1"]);
+    cluster.gantry(&["team", "set", "b", "--max-priority", "50"]);
+    let teams: Vec<serde_json::Value> =
+        serde_json::from_str(&cluster.gantry(&["teams", "-o", "json"])).expect("teams json");
+    let team_b = teams.iter().find(|t| t["name"] == "b").expect("team b listed");
+    assert_eq!(
+        (team_b["gpu_quota"].as_i64(), team_b["max_priority"].as_i64()),
+        (Some(1), Some(50)),
+        "{team_b}"
+    );
+    let table = cluster.gantry(&["teams"]);
+    assert!(table.contains("GUARANTEE") && table.lines().any(|l| l.starts_with("b ")), "{table}");
+    let reclaiming = as_member(&b, &["submit", "--gpus", "1", "--", "sleep", "600"]);
+    eventually(Duration::from_secs(30), "team b to get its guaranteed GPU", || {
+        (job(&cluster, &reclaiming)["state"] == "running").then_some(())
+    });
+    let preempted: Vec<serde_json::Value> = borrowed.iter().map(|id| job(&cluster, id)).collect();
+    assert_eq!(preempted.iter().filter(|j| j["state"] == "running").count(), 1, "{preempted:?}");
+    let missing = cluster.try_gantry(&["team", "set", "b"]);
+    assert!(!missing.status.success(), "nothing to set is an error");
+    for id in borrowed.iter().chain([&reclaiming]) {
+        cluster.gantry(&["cancel", id]);
+    }
+}

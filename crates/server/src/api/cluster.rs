@@ -122,6 +122,9 @@ pub async fn teams(
         pending_limit: t.and_then(|t| t.pending_limit).unwrap_or(crate::command::DEFAULT_PENDING_LIMIT),
         log_bytes: 0,
         log_quota_bytes: t.and_then(|t| t.log_quota_bytes).unwrap_or(limits.team_quota),
+        max_priority: t
+            .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling),
+        preempt_other_teams: t.is_some_and(gantry_store::Team::preempts_other_teams),
     };
     let mut views: HashMap<String, TeamView> =
         teams.iter().map(|t| (t.name.clone(), view(t.name.clone(), Some(t)))).collect();
@@ -163,11 +166,18 @@ pub async fn set_quota(
     if let Some(jobs) = req.pending_limit {
         validate::at_most("pending_limit", jobs, 1 << 40)?;
     }
+    if let Some(p) = req.max_priority
+        && !(-1000..=1000).contains(&p)
+    {
+        return Err(ApiError::Unprocessable("max_priority: must be between -1000 and 1000".into()));
+    }
     let team = Team {
         name,
         gpu_quota: req.gpu_quota,
         log_quota_bytes: req.log_quota_bytes,
         pending_limit: req.pending_limit,
+        max_priority: req.max_priority,
+        preempt_other_teams: req.preempt_other_teams,
     };
     app.dispatch(Command::SetTeam { team, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -123,6 +123,8 @@ pub(super) struct QueueView<'a> {
     capacity: Vec<u32>,
     /// Team names in the index order of `teams`.
     pub(super) names: Vec<&'a str>,
+    /// Whether each team (same order) may preempt other teams' jobs by priority.
+    pub(super) preempts_others: Vec<bool>,
 }
 
 /// Decides placements and preemptions. Deterministic for a snapshot and seed.
@@ -277,6 +279,7 @@ impl<'a> QueueView<'a> {
             usage: s.queue.usage.clone(),
             capacity: layout.idle_whole_gpus(),
             names: Vec::new(),
+            preempts_others: Vec::new(),
         };
         let secs = |ms: i64| ms as f64 / 1000.0;
         for job in s.pending.iter().filter(|j| !is_worker(j)) {
@@ -331,6 +334,9 @@ impl<'a> QueueView<'a> {
             .iter()
             .map(|n| queue::Team { guaranteed_gpus: quotas.get(n).copied().unwrap_or(0), weight: 1.0 })
             .collect();
+        let preempting: std::collections::HashSet<&str> =
+            s.teams.iter().filter(|t| t.preempts_other_teams()).map(|t| t.name.as_str()).collect();
+        view.preempts_others = names.iter().map(|n| preempting.contains(n)).collect();
         view.names = names;
         view
     }

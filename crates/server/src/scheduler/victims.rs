@@ -4,8 +4,10 @@
 //! nobody needs. For each started job that finds no room, [`gantry_core::queue::choose_victims`]
 //! picks, on each node the queue chose for it, the smallest set among them that frees what it
 //! needs: lowest priority first, then least GPU-time lost, never a job of equal or higher
-//! priority. The one exception is a team reclaiming its guarantee: another team's job that
-//! borrows beyond its own guarantee may be stopped at equal priority. GPUs that jobs already
+//! priority. Priority preempts only within a team (Slurm's QOS `Preempt` list, KAI's in-quota
+//! vs over-quota): another team's job is a victim only when the preemptor's team reclaims its
+//! guarantee from a team that borrows beyond its own (then at equal priority too), or when an
+//! admin let the preemptor's team preempt other teams (`preempt_other_teams`). GPUs that jobs already
 //! stopping will free count as free, so a job waiting for its victims to stop asks for no more.
 //! A gang is a victim as a whole (its GPUs on that node are what it frees there).
 
@@ -89,7 +91,8 @@ impl<'v, 'a> Victims<'v, 'a> {
             match choose_victims(*need, free, job.priority, &candidates) {
                 Some(ids) => picked.extend(ids.into_iter().map(|id| id as usize)),
                 None => {
-                    let why = "waiting: the GPUs it needs are held by jobs of equal or higher priority";
+                    let why = "waiting: the GPUs it needs are held by jobs it may not preempt \
+                               (of equal or higher priority, or of teams within their guarantee)";
                     out.waiting.push((job.id, why.into()));
                     return;
                 }
@@ -136,6 +139,11 @@ impl<'v, 'a> Victims<'v, 'a> {
             return None;
         }
         let victim = self.view.source[c];
+        let (me, them) = (self.view.jobs[k].team, self.view.jobs[c].team);
+        let may_preempt_others = self.view.preempts_others.get(me).copied().unwrap_or(false);
+        if me != them && !may_preempt_others && !self.reclaims(k, c) {
+            return None;
+        }
         let priority = if self.reclaims(k, c) {
             self.view.source[k].priority.saturating_sub(1)
         } else {

@@ -199,8 +199,7 @@ impl World {
                 let _ = self.store.set_team(&Team {
                     name: format!("t{t}"),
                     gpu_quota: *quota,
-                    log_quota_bytes: None,
-                    pending_limit: None,
+                    ..Team::default()
                 });
             }
             Op::Preempt(k) => {

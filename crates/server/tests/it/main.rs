@@ -6,6 +6,7 @@ mod fuzz;
 mod incremental;
 mod limits;
 mod live;
+mod priority;
 mod queue;
 mod quotas;
 mod scheduling;

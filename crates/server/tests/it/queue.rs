@@ -60,7 +60,7 @@ fn a_job_of_equal_priority_never_preempts_a_running_one() {
 #[test]
 fn a_team_under_its_guarantee_reclaims_gpus_a_borrower_holds() {
     let mut s = cluster(1, 2);
-    s.teams = vec![Team { name: "b".into(), gpu_quota: Some(1), log_quota_bytes: None, pending_limit: None }];
+    s.teams = vec![Team { name: "b".into(), gpu_quota: Some(1), ..Team::default() }];
     run_on(&mut s, job(1, "a", 0, 1, 0), 0, 0);
     run_on(&mut s, job(2, "a", 0, 1, 0), 0, 1);
     s.pending = vec![job(3, "b", 0, 1, 0)];
@@ -117,7 +117,7 @@ proptest! {
     ) {
         let mut s = cluster(nodes, 8);
         s.at = 1_000_000;
-        s.teams = quotas.iter().enumerate().map(|(t, q)| Team { name: format!("t{t}"), gpu_quota: *q, log_quota_bytes: None, pending_limit: None }).collect();
+        s.teams = quotas.iter().enumerate().map(|(t, q)| Team { name: format!("t{t}"), gpu_quota: *q, ..Team::default() }).collect();
         let mut free = vec![8u32; nodes];
         let mut id = 1;
         for (team, prio, gpus) in running {
@@ -367,7 +367,7 @@ proptest! {
     ) {
         let mut s = cluster(2, 4);
         s.at = 10_000_000;
-        s.teams = vec![Team { name: "t0".into(), gpu_quota: quota, log_quota_bytes: None, pending_limit: None }];
+        s.teams = vec![Team { name: "t0".into(), gpu_quota: quota, ..Team::default() }];
         let mut free = [4u32, 4];
         let mut id = 1;
         for (team, prio, gpus) in running {
@@ -389,4 +389,31 @@ proptest! {
             prop_assert!(by.priority > victim.priority || reclaim, "{v:?}: {by:?} over {victim:?}");
         }
     }
+}
+
+#[test]
+fn a_higher_priority_job_of_another_team_waits_behind_its_running_jobs_when_no_guarantee_is_set() {
+    let mut s = cluster(1, 1);
+    run_on(&mut s, job(1, "a", 0, 1, 0), 0, 0);
+    s.pending = vec![job(2, "b", 100, 1, 0)];
+    s.at = 10_000;
+    let p = plan(&s, PolicyKind::Gantry, 1);
+    assert!(p.preemptions.is_empty(), "priority preempts only within a team: {p:?}");
+    let why = p.waiting.iter().find(|(id, _)| *id == 2).map(|(_, w)| w.as_str()).unwrap_or_default();
+    assert!(why.contains("may not preempt"), "{p:?}");
+    // The same job of team a preempts its teammate.
+    s.pending = vec![job(2, "a", 100, 1, 0)];
+    assert_eq!(plan(&s, PolicyKind::Gantry, 1).preemptions.len(), 1);
+}
+
+#[test]
+fn a_team_an_admin_lets_preempt_other_teams_preempts_by_priority_across_teams() {
+    let mut s = cluster(1, 1);
+    run_on(&mut s, job(1, "a", 0, 1, 0), 0, 0);
+    s.pending = vec![job(2, "b", 100, 1, 0)];
+    s.teams = vec![Team { name: "b".into(), preempt_other_teams: Some(true), ..Team::default() }];
+    s.at = 10_000;
+    let p = plan(&s, PolicyKind::Gantry, 1);
+    assert_eq!(p.preemptions.iter().map(|v| (v.job_id, v.by)).collect::<Vec<_>>(), [(1, Some(2))], "{p:?}");
+    assert!(p.preemptions[0].reason.contains("priority 100 over 0"), "{p:?}");
 }

@@ -123,7 +123,7 @@ fn higher_priority_goes_first_then_submission_order() {
 #[test]
 fn a_team_quota_is_a_guarantee_and_idle_gpus_may_be_borrowed() {
     let mut s = snapshot(4, vec![job(1, "a", 9, 1, 0), job(2, "a", 9, 1, 0), job(3, "b", 0, 1, 0)]);
-    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(1), log_quota_bytes: None, pending_limit: None }];
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(1), ..Team::default() }];
     let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).placements.iter().map(|p| p.job_id).collect();
     assert_eq!(placed, vec![1, 2, 3], "team a borrows an idle GPU beyond its guarantee of one");
 }
@@ -166,7 +166,7 @@ fn held_allocations_are_respected() {
 #[test]
 fn a_job_that_does_not_fit_says_why_it_waits() {
     let mut s = snapshot(2, vec![job(1, "t", 0, 4, 0), job(2, "a", 0, 1, 0), job(3, "b", 0, 1, 0)]);
-    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(0), log_quota_bytes: None, pending_limit: None }];
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(0), ..Team::default() }];
     let waiting: std::collections::HashMap<JobId, String> =
         plan(&s, PolicyKind::Gantry, 1).waiting.into_iter().collect();
     assert!(waiting[&1].contains("no node has 4 free GPUs (the most any has is 2)"), "{waiting:?}");

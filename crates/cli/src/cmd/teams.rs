@@ -1,0 +1,152 @@
+//! `gantry teams` and `gantry team set`: each team's guarantee, limits and use, and changing
+//! them without `curl` (operators set guarantees; admins the rest).
+
+use clap::{Args, Subcommand};
+use gantry_api::types::{QuotaRequest, TeamView};
+
+use super::client::{Api, ServerArgs, block_on};
+use super::table;
+
+/// Arguments of `gantry teams`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry teams
+  gantry teams -o json")]
+pub struct TeamsArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    output: table::Structured,
+}
+
+/// `gantry team …`.
+#[derive(Debug, Subcommand)]
+pub enum TeamCommand {
+    /// Change a team's guarantee (operator) or limits (admin); what is not named stays.
+    Set(SetArgs),
+}
+
+/// Arguments of `gantry team set`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry team set vision --guarantee 8            # 8 GPUs whenever it asks; borrows beyond when idle
+  gantry team set vision --max-priority 200 --pending-limit 5000
+  gantry team set vision --guarantee none         # no guarantee
+  gantry team set vision --preempt-other-teams true   # its priority may preempt other teams' jobs")]
+pub struct SetArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The team.
+    name: String,
+    /// Whole GPUs guaranteed to the team (`none`: no guarantee).
+    #[arg(long, value_name = "GPUS|none", value_parser = parse_guarantee)]
+    guarantee: Option<Guarantee>,
+    /// The highest priority its members may submit at (default 100).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    max_priority: Option<i32>,
+    /// Jobs it may have pending, each array member counting (default 100,000).
+    #[arg(long, value_name = "N")]
+    pending_limit: Option<u64>,
+    /// Job output the server keeps for it, e.g. `50GiB` (default: the server's --log-quota).
+    #[arg(long, value_name = "SIZE")]
+    log_quota: Option<String>,
+    /// Whether its jobs may preempt other teams' jobs by priority (default false: across teams,
+    /// preemption only reclaims guarantees).
+    #[arg(long, value_name = "BOOL")]
+    preempt_other_teams: Option<bool>,
+}
+
+/// `--guarantee N` or `--guarantee none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guarantee(Option<u32>);
+
+fn parse_guarantee(text: &str) -> Result<Guarantee, String> {
+    match text {
+        "none" => Ok(Guarantee(None)),
+        n => n
+            .parse()
+            .map(|n| Guarantee(Some(n)))
+            .map_err(|_| format!("`{text}` is not a GPU count or `none`")),
+    }
+}
+
+/// Lists teams.
+pub fn list(args: TeamsArgs) -> anyhow::Result<()> {
+    let api = Api::connect(&args.server)?;
+    let teams: Vec<TeamView> = block_on(api.get("/v1/teams"))??;
+    if table::structured(args.output, &teams)? {
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = teams
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.gpu_quota.map_or("-".into(), |g| g.to_string()),
+                t.pending.to_string(),
+                t.active.to_string(),
+                t.max_priority.to_string(),
+                if t.preempt_other_teams { "yes".into() } else { "no".into() },
+                t.pending_limit.to_string(),
+                format!("{}/{}", mib(t.log_bytes), mib(t.log_quota_bytes)),
+            ]
+        })
+        .collect();
+    let header = [
+        "TEAM",
+        "GUARANTEE",
+        "PENDING",
+        "ACTIVE",
+        "MAX PRIORITY",
+        "PREEMPTS OTHERS",
+        "PENDING LIMIT",
+        "OUTPUT MIB",
+    ];
+    table::print(&header, &rows);
+    Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    (bytes >> 20).to_string()
+}
+
+/// Runs `gantry team …`.
+pub fn run(command: TeamCommand) -> anyhow::Result<()> {
+    match command {
+        TeamCommand::Set(args) => set(args),
+    }
+}
+
+fn set(args: SetArgs) -> anyhow::Result<()> {
+    let api = Api::connect(&args.server)?;
+    let nothing = args.guarantee.is_none()
+        && args.max_priority.is_none()
+        && args.pending_limit.is_none()
+        && args.log_quota.is_none()
+        && args.preempt_other_teams.is_none();
+    if nothing {
+        anyhow::bail!(
+            "nothing to set: name --guarantee, --max-priority, --pending-limit, --log-quota or --preempt-other-teams"
+        );
+    }
+    // The API's PUT replaces the guarantee: keep the current one unless --guarantee names one.
+    let gpu_quota = match args.guarantee {
+        Some(Guarantee(g)) => g,
+        None => {
+            let teams: Vec<TeamView> = block_on(api.get("/v1/teams"))??;
+            teams.into_iter().find(|t| t.name == args.name).and_then(|t| t.gpu_quota)
+        }
+    };
+    let log_quota_bytes = args.log_quota.as_deref().map(super::sandbox::parse_size).transpose()?;
+    let body = QuotaRequest {
+        gpu_quota,
+        log_quota_bytes,
+        pending_limit: args.pending_limit,
+        max_priority: args.max_priority,
+        preempt_other_teams: args.preempt_other_teams,
+    };
+    block_on(api.put(&format!("/v1/teams/{}", args.name), &body))??;
+    eprintln!("team {} set", args.name);
+    Ok(())
+}
