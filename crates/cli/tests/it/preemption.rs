@@ -44,20 +44,23 @@ fn a_priority_hundred_job_preempts_a_priority_zero_job_which_resumes_later() {
     cluster.gantry(&["cancel", &low]);
 }
 
+/// A token for a member of `team`.
+fn member(cluster: &Cluster, team: &str) -> String {
+    cluster.gantry(&["token", "create", "--team", team]).trim().to_owned()
+}
+
+/// Runs `gantry ARGS` with `token`.
+fn run_as(cluster: &Cluster, token: &str, args: &[&str]) -> std::process::Output {
+    crate::harness::command(cluster.home.path()).env("GANTRY_TOKEN", token).args(args).output().expect("run")
+}
+
 /// Slurm's QOS and KAI's in-quota rule: priority orders a team's own queue; it does not let one
 /// team take another's running GPUs (with no guarantees set, as `gantry up` starts).
 #[test]
 fn a_higher_priority_job_of_another_team_waits_and_a_member_cannot_pass_the_teams_ceiling() {
     let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB", "--grace", "1"]);
-    let member = |team: &str| cluster.gantry(&["token", "create", "--team", team]).trim().to_owned();
-    let (a, b) = (member("a"), member("b"));
-    let as_member = |token: &str, args: &[&str]| {
-        crate::harness::command(cluster.home.path())
-            .env("GANTRY_TOKEN", token)
-            .args(args)
-            .output()
-            .expect("run")
-    };
+    let (a, b) = (member(&cluster, "a"), member(&cluster, "b"));
+    let as_member = |token: &str, args: &[&str]| run_as(&cluster, token, args);
     let out = as_member(&a, &["submit", "--gpus", "1", "--", "sleep", "600"]);
     let running = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     eventually(Duration::from_secs(20), "team a's job to run", || {
@@ -92,14 +95,9 @@ fn a_higher_priority_job_of_another_team_waits_and_a_member_cannot_pass_the_team
 #[test]
 fn a_guarantee_set_with_gantry_team_set_is_reclaimed_from_a_borrowing_team() {
     let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB", "--grace", "1"]);
-    let member = |team: &str| cluster.gantry(&["token", "create", "--team", team]).trim().to_owned();
-    let (a, b) = (member("a"), member("b"));
+    let (a, b) = (member(&cluster, "a"), member(&cluster, "b"));
     let as_member = |token: &str, args: &[&str]| {
-        let out = crate::harness::command(cluster.home.path())
-            .env("GANTRY_TOKEN", token)
-            .args(args)
-            .output()
-            .expect("run");
+        let out = run_as(&cluster, token, args);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };

@@ -53,16 +53,7 @@ async fn a_member_above_the_teams_priority_ceiling_gets_422_naming_it_until_an_a
     assert_eq!(submit(&s, &alice, 400).await.0, StatusCode::CREATED);
     // A later quota change leaves the ceiling as it was.
     assert_eq!(set_team(&s, &olga, json!({"gpu_quota": 2})).await, StatusCode::NO_CONTENT);
-    let teams: Vec<Value> = s
-        .http
-        .get(format!("{}/v1/teams", s.url))
-        .bearer_auth(&s.token)
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let teams: Vec<Value> = crate::json_of(s.get("/v1/teams")).await;
     let vision = teams.iter().find(|t| t["name"] == "vision").expect("vision listed");
     assert_eq!(
         (
