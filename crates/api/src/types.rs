@@ -419,6 +419,9 @@ pub struct Assignment {
     /// CPU limit, milli-cores (0: not limited).
     #[serde(default)]
     pub cpu_milli: u64,
+    /// Most processes and threads at once, the team's `pids_limit` (none: the node's default).
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
     /// Environment the job declared: names are `[A-Za-z_][A-Za-z0-9_]*` and never `GANTRY_*`,
     /// `CUDA_MPS_*` or `CUDA_VISIBLE_DEVICES` (see `job_env`). The agent adds its own variables
     /// and nothing of its environment.
@@ -459,6 +462,7 @@ impl From<Job> for Assignment {
             team: job.team,
             memory_mib: job.request.memory_mib,
             cpu_milli: job.request.cpu_milli,
+            pids_limit: None,
             env: job.env,
             log_limit_bytes: 0,
             time_limit_s: job.time_limit_s,

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gantry_agent::runner::sandbox::JobDefaults;
 use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus, Sandbox, SandboxConfig};
 use gantry_gpu::FaultKind;
 use gantry_server::{Server, ServerConfig};
@@ -22,6 +23,8 @@ pub struct Harness {
     pub stop: tokio::sync::watch::Sender<bool>,
     /// `--job-user` of every agent started here.
     job_users: std::collections::BTreeMap<String, String>,
+    /// `--default-job-memory`, `--default-job-cpu` and `pids.max` of every agent started here.
+    defaults: JobDefaults,
     url: String,
     token: String,
     pub agent: tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>>,
@@ -33,12 +36,25 @@ pub struct Setup {
     pub log_limit_bytes: u64,
     /// `--job-user TEAM=USER` mappings.
     pub job_users: std::collections::BTreeMap<String, String>,
+    /// The limits of a job that asks for none.
+    pub defaults: JobDefaults,
 }
 
 impl Default for Setup {
     fn default() -> Self {
-        Self { fleet: "1xA100-80GB", log_limit_bytes: 64 << 20, job_users: Default::default() }
+        Self {
+            fleet: "1xA100-80GB",
+            log_limit_bytes: 64 << 20,
+            job_users: Default::default(),
+            defaults: JobDefaults::default(),
+        }
     }
+}
+
+/// A temporary directory outside `/tmp`: a job has a `/tmp` of its own, so markers and probes
+/// a test shares with its jobs (and the work root) live in the target directory instead.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
 }
 
 async fn start(fleet: &'static str) -> Harness {
@@ -48,9 +64,9 @@ async fn start(fleet: &'static str) -> Harness {
 pub async fn start_with(setup: Setup) -> Harness {
     use std::os::unix::fs::PermissionsExt;
     // The data directory is private to the agent's user, as `gantry up` and `gantry agent` make it.
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = tempdir();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let outside = tempfile::tempdir().expect("temp dir");
+    let outside = tempdir();
     std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
     let shared = outside.path().join("shared");
     std::fs::create_dir(&shared).expect("shared dir");
@@ -79,6 +95,7 @@ pub async fn start_with(setup: Setup) -> Harness {
         shared,
         stop,
         job_users: setup.job_users,
+        defaults: setup.defaults,
         url,
         token,
         agent: tokio::spawn(async { Ok(()) }),
@@ -114,8 +131,7 @@ impl Harness {
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
         let state_dir = self.dir.path().join("agent");
-        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: self.job_users.clone() };
-        let sandbox = Arc::new(Sandbox::build(&sandbox, &state_dir).expect("sandbox"));
+        let sandbox = Arc::new(Sandbox::build(&self.sandbox_config(), &state_dir).expect("sandbox"));
         let config = AgentConfig {
             server: self.url.clone(),
             token: self.token.clone(),
@@ -134,6 +150,16 @@ impl Harness {
         tokio::spawn(runner::run(config, gpus, stop))
     }
 
+    /// The sandbox settings of every agent started here.
+    pub fn sandbox_config(&self) -> SandboxConfig {
+        SandboxConfig {
+            work_dir: self.work_root(),
+            job_users: self.job_users.clone(),
+            defaults: self.defaults,
+            ..SandboxConfig::default()
+        }
+    }
+
     /// Root of the agent's work directories.
     pub fn work_root(&self) -> std::path::PathBuf {
         self.outside.path().join("work")
@@ -148,8 +174,7 @@ impl Harness {
 impl Drop for Harness {
     /// A failed test leaves its jobs running: end them the way a restarted agent would.
     fn drop(&mut self) {
-        let sandbox = SandboxConfig { work_dir: self.work_root(), job_users: self.job_users.clone() };
-        if let Ok(sandbox) = Sandbox::build(&sandbox, &self.dir.path().join("agent")) {
+        if let Ok(sandbox) = Sandbox::build(&self.sandbox_config(), &self.dir.path().join("agent")) {
             sandbox.remove_orphans();
             sandbox.release();
         }

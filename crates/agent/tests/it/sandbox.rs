@@ -233,6 +233,7 @@ async fn a_jobs_memory_and_cpu_requests_are_its_cgroups_limits() {
         (None, Some(v1)) => assert_eq!(v1.trim(), "150000"),
         (None, None) => panic!("no CPU limit file in {groups:?}"),
     }
+    assert_eq!(read("pids.max").as_deref().map(str::trim), Some("4096"), "the default pids.max");
     h.store.cancel(id, gantry_server::now_ms()).expect("cancel");
     finished(&h, id).await;
     let _ = h.stop.send(true);

@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_agent::runner::sandbox::{ANY_TEAM, running_as_root};
+use gantry_agent::runner::mounts::{DEFAULT_TMP_BYTES, MountConfig};
+use gantry_agent::runner::sandbox::{
+    ANY_TEAM, DEFAULT_PIDS_LIMIT, JobDefaults, NodeReserve, running_as_root,
+};
 use gantry_agent::runner::{Sandbox, SandboxConfig};
 
 /// Where and as whom jobs run.
@@ -25,6 +28,29 @@ pub struct SandboxArgs {
     /// root jobs run as the agent's user.
     #[arg(long = "job-user", value_name = "TEAM=USER")]
     job_users: Vec<String>,
+    /// Memory limit of a job that asks for none (`--memory`), e.g. `2GiB` (default: none; the
+    /// node reserve still holds).
+    #[arg(long, value_name = "SIZE")]
+    default_job_memory: Option<String>,
+    /// CPU limit of a job that asks for none (`--cpu`), in cores, e.g. `1`, `0.5` or `500m`.
+    #[arg(long, value_name = "CORES")]
+    default_job_cpu: Option<String>,
+    /// Most processes and threads of a job whose team sets no `pids_limit`.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PIDS_LIMIT)]
+    job_pids_limit: u64,
+    /// Memory kept for the agent, the server and the system, e.g. `2GiB`: the node advertises
+    /// its memory less this, and all jobs together are held below it.
+    #[arg(long, value_name = "SIZE")]
+    reserve_memory: Option<String>,
+    /// CPU kept for the agent, the server and the system, in cores (as `--default-job-cpu`).
+    #[arg(long, value_name = "CORES")]
+    reserve_cpu: Option<String>,
+    /// Size of each job's private `/tmp` (a tmpfs, counted in the job's memory), root only.
+    #[arg(long, value_name = "SIZE")]
+    job_tmp_size: Option<String>,
+    /// Size of each job's private `/dev/shm` (default: the job's memory limit), root only.
+    #[arg(long, value_name = "SIZE")]
+    job_shm_size: Option<String>,
 }
 
 impl SandboxArgs {
@@ -45,7 +71,30 @@ impl SandboxArgs {
                 bail!("--job-user names team `{team}` twice");
             }
         }
-        Ok(SandboxConfig { work_dir, job_users })
+        let mib = |flag: &str, v: &Option<String>| -> anyhow::Result<u64> {
+            v.as_deref()
+                .map_or(Ok(0), |v| parse_size(v).map(|b| b >> 20).with_context(|| format!("--{flag}")))
+        };
+        let milli = |flag: &str, v: &Option<String>| -> anyhow::Result<u64> {
+            v.as_deref().map_or(Ok(0), |v| parse_cpu(v).with_context(|| format!("--{flag}")))
+        };
+        let defaults = JobDefaults {
+            memory_mib: mib("default-job-memory", &self.default_job_memory)?,
+            cpu_milli: milli("default-job-cpu", &self.default_job_cpu)?,
+            pids_max: self.job_pids_limit,
+        };
+        let reserve = NodeReserve {
+            memory_mib: mib("reserve-memory", &self.reserve_memory)?,
+            cpu_milli: milli("reserve-cpu", &self.reserve_cpu)?,
+        };
+        let size = |flag: &str, v: &Option<String>| {
+            v.as_deref().map(parse_size).transpose().with_context(|| format!("--{flag}"))
+        };
+        let mounts = MountConfig {
+            tmp_bytes: size("job-tmp-size", &self.job_tmp_size)?.unwrap_or(DEFAULT_TMP_BYTES),
+            shm_bytes: size("job-shm-size", &self.job_shm_size)?,
+        };
+        Ok(SandboxConfig { work_dir, job_users, mounts, defaults, reserve })
     }
 
     /// Builds the sandbox and says once how jobs will run, with any warning.
@@ -57,6 +106,20 @@ impl SandboxArgs {
         }
         Ok(Arc::new(sandbox))
     }
+}
+
+/// Parses CPU cores: `2`, `1.5` or milli-cores `500m`; returns milli-cores.
+pub fn parse_cpu(text: &str) -> anyhow::Result<u64> {
+    let text = text.trim();
+    let milli = match text.strip_suffix('m') {
+        Some(m) => m.parse::<u64>().ok(),
+        None => text
+            .parse::<f64>()
+            .ok()
+            .filter(|c| c.is_finite() && *c >= 0.0 && *c < 1e9)
+            .map(|c| (c * 1000.0).round() as u64),
+    };
+    milli.with_context(|| format!("`{text}` is not a number of cores (e.g. 2, 0.5 or 500m)"))
 }
 
 /// Parses a size: bytes, or a number with `KiB`, `MiB` or `GiB` (also `K`, `M`, `G`).
@@ -78,6 +141,17 @@ pub fn parse_size(text: &str) -> anyhow::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: SandboxArgs,
+    }
+
+    fn parse<T: Into<std::ffi::OsString> + Clone>(argv: impl IntoIterator<Item = T>) -> SandboxArgs {
+        Wrapper::try_parse_from(argv).expect("parsed").args
+    }
 
     #[test]
     fn sizes_are_bytes_or_binary_units() {
@@ -90,15 +164,54 @@ mod tests {
     }
 
     #[test]
+    fn cores_are_decimal_or_milli() {
+        assert_eq!(parse_cpu("2").ok(), Some(2000));
+        assert_eq!(parse_cpu("0.5").ok(), Some(500));
+        assert_eq!(parse_cpu("250m").ok(), Some(250));
+        for bad in ["", "two", "-1", "1.5m", "NaN"] {
+            assert!(parse_cpu(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn job_defaults_and_the_reserve_take_sizes_and_cores() {
+        let args = parse([
+            "x",
+            "--default-job-memory",
+            "2GiB",
+            "--default-job-cpu",
+            "1.5",
+            "--reserve-memory",
+            "512MiB",
+            "--reserve-cpu",
+            "500m",
+            "--job-shm-size",
+            "64MiB",
+        ]);
+        let config = args.config(Path::new("/data")).expect("valid");
+        assert_eq!(
+            (config.defaults.memory_mib, config.defaults.cpu_milli, config.defaults.pids_max),
+            (2048, 1500, 4096)
+        );
+        assert_eq!((config.reserve.memory_mib, config.reserve.cpu_milli), (512, 500));
+        assert_eq!((config.mounts.tmp_bytes, config.mounts.shm_bytes), (1 << 30, Some(64 << 20)));
+        let bad = parse(["x", "--default-job-memory", "lots"]);
+        let err = bad.config(Path::new("/data")).expect_err("refused");
+        assert!(format!("{err:#}").contains("--default-job-memory"), "{err:#}");
+    }
+
+    #[test]
     fn job_users_are_team_equals_user() {
-        let args =
-            SandboxArgs { work_dir: Some("/w".into()), job_users: vec!["a=alice".into(), "*=nobody".into()] };
+        let args = parse(["x", "--work-dir", "/w", "--job-user", "a=alice", "--job-user", "*=nobody"]);
         let config = args.config(Path::new("/data")).expect("valid");
         assert_eq!(config.job_users.get("a").map(String::as_str), Some("alice"));
         assert_eq!(config.job_users.get("*").map(String::as_str), Some("nobody"));
         for bad in ["alice", "=alice", "a=", "a=x,a=y"] {
-            let job_users = bad.split(',').map(str::to_owned).collect();
-            let args = SandboxArgs { work_dir: None, job_users };
+            let mut argv = vec!["x".to_owned()];
+            for pair in bad.split(',') {
+                argv.extend(["--job-user".to_owned(), pair.to_owned()]);
+            }
+            let args = parse(argv);
             assert!(args.config(Path::new("/data")).is_err(), "{bad}");
         }
     }
