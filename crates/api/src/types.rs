@@ -112,6 +112,11 @@ pub struct JobDetail {
     /// A gang's workers by rank, each with its node and GPUs (empty for other jobs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<Job>,
+    /// The memory, CPU and process limits it runs (or last ran) under on its node: its requests,
+    /// else the node's defaults, and its team's `pids_limit`, else the node's (`None`: never
+    /// placed, or on an agent that does not report its defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::model::JobLimits>,
 }
 
 /// Which jobs to list.
@@ -194,6 +199,9 @@ pub struct TeamView {
     pub name: String,
     /// Quota in whole GPUs (`None`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// `pids.max` of each of its jobs (`None`: each node's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<u64>,
     /// Pending jobs.
     pub pending: u64,
     /// Scheduled or running jobs.
@@ -207,6 +215,10 @@ pub struct TeamView {
 pub struct QuotaRequest {
     /// Whole GPUs (`null`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// Most processes and threads each of the team's jobs may have at once (`pids.max`);
+    /// absent: unchanged, `0`: back to each node's default (4,096 unless the node says).
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
 }
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with
@@ -356,6 +368,9 @@ pub struct RegisterRequest {
     pub memory_mib: u64,
     /// GPU inventory.
     pub gpus: Vec<GpuInfo>,
+    /// What the node holds a job to that does not say (its default memory and CPU, `pids.max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_defaults: Option<crate::model::JobLimits>,
     /// The attempts the agent still has from before (it restarted while they ran): the server
     /// keeps those placed on this node; every other attempt of an older epoch was lost.
     #[serde(default)]

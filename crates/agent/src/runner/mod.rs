@@ -135,6 +135,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         cpu_milli: capacity.0,
         memory_mib: capacity.1,
         gpus: gpus.inventory(),
+        job_defaults: Some(config.sandbox.job_defaults()),
         attempts: Vec::new(),
     };
     'register: loop {

@@ -331,6 +331,16 @@ impl Sandbox {
         a
     }
 
+    /// What this node holds a job to that does not say, as it registers them.
+    pub fn job_defaults(&self) -> gantry_api::model::JobLimits {
+        let d = self.defaults;
+        gantry_api::model::JobLimits {
+            memory_mib: d.memory_mib,
+            cpu_milli: d.cpu_milli,
+            pids_max: d.pids_max,
+        }
+    }
+
     /// The `pids.max` of `a` (its team's limit, else the node's).
     pub fn pids_max(&self, a: &Assignment) -> u64 {
         a.pids_limit.unwrap_or(self.defaults.pids_max)

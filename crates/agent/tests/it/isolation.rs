@@ -10,7 +10,7 @@ use gantry_agent::runner::{BackendChoice, Gpus};
 use gantry_store::{JobState, NewJob, Store};
 
 use crate::runner::{Harness, Setup, job, start_with, submit, until};
-use crate::sandbox::{finished, log, marker, needs_root, sleepers};
+use crate::sandbox::{cgroup_dirs, finished, log, marker, needs_root, sleepers};
 
 fn submit_as(store: &dyn Store, team: &str, command: &str) -> i64 {
     let job = NewJob {
@@ -131,6 +131,25 @@ async fn a_fork_loop_stops_at_pids_max_and_the_agent_still_runs_the_next_job() {
     let next = submit(&*h.store, "echo still-working", 0);
     assert_eq!(finished(&h, next).await.state, JobState::Succeeded);
     assert_eq!(log(&h, next, "stdout"), "still-working\n");
+    let _ = h.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teams_pids_limit_set_on_the_server_is_its_jobs_pids_max() {
+    if needs_root("a_teams_pids_limit_set_on_the_server_is_its_jobs_pids_max") {
+        return;
+    }
+    let h = start_with(Setup::default()).await;
+    let team = gantry_store::Team { name: "t".into(), gpu_quota: None, pids_limit: Some(77) };
+    h.store.set_team(&team).expect("team");
+    let id = submit(&*h.store, "cat /proc/self/cgroup; sleep 30", 0);
+    let groups =
+        until("the job's cgroup", || Some(cgroup_dirs(&log(&h, id, "stdout"))).filter(|g| !g.is_empty()))
+            .await;
+    let pids_max = groups.iter().find_map(|g| std::fs::read_to_string(g.join("pids.max")).ok());
+    assert_eq!(pids_max.as_deref().map(str::trim), Some("77"), "{groups:?}");
+    h.store.cancel(id, gantry_server::now_ms()).expect("cancel");
+    finished(&h, id).await;
     let _ = h.stop.send(true);
 }
 

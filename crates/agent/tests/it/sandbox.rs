@@ -65,7 +65,7 @@ pub fn sleepers(marker: &str) -> Vec<u32> {
 }
 
 /// The job's cgroup directories, from its `/proc/self/cgroup` as printed in its output.
-fn cgroup_dirs(printed: &str) -> Vec<PathBuf> {
+pub fn cgroup_dirs(printed: &str) -> Vec<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     // (mount point, file system type, super options) of each mount.
     let mounts: Vec<(PathBuf, &str, &str)> = mountinfo

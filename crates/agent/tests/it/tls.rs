@@ -57,6 +57,7 @@ fn registration() -> RegisterRequest {
         node_id: "node-a".into(),
         hostname: "node-a".into(),
         advertise_addr: None,
+        job_defaults: None,
         cpu_milli: 1000,
         memory_mib: 1024,
         gpus: vec![],

@@ -67,6 +67,9 @@ pub struct Team {
     pub name: String,
     /// Whole GPUs the team may hold while others wait (`None`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// `pids.max` of each of its jobs (`None`: each node's default).
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
 }
 
 /// A recorded event.

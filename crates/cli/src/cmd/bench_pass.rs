@@ -132,6 +132,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
             node_id: format!("node-{n:04}"),
             hostname: format!("node-{n:04}"),
             advertise_addr: None,
+            job_defaults: None,
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,
@@ -143,6 +144,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
         store.set_team(&Team {
             name: format!("team-{t}"),
             gpu_quota: Some(args.nodes * args.gpus_per_node / 2),
+            pids_limit: None,
         })?;
     }
     let running = args.nodes * args.gpus_per_node;

@@ -87,6 +87,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             id: id.clone(),
             hostname: id.clone(),
             advertise_addr: None,
+            job_defaults: None,
             state: NodeState::Ready,
             epoch: 1,
             cpu_milli: 192_000,
@@ -109,7 +110,9 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
     }
     let teams = args.teams.max(1);
     let share = args.nodes * args.gpus_per_node / teams;
-    s.teams = (0..teams).map(|t| Team { name: format!("team-{t}"), gpu_quota: Some(share) }).collect();
+    s.teams = (0..teams)
+        .map(|t| Team { name: format!("team-{t}"), gpu_quota: Some(share), pids_limit: None })
+        .collect();
     let mut rng = SplitMix64::new(args.seed);
     for id in 1..=i64::from(args.pending) {
         let draw = rng.next_u64() % 100;

@@ -286,6 +286,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
             node_id: node_id.clone(),
             hostname: node_id.clone(),
             advertise_addr: None,
+            job_defaults: None,
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,
@@ -299,7 +300,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
     for (team, quota) in
         [("vision", Some(400)), ("nlp", Some(300)), ("speech", Some(100)), ("robotics", None)]
     {
-        store.set_team(&Team { name: team.into(), gpu_quota: quota }).expect("quota");
+        store.set_team(&Team { name: team.into(), gpu_quota: quota, pids_limit: None }).expect("quota");
     }
     for i in 0..10_000u32 {
         store

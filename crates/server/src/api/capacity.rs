@@ -156,6 +156,7 @@ mod tests {
             id: id.into(),
             hostname: id.into(),
             advertise_addr: None,
+            job_defaults: None,
             state: NodeState::Ready,
             epoch: 1,
             cpu_milli: cores * 1000,

@@ -115,12 +115,22 @@ pub async fn teams(
     counts.retain(|(team, _, _)| who.sees_team(team));
     let mut views: HashMap<String, TeamView> = teams
         .into_iter()
-        .map(|t| (t.name.clone(), TeamView { name: t.name, gpu_quota: t.gpu_quota, pending: 0, active: 0 }))
+        .map(|t| {
+            let view = TeamView {
+                name: t.name,
+                gpu_quota: t.gpu_quota,
+                pids_limit: t.pids_limit,
+                pending: 0,
+                active: 0,
+            };
+            (view.name.clone(), view)
+        })
         .collect();
     for (team, state, n) in counts {
         let view = views.entry(team.clone()).or_insert_with(|| TeamView {
             name: team,
             gpu_quota: None,
+            pids_limit: None,
             pending: 0,
             active: 0,
         });
@@ -135,7 +145,10 @@ pub async fn teams(
     Ok(Json(views))
 }
 
-/// Set a team's GPU quota (operator or admin).
+/// The highest `pids_limit` a team may be given (the kernel's own `pid_max` ceiling).
+const MAX_PIDS_LIMIT: u64 = 4_194_304;
+
+/// Set a team's GPU quota and, optionally, the `pids.max` of its jobs (operator or admin).
 #[utoipa::path(put, path = "/v1/teams/{name}", params(("name" = String, Path, description = "team")),
     request_body = QuotaRequest, security(("bearer" = [])), responses((status = 204), (status = 403, body = ErrorBody)))]
 pub async fn set_quota(
@@ -145,7 +158,21 @@ pub async fn set_quota(
     Body(req): Body<QuotaRequest>,
 ) -> Result<StatusCode, ApiError> {
     validate::word("name", &name)?;
-    app.dispatch(Command::SetTeam { team: Team { name, gpu_quota: req.gpu_quota }, by: who }).await?;
+    if req.pids_limit.is_some_and(|n| n > MAX_PIDS_LIMIT) {
+        return Err(ApiError::BadRequest(format!("pids_limit: at most {MAX_PIDS_LIMIT} processes")));
+    }
+    // Absent: the team keeps its limit; 0: back to each node's default.
+    let pids_limit = match req.pids_limit {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None => {
+            let wanted = name.clone();
+            let teams = blocking(&app, |s| s.teams()).await?;
+            teams.into_iter().find(|t| t.name == wanted).and_then(|t| t.pids_limit)
+        }
+    };
+    let team = Team { name, gpu_quota: req.gpu_quota, pids_limit };
+    app.dispatch(Command::SetTeam { team, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -148,6 +148,7 @@ impl World {
                     node_id: format!("n{n}"),
                     hostname: format!("h{n}"),
                     advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
+                    job_defaults: None,
                     cpu_milli: 8000,
                     memory_mib: 64_000,
                     gpus,
@@ -195,7 +196,8 @@ impl World {
                 }
             }
             Op::Quota(t, quota) => {
-                let _ = self.store.set_team(&Team { name: format!("t{t}"), gpu_quota: *quota });
+                let _ =
+                    self.store.set_team(&Team { name: format!("t{t}"), gpu_quota: *quota, pids_limit: None });
             }
             Op::Preempt(k) => {
                 if let Some(job) = self.job(*k).filter(|j| j.state.is_active()) {

@@ -40,6 +40,7 @@ fn node(s: &TestServer) -> u64 {
         node_id: "n1".into(),
         hostname: "n1".into(),
         advertise_addr: None,
+        job_defaults: None,
         cpu_milli: 64_000,
         memory_mib: 512_000,
         gpus: gpus.clone(),

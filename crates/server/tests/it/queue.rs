@@ -60,7 +60,7 @@ fn a_job_of_equal_priority_never_preempts_a_running_one() {
 #[test]
 fn a_team_under_its_guarantee_reclaims_gpus_a_borrower_holds() {
     let mut s = cluster(1, 2);
-    s.teams = vec![Team { name: "b".into(), gpu_quota: Some(1) }];
+    s.teams = vec![Team { name: "b".into(), gpu_quota: Some(1), pids_limit: None }];
     run_on(&mut s, job(1, "a", 0, 1, 0), 0, 0);
     run_on(&mut s, job(2, "a", 0, 1, 0), 0, 1);
     s.pending = vec![job(3, "b", 0, 1, 0)];
@@ -117,7 +117,7 @@ proptest! {
     ) {
         let mut s = cluster(nodes, 8);
         s.at = 1_000_000;
-        s.teams = quotas.iter().enumerate().map(|(t, q)| Team { name: format!("t{t}"), gpu_quota: *q }).collect();
+        s.teams = quotas.iter().enumerate().map(|(t, q)| Team { name: format!("t{t}"), gpu_quota: *q, pids_limit: None }).collect();
         let mut free = vec![8u32; nodes];
         let mut id = 1;
         for (team, prio, gpus) in running {
@@ -367,7 +367,7 @@ proptest! {
     ) {
         let mut s = cluster(2, 4);
         s.at = 10_000_000;
-        s.teams = vec![Team { name: "t0".into(), gpu_quota: quota }];
+        s.teams = vec![Team { name: "t0".into(), gpu_quota: quota, pids_limit: None }];
         let mut free = [4u32, 4];
         let mut id = 1;
         for (team, prio, gpus) in running {

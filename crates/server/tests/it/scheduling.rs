@@ -7,6 +7,7 @@ pub fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
         id: "n1".into(),
         hostname: "h".into(),
         advertise_addr: None,
+        job_defaults: None,
         state: NodeState::Ready,
         epoch: 3,
         cpu_milli: 64_000,
@@ -122,7 +123,7 @@ fn higher_priority_goes_first_then_submission_order() {
 #[test]
 fn a_team_quota_is_a_guarantee_and_idle_gpus_may_be_borrowed() {
     let mut s = snapshot(4, vec![job(1, "a", 9, 1, 0), job(2, "a", 9, 1, 0), job(3, "b", 0, 1, 0)]);
-    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(1) }];
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(1), pids_limit: None }];
     let placed: Vec<JobId> = plan(&s, PolicyKind::Gantry, 1).placements.iter().map(|p| p.job_id).collect();
     assert_eq!(placed, vec![1, 2, 3], "team a borrows an idle GPU beyond its guarantee of one");
 }
@@ -165,7 +166,7 @@ fn held_allocations_are_respected() {
 #[test]
 fn a_job_that_does_not_fit_says_why_it_waits() {
     let mut s = snapshot(2, vec![job(1, "t", 0, 4, 0), job(2, "a", 0, 1, 0), job(3, "b", 0, 1, 0)]);
-    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(0) }];
+    s.teams = vec![Team { name: "a".into(), gpu_quota: Some(0), pids_limit: None }];
     let waiting: std::collections::HashMap<JobId, String> =
         plan(&s, PolicyKind::Gantry, 1).waiting.into_iter().collect();
     assert!(waiting[&1].contains("no node has 4 free GPUs (the most any has is 2)"), "{waiting:?}");

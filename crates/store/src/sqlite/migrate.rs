@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("../../migrations/0009_elastic.sql")),
     (10, include_str!("../../migrations/0010_scheduler_changes.sql")),
     (11, include_str!("../../migrations/0011_job_counts.sql")),
+    (12, include_str!("../../migrations/0012_job_limits.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

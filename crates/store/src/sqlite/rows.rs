@@ -107,10 +107,11 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
 }
 
 pub(super) const NODE_COLUMNS: &str =
-    "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr";
+    "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, job_defaults";
 
 pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
     let state: String = r.get(2)?;
+    let defaults: Option<String> = r.get(8)?;
     Ok(Node {
         id: r.get(0)?,
         hostname: r.get(1)?,
@@ -120,6 +121,7 @@ pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
         cpu_milli: r.get(4)?,
         memory_mib: r.get(5)?,
         last_heartbeat: r.get(6)?,
+        job_defaults: defaults.map(|d| json("node job defaults", &d)).transpose()?,
     })
 }
 

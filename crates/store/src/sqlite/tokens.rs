@@ -168,15 +168,17 @@ pub(super) fn users(c: &Connection) -> Result<Vec<User>> {
 
 pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
     c.prepare_cached(
-        "INSERT INTO teams (name, gpu_quota) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2",
+        "INSERT INTO teams (name, gpu_quota, pids_limit) VALUES (?1, ?2, ?3) \
+         ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, pids_limit = ?3",
     )?
-    .execute(params![team.name, team.gpu_quota])?;
+    .execute(params![team.name, team.gpu_quota, team.pids_limit])?;
     Ok(())
 }
 
 pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
-    let mut stmt = c.prepare_cached("SELECT name, gpu_quota FROM teams ORDER BY name")?;
-    let rows = stmt.query_map([], |r| Ok(Team { name: r.get(0)?, gpu_quota: r.get(1)? }))?;
+    let mut stmt = c.prepare_cached("SELECT name, gpu_quota, pids_limit FROM teams ORDER BY name")?;
+    let rows =
+        stmt.query_map([], |r| Ok(Team { name: r.get(0)?, gpu_quota: r.get(1)?, pids_limit: r.get(2)? }))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

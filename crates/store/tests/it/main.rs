@@ -38,6 +38,7 @@ pub fn register(store: &SqliteStore, gpus: u32) -> u64 {
         node_id: "n1".into(),
         hostname: "h".into(),
         advertise_addr: None,
+        job_defaults: None,
         cpu_milli: 8000,
         memory_mib: 1000,
         gpus,
