@@ -13,7 +13,9 @@
 //!    memory cgroup of the process that writes them, the job's, so they also count against its
 //!    memory limit. They disappear with the namespace, when the attempt's last process ends;
 //! 3. when the job's work directory lies under one of those (a `--work-dir` under `/tmp`), binds
-//!    it back at the same path inside the new tmpfs, so the job still finds its directory;
+//!    it back at the same path inside the new tmpfs, so the job still finds its directory; so
+//!    too the MPS control daemon's pipe directory (`/tmp/nvidia-mps` by default), so that jobs
+//!    on an MPS node still reach the daemon;
 //! 4. mounts a new `proc` instance on `/proc` with `hidepid=2`: the job sees (and can read the
 //!    `cmdline` of) only processes of its own user. Jobs of one team run as one user and so
 //!    still see each other, as they can signal each other.
@@ -55,8 +57,22 @@ impl MountConfig {
     /// directory is `workdir`, started in `cwd`.
     pub fn spec(&self, memory_mib: u64, workdir: &Path, cwd: &Path) -> MountSpec {
         let shm_bytes = self.shm_bytes.or((memory_mib > 0).then_some(memory_mib << 20));
-        MountSpec { tmp_bytes: self.tmp_bytes, shm_bytes, workdir: workdir.to_owned(), cwd: cwd.to_owned() }
+        let keep = mps_pipe_dir().into_iter().collect();
+        MountSpec {
+            tmp_bytes: self.tmp_bytes,
+            shm_bytes,
+            workdir: workdir.to_owned(),
+            cwd: cwd.to_owned(),
+            keep,
+        }
     }
+}
+
+/// The MPS control daemon's pipe directory, which jobs must reach through their own `/tmp`.
+fn mps_pipe_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
+        .map_or_else(|| PathBuf::from("/tmp/nvidia-mps"), PathBuf::from);
+    dir.is_dir().then_some(dir)
 }
 
 /// One attempt's private mounts, as the agent hands them to the attempt's shim.
@@ -70,7 +86,14 @@ pub struct MountSpec {
     pub workdir: PathBuf,
     /// Where the job starts.
     pub cwd: PathBuf,
+    /// Other directories the job must still reach when they lie under `/tmp` or `/dev/shm`:
+    /// the MPS control daemon's pipe directory (`/tmp/nvidia-mps` by default).
+    #[serde(default)]
+    pub keep: Vec<PathBuf>,
 }
+
+/// At most this many directories are bound back (the child keeps their descriptors on its stack).
+const MOST_KEPT: usize = 4;
 
 /// A tmpfs to mount: where, and with which options.
 #[derive(Debug)]
@@ -79,22 +102,22 @@ struct Tmpfs {
     options: CString,
 }
 
-/// The work directory bound back inside a new tmpfs.
+/// A directory bound back inside a new tmpfs at its own path.
 #[derive(Debug)]
 struct Keep {
-    /// The work directory, opened (`O_PATH`) before the tmpfs hides it.
+    /// The directory, opened (`O_PATH`) before the tmpfs hides it.
     dir: CString,
-    /// Directories to make inside the tmpfs, outermost first, the work directory last.
+    /// Directories to make inside the tmpfs, outermost first, the directory itself last.
     make: Vec<CString>,
-    /// Where the job starts, entered again once the directory is back.
-    cwd: CString,
 }
 
 /// The mounts prepared for the child.
 #[derive(Debug)]
 pub struct Private {
     tmpfs: Vec<Tmpfs>,
-    keep: Option<Keep>,
+    keep: Vec<Keep>,
+    /// Where the job starts, entered again when its work directory was bound back.
+    cwd: Option<CString>,
 }
 
 fn c(path: &Path) -> io::Result<CString> {
@@ -102,27 +125,29 @@ fn c(path: &Path) -> io::Result<CString> {
 }
 
 impl Private {
-    /// Prepares `spec`'s mounts. A `/dev/shm` the node does not have is not made.
+    /// Prepares `spec`'s mounts. A `/dev/shm` the node does not have is not made, and a kept
+    /// directory that does not exist is left out.
     pub fn new(spec: &MountSpec) -> io::Result<Self> {
         let mut tmpfs = Vec::new();
-        let mut keep = None;
+        let (mut keep, mut cwd) = (Vec::new(), None);
         let targets = [(Path::new("/tmp"), Some(spec.tmp_bytes)), (Path::new("/dev/shm"), spec.shm_bytes)];
         for (target, size) in targets {
             if target != Path::new("/tmp") && !target.is_dir() {
                 continue;
             }
             tmpfs.push(self::tmpfs(target, size)?);
-            if let Ok(inside) = spec.workdir.strip_prefix(target) {
-                let mut make = Vec::new();
-                let mut dir = target.to_path_buf();
-                for part in inside.components() {
-                    dir.push(part);
-                    make.push(c(&dir)?);
-                }
-                keep = Some(Keep { dir: c(&spec.workdir)?, make, cwd: c(&spec.cwd)? });
+            if spec.workdir.starts_with(target) {
+                keep.push(kept(target, &spec.workdir)?);
+                cwd = Some(c(&spec.cwd)?);
+            }
+            for dir in spec.keep.iter().filter(|d| d.starts_with(target) && d.is_dir()) {
+                keep.push(kept(target, dir)?);
             }
         }
-        Ok(Self { tmpfs, keep })
+        if keep.len() > MOST_KEPT {
+            return Err(io::Error::other(format!("at most {MOST_KEPT} directories can be kept")));
+        }
+        Ok(Self { tmpfs, keep, cwd })
     }
 
     /// In the child: enters a new mount namespace and mounts everything. Async-signal-safe.
@@ -130,30 +155,28 @@ impl Private {
     pub fn enter(&self) -> io::Result<()> {
         let check = |rc: libc::c_int| if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) };
         // SAFETY: plain system calls on NUL-terminated strings owned by `self`, allocated before
-        // the fork; null pointers are allowed where passed (mount's source, type and data).
+        // the fork, and on buffers on this stack; null pointers are allowed where passed
+        // (mount's source, type and data).
         unsafe {
             check(libc::unshare(libc::CLONE_NEWNS))?;
             let none = std::ptr::null();
             check(libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, none.cast()))?;
-            let kept = match &self.keep {
-                Some(k) => {
-                    let fd = libc::open(k.dir.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Some((k, fd))
+            let mut fds = [-1; MOST_KEPT];
+            for (k, fd) in self.keep.iter().zip(fds.iter_mut()) {
+                *fd = libc::open(k.dir.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+                if *fd < 0 {
+                    return Err(io::Error::last_os_error());
                 }
-                None => None,
-            };
+            }
             let flags = libc::MS_NOSUID | libc::MS_NODEV;
             for t in &self.tmpfs {
                 let data = t.options.as_ptr().cast();
                 check(libc::mount(c"tmpfs".as_ptr(), t.target.as_ptr(), c"tmpfs".as_ptr(), flags, data))?;
             }
-            if let Some((k, fd)) = kept {
+            for (k, &fd) in self.keep.iter().zip(fds.iter()) {
                 for dir in &k.make {
-                    // Root makes them with the agent's umask; the last, the work directory
-                    // itself, only serves as the bind's mount point.
+                    // Root makes them with the agent's umask; the last only serves as the
+                    // bind's mount point.
                     if libc::mkdir(dir.as_ptr(), 0o711) != 0
                         && io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
                     {
@@ -165,7 +188,9 @@ impl Private {
                 let target = k.dir.as_ptr();
                 check(libc::mount(source.cast(), target, none, libc::MS_BIND | libc::MS_REC, none.cast()))?;
                 libc::close(fd);
-                check(libc::chdir(k.cwd.as_ptr()))?;
+            }
+            if let Some(cwd) = &self.cwd {
+                check(libc::chdir(cwd.as_ptr()))?;
             }
             let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
             let hidepid = c"hidepid=2".as_ptr().cast();
@@ -173,6 +198,17 @@ impl Private {
         }
         Ok(())
     }
+}
+
+/// `dir` (under the tmpfs at `target`), and the directories to make to bind it back.
+fn kept(target: &Path, dir: &Path) -> io::Result<Keep> {
+    let mut make = Vec::new();
+    let mut at = target.to_path_buf();
+    for part in dir.strip_prefix(target).map_err(io::Error::other)?.components() {
+        at.push(part);
+        make.push(c(&at)?);
+    }
+    Ok(Keep { dir: c(dir)?, make })
 }
 
 fn tmpfs(target: &Path, size: Option<u64>) -> io::Result<Tmpfs> {
@@ -223,13 +259,29 @@ mod tests {
         let config = MountConfig::default();
         let under = Private::new(&config.spec(0, Path::new("/tmp/w/s/1-1"), Path::new("/tmp/w/s/1-1/a")))
             .expect("prepared");
-        let keep = under.keep.expect("bound back");
+        let keep = under.keep.first().expect("bound back");
         let made: Vec<_> = keep.make.iter().map(|m| m.to_str().expect("utf-8").to_owned()).collect();
         assert_eq!(made, ["/tmp/w", "/tmp/w/s", "/tmp/w/s/1-1"]);
+        assert!(under.cwd.is_some(), "the job starts in its directory again");
         let elsewhere =
             Private::new(&config.spec(0, Path::new("/var/lib/w/1-1"), Path::new("/var/lib/w/1-1")))
                 .expect("prepared");
-        assert!(elsewhere.keep.is_none());
+        assert!(elsewhere.keep.is_empty() && elsewhere.cwd.is_none());
+    }
+
+    #[test]
+    fn an_existing_directory_to_keep_under_tmp_is_bound_back_and_a_missing_one_is_left_out() {
+        let mps = tempfile::tempdir_in("/tmp").expect("dir");
+        let missing = Path::new("/tmp/gantry-no-such-dir");
+        let spec = MountSpec { keep: vec![mps.path().to_owned(), missing.to_owned()], ..base_spec() };
+        let private = Private::new(&spec).expect("prepared");
+        let kept: Vec<_> = private.keep.iter().map(|k| k.dir.to_str().expect("utf-8").to_owned()).collect();
+        assert_eq!(kept, [mps.path().display().to_string()]);
+    }
+
+    fn base_spec() -> MountSpec {
+        let dir = Path::new("/var/lib/w/1-1");
+        MountConfig::default().spec(0, dir, dir)
     }
 
     #[test]

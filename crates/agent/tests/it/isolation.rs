@@ -108,6 +108,40 @@ async fn what_a_job_creates_is_its_users_alone_and_its_tmp_is_a_capped_tmpfs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_directory_under_tmp_is_still_the_jobs_inside_its_private_tmp() {
+    if needs_root("a_work_directory_under_tmp_is_still_the_jobs_inside_its_private_tmp") {
+        return;
+    }
+    let under_tmp = tempfile::tempdir_in("/tmp").expect("dir");
+    std::fs::set_permissions(under_tmp.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let work_dir = Some(under_tmp.path().join("work"));
+    let h = start_with(Setup { work_dir, ..Setup::default() }).await;
+    let script = "pwd; echo kept > result; cat result; cd $HOME && ls; ls -A /tmp | wc -l";
+    let id = submit_in_dir(&*h.store, script, "out");
+    assert_eq!(finished(&h, id).await.state, JobState::Succeeded, "{}", log(&h, id, "stderr"));
+    let out = log(&h, id, "stdout");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with(&under_tmp.path().display().to_string()) && lines[0].ends_with("/out"),
+        "{out}"
+    );
+    assert_eq!(lines[1..4], ["kept", "out", "1"], "its directory is back, alone in its /tmp: {out}");
+    let _ = h.stop.send(true);
+}
+
+fn submit_in_dir(store: &dyn Store, command: &str, workdir: &str) -> i64 {
+    let job = NewJob {
+        team: "t".into(),
+        name: "workdir".into(),
+        command: vec!["sh".into(), "-c".into(), command.into()],
+        submitted_at: gantry_server::now_ms(),
+        workdir: Some(workdir.into()),
+        ..NewJob::default()
+    };
+    store.submit(&job).expect("submit").0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_loop_stops_at_pids_max_and_the_agent_still_runs_the_next_job() {
     if needs_root("a_fork_loop_stops_at_pids_max_and_the_agent_still_runs_the_next_job") {
         return;

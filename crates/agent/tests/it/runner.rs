@@ -25,6 +25,7 @@ pub struct Harness {
     job_users: std::collections::BTreeMap<String, String>,
     /// `--default-job-memory`, `--default-job-cpu` and `pids.max` of every agent started here.
     defaults: JobDefaults,
+    work: std::path::PathBuf,
     url: String,
     token: String,
     pub agent: tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>>,
@@ -38,6 +39,8 @@ pub struct Setup {
     pub job_users: std::collections::BTreeMap<String, String>,
     /// The limits of a job that asks for none.
     pub defaults: JobDefaults,
+    /// The work root (default `work` in [`Harness::outside`]).
+    pub work_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Setup {
@@ -47,6 +50,7 @@ impl Default for Setup {
             log_limit_bytes: 64 << 20,
             job_users: Default::default(),
             defaults: JobDefaults::default(),
+            work_dir: None,
         }
     }
 }
@@ -69,6 +73,7 @@ pub async fn start_with(setup: Setup) -> Harness {
     let outside = tempdir();
     std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
     let shared = outside.path().join("shared");
+    let outside_work = outside.path().join("work");
     std::fs::create_dir(&shared).expect("shared dir");
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("store")).expect("store"));
@@ -96,6 +101,7 @@ pub async fn start_with(setup: Setup) -> Harness {
         stop,
         job_users: setup.job_users,
         defaults: setup.defaults,
+        work: setup.work_dir.unwrap_or_else(|| outside_work.clone()),
         url,
         token,
         agent: tokio::spawn(async { Ok(()) }),
@@ -162,7 +168,7 @@ impl Harness {
 
     /// Root of the agent's work directories.
     pub fn work_root(&self) -> std::path::PathBuf {
-        self.outside.path().join("work")
+        self.work.clone()
     }
 
     /// The agent's join token (a secret no job may see).
