@@ -7,7 +7,7 @@
 //! and ending the attempt ends the group. The same group carries the job's memory and CPU
 //! requests as limits, a cap on its processes (`pids.max`, so that a fork loop cannot take every
 //! pid of the node from the agent, the server and the shims), and under v1 the devices it may
-//! open ([`super::devices`]).
+//! open ([`super::devices`]; under v2 through a BPF program, [`super::bpf_devices`]).
 //!
 //! cgroup v2 is used where the unified hierarchy offers `memory`, `cpu` or `pids`; otherwise
 //! the v1 `memory`, `cpu`, `pids`, `devices` and `freezer` hierarchies, one group in each. Groups live under
@@ -37,6 +37,8 @@ const CPU_PERIOD_US: u64 = 100_000;
 #[derive(Debug, Clone)]
 pub struct Cgroups {
     v2: bool,
+    /// v2: the kernel loads BPF device programs ([`super::bpf_devices`]).
+    bpf_devices: bool,
     /// `gantry/<scope>` in each hierarchy used (one for v2).
     parents: Vec<PathBuf>,
 }
@@ -93,7 +95,7 @@ impl Cgroups {
             if *controller == "freezer" { parents.insert(0, parent) } else { parents.push(parent) }
         }
         match (parents.is_empty(), unified) {
-            (false, _) => Ok(Self { v2: false, parents }),
+            (false, _) => Ok(Self { v2: false, bpf_devices: false, parents }),
             (true, Some((root, _))) => Self::open_v2(&root, Vec::new(), scope),
             (true, None) => Err("no cgroup hierarchy is mounted".into()),
         }
@@ -110,12 +112,17 @@ impl Cgroups {
                 let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}"));
             }
         }
-        Ok(Self { v2: true, parents: vec![parent] })
+        let bpf_devices = super::bpf_devices::supported().is_ok();
+        Ok(Self { v2: true, bpf_devices, parents: vec![parent] })
     }
 
-    /// Whether a job's devices can be restricted (v1's `devices` hierarchy is mounted).
+    /// Whether a job's devices can be restricted: v1's `devices` hierarchy is mounted, or under
+    /// v2 the kernel loads device programs.
     pub fn restricts_devices(&self) -> bool {
-        !self.v2 && self.parents.iter().any(|p| p.join("devices.allow").exists())
+        if self.v2 {
+            return self.bpf_devices;
+        }
+        self.parents.iter().any(|p| p.join("devices.allow").exists())
     }
 
     /// `v2` or `v1`, for messages.
@@ -219,9 +226,14 @@ impl Cgroup {
         if limits.pids_max > 0 {
             writes.push(("pids.max", limits.pids_max.to_string()));
         }
-        if let Some(devices) = limits.devices.as_ref().filter(|_| !self.v2) {
-            writes.push(("devices.deny", "a".to_owned()));
-            writes.extend(devices.iter().map(|d| ("devices.allow", d.v1())));
+        match (&limits.devices, self.v2) {
+            (Some(devices), false) => {
+                writes.push(("devices.deny", "a".to_owned()));
+                writes.extend(devices.iter().map(|d| ("devices.allow", d.v1())));
+            }
+            (Some(devices), true) => super::bpf_devices::attach(&self.dirs[0], devices)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("allowing the job's devices: {e}")))?,
+            (None, _) => {}
         }
         for (file, value) in writes {
             let Some(path) = self.file(file) else {

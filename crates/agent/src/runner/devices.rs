@@ -14,9 +14,9 @@
 //! - `null`, `zero`, `full`, `random`, `urandom`, `tty`, `ptmx` and the pseudo-terminals.
 //!
 //! cgroup v1 takes these as lines in `devices.allow` after `a` in `devices.deny`
-//! ([`Rule::v1`]); cgroup v2 has no such file and needs a `BPF_PROG_TYPE_CGROUP_DEVICE`
-//! program, which this agent does not load yet: under v2 devices are not restricted, and the
-//! agent says so at start.
+//! ([`Rule::v1`]); cgroup v2 has no such file and takes a `BPF_PROG_TYPE_CGROUP_DEVICE`
+//! program built from the same rules ([`super::bpf_devices`]). Where neither works, devices are
+//! not restricted, and the agent says so at start.
 
 use std::collections::BTreeMap;
 

@@ -15,6 +15,7 @@
 //! [`AgentConfig::stop_jobs_on_exit`] is set.
 
 pub mod attempt;
+pub mod bpf_devices;
 pub mod cgroup;
 pub mod child;
 pub mod client;

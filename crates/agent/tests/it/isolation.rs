@@ -246,3 +246,50 @@ async fn a_job_can_open_its_own_gpus_device_node_but_not_another_gpus() {
     assert_eq!(out.lines().count(), 2, "{out}");
     let _ = h.stop.send(true);
 }
+
+#[test]
+fn a_bpf_device_program_on_a_v2_group_lets_its_gpu_open_and_refuses_another() {
+    use gantry_agent::runner::bpf_devices;
+    use gantry_agent::runner::devices::{Rule, allowed};
+    if needs_root("a_bpf_device_program_on_a_v2_group_lets_its_gpu_open_and_refuses_another") {
+        return;
+    }
+    // The cgroup v2 hierarchy, unified or (as on hybrid hosts) beside the v1 ones.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let Some(root) = mountinfo.lines().find_map(|l| {
+        let (head, tail) = l.split_once(" - ")?;
+        let point = head.split_whitespace().nth(4)?;
+        tail.starts_with("cgroup2 ").then(|| std::path::PathBuf::from(point))
+    }) else {
+        eprintln!("note: no cgroup2 hierarchy is mounted; skipped");
+        return;
+    };
+    bpf_devices::supported().expect("a root agent on this kernel loads device programs");
+    let group = root.join(format!("gantry-bpf-test-{}", std::process::id()));
+    std::fs::create_dir(&group).expect("group");
+    let dev = crate::runner::tempdir();
+    for minor in 0..2 {
+        let node = dev.path().join(format!("nvidia{minor}"));
+        let made =
+            std::process::Command::new("mknod").arg(&node).args(["c", "195", &minor.to_string()]).status();
+        assert!(made.is_ok_and(|s| s.success()), "mknod {}", node.display());
+    }
+    let rules: Vec<Rule> = allowed(&[0], "");
+    bpf_devices::attach(&group, &rules).expect("attached");
+    let script = format!(
+        "echo $$ > {g}/cgroup.procs; for n in 0 1; do cat {d}/nvidia$n 2>&1 | sed \"s/^/$n /\"; done; \
+         head -c 1 /dev/zero | wc -c; for d in null full random urandom tty; do [ -c /dev/$d ] && sh -c \": </dev/$d\" 2>&1 | grep -q 'not permitted' && echo $d-refused; done; echo end",
+        g = group.display(),
+        d = dev.path().display()
+    );
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().expect("sh");
+    let _ = std::fs::remove_dir(&group);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("0 ") && lines[0].contains("No such device"), "its own GPU: {text}");
+    assert!(
+        lines[1].starts_with("1 ") && lines[1].contains("Operation not permitted"),
+        "another GPU: {text}"
+    );
+    assert_eq!(lines[2..], ["1", "end"], "/dev/zero and the other basics are allowed: {text}");
+}
