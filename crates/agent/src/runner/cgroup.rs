@@ -150,6 +150,24 @@ impl Cgroups {
         Cgroup { v2: self.v2, dirs: self.parents.clone() }.limit(limits)
     }
 
+    /// Lifts the memory and CPU limits of the parent group (a reserve given up since the last
+    /// start); a file that is missing or refuses is left as it is.
+    pub fn unlimit_all(&self) {
+        let unlimited: &[(&str, &str)] = if self.v2 {
+            &[("memory.max", "max"), ("cpu.max", "max")]
+        } else {
+            &[("memory.limit_in_bytes", "-1"), ("cpu.cfs_quota_us", "-1")]
+        };
+        for parent in &self.parents {
+            for (file, value) in unlimited {
+                let path = parent.join(file);
+                if path.exists() {
+                    let _ = std::fs::write(path, value);
+                }
+            }
+        }
+    }
+
     /// Removes the (empty) parent groups; a group still holding jobs stays.
     pub fn release(&self) {
         for parent in &self.parents {

@@ -214,9 +214,13 @@ impl Sandbox {
 
     /// Limits the parent group of all jobs to the node's capacity less the reserve.
     fn hold_back_reserve(&self) {
-        let (Some(cgroups), true) = (&self.cgroups, self.reserve != NodeReserve::default()) else {
+        let Some(cgroups) = &self.cgroups else {
             return;
         };
+        cgroups.unlimit_all();
+        if self.reserve == NodeReserve::default() {
+            return;
+        }
         let (cpu_milli, memory_mib) = self.capacity(super::node_cpu_milli(), super::node_memory_mib());
         let limits = Limits {
             memory_mib: if self.reserve.memory_mib > 0 { memory_mib.max(1) } else { 0 },

@@ -5,8 +5,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use gantry_agent::runner::sandbox::JobDefaults;
-use gantry_agent::runner::{BackendChoice, Gpus};
+use gantry_agent::runner::sandbox::{JobDefaults, NodeReserve};
+use gantry_agent::runner::{self, BackendChoice, Gpus};
 use gantry_store::{JobState, NewJob, Store};
 
 use crate::runner::{Harness, Setup, job, start_with, submit, until};
@@ -184,6 +184,30 @@ async fn a_teams_pids_limit_set_on_the_server_is_its_jobs_pids_max() {
     assert_eq!(pids_max.as_deref().map(str::trim), Some("77"), "{groups:?}");
     h.store.cancel(id, gantry_server::now_ms()).expect("cancel");
     finished(&h, id).await;
+    let _ = h.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_advertises_its_capacity_less_the_reserve_and_holds_all_jobs_below_it() {
+    if needs_root("the_node_advertises_its_capacity_less_the_reserve_and_holds_all_jobs_below_it") {
+        return;
+    }
+    let reserve = NodeReserve { memory_mib: 1024, cpu_milli: 500 };
+    let h = start_with(Setup { reserve, ..Setup::default() }).await;
+    let (cpu, memory) = (runner::node_cpu_milli(), runner::node_memory_mib());
+    let node = until("the node", || h.store.nodes().expect("nodes").into_iter().find(|n| n.id == "n1")).await;
+    assert_eq!((node.cpu_milli, node.memory_mib), (cpu - 500, memory - 1024));
+    let id = submit(&*h.store, "cat /proc/self/cgroup", 0);
+    assert_eq!(finished(&h, id).await.state, JobState::Succeeded);
+    // The parent of the job's group, `gantry/<scope>`, holds every job of the agent.
+    let groups = cgroup_dirs(&log(&h, id, "stdout"));
+    let parent =
+        |file: &str| groups.iter().find_map(|g| std::fs::read_to_string(g.parent()?.join(file)).ok());
+    let limit =
+        parent("memory.max").or_else(|| parent("memory.limit_in_bytes")).expect("a memory limit file");
+    assert_eq!(limit.trim(), ((memory - 1024) << 20).to_string());
+    let quota = parent("cpu.cfs_quota_us").or_else(|| parent("cpu.max")).expect("a CPU limit file");
+    assert!(quota.starts_with(&((cpu - 500) * 100).to_string()), "{quota}");
     let _ = h.stop.send(true);
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_agent::runner::sandbox::JobDefaults;
+use gantry_agent::runner::sandbox::{JobDefaults, NodeReserve};
 use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus, Sandbox, SandboxConfig};
 use gantry_gpu::FaultKind;
 use gantry_server::{Server, ServerConfig};
@@ -25,6 +25,7 @@ pub struct Harness {
     job_users: std::collections::BTreeMap<String, String>,
     /// `--default-job-memory`, `--default-job-cpu` and `pids.max` of every agent started here.
     defaults: JobDefaults,
+    reserve: NodeReserve,
     work: std::path::PathBuf,
     url: String,
     token: String,
@@ -41,6 +42,8 @@ pub struct Setup {
     pub defaults: JobDefaults,
     /// The work root (default `work` in [`Harness::outside`]).
     pub work_dir: Option<std::path::PathBuf>,
+    /// What jobs can never take.
+    pub reserve: NodeReserve,
 }
 
 impl Default for Setup {
@@ -51,6 +54,7 @@ impl Default for Setup {
             job_users: Default::default(),
             defaults: JobDefaults::default(),
             work_dir: None,
+            reserve: NodeReserve::default(),
         }
     }
 }
@@ -101,6 +105,7 @@ pub async fn start_with(setup: Setup) -> Harness {
         stop,
         job_users: setup.job_users,
         defaults: setup.defaults,
+        reserve: setup.reserve,
         work: setup.work_dir.unwrap_or_else(|| outside_work.clone()),
         url,
         token,
@@ -162,6 +167,7 @@ impl Harness {
             work_dir: self.work_root(),
             job_users: self.job_users.clone(),
             defaults: self.defaults,
+            reserve: self.reserve,
             ..SandboxConfig::default()
         }
     }
