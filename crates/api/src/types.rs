@@ -112,6 +112,11 @@ pub struct JobDetail {
     /// A gang's workers by rank, each with its node and GPUs (empty for other jobs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<Job>,
+    /// The memory, CPU and process limits it runs (or last ran) under on its node: its requests,
+    /// else the node's defaults, and its team's `pids_limit`, else the node's (`None`: never
+    /// placed, or on an agent that does not report its defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::model::JobLimits>,
 }
 
 /// Which jobs to list.
@@ -200,6 +205,9 @@ pub struct TeamView {
     pub name: String,
     /// Quota in whole GPUs (`None`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// `pids.max` of each of its jobs (`None`: each node's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<u64>,
     /// Pending jobs.
     pub pending: u64,
     /// Scheduled or running jobs.
@@ -244,6 +252,10 @@ pub struct QuotaRequest {
     /// default false: across teams, preemption only reclaims guarantees). Admin only.
     #[serde(default)]
     pub preempt_other_teams: Option<bool>,
+    /// Most processes and threads each of the team's jobs may have at once (`pids.max`);
+    /// absent: unchanged, `0`: back to each node's default (4,096 unless the node says).
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
 }
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with
@@ -397,6 +409,9 @@ pub struct RegisterRequest {
     pub memory_mib: u64,
     /// GPU inventory.
     pub gpus: Vec<GpuInfo>,
+    /// What the node holds a job to that does not say (its default memory and CPU, `pids.max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_defaults: Option<crate::model::JobLimits>,
     /// The attempts the agent still has from before (it restarted while they ran): the server
     /// keeps those placed on this node; every other attempt of an older epoch was lost.
     #[serde(default)]
@@ -460,6 +475,9 @@ pub struct Assignment {
     /// CPU limit, milli-cores (0: not limited).
     #[serde(default)]
     pub cpu_milli: u64,
+    /// Most processes and threads at once, the team's `pids_limit` (none: the node's default).
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
     /// Environment the job declared: names are `[A-Za-z_][A-Za-z0-9_]*` and never `GANTRY_*`,
     /// `CUDA_MPS_*` or `CUDA_VISIBLE_DEVICES` (see `job_env`). The agent adds its own variables
     /// and nothing of its environment.
@@ -500,6 +518,7 @@ impl From<Job> for Assignment {
             team: job.team,
             memory_mib: job.request.memory_mib,
             cpu_milli: job.request.cpu_milli,
+            pids_limit: None,
             env: job.env,
             log_limit_bytes: 0,
             time_limit_s: job.time_limit_s,

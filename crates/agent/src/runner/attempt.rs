@@ -49,6 +49,8 @@ pub struct Context {
     pub state: PathBuf,
     /// The executable run as each attempt's shim.
     pub shim: PathBuf,
+    /// The node's GPU UUIDs and their device minors ([`super::devices`]).
+    pub minors: Arc<std::collections::BTreeMap<String, u32>>,
 }
 
 /// A started attempt, as the job table keeps it.
@@ -85,7 +87,7 @@ pub fn start(
     let (user, credentials) = ctx.sandbox.user_for(&a.team)?;
     let user = &user;
     let workdir = ctx.sandbox.make_workdir(a.job_id, a.attempt, user)?;
-    let cgroup = match ctx.sandbox.cgroup(a) {
+    let cgroup = match ctx.sandbox.cgroup(a, &ctx.minors) {
         Ok(c) => c.map(Arc::new),
         Err(e) => {
             sandbox::remove_dir(&workdir);
@@ -181,10 +183,11 @@ fn spec(
         attempt: a.attempt,
         argv: a.command.clone(),
         env,
-        cwd,
+        cwd: cwd.clone(),
         workdir: workdir.to_path_buf(),
         user: credentials,
         cgroup: cgroup.map(Cgroup::to_ref),
+        mounts: ctx.sandbox.mounts(a, workdir, &cwd),
         logs: dir,
         log_limit: limit,
         state: ctx.state.clone(),

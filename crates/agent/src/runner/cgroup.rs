@@ -5,10 +5,12 @@
 //! inescapable for an unprivileged process, so the agent puts each attempt's first process in
 //! its own group before it execs (see `process.rs`): everything the job ever starts is inside,
 //! and ending the attempt ends the group. The same group carries the job's memory and CPU
-//! requests as limits.
+//! requests as limits, a cap on its processes (`pids.max`, so that a fork loop cannot take every
+//! pid of the node from the agent, the server and the shims), and under v1 the devices it may
+//! open ([`super::devices`]; under v2 through a BPF program, [`super::bpf_devices`]).
 //!
 //! cgroup v2 is used where the unified hierarchy offers `memory`, `cpu` or `pids`; otherwise
-//! the v1 `memory`, `cpu`, `pids` and `freezer` hierarchies, one group in each. Groups live under
+//! the v1 `memory`, `cpu`, `pids`, `devices` and `freezer` hierarchies, one group in each. Groups live under
 //! `gantry/<scope>/` at the top of each hierarchy, where the scope is fixed per agent state
 //! directory, so a restarted agent can find and end what its previous run left.
 //!
@@ -19,10 +21,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::devices::Rule;
 use super::process;
 
 /// The v1 controllers a job's group is made in; `freezer` ends it, the others limit it.
-const V1_CONTROLLERS: &[&str] = &["memory", "cpu", "pids", "freezer"];
+const V1_CONTROLLERS: &[&str] = &["memory", "cpu", "pids", "devices", "freezer"];
 
 /// The v2 controllers enabled for jobs' groups.
 const V2_CONTROLLERS: &[&str] = &["memory", "cpu", "pids"];
@@ -34,17 +37,23 @@ const CPU_PERIOD_US: u64 = 100_000;
 #[derive(Debug, Clone)]
 pub struct Cgroups {
     v2: bool,
+    /// v2: the kernel loads BPF device programs ([`super::bpf_devices`]).
+    bpf_devices: bool,
     /// `gantry/<scope>` in each hierarchy used (one for v2).
     parents: Vec<PathBuf>,
 }
 
 /// What a job's group limits.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Memory, MiB (0: not limited).
     pub memory_mib: u64,
     /// CPU, milli-cores (0: not limited).
     pub cpu_milli: u64,
+    /// Processes and threads (0: not limited).
+    pub pids_max: u64,
+    /// The only devices it may open (`None`: not restricted). Enforced under v1 only.
+    pub devices: Option<Vec<Rule>>,
 }
 
 /// One attempt's group.
@@ -86,7 +95,7 @@ impl Cgroups {
             if *controller == "freezer" { parents.insert(0, parent) } else { parents.push(parent) }
         }
         match (parents.is_empty(), unified) {
-            (false, _) => Ok(Self { v2: false, parents }),
+            (false, _) => Ok(Self { v2: false, bpf_devices: false, parents }),
             (true, Some((root, _))) => Self::open_v2(&root, Vec::new(), scope),
             (true, None) => Err("no cgroup hierarchy is mounted".into()),
         }
@@ -103,7 +112,17 @@ impl Cgroups {
                 let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}"));
             }
         }
-        Ok(Self { v2: true, parents: vec![parent] })
+        let bpf_devices = super::bpf_devices::supported().is_ok();
+        Ok(Self { v2: true, bpf_devices, parents: vec![parent] })
+    }
+
+    /// Whether a job's devices can be restricted: v1's `devices` hierarchy is mounted, or under
+    /// v2 the kernel loads device programs.
+    pub fn restricts_devices(&self) -> bool {
+        if self.v2 {
+            return self.bpf_devices;
+        }
+        self.parents.iter().any(|p| p.join("devices.allow").exists())
     }
 
     /// `v2` or `v1`, for messages.
@@ -112,7 +131,7 @@ impl Cgroups {
     }
 
     /// Makes the group `name` with `limits`.
-    pub fn create(&self, name: &str, limits: Limits) -> std::io::Result<Cgroup> {
+    pub fn create(&self, name: &str, limits: &Limits) -> std::io::Result<Cgroup> {
         let group = Cgroup { v2: self.v2, dirs: self.parents.iter().map(|p| p.join(name)).collect() };
         for dir in &group.dirs {
             if dir.exists() {
@@ -124,6 +143,29 @@ impl Cgroups {
         }
         group.limit(limits)?;
         Ok(group)
+    }
+
+    /// Holds every job of this agent together to `limits` (memory and CPU): the parent group.
+    pub fn limit_all(&self, limits: &Limits) -> std::io::Result<()> {
+        Cgroup { v2: self.v2, dirs: self.parents.clone() }.limit(limits)
+    }
+
+    /// Lifts the memory and CPU limits of the parent group (a reserve given up since the last
+    /// start); a file that is missing or refuses is left as it is.
+    pub fn unlimit_all(&self) {
+        let unlimited: &[(&str, &str)] = if self.v2 {
+            &[("memory.max", "max"), ("cpu.max", "max")]
+        } else {
+            &[("memory.limit_in_bytes", "-1"), ("cpu.cfs_quota_us", "-1")]
+        };
+        for parent in &self.parents {
+            for (file, value) in unlimited {
+                let path = parent.join(file);
+                if path.exists() {
+                    let _ = std::fs::write(path, value);
+                }
+            }
+        }
     }
 
     /// Removes the (empty) parent groups; a group still holding jobs stays.
@@ -179,7 +221,7 @@ impl Cgroup {
         self.dirs.first().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned())
     }
 
-    fn limit(&self, limits: Limits) -> std::io::Result<()> {
+    fn limit(&self, limits: &Limits) -> std::io::Result<()> {
         let quota = (limits.cpu_milli * CPU_PERIOD_US / 1000).max(1000);
         let memory = limits.memory_mib << 20;
         let mut writes: Vec<(&str, String)> = Vec::new();
@@ -198,6 +240,18 @@ impl Cgroup {
                 writes.push(("cpu.cfs_period_us", CPU_PERIOD_US.to_string()));
                 writes.push(("cpu.cfs_quota_us", quota.to_string()));
             }
+        }
+        if limits.pids_max > 0 {
+            writes.push(("pids.max", limits.pids_max.to_string()));
+        }
+        match (&limits.devices, self.v2) {
+            (Some(devices), false) => {
+                writes.push(("devices.deny", "a".to_owned()));
+                writes.extend(devices.iter().map(|d| ("devices.allow", d.v1())));
+            }
+            (Some(devices), true) => super::bpf_devices::attach(&self.dirs[0], devices)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("allowing the job's devices: {e}")))?,
+            (None, _) => {}
         }
         for (file, value) in writes {
             let Some(path) = self.file(file) else {

@@ -1,5 +1,5 @@
 //! What runs in a job's process between `fork` and `exec`: entering its network namespace and
-//! its cgroup, and becoming its user.
+//! its cgroup, its own mounts ([`super::mounts`]), and becoming its user.
 //!
 //! Both must happen before the job's own code runs. Joining the cgroup from the parent after
 //! spawning would leave a window in which the job can fork outside it; and std's
@@ -13,7 +13,9 @@
 //! `setgid` and `setuid` as root set the real, effective and saved ids, and `no_new_privs`
 //! stops setuid binaries (`su`, `sudo`) from raising them again. The closure checks that
 //! `setuid(0)` now fails. Descriptors the agent's libraries may have opened without
-//! close-on-exec are marked close-on-exec so the job inherits only its stdio.
+//! close-on-exec are marked close-on-exec so the job inherits only its stdio. The umask is 077:
+//! what a job creates is its own user's alone (0600 files, 0700 directories) unless it says
+//! otherwise.
 //!
 //! The network namespace ([`super::network`]) is entered first, with `setns` on a descriptor the
 //! parent opened (close-on-exec, so the job does not inherit it): it needs root, and a job must
@@ -44,6 +46,8 @@ pub struct Confinement {
     user: Option<Credentials>,
     /// The attempt's network namespace (`None`: the node's).
     netns: Option<std::fs::File>,
+    /// `None`: the node's mounts.
+    mounts: Option<super::mounts::Private>,
 }
 
 impl Confinement {
@@ -53,7 +57,7 @@ impl Confinement {
             .iter()
             .map(|p| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other))
             .collect::<io::Result<_>>()?;
-        Ok(Self { join, user, netns: None })
+        Ok(Self { join, user, netns: None, mounts: None })
     }
 
     /// Also enters the network namespace open in `netns` (before anything else).
@@ -62,13 +66,20 @@ impl Confinement {
         self
     }
 
+    /// Also gives the job its own mount namespace (after joining the groups, as root).
+    pub fn with_mounts(mut self, mounts: Option<super::mounts::Private>) -> Self {
+        self.mounts = mounts;
+        self
+    }
+
     /// Installs the confinement on `cmd`.
     #[allow(unsafe_code)] // reason: only `pre_exec` runs code in the child between fork and exec.
     pub fn install(self, cmd: &mut std::process::Command) {
         use std::os::unix::process::CommandExt;
-        // SAFETY: `enter` is async-signal-safe: it makes only setns, open, write, close, syscall, prctl,
-        // setgroups, setgid and setuid calls on memory owned by the closure, allocated before the
-        // fork, and it does not allocate, lock or touch any other state of the parent.
+        // SAFETY: `enter` is async-signal-safe: it makes only setns, open, write, close, syscall,
+        // prctl, unshare, mount, mkdir, chdir, umask, setgroups, setgid and setuid calls on memory
+        // owned by the closure, allocated before the fork, and it does not allocate, lock or touch
+        // any other state of the parent.
         unsafe {
             cmd.pre_exec(move || self.enter());
         }
@@ -81,7 +92,11 @@ impl Confinement {
         for procs in &self.join {
             write_zero(procs)?;
         }
+        if let Some(mounts) = &self.mounts {
+            mounts.enter()?;
+        }
         close_inherited();
+        set_umask();
         if let Some(user) = &self.user {
             become_user(user)?;
         }
@@ -127,6 +142,14 @@ fn close_inherited() {
     // memory, and std's exec-error pipe is already close-on-exec.
     unsafe {
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+    }
+}
+
+#[allow(unsafe_code)] // reason: umask(2) has no wrapper in std.
+fn set_umask() {
+    // SAFETY: umask takes a plain integer and cannot fail.
+    unsafe {
+        libc::umask(0o077);
     }
 }
 

@@ -122,6 +122,7 @@ mod tests {
             team: "t".into(),
             memory_mib: 0,
             cpu_milli: 0,
+            pids_limit: None,
             env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             log_limit_bytes: 0,
             time_limit_s: None,

@@ -103,6 +103,22 @@ impl Gpus {
             .collect()
     }
 
+    /// Each GPU's device minor (`/dev/nvidiaN`), by UUID: the driver's where it can be read
+    /// ([`super::devices::nvidia_minor`]), else the index; a simulated GPU's is its index.
+    pub fn minors(&self) -> std::collections::BTreeMap<String, u32> {
+        let collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);
+        let simulated = self.sim.is_some();
+        collector
+            .backend()
+            .inventory()
+            .iter()
+            .map(|g| {
+                let driver = (!simulated).then(|| super::devices::nvidia_minor(&g.pci_bus_id)).flatten();
+                (g.uuid.clone(), driver.unwrap_or(g.index))
+            })
+            .collect()
+    }
+
     /// One collection cycle: health and samples per GPU, and the compute processes.
     pub fn collect(&self) -> (Vec<GpuReport>, Vec<ProcessUsage>) {
         let mut collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);

@@ -188,6 +188,7 @@ impl Jobs {
     }
 
     fn start(&mut self, a: Assignment, gpus: &Gpus) {
+        let a = self.ctx.sandbox.with_defaults(a);
         let (job_id, attempt) = (a.job_id, a.attempt);
         let mut local = Local {
             attempt,
@@ -308,7 +309,7 @@ impl Jobs {
         };
         gpus.unload(&l.sim_pids);
         let out_of_memory = oom_killed
-            .then(|| format!("out of memory: the job used more than the {} MiB it asked for", l.memory_mib));
+            .then(|| format!("out of memory: the job used more than its {} MiB memory limit", l.memory_mib));
         let exit = match status {
             Ok(s) => JobExit {
                 exit_code: s.code(),

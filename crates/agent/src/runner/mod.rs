@@ -17,16 +17,19 @@
 
 pub mod attempt;
 pub mod backoff;
+pub mod bpf_devices;
 pub mod cgroup;
 pub mod child;
 pub mod client;
 pub mod cni;
 pub mod credential;
+pub mod devices;
 pub mod env;
 pub mod error;
 pub mod gpus;
 pub mod jobs;
 pub mod logs;
+pub mod mounts;
 pub mod netns;
 pub mod network;
 pub mod process;
@@ -103,6 +106,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         logs: config.logs_dir.clone(),
         state: config.state_dir.clone(),
         shim: config.shim.clone(),
+        minors: Arc::new(gpus.minors()),
     };
     let mut jobs = jobs::Jobs::new(exit_tx, ctx, config.grace);
     let keep = jobs.recover(record::recover(&config.state_dir), &gpus);
@@ -129,14 +133,16 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let client =
         Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
     let mut shipper = config.ship_logs.then(|| ship::Shipper::new(config.logs_dir.clone()));
+    let capacity = config.sandbox.capacity(node_cpu_milli(), node_memory_mib());
     let mut register = RegisterRequest {
         node_id: config.node_id.clone(),
         hostname: hostname(),
         advertise_addr: config.advertise_addr.clone(),
         network: config.sandbox.network_kind(),
-        cpu_milli: std::thread::available_parallelism().map_or(1, |n| n.get() as u64) * 1000,
-        memory_mib: memory_mib(),
+        cpu_milli: capacity.0,
+        memory_mib: capacity.1,
         gpus: gpus.inventory(),
+        job_defaults: Some(config.sandbox.job_defaults()),
         attempts: Vec::new(),
     };
     let mut registering = backoff::Backoff::new(Duration::from_secs(1));
@@ -258,7 +264,13 @@ pub(crate) fn hostname() -> String {
         .map_or_else(|_| "localhost".into(), |h| h.trim().to_owned())
 }
 
-fn memory_mib() -> u64 {
+/// The node's CPUs, milli-cores.
+pub fn node_cpu_milli() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64) * 1000
+}
+
+/// The node's memory, MiB.
+pub fn node_memory_mib() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     meminfo
         .lines()

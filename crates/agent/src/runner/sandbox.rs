@@ -16,8 +16,12 @@
 //!   directories. The directory is removed when the attempt ends: results belong on shared
 //!   storage, and a node must not fill up with old attempts;
 //! - sees only an allow-listed environment ([`super::env`]);
-//! - runs in its own cgroup ([`super::cgroup`]), limited to its memory and CPU requests and
-//!   ended as a whole, daemons included, when the attempt ends;
+//! - runs in its own cgroup ([`super::cgroup`]), limited to its memory and CPU requests (or,
+//!   when it asks for none, the node's defaults, [`JobDefaults`]) and to `pids.max` processes,
+//!   allowed only its own GPUs' device nodes ([`super::devices`]), and ended as a whole,
+//!   daemons included, when the attempt ends;
+//! - has its own mount namespace ([`super::mounts`]): a private, size-capped `/tmp` and
+//!   `/dev/shm`, and a `/proc` that shows only its own user's processes; umask 077.
 //! - runs in its own network namespace set up by the CNI plugins ([`super::network`]) when they
 //!   are installed (`--job-network`), so that its loopback is its own.
 //!
@@ -38,13 +42,18 @@ use gantry_api::types::Assignment;
 
 use super::cgroup::{Cgroup, Cgroups, Limits};
 use super::child::Credentials;
+use super::devices;
 use super::error::AgentError;
+use super::mounts::{MountConfig, MountSpec};
 use super::network::{Network, NetworkConfig};
 use super::team_user;
 use super::users::{self, Identity, SHARED_JOB_USER};
 
 /// The team key of `--job-user` that names the user of every team not listed.
 pub const ANY_TEAM: &str = "*";
+
+/// The default `pids.max` of a job whose team sets none.
+pub const DEFAULT_PIDS_LIMIT: u64 = 4096;
 
 /// Sandbox settings, validated for form (users are looked up by [`Sandbox::build`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,6 +64,49 @@ pub struct SandboxConfig {
     pub job_users: BTreeMap<String, String>,
     /// Network namespaces (`--job-network`, `--cni-*`).
     pub network: NetworkConfig,
+    /// Sizes of each job's private `/tmp` and `/dev/shm`.
+    pub mounts: MountConfig,
+    /// The limits of a job that asks for none.
+    pub defaults: JobDefaults,
+    /// What jobs can never take.
+    pub reserve: NodeReserve,
+}
+
+/// Memory and CPU kept for the agent, the server and the system (`--reserve-memory`,
+/// `--reserve-cpu`): the node advertises its capacity less these ([`Sandbox::capacity`]), and
+/// with cgroups the parent group of all jobs is held to the same, so that jobs together,
+/// limited or not, never take them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeReserve {
+    /// Memory, MiB.
+    pub memory_mib: u64,
+    /// CPU, milli-cores.
+    pub cpu_milli: u64,
+}
+
+impl NodeReserve {
+    /// `cpu_milli` and `memory_mib` less the reserve.
+    pub fn capacity(&self, cpu_milli: u64, memory_mib: u64) -> (u64, u64) {
+        (cpu_milli.saturating_sub(self.cpu_milli), memory_mib.saturating_sub(self.memory_mib))
+    }
+}
+
+/// What a job that asks for no memory or CPU is held to (`--default-job-memory`,
+/// `--default-job-cpu`), and the processes of one whose team sets no `pids_limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobDefaults {
+    /// Memory, MiB (0: not limited).
+    pub memory_mib: u64,
+    /// CPU, milli-cores (0: not limited).
+    pub cpu_milli: u64,
+    /// `pids.max` (0: not limited).
+    pub pids_max: u64,
+}
+
+impl Default for JobDefaults {
+    fn default() -> Self {
+        Self { memory_mib: 0, cpu_milli: 0, pids_max: DEFAULT_PIDS_LIMIT }
+    }
 }
 
 /// The users, directories and cgroups jobs run in.
@@ -68,6 +120,10 @@ pub struct Sandbox {
     cgroups: Option<Cgroups>,
     /// `None`: jobs share the node's network.
     network: Option<Network>,
+    /// `None`: jobs see the node's mounts (the agent is not root, or cannot unshare).
+    mounts: Option<MountConfig>,
+    defaults: JobDefaults,
+    reserve: NodeReserve,
     warnings: Vec<String>,
 }
 
@@ -151,7 +207,43 @@ impl Sandbox {
                 None
             }
         };
-        Ok(Self { users, agent, work, cgroups, network, warnings })
+        if let Some(c) = cgroups.as_ref().filter(|c| root && !c.restricts_devices()) {
+            warnings.push(format!(
+                "jobs' devices are not restricted (cgroup {} has no devices controller the agent \
+                 drives): a job can open every GPU's /dev/nvidia*",
+                c.version()
+            ));
+        }
+        let mounts = if root { probe_mounts(config.mounts, &mut warnings) } else { None };
+        let (defaults, reserve) = (config.defaults, config.reserve);
+        let sandbox = Self { users, agent, work, cgroups, network, mounts, defaults, reserve, warnings };
+        sandbox.hold_back_reserve();
+        Ok(sandbox)
+    }
+
+    /// What the node offers jobs: its `cpu_milli` and `memory_mib` less the reserve.
+    pub fn capacity(&self, cpu_milli: u64, memory_mib: u64) -> (u64, u64) {
+        self.reserve.capacity(cpu_milli, memory_mib)
+    }
+
+    /// Limits the parent group of all jobs to the node's capacity less the reserve.
+    fn hold_back_reserve(&self) {
+        let Some(cgroups) = &self.cgroups else {
+            return;
+        };
+        cgroups.unlimit_all();
+        if self.reserve == NodeReserve::default() {
+            return;
+        }
+        let (cpu_milli, memory_mib) = self.capacity(super::node_cpu_milli(), super::node_memory_mib());
+        let limits = Limits {
+            memory_mib: if self.reserve.memory_mib > 0 { memory_mib.max(1) } else { 0 },
+            cpu_milli: if self.reserve.cpu_milli > 0 { cpu_milli.max(1) } else { 0 },
+            ..Limits::default()
+        };
+        if let Err(e) = cgroups.limit_all(&limits) {
+            tracing::warn!(error = %e, "could not hold the node reserve back from jobs");
+        }
     }
 
     /// What the agent should say once at start-up.
@@ -173,8 +265,12 @@ impl Sandbox {
             .cgroups
             .as_ref()
             .map_or("process groups".to_owned(), |c| format!("cgroup {} groups", c.version()));
+        let mounts = if self.mounts.is_some() { " with their own /tmp, /dev/shm and /proc" } else { "" };
         let net = self.network.as_ref().map_or("the node's network".to_owned(), Network::describe);
-        format!("jobs run {who} in {groups}, in work directories under {}, in {net}", self.work.display())
+        format!(
+            "jobs run {who} in {groups}{mounts}, in work directories under {}, in {net}",
+            self.work.display()
+        )
     }
 
     /// The attempts' network, `None` when jobs share the node's.
@@ -258,15 +354,56 @@ impl Sandbox {
         Ok(dir)
     }
 
-    /// The attempt's cgroup, limited to its requests (`None` without cgroups).
-    pub fn cgroup(&self, a: &Assignment) -> Result<Option<Cgroup>, AgentError> {
+    /// `a` with the node's default memory and CPU where it asks for none: what it runs under.
+    pub fn with_defaults(&self, mut a: Assignment) -> Assignment {
+        if a.memory_mib == 0 {
+            a.memory_mib = self.defaults.memory_mib;
+        }
+        if a.cpu_milli == 0 {
+            a.cpu_milli = self.defaults.cpu_milli;
+        }
+        a
+    }
+
+    /// What this node holds a job to that does not say, as it registers them.
+    pub fn job_defaults(&self) -> gantry_api::model::JobLimits {
+        let d = self.defaults;
+        gantry_api::model::JobLimits {
+            memory_mib: d.memory_mib,
+            cpu_milli: d.cpu_milli,
+            pids_max: d.pids_max,
+        }
+    }
+
+    /// The `pids.max` of `a` (its team's limit, else the node's).
+    pub fn pids_max(&self, a: &Assignment) -> u64 {
+        a.pids_limit.unwrap_or(self.defaults.pids_max)
+    }
+
+    /// The attempt's private mounts (`None`: it sees the node's), for a job starting in `cwd`.
+    pub fn mounts(&self, a: &Assignment, workdir: &Path, cwd: &Path) -> Option<MountSpec> {
+        self.mounts.map(|m| m.spec(a.memory_mib, workdir, cwd))
+    }
+
+    /// The attempt's cgroup, limited to its requests (`None` without cgroups); `minors` maps
+    /// the node's GPU UUIDs to their device minors (a root agent allows only the granted ones).
+    pub fn cgroup(
+        &self,
+        a: &Assignment,
+        minors: &BTreeMap<String, u32>,
+    ) -> Result<Option<Cgroup>, AgentError> {
         let Some(cgroups) = &self.cgroups else {
             return Ok(None);
         };
-        let limits = Limits { memory_mib: a.memory_mib, cpu_milli: a.cpu_milli };
+        let devices = (self.users.is_some() && cgroups.restricts_devices()).then(|| {
+            let proc_devices = std::fs::read_to_string("/proc/devices").unwrap_or_default();
+            devices::allowed(&devices::minors_of(&a.gpu_uuids, minors), &proc_devices)
+        });
+        let limits =
+            Limits { memory_mib: a.memory_mib, cpu_milli: a.cpu_milli, pids_max: self.pids_max(a), devices };
         let name = format!("{}-{}", a.job_id, a.attempt);
         cgroups
-            .create(&name, limits)
+            .create(&name, &limits)
             .map(Some)
             .map_err(|source| AgentError::Io { what: format!("creating the cgroup {name}"), source })
     }
@@ -307,6 +444,31 @@ impl Sandbox {
             n.release();
         }
         let _ = std::fs::remove_dir(&self.work);
+    }
+}
+
+/// Whether this node can give jobs their own mounts: starts `true` with them once. Blocks.
+fn probe_mounts(config: MountConfig, warnings: &mut Vec<String>) -> Option<MountConfig> {
+    let root = Path::new("/");
+    let tried = super::mounts::Private::new(&config.spec(0, root, root)).and_then(|mounts| {
+        let mut cmd = std::process::Command::new("true");
+        cmd.current_dir(root).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        super::child::Confinement::new(&[], None)?.with_mounts(Some(mounts)).install(&mut cmd);
+        let status = cmd.status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("the probe ended with {status}")))
+        }
+    });
+    match tried {
+        Ok(()) => Some(config),
+        Err(e) => {
+            warnings.push(format!(
+                "jobs share the node's /tmp, /dev/shm and /proc: cannot give them their own mount namespace ({e})"
+            ));
+            None
+        }
     }
 }
 
@@ -417,6 +579,13 @@ mod tests {
         let first = scope(state.path()).expect("scope");
         assert!(is_scope(&first), "{first}");
         assert_eq!(scope(state.path()).expect("scope"), first);
+    }
+
+    #[test]
+    fn the_node_offers_its_capacity_less_the_reserve() {
+        let reserve = NodeReserve { memory_mib: 1024, cpu_milli: 500 };
+        assert_eq!(reserve.capacity(4000, 8192), (3500, 7168));
+        assert_eq!(reserve.capacity(100, 100), (0, 0), "never below nothing");
     }
 
     #[test]

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::cgroup::{Cgroup, CgroupRef};
 use super::child::{Confinement, Credentials};
 use super::error::AgentError;
+use super::mounts::{MountSpec, Private};
 use super::network::NetRef;
 use super::process::{self, Launch};
 use super::record::{self, Exit};
@@ -65,6 +66,9 @@ pub struct Spec {
     pub user: Option<Credentials>,
     /// The attempt's cgroup.
     pub cgroup: Option<CgroupRef>,
+    /// Its own mount namespace (`None`: the node's mounts).
+    #[serde(default)]
+    pub mounts: Option<MountSpec>,
     /// The attempt's log directory.
     pub logs: PathBuf,
     /// At most this many bytes of each stream are kept.
@@ -199,6 +203,10 @@ fn start(spec: &Spec, cgroup: Option<&Cgroup>) -> Result<(std::process::Child, O
     let confinement = Confinement::new(&join, spec.user.clone())
         .map_err(|source| AgentError::Io { what: "preparing the job's cgroup".into(), source })?
         .with_netns(netns);
+    let mounts = spec.mounts.as_ref().map(Private::new).transpose();
+    let mounts =
+        mounts.map_err(|source| AgentError::Io { what: "preparing the job's mounts".into(), source })?;
+    let confinement = confinement.with_mounts(mounts);
     let launch = Launch { argv: &spec.argv, env: &spec.env, cwd: &spec.cwd, confinement, stdout, stderr };
     Ok((process::spawn(launch)?, vec![stdout_done, stderr_done]))
 }

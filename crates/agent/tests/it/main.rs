@@ -4,6 +4,7 @@ mod attribution;
 mod dcgm_names;
 #[path = "../../../fake-nvml/testing.rs"]
 mod fake_nvml;
+mod isolation;
 mod network;
 mod pods;
 mod prometheus;

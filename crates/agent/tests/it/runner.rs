@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gantry_agent::runner::sandbox::{JobDefaults, NodeReserve};
 use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus, Sandbox, SandboxConfig};
 use gantry_gpu::FaultKind;
 use gantry_server::{Server, ServerConfig};
@@ -24,6 +25,10 @@ pub struct Harness {
     job_users: std::collections::BTreeMap<String, String>,
     /// `--job-network` and the CNI settings of every agent started here.
     network: gantry_agent::runner::network::NetworkConfig,
+    /// `--default-job-memory`, `--default-job-cpu` and `pids.max` of every agent started here.
+    defaults: JobDefaults,
+    reserve: NodeReserve,
+    work: std::path::PathBuf,
     url: String,
     token: String,
     pub agent: tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>>,
@@ -37,6 +42,12 @@ pub struct Setup {
     pub job_users: std::collections::BTreeMap<String, String>,
     /// `--job-network` and the CNI settings (default: auto).
     pub network: gantry_agent::runner::network::NetworkConfig,
+    /// The limits of a job that asks for none.
+    pub defaults: JobDefaults,
+    /// The work root (default `work` in [`Harness::outside`]).
+    pub work_dir: Option<std::path::PathBuf>,
+    /// What jobs can never take.
+    pub reserve: NodeReserve,
 }
 
 impl Default for Setup {
@@ -46,8 +57,17 @@ impl Default for Setup {
             log_limit_bytes: 64 << 20,
             job_users: Default::default(),
             network: Default::default(),
+            defaults: JobDefaults::default(),
+            work_dir: None,
+            reserve: NodeReserve::default(),
         }
     }
+}
+
+/// A temporary directory outside `/tmp`: a job has a `/tmp` of its own, so markers and probes
+/// a test shares with its jobs (and the work root) live in the target directory instead.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
 }
 
 async fn start(fleet: &'static str) -> Harness {
@@ -57,11 +77,12 @@ async fn start(fleet: &'static str) -> Harness {
 pub async fn start_with(setup: Setup) -> Harness {
     use std::os::unix::fs::PermissionsExt;
     // The data directory is private to the agent's user, as `gantry up` and `gantry agent` make it.
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = tempdir();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let outside = tempfile::tempdir().expect("temp dir");
+    let outside = tempdir();
     std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
     let shared = outside.path().join("shared");
+    let outside_work = outside.path().join("work");
     std::fs::create_dir(&shared).expect("shared dir");
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("store")).expect("store"));
@@ -89,6 +110,9 @@ pub async fn start_with(setup: Setup) -> Harness {
         stop,
         job_users: setup.job_users,
         network: setup.network,
+        defaults: setup.defaults,
+        reserve: setup.reserve,
+        work: setup.work_dir.unwrap_or_else(|| outside_work.clone()),
         url,
         token,
         agent: tokio::spawn(async { Ok(()) }),
@@ -124,12 +148,7 @@ impl Harness {
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>> {
         let state_dir = self.dir.path().join("agent");
-        let sandbox = SandboxConfig {
-            work_dir: self.work_root(),
-            job_users: self.job_users.clone(),
-            network: self.network.clone(),
-        };
-        let sandbox = Arc::new(Sandbox::build(&sandbox, &state_dir).expect("sandbox"));
+        let sandbox = Arc::new(Sandbox::build(&self.sandbox_config(), &state_dir).expect("sandbox"));
         let config = AgentConfig {
             server: self.url.clone(),
             token: self.token.clone(),
@@ -148,9 +167,21 @@ impl Harness {
         tokio::spawn(runner::run(config, gpus, stop))
     }
 
+    /// The sandbox settings of every agent started here.
+    pub fn sandbox_config(&self) -> SandboxConfig {
+        SandboxConfig {
+            work_dir: self.work_root(),
+            job_users: self.job_users.clone(),
+            network: self.network.clone(),
+            defaults: self.defaults,
+            reserve: self.reserve,
+            ..SandboxConfig::default()
+        }
+    }
+
     /// Root of the agent's work directories.
     pub fn work_root(&self) -> std::path::PathBuf {
-        self.outside.path().join("work")
+        self.work.clone()
     }
 
     /// The control plane's URL (`http://127.0.0.1:PORT`).
@@ -167,12 +198,7 @@ impl Harness {
 impl Drop for Harness {
     /// A failed test leaves its jobs running: end them the way a restarted agent would.
     fn drop(&mut self) {
-        let sandbox = SandboxConfig {
-            work_dir: self.work_root(),
-            job_users: self.job_users.clone(),
-            network: self.network.clone(),
-        };
-        if let Ok(sandbox) = Sandbox::build(&sandbox, &self.dir.path().join("agent")) {
+        if let Ok(sandbox) = Sandbox::build(&self.sandbox_config(), &self.dir.path().join("agent")) {
             sandbox.remove_orphans();
             sandbox.release();
         }

@@ -65,7 +65,7 @@ pub fn sleepers(marker: &str) -> Vec<u32> {
 }
 
 /// The job's cgroup directories, from its `/proc/self/cgroup` as printed in its output.
-fn cgroup_dirs(printed: &str) -> Vec<PathBuf> {
+pub fn cgroup_dirs(printed: &str) -> Vec<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     // (mount point, file system type, super options) of each mount.
     let mounts: Vec<(PathBuf, &str, &str)> = mountinfo
@@ -233,6 +233,7 @@ async fn a_jobs_memory_and_cpu_requests_are_its_cgroups_limits() {
         (None, Some(v1)) => assert_eq!(v1.trim(), "150000"),
         (None, None) => panic!("no CPU limit file in {groups:?}"),
     }
+    assert_eq!(read("pids.max").as_deref().map(str::trim), Some("4096"), "the default pids.max");
     h.store.cancel(id, gantry_server::now_ms()).expect("cancel");
     finished(&h, id).await;
     let _ = h.stop.send(true);

@@ -45,7 +45,7 @@ async fn a_job_of_another_team_cannot_read_the_environment_signal_or_enter_a_run
     let m = marker(3001);
     let s = h.shared.display();
     let victim = format!(
-        "echo private > private; id -un > {s}/a-user; pwd > {s}/a-dir; echo $$ > {s}/a-pid.tmp; \
+        "umask 022; echo private > private; id -un > {s}/a-user; pwd > {s}/a-dir; echo $$ > {s}/a-pid.tmp; \
          mv {s}/a-pid.tmp {s}/a-pid; exec sleep {m}"
     );
     let a = submit_as(&*h.store, "alpha", &victim, &[("SECRET", "alpha-secret")]);

@@ -58,6 +58,7 @@ fn registration() -> RegisterRequest {
         hostname: "node-a".into(),
         advertise_addr: None,
         network: Default::default(),
+        job_defaults: None,
         cpu_milli: 1000,
         memory_mib: 1024,
         gpus: vec![],

@@ -71,6 +71,9 @@ pub struct Team {
     pub name: String,
     /// Whole GPUs the team may hold while others wait (`None`: unlimited).
     pub gpu_quota: Option<u32>,
+    /// `pids.max` of each of its jobs (`None`: each node's default).
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
     /// Bytes of job output the server keeps for the team (`None`: the server's default,
     /// `--log-quota`). Setting a team with `None` leaves the team's own value as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]

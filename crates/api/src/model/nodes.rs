@@ -18,6 +18,33 @@ pub struct GpuInfo {
     pub memory_mib: u64,
 }
 
+/// The limits a node holds a job to when the job does not say: the memory and CPU of a job that
+/// asks for none (`gantry agent --default-job-memory`, `--default-job-cpu`) and `pids.max`
+/// (`--job-pids-limit`, unless the job's team sets `pids_limit`). In a job's detail: the limits
+/// it runs (or ran) under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobLimits {
+    /// Memory, MiB (0: not limited).
+    pub memory_mib: u64,
+    /// CPU, milli-cores (0: not limited).
+    pub cpu_milli: u64,
+    /// Processes and threads at once (0: not limited).
+    pub pids_max: u64,
+}
+
+impl JobLimits {
+    /// The limits a job runs under on a node whose defaults these are: its own memory and CPU
+    /// requests where it made them (0: none), its team's `pids_limit` where the team sets one.
+    pub fn for_job(&self, memory_mib: u64, cpu_milli: u64, team_pids_limit: Option<u64>) -> Self {
+        Self {
+            memory_mib: if memory_mib > 0 { memory_mib } else { self.memory_mib },
+            cpu_milli: if cpu_milli > 0 { cpu_milli } else { self.cpu_milli },
+            pids_max: team_pids_limit.unwrap_or(self.pids_max),
+        }
+    }
+}
+
 /// A node as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -43,6 +70,9 @@ pub struct Node {
     pub memory_mib: u64,
     /// ms since the epoch.
     pub last_heartbeat: i64,
+    /// What it holds a job to that does not say (`None`: an agent that does not tell).
+    #[serde(default)]
+    pub job_defaults: Option<JobLimits>,
 }
 
 /// A GPU as stored, with its latest health and sample.

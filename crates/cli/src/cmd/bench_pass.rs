@@ -133,6 +133,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
             hostname: format!("node-{n:04}"),
             advertise_addr: None,
             network: Default::default(),
+            job_defaults: None,
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,

@@ -88,6 +88,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             hostname: id.clone(),
             advertise_addr: None,
             network: Default::default(),
+            job_defaults: None,
             state: NodeState::Ready,
             epoch: 1,
             cpu_milli: 192_000,

@@ -372,6 +372,9 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
             size(detail.log_limit_bytes)
         );
     }
+    if let Some(l) = &detail.limits {
+        println!("limits    {}", limits(l));
+    }
     print_attempts(&detail);
     for t in &detail.transitions {
         let from = t.from.map_or("-".to_owned(), |f| f.to_string());
@@ -436,6 +439,14 @@ pub async fn resolve(api: &Api, text: &str) -> anyhow::Result<i64> {
 }
 
 /// A byte count in the largest binary unit that divides it (`64 MiB`), else in bytes.
+/// `memory 2 GiB, cpu 1.5, pids 4096` (`none` for a limit not set).
+fn limits(l: &gantry_api::model::JobLimits) -> String {
+    let memory = if l.memory_mib > 0 { size(l.memory_mib << 20) } else { "none".to_owned() };
+    let cpu = if l.cpu_milli > 0 { format!("{}", l.cpu_milli as f64 / 1000.0) } else { "none".to_owned() };
+    let pids = if l.pids_max > 0 { l.pids_max.to_string() } else { "none".to_owned() };
+    format!("memory {memory}, cpu {cpu}, pids {pids} (on its node)")
+}
+
 fn size(bytes: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
         if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
@@ -443,4 +454,17 @@ fn size(bytes: u64) -> String {
         }
     }
     format!("{bytes} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limits_line_names_each_limit_or_none() {
+        let l = gantry_api::model::JobLimits { memory_mib: 2048, cpu_milli: 1500, pids_max: 4096 };
+        assert_eq!(limits(&l), "memory 2 GiB, cpu 1.5, pids 4096 (on its node)");
+        let none = gantry_api::model::JobLimits::default();
+        assert_eq!(limits(&none), "memory none, cpu none, pids none (on its node)");
+    }
 }

@@ -7,8 +7,11 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_agent::runner::cni::Conflist;
+use gantry_agent::runner::mounts::{DEFAULT_TMP_BYTES, MountConfig};
 use gantry_agent::runner::network::NetworkConfig;
-use gantry_agent::runner::sandbox::{ANY_TEAM, running_as_root};
+use gantry_agent::runner::sandbox::{
+    ANY_TEAM, DEFAULT_PIDS_LIMIT, JobDefaults, NodeReserve, running_as_root,
+};
 use gantry_agent::runner::{Sandbox, SandboxConfig};
 
 /// Where and as whom jobs run.
@@ -44,6 +47,29 @@ pub struct SandboxArgs {
     /// 10.128.0.0/10 picked per agent).
     #[arg(long, value_name = "CIDR")]
     cni_subnet: Option<String>,
+    /// Memory limit of a job that asks for none (`--memory`), e.g. `2GiB` (default: none; the
+    /// node reserve still holds).
+    #[arg(long, value_name = "SIZE")]
+    default_job_memory: Option<String>,
+    /// CPU limit of a job that asks for none (`--cpu`), in cores, e.g. `1`, `0.5` or `500m`.
+    #[arg(long, value_name = "CORES")]
+    default_job_cpu: Option<String>,
+    /// Most processes and threads of a job whose team sets no `pids_limit`.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PIDS_LIMIT)]
+    job_pids_limit: u64,
+    /// Memory kept for the agent, the server and the system, e.g. `2GiB`: the node advertises
+    /// its memory less this, and all jobs together are held below it.
+    #[arg(long, value_name = "SIZE")]
+    reserve_memory: Option<String>,
+    /// CPU kept for the agent, the server and the system, in cores (as `--default-job-cpu`).
+    #[arg(long, value_name = "CORES")]
+    reserve_cpu: Option<String>,
+    /// Size of each job's private `/tmp` (a tmpfs, counted in the job's memory), root only.
+    #[arg(long, value_name = "SIZE")]
+    job_tmp_size: Option<String>,
+    /// Size of each job's private `/dev/shm` (default: the job's memory limit), root only.
+    #[arg(long, value_name = "SIZE")]
+    job_shm_size: Option<String>,
 }
 
 impl SandboxArgs {
@@ -64,7 +90,30 @@ impl SandboxArgs {
                 bail!("--job-user names team `{team}` twice");
             }
         }
-        Ok(SandboxConfig { work_dir, job_users, network: self.network()? })
+        let mib = |flag: &str, v: &Option<String>| -> anyhow::Result<u64> {
+            v.as_deref()
+                .map_or(Ok(0), |v| parse_size(v).map(|b| b >> 20).with_context(|| format!("--{flag}")))
+        };
+        let milli = |flag: &str, v: &Option<String>| -> anyhow::Result<u64> {
+            v.as_deref().map_or(Ok(0), |v| parse_cpu(v).with_context(|| format!("--{flag}")))
+        };
+        let defaults = JobDefaults {
+            memory_mib: mib("default-job-memory", &self.default_job_memory)?,
+            cpu_milli: milli("default-job-cpu", &self.default_job_cpu)?,
+            pids_max: self.job_pids_limit,
+        };
+        let reserve = NodeReserve {
+            memory_mib: mib("reserve-memory", &self.reserve_memory)?,
+            cpu_milli: milli("reserve-cpu", &self.reserve_cpu)?,
+        };
+        let size = |flag: &str, v: &Option<String>| {
+            v.as_deref().map(parse_size).transpose().with_context(|| format!("--{flag}"))
+        };
+        let mounts = MountConfig {
+            tmp_bytes: size("job-tmp-size", &self.job_tmp_size)?.unwrap_or(DEFAULT_TMP_BYTES),
+            shm_bytes: size("job-shm-size", &self.job_shm_size)?,
+        };
+        Ok(SandboxConfig { work_dir, job_users, network: self.network()?, mounts, defaults, reserve })
     }
 
     fn network(&self) -> anyhow::Result<NetworkConfig> {
@@ -94,6 +143,20 @@ impl SandboxArgs {
     }
 }
 
+/// Parses CPU cores: `2`, `1.5` or milli-cores `500m`; returns milli-cores.
+pub fn parse_cpu(text: &str) -> anyhow::Result<u64> {
+    let text = text.trim();
+    let milli = match text.strip_suffix('m') {
+        Some(m) => m.parse::<u64>().ok(),
+        None => text
+            .parse::<f64>()
+            .ok()
+            .filter(|c| c.is_finite() && *c >= 0.0 && *c < 1e9)
+            .map(|c| (c * 1000.0).round() as u64),
+    };
+    milli.with_context(|| format!("`{text}` is not a number of cores (e.g. 2, 0.5 or 500m)"))
+}
+
 /// Parses a size: bytes, or a number with `KiB`, `MiB` or `GiB` (also `K`, `M`, `G`).
 pub fn parse_size(text: &str) -> anyhow::Result<u64> {
     let text = text.trim();
@@ -115,6 +178,17 @@ mod tests {
     use gantry_agent::runner::network::Mode;
 
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: SandboxArgs,
+    }
+
+    fn parse<T: Into<std::ffi::OsString> + Clone>(argv: impl IntoIterator<Item = T>) -> SandboxArgs {
+        Wrapper::try_parse_from(argv).expect("parsed").args
+    }
 
     #[test]
     fn sizes_are_bytes_or_binary_units() {
@@ -126,47 +200,78 @@ mod tests {
         assert!(parse_size("MiB").is_err());
     }
 
-    fn defaults(work_dir: Option<PathBuf>) -> SandboxArgs {
-        SandboxArgs {
-            work_dir,
-            job_users: Vec::new(),
-            job_network: "auto".into(),
-            cni_bin_dirs: Vec::new(),
-            cni_conf: None,
-            cni_subnet: None,
-        }
+    /// Every flag at its default.
+    fn defaults() -> SandboxArgs {
+        parse(["x"])
     }
 
     #[test]
     fn the_job_network_is_auto_cni_or_shared_and_a_subnet_goes_with_the_default_conflist_only() {
         for (mode, want) in [("auto", Mode::Auto), ("cni", Mode::Cni), ("shared", Mode::Shared)] {
-            let config = SandboxArgs { job_network: mode.into(), ..defaults(None) }.config(Path::new("/d"));
+            let config = SandboxArgs { job_network: mode.into(), ..defaults() }.config(Path::new("/d"));
             assert_eq!(config.expect("valid").network.mode, want);
         }
-        let err = SandboxArgs { job_network: "host".into(), ..defaults(None) }.config(Path::new("/d"));
+        let err = SandboxArgs { job_network: "host".into(), ..defaults() }.config(Path::new("/d"));
         assert!(err.expect_err("refused").to_string().contains("auto, cni or shared"));
         let both = SandboxArgs {
             cni_conf: Some("/etc/cni/net.d/x.conflist".into()),
             cni_subnet: Some("10.88.0.0/24".into()),
-            ..defaults(None)
+            ..defaults()
         };
         assert!(both.config(Path::new("/d")).expect_err("refused").to_string().contains("--cni-conf"));
-        let missing = SandboxArgs { cni_conf: Some("/nonexistent.conflist".into()), ..defaults(None) };
+        let missing = SandboxArgs { cni_conf: Some("/nonexistent.conflist".into()), ..defaults() };
         assert!(missing.config(Path::new("/d")).expect_err("refused").to_string().contains("/nonexistent"));
     }
 
     #[test]
+    fn cores_are_decimal_or_milli() {
+        assert_eq!(parse_cpu("2").ok(), Some(2000));
+        assert_eq!(parse_cpu("0.5").ok(), Some(500));
+        assert_eq!(parse_cpu("250m").ok(), Some(250));
+        for bad in ["", "two", "-1", "1.5m", "NaN"] {
+            assert!(parse_cpu(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn job_defaults_and_the_reserve_take_sizes_and_cores() {
+        let args = parse([
+            "x",
+            "--default-job-memory",
+            "2GiB",
+            "--default-job-cpu",
+            "1.5",
+            "--reserve-memory",
+            "512MiB",
+            "--reserve-cpu",
+            "500m",
+            "--job-shm-size",
+            "64MiB",
+        ]);
+        let config = args.config(Path::new("/data")).expect("valid");
+        assert_eq!(
+            (config.defaults.memory_mib, config.defaults.cpu_milli, config.defaults.pids_max),
+            (2048, 1500, 4096)
+        );
+        assert_eq!((config.reserve.memory_mib, config.reserve.cpu_milli), (512, 500));
+        assert_eq!((config.mounts.tmp_bytes, config.mounts.shm_bytes), (1 << 30, Some(64 << 20)));
+        let bad = parse(["x", "--default-job-memory", "lots"]);
+        let err = bad.config(Path::new("/data")).expect_err("refused");
+        assert!(format!("{err:#}").contains("--default-job-memory"), "{err:#}");
+    }
+
+    #[test]
     fn job_users_are_team_equals_user() {
-        let args = SandboxArgs {
-            job_users: vec!["a=alice".into(), "*=nobody".into()],
-            ..defaults(Some("/w".into()))
-        };
+        let args = parse(["x", "--work-dir", "/w", "--job-user", "a=alice", "--job-user", "*=nobody"]);
         let config = args.config(Path::new("/data")).expect("valid");
         assert_eq!(config.job_users.get("a").map(String::as_str), Some("alice"));
         assert_eq!(config.job_users.get("*").map(String::as_str), Some("nobody"));
         for bad in ["alice", "=alice", "a=", "a=x,a=y"] {
-            let job_users = bad.split(',').map(str::to_owned).collect();
-            let args = SandboxArgs { job_users, ..defaults(None) };
+            let mut argv = vec!["x".to_owned()];
+            for pair in bad.split(',') {
+                argv.extend(["--job-user".to_owned(), pair.to_owned()]);
+            }
+            let args = parse(argv);
             assert!(args.config(Path::new("/data")).is_err(), "{bad}");
         }
     }

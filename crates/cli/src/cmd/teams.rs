@@ -48,6 +48,10 @@ pub struct SetArgs {
     /// Jobs it may have pending, each array member counting (default 100,000).
     #[arg(long, value_name = "N")]
     pending_limit: Option<u64>,
+    /// Most processes and threads each of its jobs may have (`pids.max`; `0`: each node's
+    /// default, 4,096 unless the node says).
+    #[arg(long, value_name = "N")]
+    pids_limit: Option<u64>,
     /// Job output the server keeps for it, e.g. `50GiB` (default: the server's --log-quota).
     #[arg(long, value_name = "SIZE")]
     log_quota: Option<String>,
@@ -123,11 +127,12 @@ fn set(args: SetArgs) -> anyhow::Result<()> {
     let nothing = args.guarantee.is_none()
         && args.max_priority.is_none()
         && args.pending_limit.is_none()
+        && args.pids_limit.is_none()
         && args.log_quota.is_none()
         && args.preempt_other_teams.is_none();
     if nothing {
         anyhow::bail!(
-            "nothing to set: name --guarantee, --max-priority, --pending-limit, --log-quota or --preempt-other-teams"
+            "nothing to set: name --guarantee, --max-priority, --pending-limit, --pids-limit, --log-quota or --preempt-other-teams"
         );
     }
     // The API's PUT replaces the guarantee: keep the current one unless --guarantee names one.
@@ -143,6 +148,7 @@ fn set(args: SetArgs) -> anyhow::Result<()> {
         gpu_quota,
         log_quota_bytes,
         pending_limit: args.pending_limit,
+        pids_limit: args.pids_limit,
         max_priority: args.max_priority,
         preempt_other_teams: args.preempt_other_teams,
     };

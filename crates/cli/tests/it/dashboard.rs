@@ -289,6 +289,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
             hostname: node_id.clone(),
             advertise_addr: None,
             network: Default::default(),
+            job_defaults: None,
             cpu_milli: 192_000,
             memory_mib: 2_000_000,
             gpus,

@@ -67,8 +67,10 @@ impl Cluster {
 
     fn start_full(subcommand: &str, host: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         use std::os::unix::fs::PermissionsExt;
-        let home = tempfile::tempdir().expect("temp home");
-        let outside = tempfile::tempdir().expect("temp dir");
+        // Outside /tmp: a job has a /tmp of its own, and these hold what a test shares with its
+        // jobs (markers, probes, the work root).
+        let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp home");
+        let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
         let shared = outside.path().join("shared");
         std::fs::create_dir(&shared).expect("shared dir");
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -244,8 +246,7 @@ impl Drop for Cluster {
         }
         if state.join("sandbox-scope").exists() {
             let work_dir = self.outside.path().join("work");
-            let config =
-                SandboxConfig { work_dir, job_users: Default::default(), network: Default::default() };
+            let config = SandboxConfig { work_dir, ..SandboxConfig::default() };
             if let Ok(sandbox) = Sandbox::build(&config, &state) {
                 sandbox.remove_orphans();
                 sandbox.release();

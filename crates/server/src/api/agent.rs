@@ -16,7 +16,7 @@ use gantry_store::{Heartbeat, NewToken, NodeRegistration, TokenKind};
 
 use super::extract::Body;
 use super::types::*;
-use super::validate;
+use super::{blocking, validate};
 use crate::app::{App, now_ms};
 use crate::auth::Principal;
 use crate::command::{Command, Outcome};
@@ -98,6 +98,7 @@ pub async fn register(
         cpu_milli: req.cpu_milli,
         memory_mib: req.memory_mib,
         gpus: req.gpus,
+        job_defaults: req.job_defaults,
         attempts: req.attempts,
         at: now_ms(),
     };
@@ -132,9 +133,15 @@ pub async fn heartbeat(
     }
     match outcome {
         Outcome::Assignments(jobs) => {
+            let teams = if jobs.is_empty() { Vec::new() } else { blocking(&app, |s| s.teams()).await? };
+            let pids_limit = |team: &str| teams.iter().find(|t| t.name == team).and_then(|t| t.pids_limit);
             let assignments = jobs
                 .into_iter()
-                .map(|job| Assignment { log_limit_bytes: app.config.log_limit_bytes, ..job.into() })
+                .map(|job| Assignment {
+                    log_limit_bytes: app.config.log_limit_bytes,
+                    pids_limit: pids_limit(&job.team),
+                    ..job.into()
+                })
                 .collect();
             Ok(Json(HeartbeatResponse { assignments }))
         }

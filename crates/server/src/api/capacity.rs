@@ -157,6 +157,7 @@ mod tests {
             hostname: id.into(),
             advertise_addr: None,
             network: Default::default(),
+            job_defaults: None,
             state: NodeState::Ready,
             epoch: 1,
             cpu_milli: cores * 1000,

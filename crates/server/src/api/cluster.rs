@@ -117,6 +117,7 @@ pub async fn teams(
     let view = |name: String, t: Option<&gantry_store::Team>| TeamView {
         name,
         gpu_quota: t.and_then(|t| t.gpu_quota),
+        pids_limit: t.and_then(|t| t.pids_limit),
         pending: 0,
         active: 0,
         pending_limit: t.and_then(|t| t.pending_limit).unwrap_or(crate::command::DEFAULT_PENDING_LIMIT),
@@ -149,8 +150,12 @@ pub async fn teams(
     Ok(Json(views))
 }
 
-/// Set a team's GPU quota (operator or admin), and what it may keep and queue
-/// (`log_quota_bytes`, `pending_limit`: admin only).
+/// The highest `pids_limit` a team may be given (the kernel's own `pid_max` ceiling).
+const MAX_PIDS_LIMIT: u64 = 4_194_304;
+
+/// Set a team's GPU quota (operator or admin), the `pids.max` of its jobs (operator or admin),
+/// and what it may keep, queue and preempt (`log_quota_bytes`, `pending_limit`, `max_priority`,
+/// `preempt_other_teams`: admin only).
 #[utoipa::path(put, path = "/v1/teams/{name}", params(("name" = String, Path, description = "team")),
     request_body = QuotaRequest, security(("bearer" = [])), responses((status = 204), (status = 403, body = ErrorBody)))]
 pub async fn set_quota(
@@ -171,6 +176,19 @@ pub async fn set_quota(
     {
         return Err(ApiError::Unprocessable("max_priority: must be between -1000 and 1000".into()));
     }
+    if req.pids_limit.is_some_and(|n| n > MAX_PIDS_LIMIT) {
+        return Err(ApiError::BadRequest(format!("pids_limit: at most {MAX_PIDS_LIMIT} processes")));
+    }
+    // Absent: the team keeps its limit; 0: back to each node's default.
+    let pids_limit = match req.pids_limit {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None => {
+            let wanted = name.clone();
+            let teams = blocking(&app, |s| s.teams()).await?;
+            teams.into_iter().find(|t| t.name == wanted).and_then(|t| t.pids_limit)
+        }
+    };
     let team = Team {
         name,
         gpu_quota: req.gpu_quota,
@@ -178,6 +196,7 @@ pub async fn set_quota(
         pending_limit: req.pending_limit,
         max_priority: req.max_priority,
         preempt_other_teams: req.preempt_other_teams,
+        pids_limit,
     };
     app.dispatch(Command::SetTeam { team, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -181,13 +181,20 @@ pub async fn get(
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let gang = job.gang.as_ref().is_some_and(|g| !g.is_worker());
-    let (transitions, attempts, mut workers) = blocking(&app, move |s| {
-        Ok((s.transitions(id)?, s.attempts(id)?, if gang { s.workers(id)? } else { Vec::new() }))
+    let (transitions, attempts, mut workers, nodes, teams) = blocking(&app, move |s| {
+        let workers = if gang { s.workers(id)? } else { Vec::new() };
+        Ok((s.transitions(id)?, s.attempts(id)?, workers, s.nodes()?, s.teams()?))
     })
     .await?;
     who.redact_env(&mut job);
     workers.iter_mut().for_each(|w| who.redact_env(w));
-    Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes: app.config.log_limit_bytes, workers }))
+    // The node it runs on, else the one its last attempt ran on.
+    let node = job.node_id.clone().or_else(|| attempts.last().map(|a| a.node_id.clone()));
+    let defaults = node.and_then(|n| nodes.into_iter().find(|x| x.id == n)).and_then(|n| n.job_defaults);
+    let team_pids = teams.iter().find(|t| t.name == job.team).and_then(|t| t.pids_limit);
+    let limits = defaults.map(|d| d.for_job(job.request.memory_mib, job.request.cpu_milli, team_pids));
+    let log_limit_bytes = app.config.log_limit_bytes;
+    Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes, workers, limits }))
 }
 
 /// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL). With

@@ -149,6 +149,7 @@ impl World {
                     hostname: format!("h{n}"),
                     advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
                     network: Default::default(),
+                    job_defaults: None,
                     cpu_milli: 8000,
                     memory_mib: 64_000,
                     gpus,

@@ -41,6 +41,7 @@ fn node(s: &TestServer) -> u64 {
         hostname: "n1".into(),
         advertise_addr: None,
         network: Default::default(),
+        job_defaults: None,
         cpu_milli: 64_000,
         memory_mib: 512_000,
         gpus: gpus.clone(),

@@ -8,6 +8,7 @@ pub fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
         hostname: "h".into(),
         advertise_addr: None,
         network: Default::default(),
+        job_defaults: None,
         state: NodeState::Ready,
         epoch: 3,
         cpu_milli: 64_000,

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{AttemptRef, GpuInfo, NodeNetwork};
+use super::{AttemptRef, GpuInfo, JobLimits, NodeNetwork};
 
 /// A node registering (or registering again).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +24,9 @@ pub struct NodeRegistration {
     pub memory_mib: u64,
     /// The GPUs.
     pub gpus: Vec<GpuInfo>,
+    /// What the node holds a job to that does not say.
+    #[serde(default)]
+    pub job_defaults: Option<JobLimits>,
     /// Attempts the agent still has from before it restarted (kept, not requeued).
     #[serde(default)]
     pub attempts: Vec<AttemptRef>,

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (12, include_str!("../../migrations/0012_node_network.sql")),
     (13, include_str!("../../migrations/0013_quotas.sql")),
     (14, include_str!("../../migrations/0014_team_priority.sql")),
+    (15, include_str!("../../migrations/0015_job_limits.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -30,11 +30,13 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         }
     }
     let epoch = old.map_or(1, |e| e + 1);
+    let defaults = reg.job_defaults.as_ref().map(rows::to_json).transpose()?;
     c.prepare_cached(
         "INSERT INTO nodes (id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, registered_at, \
-         advertise_addr, network) VALUES (?1, ?2, 'ready', ?3, ?4, ?5, ?6, ?6, ?7, ?8) ON CONFLICT(id) DO UPDATE SET \
-         hostname = ?2, state = 'ready', epoch = ?3, cpu_milli = ?4, memory_mib = ?5, last_heartbeat = ?6, \
-         registered_at = ?6, advertise_addr = ?7, network = ?8",
+         advertise_addr, network, job_defaults) VALUES (?1, ?2, 'ready', ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9) \
+         ON CONFLICT(id) DO UPDATE SET hostname = ?2, state = 'ready', epoch = ?3, cpu_milli = ?4, \
+         memory_mib = ?5, last_heartbeat = ?6, registered_at = ?6, advertise_addr = ?7, network = ?8, \
+         job_defaults = ?9",
     )?
     .execute(params![
         reg.node_id,
@@ -44,7 +46,8 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         reg.memory_mib,
         reg.at,
         reg.advertise_addr,
-        reg.network.as_str()
+        reg.network.as_str(),
+        defaults
     ])?;
     for g in &reg.gpus {
         c.prepare_cached(

@@ -106,12 +106,12 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
     })
 }
 
-pub(super) const NODE_COLUMNS: &str =
-    "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, network";
+pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, network, job_defaults";
 
 pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
     let state: String = r.get(2)?;
     let network: String = r.get(8)?;
+    let defaults: Option<String> = r.get(9)?;
     Ok(Node {
         id: r.get(0)?,
         hostname: r.get(1)?,
@@ -122,6 +122,7 @@ pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
         cpu_milli: r.get(4)?,
         memory_mib: r.get(5)?,
         last_heartbeat: r.get(6)?,
+        job_defaults: defaults.map(|d| json("node job defaults", &d)).transpose()?,
     })
 }
 

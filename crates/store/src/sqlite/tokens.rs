@@ -170,10 +170,11 @@ pub(super) fn users(c: &Connection) -> Result<Vec<User>> {
 
 pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
     c.prepare_cached(
-        "INSERT INTO teams (name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
+        "INSERT INTO teams (name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, \
+         pids_limit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
          log_quota_bytes = COALESCE(?3, log_quota_bytes), pending_limit = COALESCE(?4, pending_limit), \
-         max_priority = COALESCE(?5, max_priority), preempt_other_teams = COALESCE(?6, preempt_other_teams)",
+         max_priority = COALESCE(?5, max_priority), preempt_other_teams = COALESCE(?6, preempt_other_teams), \
+         pids_limit = ?7",
     )?
     .execute(params![
         team.name,
@@ -181,14 +182,15 @@ pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
         team.log_quota_bytes,
         team.pending_limit,
         team.max_priority,
-        team.preempt_other_teams
+        team.preempt_other_teams,
+        team.pids_limit
     ])?;
     Ok(())
 }
 
 pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
     let mut stmt = c.prepare_cached(
-        "SELECT name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams \
+        "SELECT name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, pids_limit \
              FROM teams ORDER BY name",
     )?;
     let rows = stmt.query_map([], |r| {
@@ -199,6 +201,7 @@ pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
             pending_limit: r.get(3)?,
             max_priority: r.get(4)?,
             preempt_other_teams: r.get(5)?,
+            pids_limit: r.get(6)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -39,6 +39,7 @@ pub fn register(store: &SqliteStore, gpus: u32) -> u64 {
         hostname: "h".into(),
         advertise_addr: None,
         network: Default::default(),
+        job_defaults: None,
         cpu_milli: 8000,
         memory_mib: 1000,
         gpus,

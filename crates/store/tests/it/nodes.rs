@@ -160,6 +160,7 @@ fn a_node_keeps_the_network_mode_it_registered_last() {
         hostname: "h".into(),
         advertise_addr: None,
         network: NodeNetwork::Cni,
+        job_defaults: None,
         cpu_milli: 8000,
         memory_mib: 1000,
         gpus: Vec::new(),
