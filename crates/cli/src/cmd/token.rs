@@ -27,7 +27,8 @@ pub struct CreateArgs {
     /// Team the user belongs to (added to its teams).
     #[arg(long)]
     team: Option<String>,
-    /// The user the token is for (default: the team's name).
+    /// The user the token is for (default: the team's name for a member, `<team>-<role>` for
+    /// another role, so a viewer's token never becomes the members' user).
     #[arg(long)]
     user: Option<String>,
     /// `member` (alias `user`), `viewer`, `operator`, `admin`, or `agent` for a one-time join token.

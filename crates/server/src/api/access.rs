@@ -86,7 +86,13 @@ async fn ensure_user(
     if req.node.is_some() {
         return Err(ApiError::Unprocessable("node: only join tokens (role agent) name a node".into()));
     }
-    let name = req.user.clone().or_else(|| req.team.clone()).ok_or_else(|| {
+    // Unnamed, a member is the team's own user and any other role its own `<team>-<role>`: a
+    // viewer's token for a team must not re-role (and become) the user who submits its jobs.
+    let derived = |team: &String| match role {
+        Role::Member => team.clone(),
+        other => format!("{team}-{}", other.as_str()),
+    };
+    let name = req.user.clone().or_else(|| req.team.as_ref().map(derived)).ok_or_else(|| {
         ApiError::Unprocessable("user: name the user (or its team, which then names it too)".into())
     })?;
     validate::word("user", &name)?;

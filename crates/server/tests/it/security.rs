@@ -474,3 +474,35 @@ async fn usage_periods_outside_the_calendar_get_422_not_a_panic() {
         .expect("send");
     assert_eq!(ok.status(), StatusCode::OK);
 }
+
+/// A token made through the API (as `gantry token create` does); returns its secret.
+async fn mint(s: &TestServer, body: serde_json::Value) -> String {
+    let resp = s.post("/v1/tokens").json(&body).send().await.expect("send");
+    assert!(resp.status().is_success(), "{body}: {}", resp.status());
+    resp.json::<serde_json::Value>().await.expect("json")["token"].as_str().expect("secret").to_owned()
+}
+
+#[tokio::test]
+async fn a_viewers_token_made_for_a_team_without_a_user_is_not_the_members_user_and_sees_no_env_values() {
+    let s = TestServer::start().await;
+    let member = mint(&s, json!({"team": "alpha"})).await;
+    let viewer = mint(&s, json!({"team": "alpha", "role": "viewer"})).await;
+    let body = json!({"command": ["sleep", "60"], "env": {"SECRET": "hunter2"}, "wait_for_capacity": true});
+    let id = s.submit_as(&member, body).await["id"].as_i64().expect("id");
+    let seen: serde_json::Value = s
+        .as_(&viewer, reqwest::Method::GET, &format!("/v1/jobs/{id}"))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_ne!(seen["job"]["env"]["SECRET"], "hunter2", "the viewer is not the submitter: {seen}");
+    // The member is still a member: the viewer's token did not re-role it.
+    let again = s.submit_as(&member, json!({"command": ["true"], "wait_for_capacity": true})).await;
+    assert!(again["id"].as_i64().is_some(), "{again}");
+    let users: Vec<serde_json::Value> = crate::json_of(s.get("/v1/users")).await;
+    let role_of = |name: &str| users.iter().find(|u| u["name"] == name).map(|u| u["role"].clone());
+    assert_eq!(role_of("alpha"), Some(json!("member")), "{users:?}");
+    assert_eq!(role_of("alpha-viewer"), Some(json!("viewer")), "{users:?}");
+}
