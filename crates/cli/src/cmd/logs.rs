@@ -1,6 +1,7 @@
-//! `gantry logs <id> [--follow | --attempt N | --previous]`: the job's stdout on stdout and
-//! stderr on stderr, of its latest attempt or an earlier one. With `--follow` the command exits
-//! with the job's exit status once it ends (see [`super::watch`]).
+//! `gantry logs <id> [--follow | --attempt N | --previous] [--tail N]`: the job's stdout on stdout
+//! and stderr on stderr, of its latest attempt or an earlier one. With `--follow` the command
+//! exits with the job's exit status once it ends (see [`super::watch`]). A gang's output is every
+//! worker's, each line prefixed `[rank N] ` (`--rank N`: that worker's alone, unprefixed).
 //!
 //! Offsets are positions in the whole stream, which log rotation does not change; when output
 //! was rotated away before it was read, the server answers from the oldest output it still has
@@ -23,7 +24,9 @@ use super::watch::{self, Announcer};
   gantry logs -f 12 && echo ok   # follow; exits with the job's exit status
   gantry logs 12 --previous      # the attempt before the latest (after a requeue)
   gantry logs 12 --attempt 1     # a given attempt (`gantry job 12` lists them)
-  gantry logs 12_3               # member 3 of array 12")]
+  gantry logs 12_3               # member 3 of array 12
+  gantry logs 12 --tail 20       # the last 20 lines of each stream
+  gantry logs 14                 # a gang: every rank's lines, prefixed [rank N]; --rank 2 for one")]
 pub struct LogsArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -40,12 +43,31 @@ pub struct LogsArgs {
     /// Print the output of the attempt before the latest, as `kubectl logs --previous`.
     #[arg(short, long, conflicts_with = "attempt")]
     previous: bool,
+    /// Only the last N lines of each stream (`kubectl logs --tail`).
+    #[arg(long, value_name = "N", conflicts_with = "follow")]
+    tail: Option<usize>,
+    /// For a gang, only the output of the worker of this rank (`gantry job ID` lists them).
+    #[arg(long, value_name = "N")]
+    rank: Option<u32>,
 }
 
 /// Prints (and follows) a job's output.
 pub fn run(args: LogsArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
-    let id = block_on(super::jobs::resolve(&api, &args.id))??;
+    let mut id = block_on(super::jobs::resolve(&api, &args.id))??;
+    let workers = block_on(gang_workers(&api, id))??;
+    match (args.rank, workers.is_empty()) {
+        (Some(_), true) => anyhow::bail!("job {id} is not a gang: --rank names one of a gang's workers"),
+        (Some(rank), false) => {
+            id = workers.iter().find(|(r, _)| *r == rank).map(|(_, w)| *w).ok_or_else(|| {
+                anyhow::anyhow!("gang {id} has no rank {rank} (ranks 0 to {})", workers.len() - 1)
+            })?;
+        }
+        (None, false) if !args.follow => {
+            return block_on(print_ranks(&api, &workers, args.attempt, args.tail))?;
+        }
+        (None, _) => {}
+    }
     if !args.follow {
         return block_on(async {
             let attempt = match (args.attempt, args.previous) {
@@ -53,7 +75,7 @@ pub fn run(args: LogsArgs) -> anyhow::Result<()> {
                 (None, true) => Some(previous_attempt(&api, id).await?),
                 (None, false) => None,
             };
-            print_once(api, id, attempt).await
+            print_once(api, id, attempt, args.tail).await
         })?;
     }
     let job = block_on(follow(&api, id, &mut Announcer::new(true)))??;
@@ -70,13 +92,74 @@ async fn previous_attempt(api: &Api, id: i64) -> anyhow::Result<u32> {
     }
 }
 
-async fn print_once(api: Api, id: i64, attempt: Option<u32>) -> anyhow::Result<()> {
-    let (mut out_at, mut err_at) = (0u64, 0u64);
-    let out = Stream { id, name: "stdout", attempt };
-    let err = Stream { id, name: "stderr", attempt };
-    while out.copy(&api, &mut out_at, &mut std::io::stdout()).await? {}
-    while err.copy(&api, &mut err_at, &mut std::io::stderr()).await? {}
+async fn print_once(api: Api, id: i64, attempt: Option<u32>, tail: Option<usize>) -> anyhow::Result<()> {
+    let Some(n) = tail else {
+        let (mut out_at, mut err_at) = (0u64, 0u64);
+        let out = Stream { id, name: "stdout", attempt };
+        let err = Stream { id, name: "stderr", attempt };
+        while out.copy(&api, &mut out_at, &mut std::io::stdout()).await? {}
+        while err.copy(&api, &mut err_at, &mut std::io::stderr()).await? {}
+        return Ok(());
+    };
+    for (name, to) in
+        [("stdout", &mut std::io::stdout() as &mut dyn Write), ("stderr", &mut std::io::stderr())]
+    {
+        let text = Stream { id, name, attempt }.read_all(&api).await?;
+        to.write_all(last_lines(&text, n))?;
+        to.flush()?;
+    }
     Ok(())
+}
+
+/// A gang's workers as (rank, job id), by rank; empty for a job that is not a gang.
+async fn gang_workers(api: &Api, id: i64) -> anyhow::Result<Vec<(u32, i64)>> {
+    let detail: gantry_api::types::JobDetail = api.get(&format!("/v1/jobs/{id}")).await?;
+    let mut workers: Vec<(u32, i64)> =
+        detail.workers.iter().filter_map(|w| Some((w.gang.as_ref()?.rank?, w.id))).collect();
+    workers.sort_unstable();
+    Ok(workers)
+}
+
+/// Every worker's output, rank by rank, each line prefixed `[rank N] ` (stderr to stderr).
+async fn print_ranks(
+    api: &Api,
+    workers: &[(u32, i64)],
+    attempt: Option<u32>,
+    tail: Option<usize>,
+) -> anyhow::Result<()> {
+    for (rank, id) in workers {
+        for (name, to) in
+            [("stdout", &mut std::io::stdout() as &mut dyn Write), ("stderr", &mut std::io::stderr())]
+        {
+            let text = Stream { id: *id, name, attempt }.read_all(api).await?;
+            let text = tail.map_or(&text[..], |n| last_lines(&text, n));
+            for line in text.split_inclusive(|b| *b == b'\n') {
+                to.write_all(format!("[rank {rank}] ").as_bytes())?;
+                to.write_all(line)?;
+                if !line.ends_with(b"\n") {
+                    to.write_all(b"\n")?;
+                }
+            }
+            to.flush()?;
+        }
+    }
+    Ok(())
+}
+
+/// The last `n` lines of `text` (a last line without a newline counts).
+fn last_lines(text: &[u8], n: usize) -> &[u8] {
+    let body = text.strip_suffix(b"\n").unwrap_or(text);
+    let start = body
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(n.saturating_sub(1))
+        .map(|(i, _)| i + 1);
+    if n == 0 {
+        return &text[text.len()..];
+    }
+    &text[start.unwrap_or(0)..]
 }
 
 /// One stream of one attempt (`None`: the latest).
@@ -87,6 +170,13 @@ struct Stream {
 }
 
 impl Stream {
+    /// The whole stream, as much as is kept.
+    async fn read_all(&self, api: &Api) -> anyhow::Result<Vec<u8>> {
+        let (mut at, mut all) = (0u64, Vec::new());
+        while self.copy(api, &mut at, &mut all).await? {}
+        Ok(all)
+    }
+
     async fn copy(&self, api: &Api, at: &mut u64, to: &mut dyn Write) -> anyhow::Result<bool> {
         let attempt = self.attempt.map(|a| format!("&attempt={a}")).unwrap_or_default();
         let path = format!("/v1/jobs/{}/logs?stream={}&offset={at}{attempt}", self.id, self.name);
@@ -137,4 +227,18 @@ async fn copy_from(
     to.flush()?;
     *at += chunk.len() as u64;
     Ok(!chunk.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn the_tail_is_the_last_lines_with_or_without_a_final_newline() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2), b"b\nc\n");
+        assert_eq!(last_lines(b"a\nb\nc", 2), b"b\nc");
+        assert_eq!(last_lines(b"a\nb\n", 5), b"a\nb\n");
+        assert_eq!(last_lines(b"a\nb\n", 0), b"");
+        assert_eq!(last_lines(b"", 3), b"");
+    }
 }

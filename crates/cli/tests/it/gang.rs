@@ -49,6 +49,15 @@ fn stop_agent(mut agent: Child) {
     let _ = agent.wait();
 }
 
+/// Gang tests run one at a time. Each test's control plane hands out rendezvous ports from
+/// 29500 by gang id, and with namespaces on every agent on this machine publishes rank 0's port
+/// through the same host's portmap rules: two clusters' gangs running at once would be given the
+/// same port, and the second rank 0 would (rightly) be refused it.
+fn one_gang_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static GANGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GANGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A cluster of two 2-GPU nodes, n1 and n2, both registered.
 fn two_nodes() -> (Cluster, Vec<Child>) {
     let cluster = Cluster::start(&["--no-agent"]);
@@ -80,6 +89,7 @@ fn parse_env(text: &str) -> BTreeMap<String, String> {
 
 #[test]
 fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variables_set() {
+    let _one = one_gang_test_at_a_time();
     let (cluster, agents) = two_nodes();
     let out = cluster.shared();
     let script = format!("env > {}/worker-$GANTRY_JOB_ID.env; echo hello from rank $RANK", out.display());
@@ -133,11 +143,19 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
     );
     let listing = cluster.gantry(&["jobs"]);
     assert!(listing.contains("4x1 GPU"), "gantry jobs shows the gang's size:\n{listing}");
-    let logs = eventually(Duration::from_secs(20), "rank 0's output", || {
+    let logs = eventually(Duration::from_secs(20), "every rank's output", || {
         let logs = cluster.gantry(&["logs", &gang.to_string()]);
-        logs.contains("hello from rank 0").then_some(logs)
+        logs.contains("[rank 3] hello from rank 3").then_some(logs)
     });
-    assert!(!logs.contains("rank 1"), "a gang's output is rank 0's:\n{logs}");
+    for rank in 0..4 {
+        assert!(logs.contains(&format!("[rank {rank}] hello from rank {rank}\n")), "{logs}");
+    }
+    assert_eq!(cluster.gantry(&["logs", &gang.to_string(), "--rank", "2"]), "hello from rank 2\n");
+    assert_eq!(
+        cluster.gantry(&["logs", &gang.to_string(), "--tail", "1"]).lines().count(),
+        4,
+        "a line a rank"
+    );
     cluster.assert_no_double_allocation();
     agents.into_iter().for_each(stop_agent);
 }
@@ -170,6 +188,7 @@ if ($rank == 0) {
 
 #[test]
 fn a_gang_of_two_on_two_agents_rendezvous_through_rank_zeros_published_port_with_namespaces_on() {
+    let _one = one_gang_test_at_a_time();
     if !gantry_agent::runner::network::available_for_tests("the namespaced gang test") {
         return;
     }
@@ -249,6 +268,7 @@ fn a_gang_of_two_on_two_agents_rendezvous_through_rank_zeros_published_port_with
 
 #[test]
 fn one_failed_worker_stops_the_others_and_the_gang_fails_when_no_retry_is_left() {
+    let _one = one_gang_test_at_a_time();
     let (cluster, agents) = two_nodes();
     let out = cluster.shared();
     // Rank 3 fails at once; the others wait for SIGTERM and record that they got it.
@@ -293,6 +313,7 @@ fn one_failed_worker_stops_the_others_and_the_gang_fails_when_no_retry_is_left()
 
 #[test]
 fn a_failed_worker_with_a_retry_left_requeues_the_whole_gang_and_cancel_stops_every_worker() {
+    let _one = one_gang_test_at_a_time();
     let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB", "--grace", "1"]);
     let out = cluster.shared();
     // The first attempt's rank 1 fails; the second attempt runs until cancelled.
