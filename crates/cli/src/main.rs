@@ -58,6 +58,11 @@ enum Command {
     /// Change a team's guarantee or limits (`team set vision --guarantee 8`).
     #[command(subcommand)]
     Team(cmd::teams::TeamCommand),
+    /// Users, their roles and teams (admin).
+    Users(cmd::users::UsersArgs),
+    /// Create a user or set its role and teams (`user set alice --team vision --role member`).
+    #[command(subcommand)]
+    User(cmd::users::UserCommand),
     /// Everything about one job or node, with its recent events (`describe job 12`).
     Describe(cmd::describe::DescribeArgs),
     /// The cluster live in the terminal: GPUs with utilisation, memory and history, their jobs,
@@ -127,6 +132,8 @@ fn main() -> ExitCode {
         Command::Queue(a) => cmd::queue::run(a),
         Command::Teams(a) => cmd::teams::list(a),
         Command::Team(c) => cmd::teams::run(c),
+        Command::Users(a) => cmd::users::list(a),
+        Command::User(c) => cmd::users::run(c),
         Command::Describe(a) => cmd::describe::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Token(c) => cmd::token::run(c),

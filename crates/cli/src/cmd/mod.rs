@@ -43,4 +43,5 @@ pub mod token;
 pub mod top;
 pub mod up;
 pub mod usage;
+pub mod users;
 pub mod watch;

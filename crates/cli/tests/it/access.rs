@@ -114,3 +114,22 @@ fn a_job_with_a_65530_byte_program_name_leaves_gantry_jobs_and_gantry_audit_work
     assert!(audit.contains("job.submit"), "{audit}");
     assert!(cluster.try_gantry(&["job", "1"]).status.success());
 }
+
+#[test]
+fn gantry_user_set_creates_and_re_roles_a_user_and_gantry_users_lists_them() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    cluster.gantry(&["user", "set", "bob", "--team", "vision", "--role", "viewer"]);
+    cluster.gantry(&["user", "set", "bob", "--role", "member"]);
+    let users: Vec<serde_json::Value> =
+        serde_json::from_str(&cluster.gantry(&["users", "-o", "json"])).expect("users json");
+    let bob = users.iter().find(|u| u["name"] == "bob").expect("bob listed");
+    assert_eq!(
+        (bob["role"].as_str(), bob["teams"].clone()),
+        (Some("member"), serde_json::json!(["vision"])),
+        "{bob}"
+    );
+    let table = cluster.gantry(&["users"]);
+    assert!(table.lines().any(|l| l.starts_with("bob ") && l.contains("vision")), "{table}");
+    let bad = cluster.try_gantry(&["user", "set", "bob", "--role", "emperor"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("not a role"), "{bad:?}");
+}
