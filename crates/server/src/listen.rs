@@ -43,7 +43,7 @@ pub struct Bound {
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     /// Binding the listen address itself failed.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

@@ -159,6 +159,25 @@ pub struct Control {
     pub prepared: Prepared,
 }
 
+/// A listen address in use says so once, with the flag that moves it.
+fn listen_hint(e: gantry_server::ServerError) -> anyhow::Error {
+    use std::error::Error as _;
+    let mut cause = e.source();
+    let mut in_use = false;
+    while let Some(c) = cause {
+        in_use |=
+            c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse);
+        cause = c.source();
+    }
+    if in_use {
+        anyhow::anyhow!(
+            "{e}: another process already uses it; stop it, or choose another address with --listen"
+        )
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
 /// Decides on TLS, loads or makes the certificates, binds the listener, makes the admin token on
 /// a fresh store and writes the client config.
 pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Control> {
@@ -202,7 +221,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
         min_free_disk: super::sandbox::parse_size(&args.min_free_disk).context("--min-free-disk")?,
     };
     config.pki = pki.clone();
-    let server = Server::bind(config, Arc::clone(&prepared.store)).await?;
+    let server = Server::bind(config, Arc::clone(&prepared.store)).await.map_err(listen_hint)?;
     let url = local_url(server.local_addr()?, pki.is_some());
     if let Some(missing) = server.missing_family() {
         eprintln!("note: {missing}");

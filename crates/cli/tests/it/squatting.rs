@@ -240,6 +240,23 @@ fn up_refuses_to_start_when_the_other_loopback_family_of_its_port_is_taken() {
 }
 
 #[test]
+fn a_port_in_use_is_said_once_with_the_flag_that_moves_it() {
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let home = tempfile::tempdir().expect("home");
+    let out = command(home.path())
+        .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(home.path().join("data"))
+        .output()
+        .expect("run gantry server");
+    assert!(!out.status.success());
+    let stderr = stderr_of(&out);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("another process already uses it") && last.contains("--listen"), "{stderr}");
+    assert!(!last.contains("os error 98"), "no raw errno, and not twice: {last}");
+}
+
+#[test]
 fn up_serves_loopback_over_tls_by_default_and_no_tls_warns_of_the_threat() {
     let tls = Cluster::start(&["--no-agent"]);
     let log = std::fs::read_to_string(tls.home.path().join("up.log")).expect("output");
