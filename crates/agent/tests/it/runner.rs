@@ -67,7 +67,19 @@ impl Default for Setup {
 /// A temporary directory outside `/tmp`: a job has a `/tmp` of its own, so markers and probes
 /// a test shares with its jobs (and the work root) live in the target directory instead.
 pub fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+    tempfile::tempdir_in(outside_tmp()).expect("temp dir")
+}
+
+/// Where test directories shared with jobs go: the target directory, unless the checkout itself
+/// is under `/tmp` (which a job's private `/tmp` hides), then `/var/tmp/gantry-tests`.
+pub fn outside_tmp() -> std::path::PathBuf {
+    let target = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if !target.starts_with("/tmp") {
+        return target;
+    }
+    let dir = std::path::PathBuf::from("/var/tmp/gantry-tests");
+    std::fs::create_dir_all(&dir).expect("/var/tmp/gantry-tests");
+    dir
 }
 
 async fn start(fleet: &'static str) -> Harness {

@@ -69,8 +69,8 @@ impl Cluster {
         use std::os::unix::fs::PermissionsExt;
         // Outside /tmp: a job has a /tmp of its own, and these hold what a test shares with its
         // jobs (markers, probes, the work root).
-        let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp home");
-        let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+        let home = tempfile::tempdir_in(outside_tmp()).expect("temp home");
+        let outside = tempfile::tempdir_in(outside_tmp()).expect("temp dir");
         let shared = outside.path().join("shared");
         std::fs::create_dir(&shared).expect("shared dir");
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -288,4 +288,16 @@ pub fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> O
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Where test directories shared with jobs go: the target directory, unless the checkout itself
+/// is under `/tmp` (which a job's private `/tmp` hides), then `/var/tmp/gantry-tests`.
+pub fn outside_tmp() -> PathBuf {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if !target.starts_with("/tmp") {
+        return target;
+    }
+    let dir = PathBuf::from("/var/tmp/gantry-tests");
+    std::fs::create_dir_all(&dir).expect("/var/tmp/gantry-tests");
+    dir
 }
