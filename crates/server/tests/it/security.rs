@@ -489,14 +489,8 @@ async fn a_viewers_token_made_for_a_team_without_a_user_is_not_the_members_user_
     let viewer = mint(&s, json!({"team": "alpha", "role": "viewer"})).await;
     let body = json!({"command": ["sleep", "60"], "env": {"SECRET": "hunter2"}, "wait_for_capacity": true});
     let id = s.submit_as(&member, body).await["id"].as_i64().expect("id");
-    let seen: serde_json::Value = s
-        .as_(&viewer, reqwest::Method::GET, &format!("/v1/jobs/{id}"))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    let seen: serde_json::Value =
+        crate::json_of(s.as_(&viewer, reqwest::Method::GET, &format!("/v1/jobs/{id}"))).await;
     assert_ne!(seen["job"]["env"]["SECRET"], "hunter2", "the viewer is not the submitter: {seen}");
     // The member is still a member: the viewer's token did not re-role it.
     let again = s.submit_as(&member, json!({"command": ["true"], "wait_for_capacity": true})).await;
