@@ -187,7 +187,10 @@ impl Network {
             None => {
                 let subnet = match &config.subnet {
                     Some(s) => check_subnet(s).map_err(AgentError::Sandbox)?,
-                    None => default_subnet(scope),
+                    None => {
+                        let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+                        pick_subnet(scope_index(scope), &routed_elsewhere(&routes, &bridge_name(scope)))
+                    }
                 };
                 let path = cni_dir.join("gantry.conflist");
                 let text = default_conflist(scope, &subnet, &cni_dir.join("ipam")).to_string();
@@ -398,10 +401,46 @@ pub fn bridge_name(scope: &str) -> String {
     format!("gtr{}", scope.chars().take(8).collect::<String>())
 }
 
+/// The /24s of 10.128.0.0/10 that a default subnet is picked from.
+const SUBNETS: u32 = 1 << 14;
+
+/// Which /24 of 10.128.0.0/10 the scope names.
+fn scope_index(scope: &str) -> u32 {
+    u32::from_str_radix(&scope.chars().take(6).collect::<String>(), 16).unwrap_or(0) % SUBNETS
+}
+
 /// A /24 in 10.128.0.0/10 picked from the scope.
+#[cfg(test)]
 fn default_subnet(scope: &str) -> String {
-    let h = u32::from_str_radix(&scope.chars().take(6).collect::<String>(), 16).unwrap_or(0);
-    format!("10.{}.{}.0/24", 128 + (h >> 8) % 64, h & 0xff)
+    pick_subnet(scope_index(scope), &[])
+}
+
+/// The /24 number `start` of 10.128.0.0/10, or the next one no route of another interface
+/// overlaps: a bridge another agent left behind (a `kill -9` does not remove it) or any network
+/// of the node keeps its subnet, and two bridges with one subnet would route jobs' replies into
+/// the wrong one.
+fn pick_subnet(start: u32, taken: &[(u32, u32)]) -> String {
+    let net = |i: u32| (10 << 24) | ((128 + (i >> 8)) << 16) | ((i & 0xff) << 8);
+    let free = |n: u32| taken.iter().all(|(t, mask)| (n & mask) != (t & mask) || *mask == 0);
+    let n = (0..SUBNETS).map(|k| net((start + k) % SUBNETS)).find(|n| free(*n)).unwrap_or(net(start));
+    format!("{}.{}.{}.0/24", n >> 24, (n >> 16) & 0xff, (n >> 8) & 0xff)
+}
+
+/// The (network, mask) of each route in `/proc/net/route` text whose interface is not `own`,
+/// as host-order IPv4 numbers (the file has them in little-endian hex); the default route is
+/// left out.
+fn routed_elsewhere(routes: &str, own: &str) -> Vec<(u32, u32)> {
+    routes
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (iface, dest, mask) = (f.first()?, f.get(1)?, f.get(7)?);
+            let parse = |h: &str| u32::from_str_radix(h, 16).ok().map(u32::swap_bytes);
+            let (dest, mask) = (parse(dest)?, parse(mask)?);
+            (*iface != own && mask != 0).then_some((dest, mask))
+        })
+        .collect()
 }
 
 /// An IPv4 CIDR with a prefix of 8 to 29 bits.
@@ -460,6 +499,24 @@ mod tests {
         assert_eq!(list.bridges(), ["gtr0123abcd"]);
         assert_eq!(value["plugins"][0]["ipam"]["ranges"][0][0]["subnet"], "10.163.171.0/24");
         assert_ne!(default_subnet("0123abcd4567"), default_subnet("ffffff000000"));
+    }
+
+    #[test]
+    fn a_subnet_another_interface_routes_is_skipped_for_the_next_free_one() {
+        // /proc/net/route as the kernel writes it: a stale bridge holds 10.128.5.0/24, eth0 the
+        // default route and 192.168.1.0/24, and the agent's own bridge is not counted.
+        let routes = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+            eth0\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+            eth0\t0001A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+            gtrstale0\t0005800A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+            gtrmine00\t0006800A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        let taken = routed_elsewhere(routes, "gtrmine00");
+        assert_eq!(taken.len(), 2, "the default route and the agent's own bridge are left out: {taken:?}");
+        assert_eq!(pick_subnet(5, &taken), "10.128.6.0/24", "10.128.5.0/24 is taken");
+        assert_eq!(pick_subnet(6, &taken), "10.128.6.0/24", "its own bridge's subnet stays its own");
+        assert_eq!(pick_subnet(SUBNETS - 1, &[]), "10.191.255.0/24");
+        // A route covering the whole 10/8 leaves nothing free: the scope's own is kept.
+        assert_eq!(pick_subnet(7, &[(10 << 24, 0xff00_0000)]), "10.128.7.0/24");
         assert!(check_subnet("10.88.0.0/24").is_ok());
         for bad in ["10.88.0.0", "10.88.0/24", "10.88.0.0/31", "fd00::/64"] {
             assert!(check_subnet(bad).is_err(), "{bad}");
