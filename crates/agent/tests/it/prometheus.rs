@@ -102,12 +102,6 @@ fn wait_for(p: &Prometheus, what: &str, promql: &str, ok: impl Fn(f64) -> bool) 
 fn dashboard_exprs() -> Vec<String> {
     let dir = env!("CARGO_MANIFEST_DIR");
     let ours = std::fs::read_to_string(format!("{dir}/tests/data/{DASHBOARD}")).expect("dashboard copy");
-    // When the shared reference sits beside the checkout, the copy must not have drifted.
-    if let Ok(shared) =
-        std::fs::read_to_string(format!("{dir}/../../../shared/reference/dashboards/{DASHBOARD}"))
-    {
-        assert_eq!(shared, ours, "tests/data/{DASHBOARD} differs from shared/reference");
-    }
     fn walk(v: &Value, out: &mut Vec<String>) {
         match v {
             Value::Object(m) => m.iter().for_each(|(k, v)| match (k.as_str(), v) {

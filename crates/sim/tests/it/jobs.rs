@@ -87,24 +87,6 @@ fn gantry_beats_tiresias_at_every_load_without_knowing_durations() {
     }
 }
 
-/// Sia's workloads carry no licence, so they are not copied into the repository: this runs only
-/// with `shared/` beside the checkout (`cargo test -p gantry-sim -- --ignored`).
-#[test]
-#[ignore = "reads Sia's workloads from ../shared/traces/sia-workloads (not redistributable)"]
-fn gantry_beats_tiresias_on_sias_philly_and_saturn_sets_where_wide_jobs_dominate() {
-    // Mostly 6–16-GPU jobs on 64 GPUs: a wide job needs a quarter of the cluster at once. Before
-    // backfills yielded to earlier jobs of their band, narrow backfills kept it waiting and Gantry
-    // lost on philly (6,782 s vs 6,394 s).
-    for set in ["philly", "saturn"] {
-        let dir =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/sia-workloads").join(set);
-        assert!(dir.is_dir(), "{} is missing: this test needs shared/ beside the checkout", dir.display());
-        let report = run_dir(&dir, &[JobPolicyKind::Tiresias, JobPolicyKind::Gantry]);
-        let (tiresias, gantry) = (report.policies[0].avg_jct(), report.policies[1].avg_jct());
-        assert!(gantry < tiresias, "{set}: gantry {gantry:.0} s vs tiresias {tiresias:.0} s");
-    }
-}
-
 #[test]
 fn the_oracle_bound_srtf_beats_fifo_and_every_job_finishes() {
     let report = run("0.5", &[JobPolicyKind::Fifo, JobPolicyKind::Srtf]);
