@@ -23,20 +23,7 @@ pub fn needs_netns(test: &str) -> bool {
 }
 
 /// Tries each `host port` pair given as arguments; prints `reached` or `refused` for each.
-const PROBE: &str = r#"
-use Socket qw(:all);
-while (@ARGV) {
-    my ($host, $port) = (shift, shift);
-    my $v6 = $host =~ /:/;
-    socket(my $s, $v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0) or die "socket: $!";
-    my $to = $v6 ? pack_sockaddr_in6($port, inet_pton(AF_INET6, $host)) : pack_sockaddr_in($port, inet_aton($host));
-    local $SIG{ALRM} = sub { die "timeout\n" };
-    alarm 3;
-    my $ok = eval { connect($s, $to) };
-    alarm 0;
-    print(($ok ? "reached" : "refused"), " $host $port\n");
-}
-"#;
+const PROBE: &str = include_str!("../data/connect-probe.pl");
 
 /// Listens on 127.0.0.1 and ::1 at port ARGV[0], says so in ARGV[1], and for 6 s prints
 /// `accepted` for each connection that arrives.

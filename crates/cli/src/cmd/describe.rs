@@ -51,9 +51,8 @@ pub fn run(args: DescribeArgs) -> anyhow::Result<()> {
             args.id.clone()
         }
     };
-    let path =
-        format!("/v1/events?limit={EVENTS}&subject={}", subject.replace('%', "%25").replace('&', "%26"));
-    let events: Vec<Event> = block_on(api.get(&path))??;
+    let query = [("limit".to_owned(), EVENTS.to_string()), ("subject".to_owned(), subject)];
+    let events: Vec<Event> = block_on(api.get(&super::events::path(&query)))??;
     println!("events (newest first)");
     if events.is_empty() {
         println!("  none");

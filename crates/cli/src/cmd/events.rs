@@ -50,8 +50,7 @@ pub fn run(args: EventsArgs) -> anyhow::Result<()> {
     };
     let mut query = vec![("limit".to_owned(), args.limit.to_string())];
     if let Some(s) = args.since {
-        let since = now_ms().saturating_sub(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX));
-        query.push(("since".into(), since.to_string()));
+        query.push(("since".into(), super::jobs::since_ms(s).to_string()));
     }
     if let Some(subject) = &subject {
         query.push(("subject".into(), subject.clone()));
@@ -93,7 +92,7 @@ pub fn run(args: EventsArgs) -> anyhow::Result<()> {
 }
 
 /// `/v1/events?…` with the query's values percent-encoded.
-fn path(query: &[(String, String)]) -> String {
+pub(super) fn path(query: &[(String, String)]) -> String {
     let encode = |v: &str| {
         v.bytes()
             .map(|b| match b {
@@ -106,10 +105,6 @@ fn path(query: &[(String, String)]) -> String {
     };
     let pairs: Vec<String> = query.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
     format!("/v1/events?{}", pairs.join("&"))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 fn row(e: &Event) -> Vec<String> {

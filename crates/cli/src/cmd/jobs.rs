@@ -101,9 +101,7 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
     } else {
         block_on(all_pages(&api, &path))??
     };
-    let since = args
-        .since
-        .map(|s| now_ms().saturating_sub(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)));
+    let since = args.since.map(since_ms);
     jobs.retain(|j| {
         (args.state.is_empty() || args.state.iter().any(|s| s == j.state.as_str()))
             && args.user.as_ref().is_none_or(|u| j.user.as_ref() == Some(u))
@@ -134,7 +132,7 @@ pub fn print(jobs: &[Job], output: JobsOutput) -> anyhow::Result<()> {
 
 /// The table's header and rows; an ARRAY column (`12_3`) when a job is in an array.
 pub fn rows(jobs: &[Job], wide: bool) -> (Vec<&'static str>, Vec<Vec<String>>) {
-    let now = now_ms();
+    let now = gantry_server::now_ms();
     let arrays = jobs.iter().any(|j| j.array.is_some());
     let mut header = vec!["ID"];
     if arrays {
@@ -171,8 +169,9 @@ pub fn with_times(j: &Job) -> serde_json::Value {
     value
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+/// The time `seconds` ago, ms since the epoch (`--since`).
+pub fn since_ms(seconds: u64) -> i64 {
+    gantry_server::now_ms().saturating_sub(i64::try_from(seconds.saturating_mul(1000)).unwrap_or(i64::MAX))
 }
 
 /// Follows `x-next-before` until the last page; newest first.

@@ -40,7 +40,7 @@ pub fn run(args: QueueArgs) -> anyhow::Result<()> {
     if table::structured(args.output, &values)? {
         return Ok(());
     }
-    let now = now_ms();
+    let now = gantry_server::now_ms();
     let rows: Vec<Vec<String>> = jobs.iter().map(|j| row(j, now)).collect();
     let header = ["ID", "NAME", "TEAM", "USER", "STATE", "PRIORITY", "ASKED", "TIME", "NODE (REASON)"];
     table::print(&header, &rows);
@@ -66,8 +66,4 @@ fn row(j: &Job, now: i64) -> Vec<String> {
         time,
         whereabouts,
     ]
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }

@@ -8,17 +8,9 @@ use std::time::Duration;
 
 use crate::harness::{Cluster, eventually};
 
-/// Tries each `host port` pair given as arguments; prints `reached` or `refused` for each.
-const PROBE: &str = r#"
-use Socket qw(:all);
-while (@ARGV) {
-    my ($host, $port) = (shift, shift);
-    my $v6 = $host =~ /:/;
-    socket(my $s, $v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0) or die "socket: $!";
-    my $to = $v6 ? pack_sockaddr_in6($port, inet_pton(AF_INET6, $host)) : pack_sockaddr_in($port, inet_aton($host));
-    print((connect($s, $to) ? "reached" : "refused"), " $host $port\n");
-}
-"#;
+/// Tries each `host port` pair given as arguments; prints `reached` or `refused` for each (the
+/// agent's network tests use the same probe).
+const PROBE: &str = include_str!("../../../agent/tests/data/connect-probe.pl");
 
 /// Binds `[::1]:ARGV[0]`, says so in the file ARGV[1], and waits 5 s for a connection.
 const SQUAT: &str = r#"
