@@ -103,17 +103,24 @@ async fn array_of(s: &TestServer, token: &str, team: &str, members: u32) -> Vec<
     (head..head + i64::from(members)).collect()
 }
 
+/// A server whose team vision may keep `quota` bytes of output, a node `gpu-1` of `jobs` GPUs
+/// (its credential and epoch), and an array of `jobs` members of alice's placed on it.
+async fn running_under_quota(quota: u64, jobs: u32) -> (TestServer, String, (String, u64), Vec<i64>) {
+    let s = TestServer::start_with(|c, _| c.body_limit = 16 << 20).await;
+    let limit = json!({"gpu_quota": null, "log_quota_bytes": quota});
+    let set = s.http.put(format!("{}/v1/teams/vision", s.url)).bearer_auth(&s.token).json(&limit);
+    assert_eq!(set.send().await.expect("send").status(), StatusCode::NO_CONTENT);
+    let alice = token(&s, "alice", Role::Member, &["vision"]);
+    let node = node(&s, "gpu-1", jobs as usize).await;
+    let ids = array_of(&s, &alice, "vision", jobs).await;
+    wait_scheduled(&s, &ids).await;
+    (s, alice, node, ids)
+}
+
 #[tokio::test]
 async fn a_four_member_array_writing_64_mib_each_keeps_at_most_the_teams_100_mib_quota_on_disk() {
     // Before, each job kept its 64 MiB: 256 MiB on disk, and nothing ever said so.
-    let s = TestServer::start_with(|c, _| c.body_limit = 16 << 20).await;
-    let quota = json!({"gpu_quota": null, "log_quota_bytes": 100 * MIB});
-    let set = s.http.put(format!("{}/v1/teams/vision", s.url)).bearer_auth(&s.token).json(&quota);
-    assert_eq!(set.send().await.expect("send").status(), StatusCode::NO_CONTENT);
-    let alice = token(&s, "alice", Role::Member, &["vision"]);
-    let (credential, epoch) = node(&s, "gpu-1", 4).await;
-    let ids = array_of(&s, &alice, "vision", 4).await;
-    wait_scheduled(&s, &ids).await;
+    let (s, alice, (credential, epoch), ids) = running_under_quota(100 * MIB, 4).await;
     ship(&s, (&credential, epoch), &ids, 64 * MIB, 4 << 20).await;
     let on_disk = bytes_under(&s.app.config.logs_dir);
     assert!(on_disk <= 100 * MIB, "{on_disk} bytes of output kept under a 100 MiB quota");
@@ -138,14 +145,7 @@ async fn a_four_member_array_writing_64_mib_each_keeps_at_most_the_teams_100_mib
 
 #[tokio::test]
 async fn an_ended_jobs_output_is_removed_after_the_retention_window_and_first_when_the_quota_is_full() {
-    let s = TestServer::start_with(|c, _| c.body_limit = 16 << 20).await;
-    let quota = json!({"gpu_quota": null, "log_quota_bytes": 10 * MIB});
-    let set = s.http.put(format!("{}/v1/teams/vision", s.url)).bearer_auth(&s.token).json(&quota);
-    assert_eq!(set.send().await.expect("send").status(), StatusCode::NO_CONTENT);
-    let alice = token(&s, "alice", Role::Member, &["vision"]);
-    let (credential, epoch) = node(&s, "gpu-1", 2).await;
-    let ids = array_of(&s, &alice, "vision", 2).await;
-    wait_scheduled(&s, &ids).await;
+    let (s, _alice, (credential, epoch), ids) = running_under_quota(10 * MIB, 2).await;
     ship(&s, (&credential, epoch), &ids[..1], 6 * MIB, 2 << 20).await;
     let end = json!({"node_id": "gpu-1", "epoch": epoch, "gpus": [],
         "jobs": [{"job_id": ids[0], "attempt": 1, "exit": {"exit_code": 0, "reason": null}}, {"job_id": ids[1], "attempt": 1}]});
