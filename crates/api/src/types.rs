@@ -296,6 +296,26 @@ pub struct TokenResponse {
     pub expires_at: Option<i64>,
 }
 
+/// A one-time dashboard sign-in code (`POST /v1/signin-codes`): put it in the page's fragment,
+/// `https://HOST:PORT/#signin=CODE`; the page trades it once for a session token.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SignInCode {
+    /// The code (single use).
+    pub code: String,
+    /// When it stops working unused, ms since the epoch.
+    pub expires_at: i64,
+}
+
+/// Trading a sign-in code for a session token (`POST /v1/signin`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SignInRequest {
+    /// The code `gantry dashboard` printed in the link.
+    pub code: String,
+}
+
 fn api_kind() -> TokenKind {
     TokenKind::Api
 }

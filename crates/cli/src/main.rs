@@ -4,7 +4,7 @@ mod cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Gantry: a GPU cluster manager.
 #[derive(Debug, Parser)]
@@ -63,6 +63,8 @@ enum Command {
     /// Create a user or set its role and teams (`user set alice --team vision --role member`).
     #[command(subcommand)]
     User(cmd::users::UserCommand),
+    /// Print a one-time link that signs a browser in to the dashboard (no token in the URL).
+    Dashboard(cmd::dashboard::DashboardArgs),
     /// Everything about one job or node, with its recent events (`describe job 12`).
     Describe(cmd::describe::DescribeArgs),
     /// The cluster live in the terminal: GPUs with utilisation, memory and history, their jobs,
@@ -95,7 +97,8 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == gantry_agent::runner::shim::ARG) {
         return ExitCode::from(u8::try_from(gantry_agent::runner::shim::main()).unwrap_or(1));
     }
-    let cli = Cli::try_parse().unwrap_or_else(|e| exit_with_hint(e));
+    let args = cmd::global_flags::hoist(std::env::args_os().collect(), &Cli::command());
+    let cli = Cli::try_parse_from(&args).unwrap_or_else(|e| exit_with_hint(e, &args));
     // Daemons (and `top`, which owns the terminal) keep SIGPIPE ignored; the rest print and exit.
     let serves = matches!(
         cli.command,
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
         Command::Users(a) => cmd::users::list(a),
         Command::User(c) => cmd::users::run(c),
         Command::Describe(a) => cmd::describe::run(a),
+        Command::Dashboard(a) => cmd::dashboard::run(a),
         Command::Top(a) => cmd::top::run(a),
         Command::Token(c) => cmd::token::run(c),
         Command::Ca(c) => cmd::ca::run(c),
@@ -159,9 +163,9 @@ fn main() -> ExitCode {
 
 /// Prints clap's error and exits; for `submit` and `run` without `--`, adds how to pass a
 /// command (the usual mistake: `gantry submit --gpus 1 python train.py`).
-fn exit_with_hint(e: clap::Error) -> ! {
+fn exit_with_hint(e: clap::Error, args: &[std::ffi::OsString]) -> ! {
     use clap::error::ErrorKind;
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     let submitting = matches!(args.get(1).map(String::as_str), Some("submit" | "run"));
     let mistake = matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::ArgumentConflict);
     if submitting && mistake && !args.iter().any(|a| a == "--") {

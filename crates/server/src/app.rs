@@ -129,6 +129,8 @@ pub struct App {
     pub queue: std::sync::RwLock<crate::scheduler::QueueInput>,
     /// Job output kept on disk, counted per team.
     pub output: crate::output::Output,
+    /// Unused one-time dashboard sign-in codes.
+    pub signin: crate::signin::SignInCodes,
 }
 
 impl App {
@@ -208,6 +210,7 @@ impl Server {
             closing: watch::channel(false).0,
             queue: Default::default(),
             output: Default::default(),
+            signin: Default::default(),
         });
         Ok(Self { app, listeners: bound.listeners, missing, tls })
     }

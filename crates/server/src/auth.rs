@@ -236,12 +236,12 @@ pub const FAILURE_LIMIT: u32 = 20;
 const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 impl FailureLimiter {
-    fn blocked(&self, ip: IpAddr) -> bool {
+    pub(crate) fn blocked(&self, ip: IpAddr) -> bool {
         let Ok(m) = self.0.lock() else { return false };
         m.get(&ip).is_some_and(|(since, n)| *n >= FAILURE_LIMIT && since.elapsed() < FAILURE_WINDOW)
     }
 
-    fn failed(&self, ip: IpAddr) {
+    pub(crate) fn failed(&self, ip: IpAddr) {
         let Ok(mut m) = self.0.lock() else { return };
         if m.len() > 100_000 {
             m.retain(|_, (since, _)| since.elapsed() < FAILURE_WINDOW);

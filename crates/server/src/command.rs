@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use gantry_store::{
     AuditEntry, Change, Changed, GangPlacement, Heartbeat, Job, JobId, NewJob, NewToken, NodeRegistration,
-    Placement, Store, Team, User,
+    Placement, Store, Team, TokenKind, User,
 };
 
 use crate::app::{self, App};
@@ -57,6 +57,14 @@ pub enum Command {
         /// The token.
         token: NewToken,
         /// Who asks.
+        by: Principal,
+    },
+    /// Store a dashboard session token for the user whose one-time sign-in code was redeemed
+    /// (`crate::signin`).
+    StartSession {
+        /// The session token, of the code's owner.
+        token: NewToken,
+        /// Who asked for the code.
         by: Principal,
     },
     /// Revoke a token.
@@ -167,6 +175,7 @@ impl App {
             command,
             Command::SetUser { .. }
                 | Command::CreateToken { .. }
+                | Command::StartSession { .. }
                 | Command::RevokeToken { .. }
                 | Command::Join { .. }
         );
@@ -223,6 +232,14 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         Command::CreateToken { token, by } => {
             let entry = entry(&by, "token.create", String::new(), None, now);
             audited(store, by.require_admin(), Change::CreateToken(token), entry)
+        }
+        Command::StartSession { token, by } => {
+            let entry = entry(&by, "token.session", String::new(), None, now);
+            let own =
+                by.token.kind == TokenKind::Api && by.token.user.is_some() && by.token.user == token.user;
+            let check =
+                if own { Ok(()) } else { Err(ApiError::Forbidden("a session is its owner's own".into())) };
+            audited(store, check, Change::CreateToken(token), entry)
         }
         Command::RevokeToken { id, by } => revoke(store, id, &by, now),
         Command::Join { credential, by } => {

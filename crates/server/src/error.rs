@@ -16,6 +16,9 @@ pub enum ApiError {
     /// The token is known but expired, revoked or (a join token) already used.
     #[error("token {0}")]
     TokenRefused(&'static str),
+    /// A one-time sign-in code (or the token behind it) does not work (401).
+    #[error("{0}")]
+    SignInRefused(&'static str),
     /// Too many failed authentications from this address; wait.
     #[error("too many failed authentications from this address; try again in a minute")]
     TooManyFailures,
@@ -69,7 +72,9 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = match &self {
-            ApiError::Unauthorized | ApiError::TokenRefused(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::TokenRefused(_) | ApiError::SignInRefused(_) => {
+                StatusCode::UNAUTHORIZED
+            }
             ApiError::TooManyFailures => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,

@@ -29,6 +29,7 @@ pub mod output;
 
 pub use gantry_api::{job_env, job_logs};
 pub mod scheduler;
+pub mod signin;
 pub mod tls;
 pub mod transport;
 

@@ -287,7 +287,13 @@ impl Api {
 
     async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
         let resp = req.bearer_auth(&self.token).send().await.map_err(|e| {
-            if let Some(cause) = gantry_agent::runner::client::tls_cause(&e) {
+            if answered_in_plain_http(&e) {
+                let plain = self.base.replacen("https://", "http://", 1);
+                anyhow!(
+                    "the server at {} answered in plain HTTP, not TLS (it runs with --no-tls?); use {plain}",
+                    self.base
+                )
+            } else if let Some(cause) = gantry_agent::runner::client::tls_cause(&e) {
                 let hint = if self.pinned {
                     "is it the cluster's CA? `gantry up` and `gantry server` keep theirs in <data>/tls/ca.pem"
                 } else {
@@ -311,6 +317,22 @@ impl Api {
             .unwrap_or(text);
         Err(ApiStatus { status, message }.into())
     }
+}
+
+/// Whether a TLS handshake failed because the peer's first bytes were no TLS record: a
+/// plain-HTTP server answering `https://` (its `HTTP/1.1 400` is no record type rustls knows).
+fn answered_in_plain_http(e: &reqwest::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return matches!(tls, rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType));
+        }
+        next = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    false
 }
 
 /// The server refused a request: its sentence, and the HTTP status for programs (people read

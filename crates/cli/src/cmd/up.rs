@@ -119,9 +119,7 @@ async fn serve(
     match (args.no_agent, args.stop_jobs_on_exit) {
         (true, _) => eprintln!("shutting down"),
         (false, true) => eprintln!("shutting down: stopping jobs, then the server"),
-        (false, false) => {
-            eprintln!("shutting down; running jobs keep running and the next `gantry up` takes them up");
-        }
+        (false, false) => eprintln!("shutting down; {}", still_running(&*control.prepared.store)),
     }
     let _ = stop_tx.send(true);
     if let Some(agent) = agent {
@@ -131,6 +129,28 @@ async fn serve(
     serving.await??;
     drop(control.prepared);
     Ok(())
+}
+
+/// What keeps running when `up` stops without `--stop-jobs-on-exit`, and how it is taken back.
+fn still_running(store: &dyn Store) -> String {
+    let filter =
+        gantry_store::JobFilter { state: Some(gantry_store::JobState::Running), ..Default::default() };
+    let ids: Vec<String> = store.jobs(&filter).unwrap_or_default().iter().map(|j| j.id.to_string()).collect();
+    match ids.len() {
+        0 => "no job is running".into(),
+        n => {
+            let shown = if n > 10 { format!("{}, …", ids[..10].join(", ")) } else { ids.join(", ") };
+            let (count, verb) = if n == 1 {
+                ("1 running job".to_owned(), "keeps")
+            } else {
+                (format!("{n} running jobs"), "keep")
+            };
+            format!(
+                "{count} ({shown}) {verb} running under their supervisors; the next `gantry up` with this \
+                 data dir takes them back (`gantry up --stop-jobs-on-exit` stops them instead)"
+            )
+        }
+    }
 }
 
 /// Serves the agent's GPU collections on `/metrics`; a taken address is a warning, not a failure

@@ -592,3 +592,41 @@ fn gantry_ca_install_makes_chromium_trust_the_dashboard_without_any_pin() {
     browser.goto(&url);
     browser.wait_for("the sign-in form", "!document.getElementById('login').hidden", WAIT);
 }
+
+#[test]
+fn in_a_browser_the_link_gantry_dashboard_prints_signs_in_once_without_the_token_in_the_url() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let Some(browser) = Browser::start(cluster.ca_spki().as_deref()) else { return };
+    let vision = cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
+    let out = crate::harness::command(cluster.home.path())
+        .args(["dashboard"])
+        .env("GANTRY_TOKEN", &vision)
+        .output()
+        .expect("run gantry dashboard");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(link.starts_with(&format!("https://localhost:{}/#signin=", cluster.port)), "{link}");
+    assert!(!link.contains(&vision), "the token is not in the link");
+
+    browser.goto(&format!("https://localhost:{}/", cluster.port));
+    browser.js("sessionStorage.clear(); return true;", json!([]));
+    browser.goto(&link);
+    browser.wait_for("the navigation after sign-in", "!document.getElementById('nav').hidden", WAIT);
+    let who = browser.js("return document.getElementById('who').innerText;", json!([]));
+    assert!(who.as_str().unwrap_or_default().contains("vision"), "header shows {who}");
+    let href = browser.js("return location.href;", json!([]));
+    assert!(!href.as_str().unwrap_or_default().contains("signin"), "the code left the address bar: {href}");
+    let kept = browser.js("return sessionStorage.getItem('gantry.token');", json!([]));
+    assert!(kept.as_str().is_some_and(|t| !t.is_empty() && t != vision), "a session of its own: {kept}");
+
+    // The same link again, in a fresh tab state: refused, with what to do.
+    browser.goto("about:blank");
+    browser.goto(&format!("https://localhost:{}/", cluster.port));
+    browser.js("sessionStorage.clear(); return true;", json!([]));
+    browser.goto(&link);
+    browser.wait_for(
+        "the refusal",
+        "document.getElementById('login-error').innerText.includes('gantry dashboard')",
+        WAIT,
+    );
+}

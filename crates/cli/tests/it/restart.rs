@@ -71,6 +71,10 @@ fn restarting_gantry_up_after_sigterm_leaves_a_running_job_running_as_the_same_a
     restart_keeps_the_job(|cluster| {
         let status = cluster.terminate();
         assert!(status.success(), "gantry up exited with {status}");
+        // It says what keeps running and how to take it back.
+        let log = std::fs::read_to_string(cluster.home.path().join("up.log")).expect("output");
+        let said = log.lines().find(|l| l.starts_with("shutting down")).unwrap_or_default();
+        assert!(said.contains("1 running job (") && said.contains("the next `gantry up`"), "{log}");
     });
 }
 

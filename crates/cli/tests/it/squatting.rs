@@ -269,6 +269,14 @@ fn up_serves_loopback_over_tls_by_default_and_no_tls_warns_of_the_threat() {
     let log = std::fs::read_to_string(plain.home.path().join("up.log")).expect("output");
     assert!(log.contains("warning: --no-tls") && log.contains("receives the token"), "{log}");
     plain.gantry(&["jobs"]);
+    // https:// against it says what the server speaks (not "pin a CA"); the flag may come first.
+    let https = format!("https://127.0.0.1:{}", plain.port);
+    let out = plain.try_gantry(&["--server", &https, "jobs"]);
+    assert!(!out.status.success());
+    let said = stderr_of(&out);
+    assert!(said.contains("answered in plain HTTP") && said.contains(&plain.url()), "{said}");
+    assert!(!said.contains("--ca"), "{said}");
+    plain.gantry(&["--server", &plain.url(), "jobs", "--state", "running"]);
 
     let home = tempfile::tempdir().expect("home");
     let out = command(home.path())

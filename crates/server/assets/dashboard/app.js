@@ -178,7 +178,9 @@ document.addEventListener('visibilitychange', () => {
 });
 
 window.addEventListener('hashchange', () => {
-  if (token.get()) open();
+  const code = location.hash.match(/^#signin=([A-Za-z0-9_-]{16,128})$/);
+  if (code) signInWithCode(code[1]).catch((e) => showLogin(e.message));
+  else if (token.get()) open();
 });
 
 $('login-form').addEventListener('submit', async (event) => {
@@ -194,6 +196,23 @@ $('login-form').addEventListener('submit', async (event) => {
 
 $('logout').addEventListener('click', () => showLogin(''));
 
+// A link from `gantry dashboard` carries a one-time code in its fragment (never sent to a
+// server): drop it from the address bar and history at once, then trade it for a session.
+async function signInWithCode(code) {
+  history.replaceState(null, '', location.pathname + location.search);
+  const res = await fetch('/v1/signin', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ code }),
+    cache: 'no-store',
+  });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(body.error || `sign-in failed (${res.status})`);
+  await signIn(body.token);
+}
+
+const link = location.hash.match(/^#signin=([A-Za-z0-9_-]{16,128})$/);
 const saved = token.get();
-if (saved) signIn(saved).catch((e) => showLogin(e.message));
+if (link) signInWithCode(link[1]).catch((e) => showLogin(e.message));
+else if (saved) signIn(saved).catch((e) => showLogin(e.message));
 else showLogin('');

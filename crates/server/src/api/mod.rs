@@ -9,6 +9,7 @@ mod dashboard;
 mod extract;
 mod insight;
 mod jobs;
+mod signin;
 pub use gantry_api::types;
 mod validate;
 pub mod watch;
@@ -35,7 +36,7 @@ use crate::error::{ApiError, ErrorBody};
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
         cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
-        access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami,
+        access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
     ),
@@ -82,12 +83,12 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// Every route; all but `/healthz`, `/v1/ca.pem` and the dashboard's static files (`/`,
+/// Every route; all but `/healthz`, `/v1/ca.pem`, `/v1/signin` (whose code is its credential) and the dashboard's static files (`/`,
 /// `/dashboard/*`, which hold no data) need a bearer token. Who may call each is checked in its
 /// handler (or, for mutations, by the dispatcher) through [`Principal`]'s `require_*` methods:
 /// jobs, logs, events, the watch stream, findings, queues — users, scoped to their teams (see
 /// `watch` and `insight`); cancel and submit — members of the job's team and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
-/// its own tokens); agent routes — the node's own credential; metrics — operators.
+/// its own tokens; any user's API token asks for a dashboard sign-in code); agent routes — the node's own credential; metrics — operators.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
     let authed = Router::new()
@@ -104,6 +105,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/users", get(access::users))
         .route("/v1/users/{name}", put(access::set_user))
         .route("/v1/whoami", get(access::whoami))
+        .route("/v1/signin-codes", post(signin::create_code))
         .route("/v1/audit", get(audit::rows))
         .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/events", get(cluster::events))
@@ -120,6 +122,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/ca.pem", get(ca_pem))
+        .route("/v1/signin", post(signin::redeem))
         .merge(dashboard::routes())
         .merge(authed)
         .layer(DefaultBodyLimit::max(limit))

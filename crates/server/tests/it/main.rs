@@ -12,6 +12,7 @@ mod queue;
 mod quotas;
 mod scheduling;
 mod security;
+mod signin;
 mod tls;
 mod transport;
 
