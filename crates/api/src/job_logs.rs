@@ -124,6 +124,7 @@ pub fn create(dir: &Path, stream: &str) -> std::io::Result<File> {
     let _guard = lock(dir, true)?;
     remove_if_present(&rotated(dir, stream))?;
     remove_if_present(&start_file(dir, stream))?;
+    crate::job_log_times::reset(dir, stream)?;
     open_new(&dir.join(stream))
 }
 
@@ -131,6 +132,8 @@ pub fn create(dir: &Path, stream: &str) -> std::io::Result<File> {
 /// is at position `start` of the whole stream, is returned.
 pub fn rotate(dir: &Path, stream: &str, start: u64) -> std::io::Result<File> {
     let _guard = lock(dir, true)?;
+    // The segment that becomes `.1` starts where the current one did: older output is gone.
+    crate::job_log_times::prune_below(dir, stream, read_start(dir, stream)?)?;
     std::fs::rename(dir.join(stream), rotated(dir, stream))?;
     let mut file = open_new(&start_file(dir, stream))?;
     std::io::Write::write_all(&mut file, start.to_string().as_bytes())?;
@@ -141,7 +144,7 @@ pub fn rotate(dir: &Path, stream: &str, start: u64) -> std::io::Result<File> {
 /// stream) to the server's copy in `dir`, keeping at most `limit` on disk like the agent does.
 /// A new attempt starts the stream afresh; bytes the copy already has are skipped (a heartbeat
 /// sent again); a gap (output the agent rotated away before shipping it) starts a new segment
-/// at `offset`, so readers see where output is missing.
+/// at `offset`, so readers see where output is missing. New bytes are dated `now_ms`.
 pub fn append_at(
     dir: &Path,
     stream: &str,
@@ -149,6 +152,7 @@ pub fn append_at(
     offset: u64,
     bytes: &[u8],
     limit: u64,
+    now_ms: i64,
 ) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
@@ -166,6 +170,7 @@ pub fn append_at(
         return Ok(());
     }
     let (mut at, mut rest) = (offset.max(end), &bytes[usize::try_from(skip).unwrap_or(usize::MAX)..]);
+    crate::job_log_times::note(dir, stream, at, now_ms, None)?;
     let segment = segment_limit(limit);
     let mut written = len;
     let mut file = if at > end {

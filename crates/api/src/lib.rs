@@ -6,7 +6,8 @@
 //! - [`elastic`]: a GPU count given as a range (`--gpus 2..8`, an elastic job);
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
-//!   reads (capped, rotated segments addressed by stream position).
+//!   reads (capped, rotated segments addressed by stream position); [`job_log_times`] when
+//!   each part of it was written.
 //!
 //! It sits under every other crate, the way `kube-core` sits under `kube-rs`: no async runtime,
 //! no HTTP, no database. With the `openapi` feature the types also describe themselves for the
@@ -14,6 +15,7 @@
 
 pub mod elastic;
 pub mod job_env;
+pub mod job_log_times;
 pub mod job_logs;
 pub mod model;
 pub mod types;

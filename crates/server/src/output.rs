@@ -103,6 +103,8 @@ impl Output {
             return Ok(());
         }
         let dir = job_logs::attempt_dir(logs, job, w.attempt);
+        // Shipped output is dated when it arrives (a heartbeat after the job wrote it).
+        let now = crate::app::now_ms();
         let skip = usize::try_from(job_logs::stream_end(&dir, w.stream).saturating_sub(w.offset))
             .unwrap_or(usize::MAX)
             .min(w.bytes.len());
@@ -119,14 +121,15 @@ impl Output {
         let before = job_logs::stream_bytes(&dir, w.stream);
         let room = for_data.saturating_sub(ledger.used(team));
         if new <= room {
-            let result = job_logs::append_at(&dir, w.stream, w.attempt, w.offset, w.bytes, w.limit);
+            let result = job_logs::append_at(&dir, w.stream, w.attempt, w.offset, w.bytes, w.limit, now);
             ledger.add(team, job, w.attempt, job_logs::stream_bytes(&dir, w.stream), before);
             return result;
         }
         ledger.truncated.insert((job, w.attempt, w.stream.to_owned()));
         let keep = usize::try_from(room).unwrap_or(0);
         let at = w.offset + skip as u64;
-        let kept = job_logs::append_at(&dir, w.stream, w.attempt, at, &w.bytes[skip..skip + keep], w.limit);
+        let kept =
+            job_logs::append_at(&dir, w.stream, w.attempt, at, &w.bytes[skip..skip + keep], w.limit, now);
         ledger.add(team, job, w.attempt, job_logs::stream_bytes(&dir, w.stream), before);
         kept?;
         let marker =
@@ -136,7 +139,7 @@ impl Output {
         }
         let before = job_logs::stream_bytes(&dir, w.stream);
         let result =
-            job_logs::append_at(&dir, w.stream, w.attempt, at + keep as u64, marker.as_bytes(), w.limit);
+            job_logs::append_at(&dir, w.stream, w.attempt, at + keep as u64, marker.as_bytes(), w.limit, now);
         ledger.add(team, job, w.attempt, job_logs::stream_bytes(&dir, w.stream), before);
         result
     }

@@ -54,6 +54,7 @@ pub fn capture(
         start: 0,
         written: 0,
         segment: job_logs::segment_limit(limit),
+        dated: None,
     };
     std::thread::Builder::new()
         .name(format!("log-{stream}"))
@@ -97,10 +98,17 @@ struct Capped {
     written: u64,
     /// Bytes a segment may hold.
     segment: u64,
+    /// When the last record of the stream's time index was written (ms since the epoch).
+    dated: Option<i64>,
 }
 
 impl Capped {
     fn write(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        let now = now_ms();
+        if self.dated.is_none_or(|t| now >= t + gantry_api::job_log_times::GAP_MS) {
+            let at = self.start + self.written;
+            self.dated = Some(gantry_api::job_log_times::note(&self.dir, self.stream, at, now, self.dated)?);
+        }
         while !bytes.is_empty() {
             if self.written >= self.segment {
                 self.start += self.written;
@@ -115,6 +123,12 @@ impl Capped {
         }
         Ok(())
     }
+}
+
+/// Milliseconds since the Unix epoch: when output is copied, for `gantry logs --timestamps`.
+fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
-//! `gantry logs <id> [--follow | --attempt N | --previous] [--tail N]`: the job's stdout on stdout
+//! `gantry logs <id> [--follow | --attempt N | --previous] [--tail N] [--since D] [--timestamps]`:
+//! the job's stdout on stdout
 //! and stderr on stderr, of its latest attempt or an earlier one. With `--follow` the command
 //! exits with the job's exit status once it ends (see [`super::watch`]). A gang's output is every
 //! worker's, each line prefixed `[rank N] ` (`--rank N`: that worker's alone, unprefixed).
 //!
 //! Offsets are positions in the whole stream, which log rotation does not change; when output
 //! was rotated away before it was read, the server answers from the oldest output it still has
-//! and says where that is, and this prints how much was skipped, on stderr.
+//! and says where that is, and this prints how much was skipped, on stderr. `--since` and
+//! `--timestamps` read when each line was written ([`super::log_times`]).
 
 use std::io::Write;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use gantry_api::job_logs::OFFSET_HEADER;
 use gantry_store::Job;
 
 use super::client::{Api, ServerArgs, block_on};
+use super::log_times::{self, Dating};
 use super::watch::{self, Announcer};
 
 /// Arguments of `gantry logs`.
@@ -26,6 +29,7 @@ use super::watch::{self, Announcer};
   gantry logs 12 --attempt 1     # a given attempt (`gantry job 12` lists them)
   gantry logs 12_3               # member 3 of array 12
   gantry logs 12 --tail 20       # the last 20 lines of each stream
+  gantry logs 12 --since 10m --timestamps   # what it wrote in the last 10 minutes, each line dated
   gantry logs 14                 # a gang: every rank's lines, prefixed [rank N]; --rank 2 for one")]
 pub struct LogsArgs {
     #[command(flatten)]
@@ -49,11 +53,19 @@ pub struct LogsArgs {
     /// For a gang, only the output of the worker of this rank (`gantry job ID` lists them).
     #[arg(long, value_name = "N")]
     rank: Option<u32>,
+    /// Only output written in the last DURATION: `90s`, `10m`, `2h` (`kubectl logs --since`).
+    #[arg(long, value_name = "DURATION", value_parser = super::submit::parse_time)]
+    since: Option<u64>,
+    /// Prefix each line with when it was written, RFC 3339 in UTC (`kubectl logs --timestamps`;
+    /// to 100 ms, and for a remote node's job the time its output reached the server).
+    #[arg(long)]
+    timestamps: bool,
 }
 
 /// Prints (and follows) a job's output.
 pub fn run(args: LogsArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
+    let dating = Dating { timestamps: args.timestamps, since_ms: args.since.map(super::jobs::since_ms) };
     let mut id = block_on(super::jobs::resolve(&api, &args.id))??;
     let workers = block_on(gang_workers(&api, id))??;
     match (args.rank, workers.is_empty()) {
@@ -64,7 +76,7 @@ pub fn run(args: LogsArgs) -> anyhow::Result<()> {
             })?;
         }
         (None, false) if !args.follow => {
-            return block_on(print_ranks(&api, &workers, args.attempt, args.tail))?;
+            return block_on(print_ranks(&api, &workers, args.attempt, args.tail, dating))?;
         }
         (None, _) => {}
     }
@@ -75,10 +87,10 @@ pub fn run(args: LogsArgs) -> anyhow::Result<()> {
                 (None, true) => Some(previous_attempt(&api, id).await?),
                 (None, false) => None,
             };
-            print_once(api, id, attempt, args.tail).await
+            print_once(api, id, attempt, args.tail, dating).await
         })?;
     }
-    let job = block_on(follow(&api, id, &mut Announcer::new(true)))??;
+    let job = block_on(follow_with(&api, id, &mut Announcer::new(true), dating))??;
     watch::result_of(&job)
 }
 
@@ -92,7 +104,22 @@ async fn previous_attempt(api: &Api, id: i64) -> anyhow::Result<u32> {
     }
 }
 
-async fn print_once(api: Api, id: i64, attempt: Option<u32>, tail: Option<usize>) -> anyhow::Result<()> {
+async fn print_once(
+    api: Api,
+    id: i64,
+    attempt: Option<u32>,
+    tail: Option<usize>,
+    dating: Dating,
+) -> anyhow::Result<()> {
+    if dating.needed() {
+        for (name, to) in
+            [("stdout", &mut std::io::stdout() as &mut dyn Write), ("stderr", &mut std::io::stderr())]
+        {
+            to.write_all(&Stream { id, name, attempt }.dated(&api, tail, dating, "").await?)?;
+            to.flush()?;
+        }
+        return Ok(());
+    }
     let Some(n) = tail else {
         let (mut out_at, mut err_at) = (0u64, 0u64);
         let out = Stream { id, name: "stdout", attempt };
@@ -126,20 +153,14 @@ async fn print_ranks(
     workers: &[(u32, i64)],
     attempt: Option<u32>,
     tail: Option<usize>,
+    dating: Dating,
 ) -> anyhow::Result<()> {
     for (rank, id) in workers {
         for (name, to) in
             [("stdout", &mut std::io::stdout() as &mut dyn Write), ("stderr", &mut std::io::stderr())]
         {
-            let text = Stream { id: *id, name, attempt }.read_all(api).await?;
-            let text = tail.map_or(&text[..], |n| last_lines(&text, n));
-            for line in text.split_inclusive(|b| *b == b'\n') {
-                to.write_all(format!("[rank {rank}] ").as_bytes())?;
-                to.write_all(line)?;
-                if !line.ends_with(b"\n") {
-                    to.write_all(b"\n")?;
-                }
-            }
+            let prefix = format!("[rank {rank}] ");
+            to.write_all(&Stream { id: *id, name, attempt }.dated(api, tail, dating, &prefix).await?)?;
             to.flush()?;
         }
     }
@@ -172,9 +193,48 @@ struct Stream {
 impl Stream {
     /// The whole stream, as much as is kept.
     async fn read_all(&self, api: &Api) -> anyhow::Result<Vec<u8>> {
-        let (mut at, mut all) = (0u64, Vec::new());
-        while self.copy(api, &mut at, &mut all).await? {}
-        Ok(all)
+        Ok(self.read_from(api, 0).await?.1)
+    }
+
+    /// The stream from position `start` on (or from the oldest output kept, if later): that
+    /// position and the bytes.
+    async fn read_from(&self, api: &Api, start: u64) -> anyhow::Result<(u64, Vec<u8>)> {
+        let (mut at, mut all) = (start, Vec::new());
+        let mut base = None;
+        loop {
+            let got = self.copy(api, &mut at, &mut all).await?;
+            // `at` moved past output rotated away before the first byte: that is where it starts.
+            base.get_or_insert(at - all.len() as u64);
+            if !got {
+                return Ok((base.unwrap_or(start), all));
+            }
+        }
+    }
+
+    /// The kept output as `--since`, `--tail`, `--timestamps` and a line `prefix` shape it.
+    async fn dated(
+        &self,
+        api: &Api,
+        tail: Option<usize>,
+        dating: Dating,
+        prefix: &str,
+    ) -> anyhow::Result<Vec<u8>> {
+        let records = if dating.needed() {
+            log_times::fetch(api, self.id, self.name, self.attempt, 0).await?
+        } else {
+            Vec::new()
+        };
+        let start = match dating.since_ms {
+            Some(since) => match log_times::start(&records, since) {
+                Some(at) => at,
+                None => return Ok(Vec::new()),
+            },
+            None => 0,
+        };
+        let (base, text) = self.read_from(api, start).await?;
+        let kept = tail.map_or(&text[..], |n| last_lines(&text, n));
+        let base = base + (text.len() - kept.len()) as u64;
+        Ok(log_times::render(kept, base, &records, dating.timestamps, prefix))
     }
 
     async fn copy(&self, api: &Api, at: &mut u64, to: &mut dyn Write) -> anyhow::Result<bool> {
@@ -187,6 +247,11 @@ impl Stream {
 /// Prints the job's output as it comes until the job ends; returns the job as it ended. When
 /// the job is requeued, the new attempt's output follows from its start.
 pub async fn follow(api: &Api, id: i64, announce: &mut Announcer) -> anyhow::Result<Job> {
+    follow_with(api, id, announce, Dating::default()).await
+}
+
+/// [`follow`], with `--since` and `--timestamps`.
+async fn follow_with(api: &Api, id: i64, announce: &mut Announcer, dating: Dating) -> anyhow::Result<Job> {
     let (mut out_at, mut err_at) = (0u64, 0u64);
     let mut following = None;
     loop {
@@ -194,18 +259,66 @@ pub async fn follow(api: &Api, id: i64, announce: &mut Announcer) -> anyhow::Res
         let job = watch::job(api, id).await?;
         announce.saw(&job);
         let attempt = Some(job.attempt).filter(|a| *a > 0);
+        let (out, err) = (Stream { id, name: "stdout", attempt }, Stream { id, name: "stderr", attempt });
         if attempt != following {
             (following, out_at, err_at) = (attempt, 0, 0);
+            if let Some(since) = dating.since_ms {
+                out_at = out.since(api, since).await?;
+                err_at = err.since(api, since).await?;
+            }
         }
-        let (out, err) = (Stream { id, name: "stdout", attempt }, Stream { id, name: "stderr", attempt });
-        let got_out = out.copy(api, &mut out_at, &mut std::io::stdout()).await?;
-        let got_err = err.copy(api, &mut err_at, &mut std::io::stderr()).await?;
+        let ended = job.state.is_terminal();
+        let got_out = out.follow_step(api, &mut out_at, &mut std::io::stdout(), dating, ended).await?;
+        let got_err = err.follow_step(api, &mut err_at, &mut std::io::stderr(), dating, ended).await?;
         if job.state.is_terminal() && !got_out && !got_err {
             return Ok(job);
         }
         if !got_out && !got_err {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+}
+
+impl Stream {
+    /// Where `--since` starts in this stream: the first output in the window, else its end.
+    async fn since(&self, api: &Api, since_ms: i64) -> anyhow::Result<u64> {
+        let records = log_times::fetch(api, self.id, self.name, self.attempt, 0).await?;
+        match log_times::start(&records, since_ms) {
+            Some(at) => Ok(at),
+            // Nothing in the window yet: follow from the end (what is there now is older).
+            None => Ok(self.read_from(api, 0).await.map(|(base, text)| base + text.len() as u64)?),
+        }
+    }
+
+    /// One read of a follower, dated when `--timestamps` asks: then only whole lines are
+    /// printed while the job runs (a line's date goes before it), the rest once it has ended.
+    async fn follow_step(
+        &self,
+        api: &Api,
+        at: &mut u64,
+        to: &mut dyn Write,
+        dating: Dating,
+        ended: bool,
+    ) -> anyhow::Result<bool> {
+        if !dating.timestamps {
+            return self.copy(api, at, to).await;
+        }
+        let mut chunk = Vec::new();
+        if !self.copy(api, at, &mut chunk).await? {
+            return Ok(false);
+        }
+        let base = *at - chunk.len() as u64;
+        let whole =
+            if ended { chunk.len() } else { chunk.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) };
+        // A partial line is read again next time, with whatever completes it.
+        *at = base + whole as u64;
+        if whole == 0 {
+            return Ok(false);
+        }
+        let records = log_times::fetch(api, self.id, self.name, self.attempt, base).await?;
+        to.write_all(&log_times::render(&chunk[..whole], base, &records, true, ""))?;
+        to.flush()?;
+        Ok(true)
     }
 }
 

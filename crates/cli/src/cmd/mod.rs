@@ -28,6 +28,7 @@ pub mod global_flags;
 pub mod gpus;
 pub mod jobs;
 pub mod jobs_watch;
+pub mod log_times;
 pub mod logging;
 pub mod logs;
 pub mod nodes;

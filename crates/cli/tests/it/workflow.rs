@@ -347,3 +347,29 @@ fn queue_describe_and_the_job_filters_show_what_waits_and_why_newest_first() {
     assert!(!missing.status.success() && text(&missing.stderr).contains("not found"), "{missing:?}");
     cluster.gantry(&["cancel", &running]);
 }
+
+#[test]
+fn logs_since_and_timestamps_date_each_line_by_when_the_job_wrote_it() {
+    let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
+    let script = "echo old; sleep 6; echo new; sleep 60";
+    let id = cluster.gantry(&["submit", "--", "sh", "-c", script]).trim().to_owned();
+    eventually(Duration::from_secs(30), "the second line", || {
+        cluster.gantry(&["logs", &id]).contains("new").then_some(())
+    });
+    let recent = cluster.gantry(&["logs", &id, "--since", "4s"]);
+    assert_eq!(recent, "new\n", "only what the last 4 s wrote");
+
+    let dated = cluster.gantry(&["logs", &id, "--timestamps"]);
+    let lines: Vec<(&str, &str)> = dated.lines().filter_map(|l| l.split_once(' ')).collect();
+    assert_eq!(lines.iter().map(|(_, t)| *t).collect::<Vec<_>>(), ["old", "new"], "{dated}");
+    let ms = |stamp: &str| -> i64 {
+        // 2026-12-01T17:20:01.250Z: the seconds of the day suffice within one test.
+        let time = stamp.split('T').nth(1).unwrap_or_default().trim_end_matches('Z');
+        let parts: Vec<f64> = time.split(':').filter_map(|p| p.parse().ok()).collect();
+        assert_eq!(parts.len(), 3, "an RFC 3339 time: {stamp}");
+        ((parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]) * 1000.0) as i64
+    };
+    let gap = (ms(lines[1].0) - ms(lines[0].0)).rem_euclid(86_400_000);
+    assert!((5_800..20_000).contains(&gap), "the job slept 6 s between its lines: {dated}");
+    cluster.gantry(&["cancel", &id]);
+}

@@ -231,6 +231,48 @@ pub async fn logs(
     Path(id): Path<JobId>,
     Query(q): Query<LogQuery>,
 ) -> Result<([(&'static str, String); 1], Vec<u8>), ApiError> {
+    let (dir, stream, id) = log_source(&app, &who, id, &q).await?;
+    let offset = q.offset.unwrap_or(0);
+    validate::at_most("offset", offset, validate::MAX_OFFSET)?;
+    let chunk = tokio::task::spawn_blocking(move || job_logs::read(&dir, &stream, offset, LOG_CHUNK))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(|e| ApiError::Internal(format!("reading the output of job {id}: {e}")))?;
+    Ok(([(job_logs::OFFSET_HEADER, chunk.offset.to_string())], chunk.bytes))
+}
+
+/// When the job's output was written (`gantry logs --timestamps` and `--since`): for the
+/// stream and attempt the logs endpoint would read, the record that dates `offset` and the later
+/// ones, at most 100,000 (page on with the last one's offset), each `{offset, at_ms}`. Who may
+/// call it and what it reveals are the logs endpoint's.
+#[utoipa::path(get, path = "/v1/jobs/{id}/logs/times", params(("id" = i64, Path, description = "job id"), LogQuery),
+    security(("bearer" = [])), responses((status = 200, body = Vec<gantry_api::job_log_times::Written>),
+        (status = 404, body = ErrorBody)))]
+pub async fn log_times(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<JobId>,
+    Query(q): Query<LogQuery>,
+) -> Result<Json<Vec<gantry_api::job_log_times::Written>>, ApiError> {
+    let (dir, stream, id) = log_source(&app, &who, id, &q).await?;
+    let offset = q.offset.unwrap_or(0);
+    validate::at_most("offset", offset, validate::MAX_OFFSET)?;
+    let times =
+        tokio::task::spawn_blocking(move || gantry_api::job_log_times::from(&dir, &stream, offset, 100_000))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(|e| ApiError::Internal(format!("reading the output times of job {id}: {e}")))?;
+    Ok(Json(times))
+}
+
+/// The directory and stream a logs request reads, and the job whose output it is (a gang's
+/// rank 0 worker for the gang); 404 for a job the caller may not see or an attempt it lacks.
+async fn log_source(
+    app: &Arc<App>,
+    who: &Principal,
+    id: JobId,
+    q: &LogQuery,
+) -> Result<(std::path::PathBuf, String, JobId), ApiError> {
     who.require_user()?;
     let stream = match q.stream.as_deref().unwrap_or("stdout") {
         s @ ("stdout" | "stderr") => s.to_owned(),
@@ -238,10 +280,10 @@ pub async fn logs(
             return Err(ApiError::BadRequest(format!("stream: must be stdout or stderr, not `{s}`")));
         }
     };
-    let job = visible_job(&app, &who, id).await?;
+    let job = visible_job(app, who, id).await?;
     let asked = id;
     let job = if job.gang.as_ref().is_some_and(|g| !g.is_worker()) {
-        blocking(&app, move |s| s.workers(id)).await?.into_iter().next().unwrap_or(job)
+        blocking(app, move |s| s.workers(id)).await?.into_iter().next().unwrap_or(job)
     } else {
         job
     };
@@ -255,14 +297,7 @@ pub async fn logs(
         };
         return Err(ApiError::NotFound(format!("job {asked} has no attempt {attempt}: it {has}")));
     }
-    let dir = job_logs::read_dir_for(&app.config.logs_dir, id, attempt, job.attempt);
-    let offset = q.offset.unwrap_or(0);
-    validate::at_most("offset", offset, validate::MAX_OFFSET)?;
-    let chunk = tokio::task::spawn_blocking(move || job_logs::read(&dir, &stream, offset, LOG_CHUNK))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(|e| ApiError::Internal(format!("reading the output of job {id}: {e}")))?;
-    Ok(([(job_logs::OFFSET_HEADER, chunk.offset.to_string())], chunk.bytes))
+    Ok((job_logs::read_dir_for(&app.config.logs_dir, id, attempt, job.attempt), stream, id))
 }
 
 /// The job, if the caller may see it; 404 either way otherwise, so another team's job ids reveal
