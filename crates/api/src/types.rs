@@ -587,6 +587,19 @@ pub struct NodeView {
     pub gpus_unhealthy: u32,
 }
 
+/// Cordon, uncordon or drain a node (`PUT /v1/nodes/{id}/scheduling`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NodeSchedulingRequest {
+    /// `schedulable` (uncordon), `cordoned` or `draining`.
+    pub scheduling: crate::model::NodeScheduling,
+    /// For a drain: seconds its running jobs keep running before they are stopped and requeued
+    /// (default 0: at once; at most 7 days).
+    #[serde(default)]
+    pub grace_s: Option<u64>,
+}
+
 /// A job as a finding names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

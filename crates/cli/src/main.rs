@@ -49,6 +49,9 @@ enum Command {
     Cancel(cmd::cancel::CancelArgs),
     /// List nodes.
     Nodes(cmd::nodes::NodesArgs),
+    /// Cordon, uncordon or drain a node (`node drain gpu-3 --grace 10m`; operators).
+    #[command(subcommand)]
+    Node(cmd::nodes::NodeCommand),
     /// What happened, newest first: nodes, GPUs, jobs (`--job ID`, `--node N`, `--since 1h`, `-w`).
     Events(cmd::events::EventsArgs),
     /// Pending and running jobs only, with why each waits or where it runs (as squeue).
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
         Command::Logs(a) => cmd::logs::run(a),
         Command::Cancel(a) => cmd::cancel::run(a),
         Command::Nodes(a) => cmd::nodes::run(a),
+        Command::Node(c) => cmd::nodes::set(c),
         Command::Events(a) => cmd::events::run(a),
         Command::Queue(a) => cmd::queue::run(a),
         Command::Teams(a) => cmd::teams::list(a),

@@ -120,7 +120,19 @@ pub enum Command {
         /// Why, naming the dependency.
         reason: String,
     },
-    /// Mark silent nodes not responding, and long-silent ones lost.
+    /// Cordon, uncordon or drain a node (operators).
+    SetNodeScheduling {
+        /// The node.
+        node: String,
+        /// Whether it takes new work.
+        scheduling: gantry_store::NodeScheduling,
+        /// For a drain: how long its running jobs have before they are stopped and requeued.
+        grace_ms: i64,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Mark silent nodes not responding, and long-silent ones lost; stop the running jobs of
+    /// nodes whose drain is due.
     ExpireNodes {
         /// Ready nodes silent since before this (ms) are not responding (no new work).
         silent: i64,
@@ -162,6 +174,7 @@ impl App {
                 | Command::Cancel { .. }
                 | Command::RegisterNode { .. }
                 | Command::SetTeam { .. }
+                | Command::SetNodeScheduling { .. }
         );
         // A job ending or a GPU changing health frees (or takes) room.
         let frees = match &command {
@@ -273,9 +286,26 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }
+        Command::SetNodeScheduling { node, scheduling, grace_ms, by } => {
+            let action = match scheduling {
+                gantry_store::NodeScheduling::Schedulable => "node.uncordon",
+                gantry_store::NodeScheduling::Cordoned => "node.cordon",
+                gantry_store::NodeScheduling::Draining => "node.drain",
+            };
+            let entry = entry(&by, action, format!("node/{node}"), None, now);
+            let drain_at =
+                (scheduling == gantry_store::NodeScheduling::Draining).then(|| now + grace_ms.max(0));
+            audited(
+                store,
+                by.require_operator(),
+                Change::SetNodeScheduling { node, scheduling, drain_at },
+                entry,
+            )
+        }
         Command::ExpireNodes { silent, lost } => {
             let lost = store.expire_nodes(lost, now)?;
             store.mark_not_responding(silent, now)?;
+            store.drain_due(now)?;
             Ok(Outcome::Expired(lost))
         }
     }

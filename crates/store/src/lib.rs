@@ -108,6 +108,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Marks ready nodes silent since before `deadline` as not responding: they get no new work
     /// and keep their jobs; their next heartbeat makes them ready again.
     fn mark_not_responding(&self, deadline: i64, at: i64) -> Result<Vec<String>>;
+    /// Requeues (as preemptions) the running jobs of draining nodes whose grace ended by `at`.
+    fn drain_due(&self, at: i64) -> Result<Vec<JobId>>;
     /// All nodes.
     fn nodes(&self) -> Result<Vec<Node>>;
     /// All GPUs.

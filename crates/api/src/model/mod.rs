@@ -95,6 +95,22 @@ string_enum!(
 );
 
 string_enum!(
+    /// Whether a node takes new work (`gantry node cordon|uncordon|drain`), apart from its
+    /// liveness.
+    #[derive(Default)]
+    NodeScheduling {
+        /// Takes new work.
+        #[default]
+        Schedulable => "schedulable",
+        /// Takes no new work; its jobs run on.
+        Cordoned => "cordoned",
+        /// Takes no new work; its running jobs are stopped and requeued (their retries not
+        /// spent) once the drain's grace period ends.
+        Draining => "draining",
+    }
+);
+
+string_enum!(
     /// How a node runs its jobs' network (`gantry agent --job-network`).
     NodeNetwork {
         /// Jobs share the node's network namespace (the agent is not root, has no CNI plugins,

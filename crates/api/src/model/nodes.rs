@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{GpuHealth, JobExit, JobId, NodeNetwork, NodeState};
+use super::{GpuHealth, JobExit, JobId, NodeNetwork, NodeScheduling, NodeState};
 
 /// A GPU as an agent reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +62,12 @@ pub struct Node {
     pub network: NodeNetwork,
     /// Liveness.
     pub state: NodeState,
+    /// Whether it takes new work (cordon, drain).
+    #[serde(default)]
+    pub scheduling: NodeScheduling,
+    /// When a drain stops the node's running jobs (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_at: Option<i64>,
     /// Registration epoch.
     pub epoch: u64,
     /// CPU in milli-cores.

@@ -90,6 +90,8 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             network: Default::default(),
             job_defaults: None,
             state: NodeState::Ready,
+            scheduling: Default::default(),
+            drain_at: None,
             epoch: 1,
             cpu_milli: 192_000,
             memory_mib: 2_000_000,

@@ -1,7 +1,9 @@
 //! `gantry nodes`: like `sinfo`, each node's state and its GPUs: model, free, total, unhealthy;
 //! `ADDRESS` is the address it advertises to its peers (`--advertise-addr`; `-`: its host name);
 //! `NETWORK` is `cni` when each job runs in a network namespace of its own, `shared` when jobs
-//! share the node's network (the agent is not root or has no CNI plugins).
+//! share the node's network (the agent is not root or has no CNI plugins). `STATE` adds
+//! `cordoned` or `draining` to the liveness (`ready,cordoned`, as kubectl's
+//! `Ready,SchedulingDisabled`). `gantry node cordon|uncordon|drain NODE` sets it.
 
 use clap::Args;
 use gantry_api::types::NodeView;
@@ -20,6 +22,14 @@ pub struct NodesArgs {
     /// Output format (JSON and YAML add `last_heartbeat_rfc3339`).
     #[arg(short, long, value_enum, default_value = "table")]
     output: table::Structured,
+}
+
+/// Liveness, and whether the node takes new work when it does not.
+fn state(n: &gantry_store::Node) -> String {
+    match n.scheduling {
+        gantry_store::NodeScheduling::Schedulable => n.state.to_string(),
+        other => format!("{},{other}", n.state),
+    }
 }
 
 /// Lists nodes.
@@ -41,7 +51,7 @@ pub fn run(args: NodesArgs) -> anyhow::Result<()> {
                 n.id.clone(),
                 n.hostname.clone(),
                 n.advertise_addr.clone().unwrap_or_else(|| "-".into()),
-                n.state.to_string(),
+                state(n),
                 n.network.to_string(),
                 v.gpu_model.clone().unwrap_or_else(|| "-".into()),
                 format!("{}/{}", v.gpus_free, v.gpus),
@@ -67,4 +77,71 @@ pub fn run(args: NodesArgs) -> anyhow::Result<()> {
     ];
     table::print(&header, &rows);
     Ok(())
+}
+
+/// `gantry node …`: take a node out of scheduling and back (operators).
+#[derive(Debug, clap::Subcommand)]
+pub enum NodeCommand {
+    /// No new work on NODE; its jobs run on (`kubectl cordon`).
+    Cordon(NodeArgs),
+    /// NODE takes new work again (ends a cordon or a drain).
+    Uncordon(NodeArgs),
+    /// No new work on NODE, and after --grace its running jobs are stopped and requeued
+    /// elsewhere, their retries not spent (`kubectl drain`). Example: `node drain gpu-3 --grace 10m`.
+    Drain(DrainArgs),
+}
+
+/// One node.
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The node's id (`gantry nodes`).
+    node: String,
+}
+
+/// `gantry node drain`.
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    #[command(flatten)]
+    target: NodeArgs,
+    /// How long running jobs keep running first (to checkpoint): `90s`, `10m`, `1h`; default
+    /// at once.
+    #[arg(long, value_name = "DURATION", value_parser = super::submit::parse_time)]
+    grace: Option<u64>,
+}
+
+/// Cordons, uncordons or drains a node.
+pub fn set(command: NodeCommand) -> anyhow::Result<()> {
+    use gantry_store::NodeScheduling;
+    let (target, scheduling, grace) = match command {
+        NodeCommand::Cordon(a) => (a, NodeScheduling::Cordoned, None),
+        NodeCommand::Uncordon(a) => (a, NodeScheduling::Schedulable, None),
+        NodeCommand::Drain(d) => (d.target, NodeScheduling::Draining, Some(d.grace.unwrap_or(0))),
+    };
+    let api = Api::connect(&target.server)?;
+    let body = gantry_api::types::NodeSchedulingRequest { scheduling, grace_s: grace };
+    let path = format!("/v1/nodes/{}/scheduling", target.node);
+    block_on(api.put(&path, &body))?.map_err(|e| in_words(e, &target.node))?;
+    let said = match (scheduling, grace) {
+        (NodeScheduling::Cordoned, _) => "cordoned: no new work; its jobs run on".to_owned(),
+        (NodeScheduling::Schedulable, _) => "uncordoned: takes new work".to_owned(),
+        (_, Some(0) | None) => {
+            "draining: no new work; its running jobs are stopped and requeued now".to_owned()
+        }
+        (_, Some(s)) => format!(
+            "draining: no new work; its running jobs are stopped and requeued in {}",
+            table::span(i64::try_from(s * 1000).unwrap_or(i64::MAX))
+        ),
+    };
+    println!("node {} {said}", target.node);
+    Ok(())
+}
+
+/// The server's refusal, with the node named where it says only "not found".
+fn in_words(e: anyhow::Error, node: &str) -> anyhow::Error {
+    match e.downcast_ref::<super::client::ApiStatus>() {
+        Some(s) if s.status == 404 => anyhow::anyhow!("there is no node {node} (`gantry nodes` lists them)"),
+        _ => e,
+    }
 }

@@ -165,3 +165,63 @@ fn two_simulated_agents_on_one_machine_both_register_with_distinct_gpus() {
         let _ = agent.wait();
     }
 }
+
+#[test]
+fn a_cordoned_node_takes_no_new_work_and_a_drained_ones_jobs_are_requeued_without_spending_retries() {
+    let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
+    let node = cluster.gantry(&["nodes", "-o", "json"]);
+    let nodes: Vec<serde_json::Value> = serde_json::from_str(&node).expect("nodes json");
+    let node = nodes[0]["id"].as_str().expect("node id").to_owned();
+
+    let said = cluster.gantry(&["node", "cordon", &node]);
+    assert!(said.contains("cordoned"), "{said}");
+    let listed = cluster.gantry(&["nodes"]);
+    assert!(listed.contains("ready,cordoned"), "{listed}");
+    let id = cluster.gantry(&["submit", "--gpus", "1", "--", "sleep", "60"]).trim().to_owned();
+    std::thread::sleep(Duration::from_secs(2));
+    let job: serde_json::Value =
+        serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).expect("json");
+    assert_eq!(job["job"]["state"], "pending", "a cordoned node takes nothing: {job}");
+
+    cluster.gantry(&["node", "uncordon", &node]);
+    eventually(Duration::from_secs(20), "the job to run once uncordoned", || {
+        let job: serde_json::Value =
+            serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).ok()?;
+        (job["job"]["state"] == "running").then_some(())
+    });
+
+    let said = cluster.gantry(&["node", "drain", &node, "--grace", "1s"]);
+    assert!(said.contains("draining") && said.contains("in 1s"), "{said}");
+    let job = eventually(Duration::from_secs(30), "the drained job to be requeued", || {
+        let job: serde_json::Value =
+            serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).ok()?;
+        (job["job"]["state"] == "pending" && job["job"]["attempt"] == 1).then_some(job)
+    });
+    let reason = job["job"]["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.contains("drained"), "{job}");
+    std::thread::sleep(Duration::from_secs(2));
+    let job: serde_json::Value =
+        serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).expect("json");
+    assert_eq!(job["job"]["state"], "pending", "not back on the draining node: {job}");
+    let events = cluster.gantry(&["events", "--node", &node]);
+    assert!(events.contains("draining"), "{events}");
+
+    cluster.gantry(&["node", "uncordon", &node]);
+    eventually(Duration::from_secs(20), "the job to run again, its retries unspent", || {
+        let job: serde_json::Value =
+            serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).ok()?;
+        (job["job"]["state"] == "running" && job["job"]["attempt"] == 2).then_some(())
+    });
+
+    // Members may not; an unknown node is named.
+    let member = cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
+    let out = crate::harness::command(cluster.home.path())
+        .args(["node", "cordon", &node])
+        .env("GANTRY_TOKEN", &member)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let out = cluster.try_gantry(&["node", "drain", "nope"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("there is no node nope"), "{out:?}");
+    cluster.gantry(&["cancel", &id]);
+}

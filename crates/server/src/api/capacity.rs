@@ -159,6 +159,8 @@ mod tests {
             network: Default::default(),
             job_defaults: None,
             state: NodeState::Ready,
+            scheduling: Default::default(),
+            drain_at: None,
             epoch: 1,
             cpu_milli: cores * 1000,
             memory_mib: 65_536,

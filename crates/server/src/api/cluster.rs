@@ -28,6 +28,31 @@ pub async fn nodes(
     Ok(Json(views))
 }
 
+/// Cordon (no new work), uncordon, or drain (no new work; running jobs stopped and requeued,
+/// their retries not spent, after `grace_s`) a node. Operators and admins; 404 for an unknown
+/// node. Registering again keeps the setting.
+#[utoipa::path(put, path = "/v1/nodes/{id}/scheduling", params(("id" = String, Path, description = "node id")),
+    request_body = NodeSchedulingRequest, security(("bearer" = [])),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_scheduling(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Path(node): Path<String>,
+    Body(req): Body<NodeSchedulingRequest>,
+) -> Result<StatusCode, ApiError> {
+    validate::word("node", &node)?;
+    let grace = req.grace_s.unwrap_or(0);
+    validate::at_most("grace_s", grace, 7 * 86_400)?;
+    if req.grace_s.is_some() && req.scheduling != gantry_store::NodeScheduling::Draining {
+        return Err(ApiError::Unprocessable(
+            "grace_s: only a drain (scheduling: draining) has a grace period".into(),
+        ));
+    }
+    let grace_ms = i64::try_from(grace * 1000).unwrap_or(i64::MAX);
+    app.dispatch(Command::SetNodeScheduling { node, scheduling: req.scheduling, grace_ms, by: who }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// GPUs with health, latest sample and holders.
 #[utoipa::path(get, path = "/v1/gpus", security(("bearer" = [])), responses((status = 200, body = Vec<GpuView>)))]
 pub async fn gpus(

@@ -35,7 +35,7 @@ use crate::error::{ApiError, ErrorBody};
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs, jobs::log_times,
-        cluster::nodes, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
+        cluster::nodes, cluster::set_scheduling, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
@@ -98,6 +98,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/jobs/{id}/logs", get(jobs::logs))
         .route("/v1/jobs/{id}/logs/times", get(jobs::log_times))
         .route("/v1/nodes", get(cluster::nodes))
+        .route("/v1/nodes/{id}/scheduling", put(cluster::set_scheduling))
         .route("/v1/gpus", get(cluster::gpus))
         .route("/v1/teams", get(cluster::teams))
         .route("/v1/teams/{name}", put(cluster::set_quota))

@@ -424,7 +424,9 @@ impl<'a> Layout<'a> {
             let Ok(id) = layout.cluster.add_node(spec) else {
                 continue;
             };
-            if node.state != NodeState::Ready {
+            // Cordoned and draining nodes keep what they hold and take nothing new.
+            if node.state != NodeState::Ready || node.scheduling != gantry_store::NodeScheduling::Schedulable
+            {
                 let _ = layout.cluster.set_schedulable(id, false);
             }
             layout.index.insert(node.id.as_str(), layout.nodes.len());

@@ -10,6 +10,8 @@ pub fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
         network: Default::default(),
         job_defaults: None,
         state: NodeState::Ready,
+        scheduling: Default::default(),
+        drain_at: None,
         epoch: 3,
         cpu_milli: 64_000,
         memory_mib: 512_000,

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Actor, Allocation, Job, JobId, NewJob, NewToken, NodeRegistration, Team, User};
+use super::{Actor, Allocation, Job, JobId, NewJob, NewToken, NodeRegistration, NodeScheduling, Team, User};
 
 /// A change made for a caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +31,16 @@ pub enum Change {
     },
     /// A node registers (again).
     RegisterNode(NodeRegistration),
+    /// Cordon, uncordon or drain a node (`NotFound` for an unknown one); a drain stops its
+    /// running jobs at `drain_at` ([`crate::Store::drain_due`]). Registering again keeps it.
+    SetNodeScheduling {
+        /// The node.
+        node: String,
+        /// Whether it takes new work.
+        scheduling: NodeScheduling,
+        /// When a drain stops its running jobs (ms since the epoch; none: at once).
+        drain_at: Option<i64>,
+    },
 }
 
 /// What a change produced.

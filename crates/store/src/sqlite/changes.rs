@@ -25,6 +25,9 @@ pub(super) fn apply(c: &Connection, change: Change, mut entry: AuditEntry) -> Re
         Change::RevokeToken(id) => tokens::revoke(c, id, entry.at).map(|()| Changed::Done)?,
         Change::Join { join_token, credential } => Changed::Token(tokens::join(c, join_token, &credential)?),
         Change::RegisterNode(registration) => Changed::Registered(nodes::register(c, &registration)?),
+        Change::SetNodeScheduling { node, scheduling, drain_at } => {
+            nodes::set_scheduling(c, &node, scheduling, drain_at, entry.at).map(|()| Changed::Done)?
+        }
     };
     audit::append(c, &entry, "ok")?;
     Ok(changed)

@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (13, include_str!("../../migrations/0013_quotas.sql")),
     (14, include_str!("../../migrations/0014_team_priority.sql")),
     (15, include_str!("../../migrations/0015_job_limits.sql")),
+    (16, include_str!("../../migrations/0016_node_scheduling.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -229,6 +229,9 @@ impl Store for SqliteStore {
     fn mark_not_responding(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
         self.writer.write(move |c| nodes::mark_not_responding(c, deadline, at))
     }
+    fn drain_due(&self, at: i64) -> Result<Vec<JobId>> {
+        self.writer.write(move |c| nodes::drain_due(c, at))
+    }
     fn nodes(&self) -> Result<Vec<Node>> {
         self.read(nodes::list)
     }

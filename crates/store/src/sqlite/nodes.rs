@@ -198,6 +198,56 @@ pub(super) fn expire(c: &Connection, deadline: i64, at: i64) -> Result<Vec<Strin
     Ok(lost)
 }
 
+/// Sets whether `node` takes new work; a drain stops its running jobs at `drain_at`.
+pub(super) fn set_scheduling(
+    c: &Connection,
+    node: &str,
+    scheduling: NodeScheduling,
+    drain_at: Option<i64>,
+    at: i64,
+) -> Result<()> {
+    let drain_at = if scheduling == NodeScheduling::Draining { drain_at.or(Some(at)) } else { None };
+    let n = c
+        .prepare_cached("UPDATE nodes SET scheduling = ?2, drain_at = ?3 WHERE id = ?1")?
+        .execute(params![node, scheduling.as_str(), drain_at])?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("node {node}")));
+    }
+    let message = match scheduling {
+        NodeScheduling::Schedulable => "uncordoned: takes new work".to_owned(),
+        NodeScheduling::Cordoned => "cordoned: takes no new work; its jobs run on".to_owned(),
+        NodeScheduling::Draining => {
+            let wait = (drain_at.unwrap_or(at) - at).max(0) / 1000;
+            format!("draining: takes no new work; its running jobs are requeued in {wait} s")
+        }
+    };
+    tokens::event(c, at, &format!("node.{}", scheduling.as_str()), node, &message, None)
+}
+
+/// Stops the running jobs of draining nodes whose grace period ended by `at` (each requeued as
+/// a preemption, its retries not spent); returns the jobs stopped.
+pub(super) fn drain_due(c: &Connection, at: i64) -> Result<Vec<JobId>> {
+    let due: Vec<String> = c
+        .prepare_cached("SELECT id FROM nodes WHERE scheduling = 'draining' AND drain_at <= ?1")?
+        .query_map([at], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut stopped = Vec::new();
+    for node in &due {
+        for job in jobs::active_on_node(c, node, None)? {
+            if job.state != JobState::Running || job.stop.is_some() {
+                continue;
+            }
+            // A worker's gang is preempted as a whole, once.
+            match jobs::preempt(c, job.id, &format!("node {node} is drained"), at) {
+                Ok(()) => stopped.push(job.id),
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(stopped)
+}
+
 pub(super) fn list(c: &Connection) -> Result<Vec<Node>> {
     let mut stmt = c.prepare_cached(&format!("SELECT {NODE_COLUMNS} FROM nodes ORDER BY id"))?;
     let rows = stmt.query_map([], rows::node)?;

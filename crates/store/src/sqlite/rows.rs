@@ -106,12 +106,14 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
     })
 }
 
-pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, network, job_defaults";
+pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, network, job_defaults, \
+     scheduling, drain_at";
 
 pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
     let state: String = r.get(2)?;
     let network: String = r.get(8)?;
     let defaults: Option<String> = r.get(9)?;
+    let scheduling: String = r.get(10)?;
     Ok(Node {
         id: r.get(0)?,
         hostname: r.get(1)?,
@@ -123,6 +125,8 @@ pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
         memory_mib: r.get(5)?,
         last_heartbeat: r.get(6)?,
         job_defaults: defaults.map(|d| json("node job defaults", &d)).transpose()?,
+        scheduling: parse_enum("node scheduling", &scheduling, NodeScheduling::parse)?,
+        drain_at: r.get(11)?,
     })
 }
 
