@@ -291,10 +291,10 @@ fn within_ceiling(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(),
         .iter()
         .find(|t| t.name == job.team)
         .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling);
-    if job.priority > ceiling {
+    if job.spec.priority > ceiling {
         return Err(ApiError::Unprocessable(format!(
             "priority: {} is above team {}'s ceiling of {ceiling}; an admin may raise it (gantry team set {} --max-priority N)",
-            job.priority, job.team, job.team
+            job.spec.priority, job.team, job.team
         )));
     }
     Ok(())
@@ -319,7 +319,7 @@ fn pending_room(store: &dyn Store, job: &NewJob) -> Result<(), ApiError> {
         .filter(|(team, state, _)| *team == job.team && *state == gantry_store::JobState::Pending)
         .map(|(_, _, n)| n)
         .sum();
-    let adding = job.array.as_ref().map_or(1, |a| a.indices.len() as u64);
+    let adding = job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64);
     if pending + adding > limit {
         return Err(ApiError::TooMany(format!(
             "team {} has {pending} pending jobs and may have {limit}; this submission adds {adding}: wait for some to start or cancel some",

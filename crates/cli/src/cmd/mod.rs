@@ -20,6 +20,7 @@ pub mod config;
 pub mod control;
 pub mod describe;
 pub mod device_plugin;
+pub mod draft;
 pub mod events;
 pub mod exporter;
 pub mod extender;

@@ -317,10 +317,13 @@ fn sim_job(team: &str, i: u32, at: i64) -> gantry_store::NewJob {
     gantry_store::NewJob {
         team: team.into(),
         name: if i == 9_999 { XSS.into() } else { format!("train-{i}") },
-        priority: (i % 3) as i32,
-        command: vec!["sleep".into(), "600".into()],
-        request: gantry_store::JobRequest { gpus: 1 + i % 2, ..gantry_store::JobRequest::default() },
-        max_retries: 3,
+        spec: gantry_store::SubmitRequest {
+            priority: (i % 3) as i32,
+            command: vec!["sleep".into(), "600".into()],
+            gpus: gantry_store::GpuRange::count(1 + i % 2),
+            max_retries: Some(3),
+            ..gantry_store::NewJob::default().spec
+        },
         submitted_at: at,
         ..gantry_store::NewJob::default()
     }

@@ -110,21 +110,24 @@ impl World {
         self.clock += 1_000;
         match op {
             Op::Submit { team, gpus, slice, priority, replicas } => {
-                let request = if *slice {
-                    JobRequest { gpu_memory_mib: 20_000, ..JobRequest::default() }
-                } else {
-                    JobRequest { gpus: *gpus, cpu_milli: 1000, ..JobRequest::default() }
-                };
-                let job = NewJob {
-                    team: format!("t{team}"),
-                    name: "j".into(),
+                let spec = SubmitRequest {
                     command: vec!["true".into()],
                     priority: *priority,
-                    request,
-                    replicas: if *slice { 1 } else { *replicas },
+                    replicas: Some(if *slice { 1 } else { *replicas }),
+                    max_retries: Some(1),
+                    ..SubmitRequest::default()
+                };
+                let spec = if *slice {
+                    SubmitRequest { gpu_memory_mib: 20_000, ..spec }
+                } else {
+                    SubmitRequest { gpus: GpuRange::count(*gpus), cpu_milli: 1000, ..spec }
+                };
+                let job = NewJob {
+                    spec,
+                    team: format!("t{team}"),
+                    name: "j".into(),
                     submitted_at: self.clock,
-                    max_retries: 1,
-                    ..NewJob::default()
+                    user: None,
                 };
                 if let Ok((id, _)) = self.store.submit(&job) {
                     self.jobs.push(id);

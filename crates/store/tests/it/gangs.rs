@@ -49,7 +49,7 @@ fn exit(code: i32) -> Option<JobExit> {
 fn placed_gang(store: &SqliteStore) -> (JobId, JobId, JobId, u64) {
     let epoch = register(store, "a", 2);
     assert_eq!(register(store, "b", 2), epoch);
-    let (gang, _) = store.submit(&NewJob { replicas: 2, ..new_job("g", 2, 0) }).expect("submit");
+    let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
     let (w0, w1) = (gang + 1, gang + 2);
     let gp = GangPlacement {
         gang_id: gang,
@@ -88,7 +88,7 @@ fn a_gang_is_one_job_with_one_worker_per_replica_each_knowing_its_rank() {
 fn a_gang_placement_with_one_bad_worker_places_nothing() {
     let (_dir, store) = open();
     let epoch = register(&store, "a", 2);
-    let (gang, _) = store.submit(&NewJob { replicas: 2, ..new_job("g", 2, 0) }).expect("submit");
+    let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
     let bad = GangPlacement {
         gang_id: gang,
         workers: vec![on(gang + 1, "a", epoch, &[0, 1]), on(gang + 2, "a", epoch, &[0, 1])],
@@ -252,7 +252,7 @@ fn a_gangs_master_addr_is_the_address_rank_zeros_node_advertises() {
     assert_eq!(store.register_node(&reg).expect("register"), epoch);
     let node = store.nodes().expect("nodes").into_iter().find(|n| n.id == "b").expect("node b");
     assert_eq!(node.advertise_addr.as_deref(), Some("10.1.2.3"));
-    let (gang, _) = store.submit(&NewJob { replicas: 2, ..new_job("g", 2, 0) }).expect("submit");
+    let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
     let (w0, w1) = (gang + 1, gang + 2);
     let gp = GangPlacement {
         gang_id: gang,
@@ -264,4 +264,11 @@ fn a_gangs_master_addr_is_the_address_rank_zeros_node_advertises() {
         let worker = store.job(id).expect("get").expect("worker").gang.expect("a worker");
         assert_eq!(worker.master_addr.as_deref(), Some("10.1.2.3"), "rank 0 runs on b");
     }
+}
+
+/// A gang of `replicas` workers of `gpus` GPUs each.
+fn gang(key: &str, replicas: u32, gpus: u32) -> NewJob {
+    let mut job = new_job(key, gpus, 0);
+    job.spec.replicas = Some(replicas);
+    job
 }

@@ -17,16 +17,15 @@ pub fn open() -> (tempfile::TempDir, SqliteStore) {
 }
 
 pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
-    NewJob {
+    let spec = SubmitRequest {
         request_id: Some(key.to_owned()),
-        team: "default".into(),
-        name: key.into(),
         command: vec!["true".into()],
-        request: JobRequest { gpus, gpu_memory_mib: memory, ..JobRequest::default() },
-        max_retries: 1,
-        submitted_at: 1,
-        ..NewJob::default()
-    }
+        gpus: GpuRange::count(gpus),
+        gpu_memory_mib: memory,
+        max_retries: Some(1),
+        ..SubmitRequest::default()
+    };
+    NewJob { spec, team: "default".into(), name: key.into(), submitted_at: 1, ..NewJob::default() }
 }
 
 pub fn register(store: &SqliteStore, gpus: u32) -> u64 {

@@ -83,7 +83,7 @@ fn a_preempted_job_is_stopped_and_requeued_without_spending_its_retry_budget() {
     let (_dir, store) = open();
     let epoch = register(&store, 1);
     let mut job = new_job("a", 1, 0);
-    job.max_retries = 0;
+    job.spec.max_retries = Some(0);
     let (id, _) = store.submit(&job).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     assert!(store.preempt(id, "preempted by job 9", 50).is_err(), "a scheduled job is not running yet");
