@@ -307,8 +307,9 @@ pub struct JoinResponse {
     pub client_key_pem: Option<String>,
 }
 
-/// An agent registering its node.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// An agent registering its node: what the agent knows of it (the server adds when it heard it,
+/// in the store's `NodeRegistration`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {

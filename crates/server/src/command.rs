@@ -233,7 +233,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             audited(store, check, change, entry)
         }
         Command::RegisterNode { registration, by } => {
-            let node = registration.node_id.clone();
+            let node = registration.request.node_id.clone();
             let entry = entry(&by, "node.register", format!("node/{node}"), None, now);
             audited(store, by.require_node(&node), Change::RegisterNode(registration), entry)
         }
@@ -241,7 +241,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             let node = heartbeat.node_id.clone();
             let entry = entry(&by, "node.heartbeat", format!("node/{node}"), None, now);
             refuse_unless(store, by.require_node(&node), entry)?;
-            Ok(Outcome::Assignments(store.heartbeat(&Heartbeat { at: now, ..heartbeat })?))
+            Ok(Outcome::Assignments(store.heartbeat(&heartbeat, now)?))
         }
         Command::Place(placement) => store.place(&placement).map(|()| Outcome::Done).map_err(Into::into),
         Command::PlaceGang(placement) => {

@@ -12,7 +12,9 @@ use anyhow::Context;
 use clap::Args;
 use gantry_core::{PolicyKind, RandomSource, SplitMix64};
 use gantry_server::scheduler::{QueueInput, State, Synced, plan};
-use gantry_store::{GpuInfo, GpuRange, NewJob, NodeRegistration, SqliteStore, Store, SubmitRequest, Team};
+use gantry_store::{
+    GpuInfo, GpuRange, NewJob, NodeRegistration, RegisterRequest, SqliteStore, Store, SubmitRequest, Team,
+};
 
 /// Flags of `gantry bench pass`.
 #[derive(Debug, Args)]
@@ -129,15 +131,17 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
             })
             .collect();
         store.register_node(&NodeRegistration {
-            node_id: format!("node-{n:04}"),
-            hostname: format!("node-{n:04}"),
-            advertise_addr: None,
-            network: Default::default(),
-            job_defaults: None,
-            cpu_milli: 192_000,
-            memory_mib: 2_000_000,
-            gpus,
-            attempts: Vec::new(),
+            request: RegisterRequest {
+                node_id: format!("node-{n:04}"),
+                hostname: format!("node-{n:04}"),
+                advertise_addr: None,
+                network: Default::default(),
+                job_defaults: None,
+                cpu_milli: 192_000,
+                memory_mib: 2_000_000,
+                gpus,
+                attempts: Vec::new(),
+            },
             at: 1_000,
         })?;
     }

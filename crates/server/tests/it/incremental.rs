@@ -95,8 +95,8 @@ impl World {
     }
 
     fn heartbeat(&self, node: &str, epoch: u64, gpus: Vec<GpuReport>, jobs: Vec<JobReport>) {
-        let hb = Heartbeat { node_id: node.into(), epoch, gpus, jobs, logs: Vec::new(), at: self.clock };
-        let _ = self.store.heartbeat(&hb);
+        let hb = Heartbeat { node_id: node.into(), epoch, gpus, jobs, logs: Vec::new() };
+        let _ = self.store.heartbeat(&hb, self.clock);
     }
 
     /// Reports every active job of `node` (an agent reports all it runs), `change` for one.
@@ -148,15 +148,17 @@ impl World {
                     })
                     .collect();
                 let reg = NodeRegistration {
-                    node_id: format!("n{n}"),
-                    hostname: format!("h{n}"),
-                    advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
-                    network: Default::default(),
-                    job_defaults: None,
-                    cpu_milli: 8000,
-                    memory_mib: 64_000,
-                    gpus,
-                    attempts: Vec::new(),
+                    request: RegisterRequest {
+                        node_id: format!("n{n}"),
+                        hostname: format!("h{n}"),
+                        advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
+                        network: Default::default(),
+                        job_defaults: None,
+                        cpu_milli: 8000,
+                        memory_mib: 64_000,
+                        gpus,
+                        attempts: Vec::new(),
+                    },
                     at: self.clock,
                 };
                 if let Ok(epoch) = self.store.register_node(&reg) {

@@ -33,15 +33,17 @@ pub fn register(store: &SqliteStore, gpus: u32) -> u64 {
         .map(|i| GpuInfo { uuid: format!("GPU-{i}"), index: i, model: "A100-80GB".into(), memory_mib: 81920 })
         .collect();
     let reg = NodeRegistration {
-        attempts: Vec::new(),
-        node_id: "n1".into(),
-        hostname: "h".into(),
-        advertise_addr: None,
-        network: Default::default(),
-        job_defaults: None,
-        cpu_milli: 8000,
-        memory_mib: 1000,
-        gpus,
+        request: RegisterRequest {
+            attempts: Vec::new(),
+            node_id: "n1".into(),
+            hostname: "h".into(),
+            advertise_addr: None,
+            network: Default::default(),
+            job_defaults: None,
+            cpu_milli: 8000,
+            memory_mib: 1000,
+            gpus,
+        },
         at: 10,
     };
     store.register_node(&reg).expect("register")

@@ -128,8 +128,8 @@ fn gpu_time_used_equals_the_samples_replayed_independently() {
         let done = JobExit { exit_code: Some(0), reason: None, timed_out: false };
         let reports: Vec<JobReport> =
             exit.map(|job| JobReport { job_id: job, attempt: 1, exit: Some(done) }).into_iter().collect();
-        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: reports, logs: vec![], at };
-        store.heartbeat(&hb).expect("heartbeat");
+        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: reports, logs: vec![] };
+        store.heartbeat(&hb, at).expect("heartbeat");
     }
     for since in [0, 3_600_000] {
         let expected = replay(&plan, &beats, since);
@@ -208,7 +208,7 @@ fn heartbeat_cost_of_the_used_gpu_time_ledger() {
                 .collect();
             let at = start + k * 1000;
             store
-                .heartbeat(&Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![], at })
+                .heartbeat(&Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![] }, at)
                 .expect("hb");
         }
         began.elapsed().as_secs_f64() / f64::from(beats as u32)
