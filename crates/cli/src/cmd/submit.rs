@@ -6,6 +6,9 @@
 //! command line win over them. Its `#SBATCH` lines are read too, through [`super::sbatch`]
 //! (`#GANTRY` wins over them). The script travels in the job (it need not exist on the node) and
 //! runs under the interpreter its `#!` line names, `/bin/sh` without one.
+//!
+//! Both read their flags into a [`super::draft::JobDraft`] and send what its one pure
+//! `resolve` makes of it, as `gantry apply` does with a job file.
 
 use std::ffi::OsString;
 use std::io::Read;
