@@ -22,6 +22,11 @@ pub struct GpuRange {
 }
 
 impl GpuRange {
+    /// A rigid job's count.
+    pub const fn count(n: u32) -> Self {
+        Self { min: n, max: None }
+    }
+
     /// Parses `N` or `MIN..MAX`. Only the syntax is checked here (and that the range is not
     /// empty or from 0); the server checks the rest against its nodes.
     pub fn parse(text: &str) -> Result<Self, String> {

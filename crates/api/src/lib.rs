@@ -3,6 +3,8 @@
 //! - [`model`]: the vocabulary (jobs, nodes, GPUs, users, tokens, teams, events, audit rows),
 //!   which the store keeps as it is;
 //! - [`types`]: request and response bodies of the HTTP API and the agent protocol;
+//! - [`submit`]: a job submission with typed fields (GPU range, array, dependencies), read from
+//!   and written as the JSON the API has always taken;
 //! - [`elastic`]: a GPU count given as a range (`--gpus 2..8`, an elastic job);
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
@@ -18,5 +20,6 @@ pub mod job_env;
 pub mod job_log_times;
 pub mod job_logs;
 pub mod model;
+pub mod submit;
 pub mod types;
 pub mod workflow;

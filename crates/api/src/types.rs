@@ -5,85 +5,7 @@ use std::collections::BTreeMap;
 use crate::model::{Attempt, AttemptRef, Gpu, GpuInfo, Job, JobId, Node, Role, TokenKind, Transition};
 use serde::{Deserialize, Serialize};
 
-/// A job submission.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct SubmitRequest {
-    /// argv; the first element is the program.
-    pub command: Vec<String>,
-    /// Whole GPUs; for an elastic job, its minimum.
-    #[serde(default)]
-    pub gpus: u32,
-    /// Makes the job elastic: it runs on one node with `gpus` to `gpus_max` whole GPUs
-    /// (`--gpus 2..8` is `"gpus": 2, "gpus_max": 8`). The scheduler starts it at `gpus`, grows
-    /// it onto idle GPUs when no job waits for them and shrinks it back (never below `gpus`)
-    /// when one does; each resize stops it (SIGTERM, then the grace period, to checkpoint) and
-    /// starts a new attempt with `WORLD_SIZE` and `CUDA_VISIBLE_DEVICES` set to its new width.
-    /// At least `gpus`, at most the GPUs of the largest node (422 otherwise); not with a slice
-    /// or `replicas`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpus_max: Option<u32>,
-    /// A slice of one GPU with this much memory, MiB (not with `gpus`).
-    #[serde(default)]
-    pub gpu_memory_mib: u64,
-    /// Compute share of the slice, percent.
-    #[serde(default)]
-    pub gpu_compute_pct: u32,
-    /// CPU, milli-cores.
-    #[serde(default)]
-    pub cpu_milli: u64,
-    /// Host memory, MiB.
-    #[serde(default)]
-    pub memory_mib: u64,
-    /// Team (default: the token's team, else `default`).
-    pub team: Option<String>,
-    /// Higher runs first (-1000..=1000).
-    #[serde(default)]
-    pub priority: i32,
-    /// Display name (default: the program's name).
-    pub name: Option<String>,
-    /// Placements lost to node or GPU failures before the job fails (default 3).
-    pub max_retries: Option<u32>,
-    /// Idempotency key: a retried submission with the same key returns the same job.
-    pub request_id: Option<String>,
-    /// Environment variables for the job (not `GANTRY_*`, `CUDA_MPS_*` or
-    /// `CUDA_VISIBLE_DEVICES`, which Gantry sets). Nothing of the agent's environment reaches it.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Queue the job even when no registered node could ever hold what it asks for (a larger
-    /// node may join later). Without it such a submission is refused with the reason (422).
-    #[serde(default)]
-    pub wait_for_capacity: bool,
-    /// Longest a run may take, seconds (1 to 31 days); then SIGTERM, the grace period, SIGKILL,
-    /// and the job ends in state `timeout`. None: no limit.
-    pub time_limit_s: Option<u64>,
-    /// A job array in Slurm's syntax: `0-99`, `1,3,5`, `0-99%8` (at most 8 members at once).
-    /// One job per index, with `GANTRY_ARRAY_INDEX` and `GANTRY_ARRAY_ID` in its environment;
-    /// the response's id is the array's (its first member's).
-    pub array: Option<String>,
-    /// Jobs to wait for: the job starts once each has ended as asked; if one cannot any more
-    /// (an `ok` dependency failed) the job is cancelled with the reason. Only jobs of teams the
-    /// caller sees (404 otherwise).
-    #[serde(default)]
-    pub after: Vec<crate::workflow::Dependency>,
-    /// Labels (`key: value`, selectable with `GET /v1/jobs?label=key=value`).
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    /// Acceptable GPU models, e.g. `["A100", "H100"]` (empty: any); refused when no registered
-    /// node has one, unless `wait_for_capacity`.
-    #[serde(default)]
-    pub gpu_models: Vec<String>,
-    /// Where the job starts: a relative path inside its private directory, created for it
-    /// (no `..`, not absolute).
-    pub workdir: Option<String>,
-    /// Workers of a gang (2 to 256), each asking for `gpus` whole GPUs, placed all at once:
-    /// on one node when one has room, else on the fewest nodes. Each worker gets `RANK`,
-    /// `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`; one failed worker ends the
-    /// whole gang. None or 1: a job of one worker.
-    #[serde(default)]
-    pub replicas: Option<u32>,
-}
+pub use crate::submit::SubmitRequest;
 
 /// The job id of a submission.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -405,8 +327,9 @@ pub struct JoinResponse {
     pub client_key_pem: Option<String>,
 }
 
-/// An agent registering its node.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// An agent registering its node: what the agent knows of it (the server adds when it heard it,
+/// in the store's `NodeRegistration`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {

@@ -86,6 +86,31 @@ impl ArraySpec {
     }
 }
 
+/// Slurm's syntax again, runs of consecutive indices as ranges: what [`ArraySpec::parse`] reads
+/// back as the same indices and limit.
+impl std::fmt::Display for ArraySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut rest = self.indices.iter().copied().peekable();
+        let mut first_part = true;
+        while let Some(start) = rest.next() {
+            let mut end = start;
+            while rest.peek() == Some(&(end + 1)) {
+                end = rest.next().unwrap_or(end);
+            }
+            let sep = if first_part { "" } else { "," };
+            first_part = false;
+            match end - start {
+                0 => write!(f, "{sep}{start}")?,
+                _ => write!(f, "{sep}{start}-{end}")?,
+            }
+        }
+        match self.max_running {
+            Some(n) => write!(f, "%{n}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Where a job stands in its array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -267,6 +292,15 @@ mod tests {
         assert_eq!(ArraySpec::parse("1,3,5").expect("valid").indices, vec![1, 3, 5]);
         assert_eq!(ArraySpec::parse("0-9:3").expect("valid").indices, vec![0, 3, 6, 9]);
         assert_eq!(ArraySpec::parse("5,1-2").expect("valid").indices, vec![1, 2, 5]);
+    }
+
+    #[test]
+    fn an_array_prints_as_text_that_parses_back_to_it() {
+        for text in ["0-99%8", "1,3,5", "0-9:3", "5,1-2", "7", "0-2,4-6%1"] {
+            let a = ArraySpec::parse(text).expect("valid");
+            assert_eq!(ArraySpec::parse(&a.to_string()), Ok(a.clone()), "{text} printed as {a}");
+        }
+        assert_eq!(ArraySpec::parse("5,1-2,3%4").expect("valid").to_string(), "1-3,5%4");
     }
 
     #[test]

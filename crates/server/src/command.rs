@@ -263,7 +263,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             audited(store, check, change, entry)
         }
         Command::RegisterNode { registration, by } => {
-            let node = registration.node_id.clone();
+            let node = registration.request.node_id.clone();
             let entry = entry(&by, "node.register", format!("node/{node}"), None, now);
             audited(store, by.require_node(&node), Change::RegisterNode(registration), entry)
         }
@@ -271,7 +271,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             let node = heartbeat.node_id.clone();
             let entry = entry(&by, "node.heartbeat", format!("node/{node}"), None, now);
             refuse_unless(store, by.require_node(&node), entry)?;
-            Ok(Outcome::Assignments(store.heartbeat(&Heartbeat { at: now, ..heartbeat })?))
+            Ok(Outcome::Assignments(store.heartbeat(&heartbeat, now)?))
         }
         Command::Place(placement) => store.place(&placement).map(|()| Outcome::Done).map_err(Into::into),
         Command::PlaceGang(placement) => {
@@ -338,10 +338,10 @@ fn within_ceiling(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(),
         .iter()
         .find(|t| t.name == job.team)
         .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling);
-    if job.priority > ceiling {
+    if job.spec.priority > ceiling {
         return Err(ApiError::Unprocessable(format!(
             "priority: {} is above team {}'s ceiling of {ceiling}; an admin may raise it (gantry team set {} --max-priority N)",
-            job.priority, job.team, job.team
+            job.spec.priority, job.team, job.team
         )));
     }
     Ok(())
@@ -366,7 +366,7 @@ fn pending_room(store: &dyn Store, job: &NewJob) -> Result<(), ApiError> {
         .filter(|(team, state, _)| *team == job.team && *state == gantry_store::JobState::Pending)
         .map(|(_, _, n)| n)
         .sum();
-    let adding = job.array.as_ref().map_or(1, |a| a.indices.len() as u64);
+    let adding = job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64);
     if pending + adding > limit {
         return Err(ApiError::TooMany(format!(
             "team {} has {pending} pending jobs and may have {limit}; this submission adds {adding}: wait for some to start or cancel some",

@@ -99,9 +99,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Registers a node (again); returns its new epoch. Jobs of older epochs are requeued. A GPU
     /// that a ready node holds cannot be claimed by another.
     fn register_node(&self, registration: &NodeRegistration) -> Result<u64>;
-    /// Applies a heartbeat; returns the jobs the node must run now. Reports of jobs not placed
-    /// on this node under this epoch change nothing.
-    fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Job>>;
+    /// Applies a heartbeat received at `at` (ms since the epoch: the server's clock, never the
+    /// agent's); returns the jobs the node must run now. Reports of jobs not placed on this node
+    /// under this epoch change nothing.
+    fn heartbeat(&self, heartbeat: &Heartbeat, at: i64) -> Result<Vec<Job>>;
     /// Marks up nodes (ready or not responding) silent since before `deadline` as lost and
     /// requeues their jobs.
     fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>>;

@@ -199,7 +199,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                     };
                     let shipping = shipper.is_some();
                     let hold = |job| shipping && !drained.contains(&job);
-                    let hb = Heartbeat { node_id: config.node_id.clone(), epoch, gpus: reports, jobs: jobs.reports(&hold), logs, at: 0 };
+                    let hb = Heartbeat { node_id: config.node_id.clone(), epoch, gpus: reports, jobs: jobs.reports(&hold), logs };
                     match client.heartbeat(&hb).await {
                         Ok(resp) => {
                             log_change("heartbeat", beating.succeeded(), None);

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use gantry_agent::runner::sandbox::{JobDefaults, NodeReserve};
 use gantry_agent::runner::{self, BackendChoice, Gpus};
-use gantry_store::{JobState, NewJob, Store};
+use gantry_store::{JobState, NewJob, Store, SubmitRequest};
 
 use crate::runner::{Harness, Setup, job, start_with, submit, until};
 use crate::sandbox::{cgroup_dirs, finished, log, marker, needs_root, sleepers};
@@ -16,7 +16,10 @@ fn submit_as(store: &dyn Store, team: &str, command: &str) -> i64 {
     let job = NewJob {
         team: team.into(),
         name: "isolation".into(),
-        command: vec!["sh".into(), "-c".into(), command.into()],
+        spec: SubmitRequest {
+            command: vec!["sh".into(), "-c".into(), command.into()],
+            ..NewJob::default().spec
+        },
         submitted_at: gantry_server::now_ms(),
         ..NewJob::default()
     };
@@ -133,9 +136,12 @@ fn submit_in_dir(store: &dyn Store, command: &str, workdir: &str) -> i64 {
     let job = NewJob {
         team: "t".into(),
         name: "workdir".into(),
-        command: vec!["sh".into(), "-c".into(), command.into()],
+        spec: SubmitRequest {
+            command: vec!["sh".into(), "-c".into(), command.into()],
+            workdir: Some(workdir.into()),
+            ..NewJob::default().spec
+        },
         submitted_at: gantry_server::now_ms(),
-        workdir: Some(workdir.into()),
         ..NewJob::default()
     };
     store.submit(&job).expect("submit").0

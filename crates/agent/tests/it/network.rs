@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use gantry_agent::runner::network::{available_for_tests, bridge_name};
-use gantry_store::{JobState, NewJob, Store};
+use gantry_store::{JobState, NewJob, Store, SubmitRequest};
 
 use crate::runner::{Harness, Setup, job, start_with, until};
 use crate::sandbox::{finished, log};
@@ -64,7 +64,7 @@ fn submit_perl(store: &dyn Store, team: &str, script: &str, args: &[String]) -> 
     let job = NewJob {
         team: team.into(),
         name: "network".into(),
-        command,
+        spec: SubmitRequest { command, ..NewJob::default().spec },
         submitted_at: gantry_server::now_ms(),
         ..NewJob::default()
     };

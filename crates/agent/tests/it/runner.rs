@@ -7,7 +7,9 @@ use gantry_agent::runner::sandbox::{JobDefaults, NodeReserve};
 use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus, Sandbox, SandboxConfig};
 use gantry_gpu::FaultKind;
 use gantry_server::{Server, ServerConfig};
-use gantry_store::{GpuHealth, Job, JobFilter, JobRequest, JobState, NewJob, SqliteStore, Store, history};
+use gantry_store::{
+    GpuHealth, GpuRange, Job, JobFilter, JobState, NewJob, SqliteStore, Store, SubmitRequest, history,
+};
 
 /// The attempt supervisor the agent starts for each job.
 pub const SHIM: &str = env!("CARGO_BIN_EXE_gantry-shim");
@@ -221,9 +223,12 @@ pub fn submit(store: &dyn Store, command: &str, gpus: u32) -> i64 {
     let job = NewJob {
         team: "t".into(),
         name: "test".into(),
-        command: vec!["sh".into(), "-c".into(), command.into()],
-        request: JobRequest { gpus, ..JobRequest::default() },
-        max_retries: 3,
+        spec: SubmitRequest {
+            command: vec!["sh".into(), "-c".into(), command.into()],
+            gpus: GpuRange::count(gpus),
+            max_retries: Some(3),
+            ..NewJob::default().spec
+        },
         submitted_at: gantry_server::now_ms(),
         ..NewJob::default()
     };
@@ -314,8 +319,11 @@ async fn a_slice_job_using_more_gpu_memory_than_its_grant_is_stopped_with_the_re
     let job_spec = NewJob {
         team: "t".into(),
         name: "greedy".into(),
-        command: vec!["sleep".into(), "60".into()],
-        request: JobRequest { gpu_memory_mib: 10_000, ..JobRequest::default() },
+        spec: SubmitRequest {
+            command: vec!["sleep".into(), "60".into()],
+            gpu_memory_mib: 10_000,
+            ..NewJob::default().spec
+        },
         submitted_at: gantry_server::now_ms(),
         ..NewJob::default()
     };

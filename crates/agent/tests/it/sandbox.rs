@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use gantry_agent::runner::sandbox::running_as_root;
 use gantry_agent::runner::{BackendChoice, Gpus};
-use gantry_store::{JobRequest, JobState, NewJob, Store};
+use gantry_store::{GpuRange, JobRequest, JobState, NewJob, Store, SubmitRequest};
 
 use crate::runner::{Harness, Setup, job, start_with, submit, until};
 
@@ -26,8 +26,15 @@ fn submit_request(store: &dyn Store, command: &str, request: JobRequest) -> i64 
     let job = NewJob {
         team: "t".into(),
         name: "sandboxed".into(),
-        command: vec!["sh".into(), "-c".into(), command.into()],
-        request,
+        spec: SubmitRequest {
+            command: vec!["sh".into(), "-c".into(), command.into()],
+            gpus: GpuRange { min: request.gpus, max: request.gpus_max },
+            gpu_memory_mib: request.gpu_memory_mib,
+            gpu_compute_pct: request.gpu_compute_pct,
+            cpu_milli: request.cpu_milli,
+            memory_mib: request.memory_mib,
+            ..NewJob::default().spec
+        },
         submitted_at: gantry_server::now_ms(),
         ..NewJob::default()
     };
@@ -342,10 +349,12 @@ fn submit_in(store: &dyn Store, command: &str, workdir: &str) -> i64 {
     let job = NewJob {
         team: "t".into(),
         name: "workdir".into(),
-        command: vec!["sh".into(), "-c".into(), command.into()],
-        request: JobRequest::default(),
+        spec: SubmitRequest {
+            command: vec!["sh".into(), "-c".into(), command.into()],
+            workdir: Some(workdir.into()),
+            ..NewJob::default().spec
+        },
         submitted_at: gantry_server::now_ms(),
-        workdir: Some(workdir.into()),
         ..NewJob::default()
     };
     store.submit(&job).expect("submit").0

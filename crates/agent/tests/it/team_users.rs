@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gantry_store::{JobState, NewJob, Store};
+use gantry_store::{JobState, NewJob, Store, SubmitRequest};
 
 use crate::runner::{Harness, Setup, start_with, until};
 use crate::sandbox::{finished, log, marker, needs_root, sleepers};
@@ -12,8 +12,11 @@ fn submit_as(store: &dyn Store, team: &str, command: &str, env: &[(&str, &str)])
     let job = NewJob {
         team: team.into(),
         name: "team-user".into(),
-        command: vec!["sh".into(), "-c".into(), command.into()],
-        env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        spec: SubmitRequest {
+            command: vec!["sh".into(), "-c".into(), command.into()],
+            env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            ..NewJob::default().spec
+        },
         submitted_at: gantry_server::now_ms(),
         ..NewJob::default()
     };

@@ -107,6 +107,43 @@ pub struct Job {
     pub gang: Option<Gang>,
 }
 
+impl Default for Job {
+    /// A pending job of no team that asks for nothing and runs nothing, never placed: tests and
+    /// tools name the fields they care about (`Job { id, team, ..Job::default() }`) instead of
+    /// writing out all of them.
+    fn default() -> Self {
+        Self {
+            id: 0,
+            team: String::new(),
+            name: String::new(),
+            priority: 0,
+            command: Vec::new(),
+            env: Default::default(),
+            request: JobRequest::default(),
+            state: JobState::Pending,
+            attempt: 0,
+            max_retries: 0,
+            stop: None,
+            node_id: None,
+            epoch: None,
+            gpu_uuids: Vec::new(),
+            exit_code: None,
+            reason: None,
+            submitted_at: 0,
+            started_at: None,
+            finished_at: None,
+            time_limit_s: None,
+            user: None,
+            array: None,
+            after: Vec::new(),
+            labels: Default::default(),
+            gpu_models: Vec::new(),
+            workdir: None,
+            gang: None,
+        }
+    }
+}
+
 /// A gang (`--replicas N`) or one of its workers. The gang is the job users submit, read and
 /// cancel; each worker is a job of its own, placed on one node and run by that node's agent
 /// with the rendezvous variables a PyTorch job expects.

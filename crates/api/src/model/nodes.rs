@@ -149,9 +149,6 @@ pub struct Heartbeat {
     /// Job output the server has not got yet (agents on other machines than the server).
     #[serde(default)]
     pub logs: Vec<LogChunk>,
-    /// ms since the epoch (set by the server).
-    #[serde(default)]
-    pub at: i64,
 }
 
 /// Part of a job's output, shipped by an agent to the server in a heartbeat.
@@ -168,4 +165,20 @@ pub struct LogChunk {
     pub offset: u64,
     /// The bytes, base64 (standard alphabet, padded).
     pub data: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_carries_no_time_and_an_older_agents_time_is_ignored() {
+        let hb = Heartbeat { node_id: "n1".into(), epoch: 2, gpus: vec![], jobs: vec![], logs: vec![] };
+        let json = serde_json::to_value(&hb).expect("json");
+        assert!(json.get("at").is_none(), "the server stamps when it heard the heartbeat: {json}");
+        let old: Heartbeat =
+            serde_json::from_str(r#"{"node_id": "n1", "epoch": 2, "gpus": [], "jobs": [], "at": 0}"#)
+                .expect("an agent of before still heartbeats");
+        assert_eq!(old, hb);
+    }
 }

@@ -17,6 +17,7 @@ use gantry_api::workflow::{self, ArraySpec};
 use serde::{Deserialize, Serialize};
 
 use super::client::{Api, ServerArgs, block_on};
+use super::draft::{JobDraft, Program};
 
 /// Arguments of `gantry apply`.
 #[derive(Debug, Args)]
@@ -140,21 +141,22 @@ pub fn parse(text: &str) -> anyhow::Result<JobFile> {
 /// The submission a job file stands for; its request id is the digest of the file and `scope`
 /// (the server and the user).
 pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<SubmitRequest> {
-    let command = match (&file.script, file.command.is_empty()) {
+    let digest = digest(&format!("{scope}\n{}", serde_json::to_string(&file)?));
+    draft(file, base)?.resolve(format!("apply-{digest}"))
+}
+
+/// The job a file describes (a script it names is read, beside the file); each bad value is
+/// refused with its field's name before anything is sent.
+pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
+    let program = match (&file.script, file.command.is_empty()) {
         (Some(_), false) => bail!("command and script: give one of them"),
-        (None, true) => bail!("command: missing (e.g. `command: [python, train.py]`), or name a `script`"),
-        (None, false) => file.command.clone(),
+        (None, _) => Program::Argv(file.command),
         (Some(script), true) => {
             let path = base.join(script);
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("script: cannot read {}", path.display()))?;
-            super::submit::script_command(&path, text, Vec::new())
+            Program::Script { path, text, args: Vec::new() }
         }
-    };
-    let cpu_milli = match file.cpu {
-        Some(c) if !(0.0..=4096.0).contains(&c) => bail!("cpu: must be between 0 and 4096 cores"),
-        Some(c) => (c * 1000.0).round() as u64,
-        None => 0,
     };
     let time_limit_s = file
         .time
@@ -162,38 +164,33 @@ pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<Submit
         .map(super::submit::parse_time)
         .transpose()
         .map_err(|e| anyhow::anyhow!("time: {e}"))?;
-    if let Some(a) = &file.array {
-        ArraySpec::parse(a).map_err(anyhow::Error::msg)?;
-    }
+    let array = file.array.as_deref().map(ArraySpec::parse).transpose().map_err(anyhow::Error::msg)?;
     let after =
         file.after.as_deref().map(workflow::parse_dependencies).transpose().map_err(anyhow::Error::msg)?;
     workflow::check_labels(&file.labels).map_err(anyhow::Error::msg)?;
     if let Some(dir) = &file.workdir {
         workflow::check_workdir(dir).map_err(anyhow::Error::msg)?;
     }
-    let digest = digest(&format!("{scope}\n{}", serde_json::to_string(&file)?));
-    Ok(SubmitRequest {
-        command,
-        gpus: file.gpus.min,
-        gpus_max: file.gpus.max,
-        gpu_memory_mib: file.gpu_memory.unwrap_or(0),
-        gpu_compute_pct: file.gpu_compute.unwrap_or(0),
-        cpu_milli,
-        memory_mib: file.memory.unwrap_or(0),
+    Ok(JobDraft {
+        program,
+        name: file.name,
+        gpus: file.gpus,
+        replicas: file.replicas,
+        gpu_memory_mib: file.gpu_memory,
+        gpu_compute_pct: file.gpu_compute,
+        cpu_milli: file.cpu.map(super::draft::cpu_milli).transpose().map_err(anyhow::Error::msg)?,
+        memory_mib: file.memory,
         team: file.team,
         priority: file.priority,
-        name: file.name,
         max_retries: file.max_retries,
-        request_id: Some(format!("apply-{digest}")),
         env: file.env,
-        wait_for_capacity: file.wait_for_capacity,
         time_limit_s,
-        array: file.array,
+        wait_for_capacity: file.wait_for_capacity,
+        array,
         after: after.unwrap_or_default(),
         labels: file.labels,
         gpu_models: file.gpu_model,
         workdir: file.workdir,
-        replicas: file.replicas,
     })
 }
 
@@ -239,7 +236,7 @@ mod tests {
     fn a_gpu_range_makes_an_elastic_job_and_a_count_keeps_its_request_id() {
         let elastic = parse("command: [x]\ngpus: 2..8\n").expect("valid");
         let body = request(elastic, Path::new("."), "s").expect("request");
-        assert_eq!((body.gpus, body.gpus_max), (2, Some(8)));
+        assert_eq!(body.gpus, gantry_api::elastic::GpuRange { min: 2, max: Some(8) });
         let rigid = parse("command: [x]\ngpus: 2\n").expect("valid");
         assert_eq!(
             serde_json::to_value(&rigid).expect("json")["gpus"],

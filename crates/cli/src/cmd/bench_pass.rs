@@ -12,7 +12,9 @@ use anyhow::Context;
 use clap::Args;
 use gantry_core::{PolicyKind, RandomSource, SplitMix64};
 use gantry_server::scheduler::{QueueInput, State, Synced, plan};
-use gantry_store::{GpuInfo, JobRequest, NewJob, NodeRegistration, SqliteStore, Store, Team};
+use gantry_store::{
+    GpuInfo, GpuRange, NewJob, NodeRegistration, RegisterRequest, SqliteStore, Store, SubmitRequest, Team,
+};
 
 /// Flags of `gantry bench pass`.
 #[derive(Debug, Args)]
@@ -129,15 +131,17 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
             })
             .collect();
         store.register_node(&NodeRegistration {
-            node_id: format!("node-{n:04}"),
-            hostname: format!("node-{n:04}"),
-            advertise_addr: None,
-            network: Default::default(),
-            job_defaults: None,
-            cpu_milli: 192_000,
-            memory_mib: 2_000_000,
-            gpus,
-            attempts: Vec::new(),
+            request: RegisterRequest {
+                node_id: format!("node-{n:04}"),
+                hostname: format!("node-{n:04}"),
+                advertise_addr: None,
+                network: Default::default(),
+                job_defaults: None,
+                cpu_milli: 192_000,
+                memory_mib: 2_000_000,
+                gpus,
+                attempts: Vec::new(),
+            },
             at: 1_000,
         })?;
     }
@@ -181,15 +185,15 @@ fn submit_all(store: &SqliteStore, jobs: Vec<NewJob>) -> anyhow::Result<()> {
 }
 
 fn job(team: &str, gpus: u32, priority: i32, submitted_at: i64) -> NewJob {
-    NewJob {
-        team: team.into(),
-        name: "bench".into(),
+    let spec = SubmitRequest {
         command: vec!["true".into()],
         priority,
-        request: JobRequest { gpus, cpu_milli: 4_000, memory_mib: 16_384, ..JobRequest::default() },
-        submitted_at,
-        ..NewJob::default()
-    }
+        gpus: GpuRange::count(gpus),
+        cpu_milli: 4_000,
+        memory_mib: 16_384,
+        ..NewJob::default().spec
+    };
+    NewJob { spec, team: team.into(), name: "bench".into(), submitted_at, user: None }
 }
 
 /// The median time of `rounds` runs of `f`.

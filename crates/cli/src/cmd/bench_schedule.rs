@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::Args;
 use gantry_core::{PolicyKind, RandomSource, SplitMix64};
 use gantry_server::scheduler::{Plan, Snapshot, plan, plan_priority_fifo};
-use gantry_store::{Gpu, GpuHealth, GpuInfo, Job, JobRequest, JobState, Node, NodeState, Team};
+use gantry_store::{Gpu, GpuHealth, GpuInfo, Job, JobRequest, Node, NodeState, Team};
 
 /// Flags of `gantry bench schedule`.
 #[derive(Debug, Args)]
@@ -131,15 +131,6 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             name: format!("bench-{id}"),
             priority: (rng.next_u64() % 3) as i32,
             command: vec!["true".into()],
-            env: Default::default(),
-            time_limit_s: None,
-            user: None,
-            array: None,
-            after: Vec::new(),
-            labels: Default::default(),
-            gpu_models: Vec::new(),
-            workdir: None,
-            gang: None,
             request: JobRequest {
                 gpus,
                 gpu_memory_mib,
@@ -147,18 +138,8 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
                 memory_mib: 16_384 * u64::from(gpus.max(1)),
                 ..JobRequest::default()
             },
-            state: JobState::Pending,
-            attempt: 0,
-            max_retries: 0,
-            stop: None,
-            node_id: None,
-            epoch: None,
-            gpu_uuids: Vec::new(),
-            exit_code: None,
-            reason: None,
             submitted_at: id,
-            started_at: None,
-            finished_at: None,
+            ..Job::default()
         });
     }
     s

@@ -21,6 +21,7 @@ pub mod control;
 pub mod dashboard;
 pub mod describe;
 pub mod device_plugin;
+pub mod draft;
 pub mod events;
 pub mod exporter;
 pub mod extender;

@@ -6,6 +6,9 @@
 //! command line win over them. Its `#SBATCH` lines are read too, through [`super::sbatch`]
 //! (`#GANTRY` wins over them). The script travels in the job (it need not exist on the node) and
 //! runs under the interpreter its `#!` line names, `/bin/sh` without one.
+//!
+//! Both read their flags into a [`super::draft::JobDraft`] and send what its one pure
+//! `resolve` makes of it, as `gantry apply` does with a job file.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -15,8 +18,10 @@ use anyhow::{Context, bail};
 use clap::{Args, FromArgMatches};
 use gantry_api::elastic::GpuRange;
 use gantry_api::types::{SubmitRequest, SubmitResponse};
+use gantry_api::workflow::ArraySpec;
 
 use super::client::{Api, ApiStatus, ServerArgs, block_on};
+use super::draft::{JobDraft, Program};
 use super::watch::{self, Announcer};
 
 /// Arguments of `gantry submit`.
@@ -56,8 +61,8 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "PCT", requires = "gpu_memory")]
     gpu_compute: Option<u32>,
     /// CPU cores (fractions allowed).
-    #[arg(long, value_name = "C")]
-    cpu: Option<f64>,
+    #[arg(long, value_name = "C", value_parser = super::draft::parse_cpu)]
+    cpu: Option<u64>,
     /// Host memory: MiB, or with a unit (`32G`, `32GiB`, `512M`, `1T`). Example: `--memory 32G`.
     #[arg(long, value_name = "SIZE", value_parser = parse_mib)]
     memory: Option<u64>,
@@ -89,8 +94,8 @@ pub struct SubmitArgs {
     /// A job array: one job per index, with `GANTRY_ARRAY_INDEX` (and `GANTRY_ARRAY_ID`) in its
     /// environment; `%N` runs at most N at once. Prints the array's id; `gantry cancel ID`
     /// cancels every member. Example: `--array 0-99%8`, `--array 1,3,5`.
-    #[arg(long, value_name = "INDICES", value_parser = parse_array)]
-    pub(super) array: Option<String>,
+    #[arg(long, value_name = "INDICES", value_parser = ArraySpec::parse)]
+    pub(super) array: Option<ArraySpec>,
     /// Start only after other jobs ended as asked: `ok:ID` (succeeded), `notok:ID` (failed,
     /// cancelled or timed out), `any:ID` (ended). If one can no longer be met the job is
     /// cancelled with the reason. Example: `--after ok:12,any:13`.
@@ -129,7 +134,7 @@ pub struct SubmitArgs {
   gantry run eval.sh")]
 pub struct RunArgs {
     #[command(flatten)]
-    submit: SubmitArgs,
+    pub(super) submit: SubmitArgs,
     /// Do not say the job's state changes on stderr (its output still streams).
     #[arg(short, long)]
     quiet: bool,
@@ -173,18 +178,28 @@ pub fn run_attached(args: RunArgs) -> anyhow::Result<()> {
 /// Parses the command line again with the script's directives in front of it, so that the
 /// command line's flags (later) win.
 fn reparse<A: Args + FromArgMatches>(script: &Path) -> anyhow::Result<A> {
-    let text = read_script(script)?;
-    let directives = directives(&text)?;
-    if directives.is_empty() {
-        let argv: Vec<OsString> = std::env::args_os().skip(2).collect();
-        return parse::<A>(argv);
+    let directives = directives(&read_script(script)?)?;
+    let plain = directives.is_empty();
+    let parsed = with_directives::<A>(directives, std::env::args_os().skip(2).collect());
+    if plain {
+        parsed
+    } else {
+        parsed.with_context(|| format!("in the #GANTRY lines of {}", script.display()))
     }
-    let mut argv: Vec<OsString> = directives.into_iter().map(OsString::from).collect();
-    argv.extend(std::env::args_os().skip(2));
-    parse::<A>(argv).with_context(|| format!("in the #GANTRY lines of {}", script.display()))
 }
 
-fn parse<A: Args + FromArgMatches>(argv: Vec<OsString>) -> anyhow::Result<A> {
+/// What `argv` (the command line after `gantry submit`) means with a script's directives in
+/// front of it.
+pub(super) fn with_directives<A: Args + FromArgMatches>(
+    directives: Vec<String>,
+    argv: Vec<OsString>,
+) -> anyhow::Result<A> {
+    let mut all: Vec<OsString> = directives.into_iter().map(OsString::from).collect();
+    all.extend(argv);
+    parse::<A>(all)
+}
+
+pub(super) fn parse<A: Args + FromArgMatches>(argv: Vec<OsString>) -> anyhow::Result<A> {
     let command = A::augment_args(clap::Command::new("gantry").no_binary_name(true).args_override_self(true));
     let matches = command.try_get_matches_from(argv).map_err(|e| anyhow::anyhow!("{}", e.render()))?;
     Ok(A::from_arg_matches(&matches)?)
@@ -258,66 +273,48 @@ fn split_words(text: &str) -> anyhow::Result<Vec<String>> {
     Ok(words)
 }
 
-/// The argv that runs a script's text: its `#!` interpreter (else `/bin/sh`) with `-c`, the
-/// text, the script's name as `$0` and then its arguments.
-pub(super) fn script_command(script: &Path, text: String, args: Vec<String>) -> Vec<String> {
-    let mut argv: Vec<String> = match text.lines().next().and_then(|l| l.strip_prefix("#!")) {
-        Some(interp) if !interp.trim().is_empty() => interp.split_whitespace().map(str::to_owned).collect(),
-        _ => vec!["/bin/sh".into()],
-    };
-    let name = script.file_name().map_or("script".into(), |n| n.to_string_lossy().into_owned());
-    argv.extend(["-c".into(), text, name]);
-    argv.extend(args);
-    argv
+fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
+    let (server, draft) = draft(args)?;
+    let body = draft.resolve(request_id()?)?;
+    let api = Api::connect(&server)?;
+    let id = send(&api, &body)?.id;
+    Ok((api, id))
 }
 
-fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
-    let cpu_milli = match args.cpu {
-        Some(c) if !(0.0..=4096.0).contains(&c) => bail!("--cpu must be between 0 and 4096 cores"),
-        Some(c) => (c * 1000.0).round() as u64,
-        None => 0,
-    };
-    let (command, name) = match &args.script {
+/// The job the flags describe (a script named is read here), and where to send it.
+pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> {
+    let program = match &args.script {
         Some(script) => {
-            let text = read_script(script)?;
-            let name = args.name.or_else(|| script.file_name().map(|n| n.to_string_lossy().into_owned()));
-            (script_command(script, text, args.command), name)
+            Program::Script { path: script.clone(), text: read_script(script)?, args: args.command }
         }
-        None if args.command.is_empty() => bail!(
-            "nothing to run: put the command after `--` (gantry submit --gpus 1 -- python train.py) \
-             or name a batch script (gantry submit train.sh)"
-        ),
-        None => (args.command, args.name),
+        None => Program::Argv(args.command),
     };
-    let body = SubmitRequest {
-        command,
-        gpus: args.gpus.min,
-        gpus_max: args.gpus.max,
-        gpu_memory_mib: args.gpu_memory.unwrap_or(0),
-        gpu_compute_pct: args.gpu_compute.unwrap_or(0),
-        cpu_milli,
-        memory_mib: args.memory.unwrap_or(0),
+    let after = match &args.after {
+        Some(text) => gantry_api::workflow::parse_dependencies(text).map_err(anyhow::Error::msg)?,
+        None => Vec::new(),
+    };
+    let draft = JobDraft {
+        program,
+        name: args.name,
+        gpus: args.gpus,
+        replicas: args.replicas,
+        gpu_memory_mib: args.gpu_memory,
+        gpu_compute_pct: args.gpu_compute,
+        cpu_milli: args.cpu,
+        memory_mib: args.memory,
         team: args.team,
         priority: args.priority,
-        name,
         max_retries: args.max_retries,
-        request_id: Some(request_id()?),
         env: args.env.into_iter().collect(),
-        wait_for_capacity: args.wait_for_capacity,
         time_limit_s: args.time,
+        wait_for_capacity: args.wait_for_capacity,
         array: args.array,
-        after: match &args.after {
-            Some(text) => gantry_api::workflow::parse_dependencies(text).map_err(anyhow::Error::msg)?,
-            None => Vec::new(),
-        },
+        after,
         labels: args.labels.into_iter().collect(),
         gpu_models: args.gpu_model,
         workdir: args.workdir,
-        replicas: args.replicas,
     };
-    let api = Api::connect(&args.server)?;
-    let id = send(&api, &body)?.id;
-    Ok((api, id))
+    Ok((args.server, draft))
 }
 
 /// Posts a submission, once more after a dropped connection (the request id keeps it one job).
@@ -431,10 +428,6 @@ fn clock(text: &str, after_days: bool) -> Option<u64> {
     }
 }
 
-fn parse_array(text: &str) -> Result<String, String> {
-    gantry_api::workflow::ArraySpec::parse(text).map(|_| text.to_owned())
-}
-
 fn parse_after(text: &str) -> Result<String, String> {
     gantry_api::workflow::parse_dependencies(text).map(|_| text.to_owned())
 }
@@ -509,19 +502,5 @@ mod tests {
     fn a_script_may_not_say_where_the_token_goes() {
         let err = directives("#GANTRY --server=http://elsewhere\n").expect_err("refused");
         assert!(err.to_string().contains("--server"), "{err}");
-    }
-
-    #[test]
-    fn a_script_runs_under_its_interpreter_with_its_arguments() {
-        let argv = script_command(
-            Path::new("/x/t.py"),
-            "#!/usr/bin/env python3\nprint(1)\n".into(),
-            vec!["a".into()],
-        );
-        assert_eq!(
-            argv,
-            ["/usr/bin/env", "python3", "-c", "#!/usr/bin/env python3\nprint(1)\n", "t.py", "a"]
-        );
-        assert_eq!(script_command(Path::new("s"), "echo".into(), vec![])[0], "/bin/sh");
     }
 }

@@ -250,17 +250,11 @@ fn now_ms() -> i64 {
 /// declared lost meanwhile).
 fn beat(store: &dyn gantry_store::Store, nodes: &mut [SimNode], tick: u32) {
     for (n, node) in nodes.iter_mut().enumerate() {
-        let reports = node.registration.gpus.iter().map(|g| report(n as u32, g, tick)).collect();
-        let node_id = node.registration.node_id.clone();
-        let hb = gantry_store::Heartbeat {
-            node_id,
-            epoch: node.epoch,
-            gpus: reports,
-            jobs: vec![],
-            logs: vec![],
-            at: now_ms(),
-        };
-        if store.heartbeat(&hb).is_err() {
+        let reports = node.registration.request.gpus.iter().map(|g| report(n as u32, g, tick)).collect();
+        let node_id = node.registration.request.node_id.clone();
+        let hb =
+            gantry_store::Heartbeat { node_id, epoch: node.epoch, gpus: reports, jobs: vec![], logs: vec![] };
+        if store.heartbeat(&hb, now_ms()).is_err() {
             node.registration.at = now_ms();
             node.epoch = store.register_node(&node.registration).expect("register again");
         }
@@ -284,15 +278,17 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
             })
             .collect();
         let registration = NodeRegistration {
-            attempts: Vec::new(),
-            node_id: node_id.clone(),
-            hostname: node_id.clone(),
-            advertise_addr: None,
-            network: Default::default(),
-            job_defaults: None,
-            cpu_milli: 192_000,
-            memory_mib: 2_000_000,
-            gpus,
+            request: RegisterRequest {
+                attempts: Vec::new(),
+                node_id: node_id.clone(),
+                hostname: node_id.clone(),
+                advertise_addr: None,
+                network: Default::default(),
+                job_defaults: None,
+                cpu_milli: 192_000,
+                memory_mib: 2_000_000,
+                gpus,
+            },
             at: now,
         };
         let epoch = store.register_node(&registration).expect("register");
@@ -317,10 +313,13 @@ fn sim_job(team: &str, i: u32, at: i64) -> gantry_store::NewJob {
     gantry_store::NewJob {
         team: team.into(),
         name: if i == 9_999 { XSS.into() } else { format!("train-{i}") },
-        priority: (i % 3) as i32,
-        command: vec!["sleep".into(), "600".into()],
-        request: gantry_store::JobRequest { gpus: 1 + i % 2, ..gantry_store::JobRequest::default() },
-        max_retries: 3,
+        spec: gantry_store::SubmitRequest {
+            priority: (i % 3) as i32,
+            command: vec!["sleep".into(), "600".into()],
+            gpus: gantry_store::GpuRange::count(1 + i % 2),
+            max_retries: Some(3),
+            ..gantry_store::NewJob::default().spec
+        },
         submitted_at: at,
         ..gantry_store::NewJob::default()
     }

@@ -90,18 +90,7 @@ pub async fn register(
     if let Some(addr) = &req.advertise_addr {
         validate::address("advertise_addr", addr)?;
     }
-    let registration = NodeRegistration {
-        node_id: req.node_id,
-        hostname: req.hostname,
-        advertise_addr: req.advertise_addr,
-        network: req.network,
-        cpu_milli: req.cpu_milli,
-        memory_mib: req.memory_mib,
-        gpus: req.gpus,
-        job_defaults: req.job_defaults,
-        attempts: req.attempts,
-        at: now_ms(),
-    };
+    let registration = NodeRegistration { request: req, at: now_ms() };
     match app.dispatch(Command::RegisterNode { registration, by: who }).await? {
         Outcome::Registered(epoch) => Ok(Json(RegisterResponse {
             epoch,

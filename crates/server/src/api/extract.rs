@@ -20,11 +20,17 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(value)) => Ok(Body(value)),
-            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::Unprocessable(e.body_text())),
+            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::Unprocessable(data_error(&e.body_text()))),
             Err(JsonRejection::JsonSyntaxError(e)) => Err(ApiError::BadRequest(e.body_text())),
             Err(e) => Err(ApiError::Rejected(e.status(), e.body_text())),
         }
     }
+}
+
+/// A body that does not fit its type, said from the field on (`array: \`9-0\` counts down …`):
+/// axum's lead-in would hide the field from a client that reads the first words.
+fn data_error(text: &str) -> String {
+    text.strip_prefix("Failed to deserialize the JSON body into the target type: ").unwrap_or(text).to_owned()
 }
 
 /// A query string. axum's own answers a malformed one (`?limit=-1`) with a plain-text 400; this

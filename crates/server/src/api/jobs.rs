@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_store::{ArraySpec, Job, JobFilter, JobId, JobRequest, JobState, NewJob};
+use gantry_store::{Job, JobFilter, JobId, JobState, NewJob};
 
 use super::extract::{Body, Path, Query};
 use super::types::*;
@@ -30,22 +30,23 @@ pub async fn submit(
     Extension(who): Extension<Principal>,
     Body(req): Body<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
-    let wait_for_capacity = req.wait_for_capacity;
     let job = new_job(req, &who)?;
     disk_floor(&app)?;
-    for d in &job.after {
+    for d in &job.spec.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
         visible_job(&app, &who, d.job).await.map_err(|_| {
             ApiError::NotFound(format!("after: job {} not found (a job of a team you are in)", d.job))
         })?;
     }
-    if !wait_for_capacity {
+    if !job.spec.wait_for_capacity {
         let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
-        super::capacity::check(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
-        super::capacity::check_models(&job.gpu_models, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
-        super::capacity::check_gang(&job.request, job.replicas, &nodes, &gpus)
+        let request = job.request();
+        super::capacity::check(&request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_models(&job.spec.gpu_models, &nodes, &gpus)
             .map_err(ApiError::Unprocessable)?;
-        super::capacity::check_elastic(&job.request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_gang(&request, job.replicas(), &nodes, &gpus)
+            .map_err(ApiError::Unprocessable)?;
+        super::capacity::check_elastic(&request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
     }
     match app.dispatch(Command::Submit { job: Box::new(job), by: who }).await? {
         Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
@@ -72,7 +73,7 @@ fn disk_floor(app: &App) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
+fn new_job(mut req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     validate::command(&req.command)?;
     validate::env(&req.env)?;
     validate::resources(&req)?;
@@ -82,8 +83,8 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     {
         return Err(ApiError::Unprocessable("time_limit_s: must be between 1 second and 31 days".into()));
     }
-    let team = match (req.team, who.token.teams.as_slice()) {
-        (Some(team), _) => team,
+    let team = match (&req.team, who.token.teams.as_slice()) {
+        (Some(team), _) => team.clone(),
         (None, [only]) => only.clone(),
         (None, []) => "default".into(),
         (None, _) => return Err(ApiError::Unprocessable("team: you are in several teams; name one".into())),
@@ -94,7 +95,7 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
         let base = p.rsplit('/').next().unwrap_or(p);
         base.char_indices().take_while(|(i, c)| i + c.len_utf8() <= 128).map(|(_, c)| c).collect::<String>()
     });
-    let name = req.name.or(program).unwrap_or_default();
+    let name = req.name.clone().or(program).unwrap_or_default();
     validate::label("name", &name)?;
     if !(-1000..=1000).contains(&req.priority) {
         return Err(ApiError::Unprocessable("priority: must be between -1000 and 1000".into()));
@@ -102,33 +103,8 @@ fn new_job(req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> {
     if let Some(key) = &req.request_id {
         validate::label("request_id", key)?;
     }
-    let array = req.array.as_deref().map(ArraySpec::parse).transpose().map_err(ApiError::Unprocessable)?;
-    Ok(NewJob {
-        request_id: req.request_id,
-        team,
-        name,
-        priority: req.priority,
-        command: req.command,
-        env: req.env,
-        request: JobRequest {
-            gpus: req.gpus,
-            gpus_max: req.gpus_max,
-            gpu_memory_mib: req.gpu_memory_mib,
-            gpu_compute_pct: req.gpu_compute_pct,
-            cpu_milli: req.cpu_milli,
-            memory_mib: req.memory_mib,
-        },
-        max_retries: req.max_retries.unwrap_or(3).min(100),
-        submitted_at: now_ms(),
-        time_limit_s: req.time_limit_s,
-        user: who.token.user.clone(),
-        array,
-        after: req.after,
-        labels: req.labels,
-        gpu_models: req.gpu_models,
-        workdir: req.workdir,
-        replicas: req.replicas.unwrap_or(1),
-    })
+    req.max_retries = Some(req.max_retries.unwrap_or(3).min(100));
+    Ok(NewJob { spec: req, team, name, submitted_at: now_ms(), user: who.token.user.clone() })
 }
 
 /// List jobs the caller may see, newest first, a page at a time.

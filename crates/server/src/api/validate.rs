@@ -50,13 +50,13 @@ pub fn epoch_ms(field: &str, value: i64) -> Result<(), ApiError> {
 
 /// GPUs or a slice, not both; sane sizes.
 pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
-    if r.gpus > 64 {
+    if r.gpus.min > 64 {
         return Err(bad("gpus", "at most 64"));
     }
     at_most("gpu_memory_mib", r.gpu_memory_mib, MAX_GPU_MEMORY_MIB)?;
     at_most("cpu_milli", r.cpu_milli, MAX_CPU_MILLI)?;
     at_most("memory_mib", r.memory_mib, MAX_MEMORY_MIB)?;
-    if r.gpu_memory_mib > 0 && r.gpus > 0 {
+    if r.gpu_memory_mib > 0 && r.gpus.min > 0 {
         return Err(bad("gpu_memory_mib", "a slice is part of one GPU; do not combine it with gpus"));
     }
     if r.gpu_compute_pct > 100 {
@@ -71,7 +71,7 @@ pub fn resources(r: &SubmitRequest) -> Result<(), ApiError> {
 
 /// An elastic job's range: from at least 1 GPU, not empty, whole GPUs of one job on one node.
 fn elastic(r: &SubmitRequest) -> Result<(), ApiError> {
-    let Some(max) = r.gpus_max else { return Ok(()) };
+    let Some(max) = r.gpus.max else { return Ok(()) };
     if r.gpu_memory_mib > 0 {
         return Err(bad("gpus_max", "an elastic job takes whole GPUs; do not combine it with a slice"));
     }
@@ -84,8 +84,7 @@ fn elastic(r: &SubmitRequest) -> Result<(), ApiError> {
     if max > 64 {
         return Err(bad("gpus_max", "at most 64"));
     }
-    let range = gantry_api::elastic::GpuRange { min: r.gpus, max: Some(max) };
-    range.check().map_err(|why| bad("gpus_max", &why))
+    r.gpus.check().map_err(|why| bad("gpus_max", &why))
 }
 
 /// Most workers in one gang.
@@ -96,7 +95,7 @@ fn replicas(r: &SubmitRequest) -> Result<(), ApiError> {
     match r.replicas {
         None | Some(1) => Ok(()),
         Some(n) if !(2..=MAX_REPLICAS).contains(&n) => Err(bad("replicas", "must be between 1 and 256")),
-        Some(_) if r.gpus == 0 => {
+        Some(_) if r.gpus.min == 0 => {
             Err(bad("replicas", "a gang's workers each take whole GPUs: give gpus (at least 1 per worker)"))
         }
         Some(_) => Ok(()),
@@ -117,7 +116,7 @@ pub fn workflow(r: &SubmitRequest) -> Result<(), ApiError> {
         return Err(bad("gpu_models", "at most 16"));
     }
     r.gpu_models.iter().try_for_each(|m| word("gpu_models", m))?;
-    if !r.gpu_models.is_empty() && r.gpus == 0 && r.gpu_memory_mib == 0 {
+    if !r.gpu_models.is_empty() && r.gpus.min == 0 && r.gpu_memory_mib == 0 {
         return Err(bad("gpu_models", "a GPU model needs a GPU (gpus or gpu_memory_mib)"));
     }
     if let Some(dir) = &r.workdir {

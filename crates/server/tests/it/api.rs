@@ -52,6 +52,21 @@ async fn a_wrongly_typed_or_unknown_field_gets_422_naming_the_field() {
 }
 
 #[tokio::test]
+async fn a_body_refused_while_read_is_said_from_the_field_on() {
+    let s = TestServer::start().await;
+    for (body, field) in [
+        (json!({"command": ["true"], "gpus": "two"}), "gpus: "),
+        (json!({"command": ["true"], "array": "9-0"}), "array: "),
+        (json!({"command": ["true"], "after": [{"kind": "maybe", "job": 1}]}), "after[0].kind: "),
+    ] {
+        let resp = s.post("/v1/jobs").json(&body).send().await.expect("send");
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let error = error_of(resp).await;
+        assert!(error.starts_with(field), "{body}: {error}");
+    }
+}
+
+#[tokio::test]
 async fn an_unknown_job_gets_404() {
     let s = TestServer::start().await;
     for path in ["/v1/jobs/4242", "/v1/jobs/4242/logs"] {

@@ -95,8 +95,8 @@ impl World {
     }
 
     fn heartbeat(&self, node: &str, epoch: u64, gpus: Vec<GpuReport>, jobs: Vec<JobReport>) {
-        let hb = Heartbeat { node_id: node.into(), epoch, gpus, jobs, logs: Vec::new(), at: self.clock };
-        let _ = self.store.heartbeat(&hb);
+        let hb = Heartbeat { node_id: node.into(), epoch, gpus, jobs, logs: Vec::new() };
+        let _ = self.store.heartbeat(&hb, self.clock);
     }
 
     /// Reports every active job of `node` (an agent reports all it runs), `change` for one.
@@ -110,21 +110,24 @@ impl World {
         self.clock += 1_000;
         match op {
             Op::Submit { team, gpus, slice, priority, replicas } => {
-                let request = if *slice {
-                    JobRequest { gpu_memory_mib: 20_000, ..JobRequest::default() }
-                } else {
-                    JobRequest { gpus: *gpus, cpu_milli: 1000, ..JobRequest::default() }
-                };
-                let job = NewJob {
-                    team: format!("t{team}"),
-                    name: "j".into(),
+                let spec = SubmitRequest {
                     command: vec!["true".into()],
                     priority: *priority,
-                    request,
-                    replicas: if *slice { 1 } else { *replicas },
+                    replicas: Some(if *slice { 1 } else { *replicas }),
+                    max_retries: Some(1),
+                    ..SubmitRequest::default()
+                };
+                let spec = if *slice {
+                    SubmitRequest { gpu_memory_mib: 20_000, ..spec }
+                } else {
+                    SubmitRequest { gpus: GpuRange::count(*gpus), cpu_milli: 1000, ..spec }
+                };
+                let job = NewJob {
+                    spec,
+                    team: format!("t{team}"),
+                    name: "j".into(),
                     submitted_at: self.clock,
-                    max_retries: 1,
-                    ..NewJob::default()
+                    user: None,
                 };
                 if let Ok((id, _)) = self.store.submit(&job) {
                     self.jobs.push(id);
@@ -145,15 +148,17 @@ impl World {
                     })
                     .collect();
                 let reg = NodeRegistration {
-                    node_id: format!("n{n}"),
-                    hostname: format!("h{n}"),
-                    advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
-                    network: Default::default(),
-                    job_defaults: None,
-                    cpu_milli: 8000,
-                    memory_mib: 64_000,
-                    gpus,
-                    attempts: Vec::new(),
+                    request: RegisterRequest {
+                        node_id: format!("n{n}"),
+                        hostname: format!("h{n}"),
+                        advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
+                        network: Default::default(),
+                        job_defaults: None,
+                        cpu_milli: 8000,
+                        memory_mib: 64_000,
+                        gpus,
+                        attempts: Vec::new(),
+                    },
                     at: self.clock,
                 };
                 if let Ok(epoch) = self.store.register_node(&reg) {

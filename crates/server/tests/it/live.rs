@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use gantry_store::{GpuHealth, GpuInfo, GpuReport, Heartbeat, NodeRegistration, Role, User};
+use gantry_store::{GpuHealth, GpuInfo, GpuReport, Heartbeat, NodeRegistration, RegisterRequest, Role, User};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -36,15 +36,17 @@ fn node(s: &TestServer) -> u64 {
         })
         .collect();
     let reg = NodeRegistration {
-        attempts: Vec::new(),
-        node_id: "n1".into(),
-        hostname: "n1".into(),
-        advertise_addr: None,
-        network: Default::default(),
-        job_defaults: None,
-        cpu_milli: 64_000,
-        memory_mib: 512_000,
-        gpus: gpus.clone(),
+        request: RegisterRequest {
+            attempts: Vec::new(),
+            node_id: "n1".into(),
+            hostname: "n1".into(),
+            advertise_addr: None,
+            network: Default::default(),
+            job_defaults: None,
+            cpu_milli: 64_000,
+            memory_mib: 512_000,
+            gpus: gpus.clone(),
+        },
         at: now(),
     };
     let epoch = s.store.register_node(&reg).expect("register");
@@ -69,8 +71,8 @@ fn beat_with(s: &TestServer, epoch: u64, util: f64, failing: Option<&str>) {
             GpuReport { uuid, health, sample: Some(sample) }
         })
         .collect();
-    let hb = Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![], at: now() };
-    s.store.heartbeat(&hb).expect("heartbeat");
+    let hb = Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![] };
+    s.store.heartbeat(&hb, now()).expect("heartbeat");
 }
 
 async fn submit(s: &TestServer, token: &str, name: &str) -> i64 {

@@ -3,68 +3,53 @@
 use serde::{Deserialize, Serialize};
 
 use super::{JobId, JobRequest, JobState};
+pub use gantry_api::elastic::GpuRange;
+pub use gantry_api::types::SubmitRequest;
 pub use gantry_api::workflow::{ArrayMember, ArraySpec, Dependency, DependencyKind};
 
-/// A job as submitted.
+/// A job as submitted: the request as the server accepted it, and what the server added (the
+/// team and name it resolved, who submitted it, when).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewJob {
-    /// Client idempotency key: submitting twice with the same key yields one job.
-    pub request_id: Option<String>,
+    /// The submission, checked by the server: `max_retries` is set (the server's default
+    /// applied and capped); its `team` and `name` are what the client sent, the job's are below.
+    pub spec: SubmitRequest,
     /// Owning team.
     pub team: String,
     /// Display name.
     pub name: String,
-    /// Higher runs first.
-    pub priority: i32,
-    /// argv.
-    pub command: Vec<String>,
-    /// Declared environment variables (checked by the server; the agent adds its own).
-    pub env: std::collections::BTreeMap<String, String>,
-    /// Resources.
-    pub request: JobRequest,
-    /// How many times a lost or unhealthy placement is retried before the job fails.
-    pub max_retries: u32,
     /// Submission time, ms since the epoch.
     pub submitted_at: i64,
-    /// Longest a run may take, seconds.
-    pub time_limit_s: Option<u64>,
     /// The user who submitted it (`None` for jobs from before users existed).
     pub user: Option<String>,
-    /// A job array: one job per index, the first member's id is the array's.
-    pub array: Option<ArraySpec>,
-    /// Jobs it waits for.
-    pub after: Vec<Dependency>,
-    /// Labels.
-    pub labels: std::collections::BTreeMap<String, String>,
-    /// Acceptable GPU models (empty: any).
-    pub gpu_models: Vec<String>,
-    /// Where it starts, relative to its private directory.
-    pub workdir: Option<String>,
-    /// Workers, all placed at once (1: a plain job). Each asks for `request`.
-    pub replicas: u32,
+}
+
+impl NewJob {
+    /// What each worker asks of a node.
+    pub fn request(&self) -> JobRequest {
+        self.spec.resources()
+    }
+
+    /// How many times a lost or unhealthy placement is retried before the job fails.
+    pub fn max_retries(&self) -> u32 {
+        self.spec.max_retries.unwrap_or(0)
+    }
+
+    /// Workers, all placed at once (1: a plain job).
+    pub fn replicas(&self) -> u32 {
+        self.spec.workers()
+    }
 }
 
 impl Default for NewJob {
-    /// An empty plain job (one worker) of no team: callers fill in what they submit.
+    /// An empty plain job (one worker, no retries) of no team: callers fill in what they submit.
     fn default() -> Self {
         Self {
-            request_id: None,
+            spec: SubmitRequest { max_retries: Some(0), ..SubmitRequest::default() },
             team: String::new(),
             name: String::new(),
-            priority: 0,
-            command: Vec::new(),
-            env: Default::default(),
-            request: JobRequest::default(),
-            max_retries: 0,
             submitted_at: 0,
-            time_limit_s: None,
             user: None,
-            array: None,
-            after: Vec::new(),
-            labels: Default::default(),
-            gpu_models: Vec::new(),
-            workdir: None,
-            replicas: 1,
         }
     }
 }

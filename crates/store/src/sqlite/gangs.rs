@@ -40,8 +40,8 @@ pub(super) fn is_gang(job: &Job) -> bool {
 
 /// Creates the workers of a gang just submitted, ranks 0..replicas, pending.
 pub(super) fn insert_workers(c: &Connection, gang: JobId, job: &NewJob) -> Result<()> {
-    let r = &job.request;
-    for rank in 0..job.replicas {
+    let r = job.request();
+    for rank in 0..job.replicas() {
         c.prepare_cached(
             "INSERT INTO jobs (team, name, priority, command, gpus, gpu_memory_mib, gpu_compute_pct, cpu_milli, \
              memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, replicas, gang_id, rank, labels, \
@@ -51,21 +51,21 @@ pub(super) fn insert_workers(c: &Connection, gang: JobId, job: &NewJob) -> Resul
         .execute(params![
             job.team,
             format!("{}-{rank}", job.name),
-            job.priority,
-            rows::to_json(&job.command)?,
+            job.spec.priority,
+            rows::to_json(&job.spec.command)?,
             r.gpus,
             r.cpu_milli,
             r.memory_mib,
             job.submitted_at,
-            rows::to_json(&job.env)?,
-            job.time_limit_s,
+            rows::to_json(&job.spec.env)?,
+            job.spec.time_limit_s,
             job.user,
-            job.replicas,
+            job.replicas(),
             gang,
             rank,
-            rows::to_json(&job.labels)?,
-            rows::to_json(&job.gpu_models)?,
-            job.workdir
+            rows::to_json(&job.spec.labels)?,
+            rows::to_json(&job.spec.gpu_models)?,
+            job.spec.workdir
         ])?;
         jobs::record_transition(c, c.last_insert_rowid(), None, JobState::Pending, None, job.submitted_at)?;
     }

@@ -8,7 +8,7 @@ use crate::model::*;
 use crate::{Result, StoreError};
 
 pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
-    if let Some(key) = &job.request_id {
+    if let Some(key) = &job.spec.request_id {
         let existing = c
             .prepare_cached("SELECT id FROM jobs WHERE team = ?1 AND request_id = ?2")?
             .query_row([&job.team, key], |r| r.get(0))
@@ -17,15 +17,15 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
             return Ok((id, false));
         }
     }
-    let Some(array) = &job.array else {
-        return Ok((insert(c, job, None, job.request_id.as_deref())?, true));
+    let Some(array) = &job.spec.array else {
+        return Ok((insert(c, job, None, job.spec.request_id.as_deref())?, true));
     };
     // One transaction: the array exists whole or not at all. The first member's id is the
     // array's; only it carries the request id.
     let mut indices = array.indices.iter();
     let first =
         *indices.next().ok_or_else(|| StoreError::Conflict("an array needs at least one index".into()))?;
-    let head = insert(c, job, Some((None, first, array.max_running)), job.request_id.as_deref())?;
+    let head = insert(c, job, Some((None, first, array.max_running)), job.spec.request_id.as_deref())?;
     for index in indices {
         insert(c, job, Some((Some(head), *index, array.max_running)), None)?;
     }
@@ -40,7 +40,7 @@ fn insert(
     array: Option<(Option<JobId>, u32, Option<u32>)>,
     request_id: Option<&str>,
 ) -> Result<JobId> {
-    let r = &job.request;
+    let r = job.request();
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
          gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
@@ -52,25 +52,25 @@ fn insert(
         request_id,
         job.team,
         job.name,
-        job.priority,
-        rows::to_json(&job.command)?,
+        job.spec.priority,
+        rows::to_json(&job.spec.command)?,
         r.gpus,
         r.gpu_memory_mib,
         r.gpu_compute_pct,
         r.cpu_milli,
         r.memory_mib,
-        job.max_retries,
+        job.max_retries(),
         job.submitted_at,
-        rows::to_json(&job.env)?,
-        job.time_limit_s,
+        rows::to_json(&job.spec.env)?,
+        job.spec.time_limit_s,
         job.user,
         array.map(|a| a.1),
         array.and_then(|a| a.2),
-        rows::to_json(&job.after)?,
-        rows::to_json(&job.labels)?,
-        rows::to_json(&job.gpu_models)?,
-        job.workdir,
-        job.replicas.max(1),
+        rows::to_json(&job.spec.after)?,
+        rows::to_json(&job.spec.labels)?,
+        rows::to_json(&job.spec.gpu_models)?,
+        job.spec.workdir,
+        job.replicas(),
         r.gpus_max
     ])?;
     let id = c.last_insert_rowid();
@@ -79,7 +79,7 @@ fn insert(
             .execute(params![id, array_id.unwrap_or(id)])?;
     }
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
-    if job.replicas > 1 {
+    if job.replicas() > 1 {
         gangs::insert_workers(c, id, job)?;
     }
     Ok(id)

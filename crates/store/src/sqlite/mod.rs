@@ -219,9 +219,9 @@ impl Store for SqliteStore {
         let registration = registration.clone();
         self.writer.write(move |c| nodes::register(c, &registration))
     }
-    fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Job>> {
+    fn heartbeat(&self, heartbeat: &Heartbeat, at: i64) -> Result<Vec<Job>> {
         let heartbeat = heartbeat.clone();
-        self.writer.write(move |c| nodes::heartbeat(c, &heartbeat))
+        self.writer.write(move |c| nodes::heartbeat(c, &heartbeat, at))
     }
     fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
         self.writer.write(move |c| nodes::expire(c, deadline, at))

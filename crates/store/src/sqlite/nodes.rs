@@ -12,15 +12,15 @@ use crate::{Result, StoreError};
 pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
     let old: Option<u64> = c
         .prepare_cached("SELECT epoch FROM nodes WHERE id = ?1")?
-        .query_row([&reg.node_id], |r| r.get(0))
+        .query_row([&reg.request.node_id], |r| r.get(0))
         .optional()?;
-    for g in &reg.gpus {
+    for g in &reg.request.gpus {
         let holder: Option<String> = c
             .prepare_cached(
                 "SELECT g.node_id FROM gpus g JOIN nodes n ON n.id = g.node_id \
                  WHERE g.uuid = ?1 AND g.node_id != ?2 AND n.state IN ('ready', 'not-responding')",
             )?
-            .query_row([&g.uuid, &reg.node_id], |r| r.get(0))
+            .query_row([&g.uuid, &reg.request.node_id], |r| r.get(0))
             .optional()?;
         if let Some(holder) = holder {
             return Err(StoreError::Conflict(format!(
@@ -30,7 +30,7 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         }
     }
     let epoch = old.map_or(1, |e| e + 1);
-    let defaults = reg.job_defaults.as_ref().map(rows::to_json).transpose()?;
+    let defaults = reg.request.job_defaults.as_ref().map(rows::to_json).transpose()?;
     c.prepare_cached(
         "INSERT INTO nodes (id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, registered_at, \
          advertise_addr, network, job_defaults) VALUES (?1, ?2, 'ready', ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9) \
@@ -39,44 +39,46 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
          job_defaults = ?9",
     )?
     .execute(params![
-        reg.node_id,
-        reg.hostname,
+        reg.request.node_id,
+        reg.request.hostname,
         epoch,
-        reg.cpu_milli,
-        reg.memory_mib,
+        reg.request.cpu_milli,
+        reg.request.memory_mib,
         reg.at,
-        reg.advertise_addr,
-        reg.network.as_str(),
+        reg.request.advertise_addr,
+        reg.request.network.as_str(),
         defaults
     ])?;
-    for g in &reg.gpus {
+    for g in &reg.request.gpus {
         c.prepare_cached(
             "INSERT INTO gpus (uuid, node_id, idx, model, memory_mib, health, updated_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, 'healthy', ?6) ON CONFLICT(uuid) DO UPDATE SET node_id = ?2, idx = ?3, \
              model = ?4, memory_mib = ?5, updated_at = ?6",
         )?
-        .execute(params![g.uuid, reg.node_id, g.index, g.model, g.memory_mib, reg.at])?;
+        .execute(params![g.uuid, reg.request.node_id, g.index, g.model, g.memory_mib, reg.at])?;
     }
     // What the agent still has from before (it restarted while its jobs ran) moves to the new
     // epoch with its allocations; whatever else ran under an older epoch is gone. Only jobs
     // placed on this node are looked at, so an agent cannot claim another node's jobs.
-    let held: HashSet<(JobId, u32)> = reg.attempts.iter().map(|a| (a.job_id, a.attempt)).collect();
-    for job in jobs::active_on_node(c, &reg.node_id, Some(epoch))? {
+    let held: HashSet<(JobId, u32)> = reg.request.attempts.iter().map(|a| (a.job_id, a.attempt)).collect();
+    for job in jobs::active_on_node(c, &reg.request.node_id, Some(epoch))? {
         if held.contains(&(job.id, job.attempt)) {
             jobs::keep_on_new_epoch(c, &job, epoch)?;
-            let message =
-                format!("node {} registered again and still runs attempt {}", reg.node_id, job.attempt);
+            let message = format!(
+                "node {} registered again and still runs attempt {}",
+                reg.request.node_id, job.attempt
+            );
             tokens::event(c, reg.at, "job.kept", &format!("job/{}", job.id), &message, Some(&job.team))?;
         } else {
             jobs::requeue_or_fail(c, &job, "node registered again; its previous run was lost", reg.at)?;
         }
     }
-    let message = format!("registered at epoch {epoch} with {} GPUs", reg.gpus.len());
-    tokens::event(c, reg.at, "node.registered", &reg.node_id, &message, None)?;
+    let message = format!("registered at epoch {epoch} with {} GPUs", reg.request.gpus.len());
+    tokens::event(c, reg.at, "node.registered", &reg.request.node_id, &message, None)?;
     Ok(epoch)
 }
 
-pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat) -> Result<Vec<Job>> {
+pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat, at: i64) -> Result<Vec<Job>> {
     let node: Option<(String, u64)> = c
         .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
         .query_row([&hb.node_id], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -89,12 +91,12 @@ pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat) -> Result<Vec<Job>> {
     }
     if state == "not-responding" {
         c.prepare_cached("UPDATE nodes SET state = 'ready' WHERE id = ?1")?.execute([&hb.node_id])?;
-        tokens::event(c, hb.at, "node.ready", &hb.node_id, "heartbeats resumed; its jobs went on", None)?;
+        tokens::event(c, at, "node.ready", &hb.node_id, "heartbeats resumed; its jobs went on", None)?;
     }
     c.prepare_cached("UPDATE nodes SET last_heartbeat = ?2 WHERE id = ?1")?
-        .execute(params![hb.node_id, hb.at])?;
+        .execute(params![hb.node_id, at])?;
     for g in &hb.gpus {
-        update_gpu(c, &hb.node_id, g, hb.at)?;
+        update_gpu(c, &hb.node_id, g, at)?;
     }
     for report in &hb.jobs {
         // A node reports only what was placed on it under its current epoch.
@@ -104,17 +106,17 @@ pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat) -> Result<Vec<Job>> {
             continue;
         }
         match &report.exit {
-            None => jobs::started(c, report.job_id, report.attempt, hb.at)?,
-            Some(exit) => jobs::exited(c, report.job_id, report.attempt, exit, hb.at)?,
+            None => jobs::started(c, report.job_id, report.attempt, at)?,
+            Some(exit) => jobs::exited(c, report.job_id, report.attempt, exit, at)?,
         }
     }
-    finish_unreported_stops(c, hb)?;
+    finish_unreported_stops(c, hb, at)?;
     assignments(c, &hb.node_id, hb.epoch)
 }
 
 /// A job told to stop that the agent no longer reports never started there (the assignment and
 /// the stop crossed): it ends without a process to wait for.
-fn finish_unreported_stops(c: &Connection, hb: &Heartbeat) -> Result<()> {
+fn finish_unreported_stops(c: &Connection, hb: &Heartbeat, at: i64) -> Result<()> {
     let reported: HashSet<JobId> = hb.jobs.iter().map(|r| r.job_id).collect();
     for job in jobs::active_on_node(c, &hb.node_id, None)? {
         if job.stop.is_some() && !reported.contains(&job.id) {
@@ -123,7 +125,7 @@ fn finish_unreported_stops(c: &Connection, hb: &Heartbeat) -> Result<()> {
                 reason: Some("stopped before it started".into()),
                 timed_out: false,
             };
-            jobs::exited(c, job.id, job.attempt, &exit, hb.at)?;
+            jobs::exited(c, job.id, job.attempt, &exit, at)?;
         }
     }
     Ok(())

@@ -6,7 +6,7 @@ use super::{new_job, open, register, whole};
 
 fn elastic(key: &str, min: u32, max: u32) -> NewJob {
     let mut job = new_job(key, min, 0);
-    job.request.gpus_max = Some(max);
+    job.spec.gpus.max = Some(max);
     job
 }
 
@@ -44,7 +44,7 @@ fn a_resize_stops_the_job_and_requeues_it_without_spending_a_retry_with_an_event
     let (_dir, store) = open();
     let epoch = register(&store, 4);
     let mut job = elastic("e", 1, 4);
-    job.max_retries = 0;
+    job.spec.max_retries = Some(0);
     let (id, _) = store.submit(&job).expect("submit");
     let (rigid, _) = store.submit(&new_job("r", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
@@ -55,14 +55,13 @@ fn a_resize_stops_the_job_and_requeues_it_without_spending_a_retry_with_an_event
         epoch,
         gpus: vec![],
         jobs: vec![JobReport { job_id: id, attempt: 1, exit: None }],
-        at: 40,
     };
-    store.heartbeat(&hb).expect("heartbeat");
+    store.heartbeat(&hb, 40).expect("heartbeat");
     assert!(store.resize(rigid, "resized", 45).is_err(), "a rigid job is not resized");
     store.resize(id, "resized 1 → 4 GPUs: idle GPUs", 50).expect("resize");
     assert!(store.resize(id, "again", 51).is_err(), "already stopping");
     hb.jobs[0].exit = Some(JobExit { exit_code: Some(143), reason: None, timed_out: false });
-    store.heartbeat(&hb).expect("heartbeat");
+    store.heartbeat(&hb, 40).expect("heartbeat");
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!(job.state, JobState::Pending, "requeued although its retry budget is zero");
     assert_eq!(job.reason.as_deref(), Some("resized 1 → 4 GPUs: idle GPUs"));

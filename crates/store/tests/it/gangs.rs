@@ -11,15 +11,17 @@ fn register(store: &SqliteStore, id: &str, gpus: u32) -> u64 {
         .map(|i| GpuInfo { uuid: format!("GPU-{id}-{i}"), index: i, model: "A100".into(), memory_mib: 81920 })
         .collect();
     let reg = NodeRegistration {
-        attempts: Vec::new(),
-        node_id: id.into(),
-        hostname: format!("host-{id}"),
-        advertise_addr: None,
-        network: Default::default(),
-        job_defaults: None,
-        cpu_milli: 8000,
-        memory_mib: 1000,
-        gpus,
+        request: RegisterRequest {
+            attempts: Vec::new(),
+            node_id: id.into(),
+            hostname: format!("host-{id}"),
+            advertise_addr: None,
+            network: Default::default(),
+            job_defaults: None,
+            cpu_milli: 8000,
+            memory_mib: 1000,
+            gpus,
+        },
         at: 10,
     };
     store.register_node(&reg).expect("register")
@@ -33,8 +35,8 @@ fn on(job_id: JobId, node: &str, epoch: u64, gpus: &[u32]) -> Placement {
     Placement { job_id, node_id: node.into(), epoch, grants, at: 20 }
 }
 
-fn hb(node: &str, epoch: u64, jobs: Vec<JobReport>, at: i64) -> Heartbeat {
-    Heartbeat { logs: vec![], node_id: node.into(), epoch, gpus: vec![], jobs, at }
+fn hb(node: &str, epoch: u64, jobs: Vec<JobReport>) -> Heartbeat {
+    Heartbeat { logs: vec![], node_id: node.into(), epoch, gpus: vec![], jobs }
 }
 
 fn state(store: &SqliteStore, id: JobId) -> JobState {
@@ -49,7 +51,7 @@ fn exit(code: i32) -> Option<JobExit> {
 fn placed_gang(store: &SqliteStore) -> (JobId, JobId, JobId, u64) {
     let epoch = register(store, "a", 2);
     assert_eq!(register(store, "b", 2), epoch);
-    let (gang, _) = store.submit(&NewJob { replicas: 2, ..new_job("g", 2, 0) }).expect("submit");
+    let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
     let (w0, w1) = (gang + 1, gang + 2);
     let gp = GangPlacement {
         gang_id: gang,
@@ -61,8 +63,8 @@ fn placed_gang(store: &SqliteStore) -> (JobId, JobId, JobId, u64) {
 }
 
 fn start(store: &SqliteStore, w0: JobId, w1: JobId, epoch: u64, attempt: u32) {
-    store.heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt, exit: None }], 30)).expect("hb a");
-    store.heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt, exit: None }], 30)).expect("hb b");
+    store.heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt, exit: None }]), 30).expect("hb a");
+    store.heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt, exit: None }]), 30).expect("hb b");
 }
 
 #[test]
@@ -72,7 +74,7 @@ fn a_gang_is_one_job_with_one_worker_per_replica_each_knowing_its_rank() {
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!(g.gang.as_ref().map(|x| (x.id, x.replicas, x.rank)), Some((gang, 2, None)));
     assert_eq!(g.state, JobState::Scheduled);
-    let assigned = store.heartbeat(&hb("b", epoch, vec![], 25)).expect("hb");
+    let assigned = store.heartbeat(&hb("b", epoch, vec![]), 25).expect("hb");
     assert_eq!(assigned.len(), 1, "node b runs only its own worker");
     let worker = assigned[0].gang.clone().expect("a worker");
     assert_eq!((assigned[0].id, worker.rank, worker.local_rank), (w1, Some(1), Some(0)));
@@ -88,7 +90,7 @@ fn a_gang_is_one_job_with_one_worker_per_replica_each_knowing_its_rank() {
 fn a_gang_placement_with_one_bad_worker_places_nothing() {
     let (_dir, store) = open();
     let epoch = register(&store, "a", 2);
-    let (gang, _) = store.submit(&NewJob { replicas: 2, ..new_job("g", 2, 0) }).expect("submit");
+    let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
     let bad = GangPlacement {
         gang_id: gang,
         workers: vec![on(gang + 1, "a", epoch, &[0, 1]), on(gang + 2, "a", epoch, &[0, 1])],
@@ -110,12 +112,12 @@ fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_r
     assert_eq!(state(&store, gang), JobState::Running);
     // Node a reports worker 0 failed; node b is then told to stop worker 1 (no longer assigned).
     store
-        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(1) }], 40))
+        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(1) }]), 40)
         .expect("hb");
     assert_eq!(state(&store, w0), JobState::Failed);
     assert!(
         store
-            .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: None }], 41))
+            .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: None }]), 41)
             .expect("hb")
             .is_empty()
     );
@@ -123,7 +125,7 @@ fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_r
     let killed =
         Some(JobExit { exit_code: None, reason: Some("killed by signal 15".into()), timed_out: false });
     store
-        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: killed }], 42))
+        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: killed }]), 42)
         .expect("hb");
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!(g.state, JobState::Pending, "{g:?}");
@@ -139,10 +141,10 @@ fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_r
     store.place_gang(&gp).expect("place again");
     start(&store, w0, w1, epoch, 2);
     store
-        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 2, exit: exit(3) }], 60))
+        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 2, exit: exit(3) }]), 60)
         .expect("hb");
     store
-        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 2, exit: exit(143) }], 61))
+        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 2, exit: exit(143) }]), 61)
         .expect("hb");
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!((g.state, g.exit_code), (JobState::Failed, Some(3)), "{g:?}");
@@ -159,7 +161,7 @@ fn a_node_reports_only_its_own_workers() {
         JobReport { job_id: w1, attempt: 1, exit: exit(1) },
         JobReport { job_id: gang, attempt: 1, exit: exit(0) },
     ];
-    store.heartbeat(&hb("a", epoch, forged, 40)).expect("hb");
+    store.heartbeat(&hb("a", epoch, forged), 40).expect("hb");
     assert_eq!([state(&store, gang), state(&store, w1)], [JobState::Running; 2]);
 }
 
@@ -169,11 +171,11 @@ fn every_worker_succeeding_is_the_gang_succeeding() {
     let (gang, w0, w1, epoch) = placed_gang(&store);
     start(&store, w0, w1, epoch, 1);
     store
-        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(0) }], 40))
+        .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(0) }]), 40)
         .expect("hb");
     assert_eq!(state(&store, gang), JobState::Running);
     store
-        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: exit(0) }], 41))
+        .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: exit(0) }]), 41)
         .expect("hb");
     assert_eq!(state(&store, gang), JobState::Succeeded);
 }
@@ -186,13 +188,13 @@ fn cancelling_a_worker_cancels_the_whole_gang() {
     store.cancel(w1, 40).expect("cancel");
     assert!(
         store
-            .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: None }], 41))
+            .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: None }]), 41)
             .expect("hb")
             .is_empty()
     );
     // Neither node reports its worker any more: the agents stopped them.
-    store.heartbeat(&hb("a", epoch, vec![], 42)).expect("hb");
-    store.heartbeat(&hb("b", epoch, vec![], 42)).expect("hb");
+    store.heartbeat(&hb("a", epoch, vec![]), 42).expect("hb");
+    store.heartbeat(&hb("b", epoch, vec![]), 42).expect("hb");
     assert_eq!([state(&store, gang), state(&store, w0), state(&store, w1)], [JobState::Cancelled; 3]);
 }
 
@@ -202,8 +204,8 @@ fn a_preempted_gang_is_requeued_whole_without_spending_a_retry_and_a_lost_node_s
     let (gang, w0, w1, epoch) = placed_gang(&store);
     start(&store, w0, w1, epoch, 1);
     store.preempt(w0, "preempted by job 99 (priority 100 over 0)", 40).expect("preempt via a worker");
-    store.heartbeat(&hb("a", epoch, vec![], 41)).expect("hb");
-    store.heartbeat(&hb("b", epoch, vec![], 41)).expect("hb");
+    store.heartbeat(&hb("a", epoch, vec![]), 41).expect("hb");
+    store.heartbeat(&hb("b", epoch, vec![]), 41).expect("hb");
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!(g.state, JobState::Pending);
     assert!(g.reason.unwrap_or_default().contains("priority 100 over 0"));
@@ -218,14 +220,14 @@ fn a_preempted_gang_is_requeued_whole_without_spending_a_retry_and_a_lost_node_s
         };
         store.place_gang(&gp).expect("place again");
         store
-            .heartbeat(&hb("a", epoch_a, vec![JobReport { job_id: w0, attempt, exit: None }], 60))
+            .heartbeat(&hb("a", epoch_a, vec![JobReport { job_id: w0, attempt, exit: None }]), 60)
             .expect("hb");
         store
-            .heartbeat(&hb("b", epoch_b, vec![JobReport { job_id: w1, attempt, exit: None }], 60))
+            .heartbeat(&hb("b", epoch_b, vec![JobReport { job_id: w1, attempt, exit: None }]), 60)
             .expect("hb");
         register(&store, "b", 2);
         assert_eq!(state(&store, gang), JobState::Running, "worker 0 still has to stop");
-        store.heartbeat(&hb("a", epoch_a, vec![], 70)).expect("hb");
+        store.heartbeat(&hb("a", epoch_a, vec![]), 70).expect("hb");
         assert_eq!(state(&store, gang), expected);
     }
 }
@@ -238,21 +240,23 @@ fn a_gangs_master_addr_is_the_address_rank_zeros_node_advertises() {
         .map(|i| GpuInfo { uuid: format!("GPU-b-{i}"), index: i, model: "A100".into(), memory_mib: 81920 })
         .collect();
     let reg = NodeRegistration {
-        attempts: Vec::new(),
-        node_id: "b".into(),
-        hostname: "host-b".into(),
-        advertise_addr: Some("10.1.2.3".into()),
-        network: Default::default(),
-        job_defaults: None,
-        cpu_milli: 8000,
-        memory_mib: 1000,
-        gpus,
+        request: RegisterRequest {
+            attempts: Vec::new(),
+            node_id: "b".into(),
+            hostname: "host-b".into(),
+            advertise_addr: Some("10.1.2.3".into()),
+            network: Default::default(),
+            job_defaults: None,
+            cpu_milli: 8000,
+            memory_mib: 1000,
+            gpus,
+        },
         at: 10,
     };
     assert_eq!(store.register_node(&reg).expect("register"), epoch);
     let node = store.nodes().expect("nodes").into_iter().find(|n| n.id == "b").expect("node b");
     assert_eq!(node.advertise_addr.as_deref(), Some("10.1.2.3"));
-    let (gang, _) = store.submit(&NewJob { replicas: 2, ..new_job("g", 2, 0) }).expect("submit");
+    let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
     let (w0, w1) = (gang + 1, gang + 2);
     let gp = GangPlacement {
         gang_id: gang,
@@ -264,4 +268,11 @@ fn a_gangs_master_addr_is_the_address_rank_zeros_node_advertises() {
         let worker = store.job(id).expect("get").expect("worker").gang.expect("a worker");
         assert_eq!(worker.master_addr.as_deref(), Some("10.1.2.3"), "rank 0 runs on b");
     }
+}
+
+/// A gang of `replicas` workers of `gpus` GPUs each.
+fn gang(key: &str, replicas: u32, gpus: u32) -> NewJob {
+    let mut job = new_job(key, gpus, 0);
+    job.spec.replicas = Some(replicas);
+    job
 }

@@ -63,14 +63,14 @@ fn a_job_runs_and_succeeds_through_agent_reports_and_releases_its_gpu() {
     let epoch = register(&store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
-    let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![], at: 30 };
-    let assigned = store.heartbeat(&hb).expect("heartbeat");
+    let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![] };
+    let assigned = store.heartbeat(&hb, 30).expect("heartbeat");
     assert_eq!(assigned.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
     hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
-    store.heartbeat(&hb).expect("heartbeat");
+    store.heartbeat(&hb, 30).expect("heartbeat");
     assert_eq!(store.job(id).expect("get").map(|j| j.state), Some(JobState::Running));
     hb.jobs[0].exit = Some(JobExit { exit_code: Some(0), reason: None, timed_out: false });
-    assert!(store.heartbeat(&hb).expect("heartbeat").is_empty());
+    assert!(store.heartbeat(&hb, 30).expect("heartbeat").is_empty());
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!((job.state, job.gpu_uuids), (JobState::Succeeded, vec!["GPU-0".to_owned()]));
     assert!(store.allocations(true).expect("held").is_empty());
@@ -125,9 +125,8 @@ fn a_job_that_ends_between_two_heartbeats_is_recorded_as_having_run() {
         epoch,
         gpus: vec![],
         jobs: vec![JobReport { job_id: id, attempt: 1, exit }],
-        at: 40,
     };
-    store.heartbeat(&hb).expect("heartbeat");
+    store.heartbeat(&hb, 40).expect("heartbeat");
     let states: Vec<JobState> = store.transitions(id).expect("transitions").iter().map(|t| t.to).collect();
     assert_eq!(states, [JobState::Pending, JobState::Scheduled, JobState::Running, JobState::Succeeded]);
     assert_eq!(store.job(id).expect("get").and_then(|j| j.started_at), Some(40));
@@ -161,15 +160,15 @@ fn each_attempt_is_kept_with_its_node_times_and_end_and_its_transitions_are_tagg
     let epoch = register(&store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
-    let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![], at: 30 };
+    let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![] };
     hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
-    store.heartbeat(&hb).expect("heartbeat");
+    store.heartbeat(&hb, 30).expect("heartbeat");
     // The agent comes back without the attempt: it was lost, and the job is requeued.
     let epoch = register(&store, 1);
     store.place(&Placement { at: 40, ..whole(id, epoch, &["GPU-0"]) }).expect("place again");
     let exit = Some(JobExit { exit_code: Some(4), reason: None, timed_out: false });
-    hb = Heartbeat { epoch, jobs: vec![JobReport { job_id: id, attempt: 2, exit }], at: 50, ..hb };
-    store.heartbeat(&hb).expect("heartbeat");
+    hb = Heartbeat { epoch, jobs: vec![JobReport { job_id: id, attempt: 2, exit }], ..hb };
+    store.heartbeat(&hb, 50).expect("heartbeat");
     let attempts = store.attempts(id).expect("attempts");
     let summary: Vec<_> = attempts
         .iter()

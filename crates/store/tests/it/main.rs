@@ -17,16 +17,15 @@ pub fn open() -> (tempfile::TempDir, SqliteStore) {
 }
 
 pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
-    NewJob {
+    let spec = SubmitRequest {
         request_id: Some(key.to_owned()),
-        team: "default".into(),
-        name: key.into(),
         command: vec!["true".into()],
-        request: JobRequest { gpus, gpu_memory_mib: memory, ..JobRequest::default() },
-        max_retries: 1,
-        submitted_at: 1,
-        ..NewJob::default()
-    }
+        gpus: GpuRange::count(gpus),
+        gpu_memory_mib: memory,
+        max_retries: Some(1),
+        ..SubmitRequest::default()
+    };
+    NewJob { spec, team: "default".into(), name: key.into(), submitted_at: 1, ..NewJob::default() }
 }
 
 pub fn register(store: &SqliteStore, gpus: u32) -> u64 {
@@ -34,15 +33,17 @@ pub fn register(store: &SqliteStore, gpus: u32) -> u64 {
         .map(|i| GpuInfo { uuid: format!("GPU-{i}"), index: i, model: "A100-80GB".into(), memory_mib: 81920 })
         .collect();
     let reg = NodeRegistration {
-        attempts: Vec::new(),
-        node_id: "n1".into(),
-        hostname: "h".into(),
-        advertise_addr: None,
-        network: Default::default(),
-        job_defaults: None,
-        cpu_milli: 8000,
-        memory_mib: 1000,
-        gpus,
+        request: RegisterRequest {
+            attempts: Vec::new(),
+            node_id: "n1".into(),
+            hostname: "h".into(),
+            advertise_addr: None,
+            network: Default::default(),
+            job_defaults: None,
+            cpu_milli: 8000,
+            memory_mib: 1000,
+            gpus,
+        },
         at: 10,
     };
     store.register_node(&reg).expect("register")

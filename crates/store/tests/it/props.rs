@@ -59,8 +59,8 @@ proptest! {
                     let Some(j) = jobs.get(job).and_then(|id| store.job(*id).expect("get")) else { continue };
                     let exit = Some(JobExit { exit_code: Some(0), reason: None, timed_out: false });
                     let report = JobReport { job_id: j.id, attempt: j.attempt, exit };
-                    let hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![report], at: 2 };
-                    store.heartbeat(&hb).expect("heartbeat");
+                    let hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![report] };
+                    store.heartbeat(&hb, 2).expect("heartbeat");
                 }
                 Op::LoseNode => {
                     store.expire_nodes(i64::MAX, 3).expect("expire");

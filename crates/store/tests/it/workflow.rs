@@ -13,7 +13,8 @@ fn entry() -> AuditEntry {
 #[test]
 fn an_array_is_one_job_per_index_and_its_first_members_id_is_the_arrays() {
     let (_dir, store) = open();
-    let spec = NewJob { array: Some(ArraySpec::parse("0-4%2").expect("valid")), ..new_job("arr", 1, 0) };
+    let mut spec = new_job("arr", 1, 0);
+    spec.spec.array = Some(ArraySpec::parse("0-4%2").expect("valid"));
     let (head, created) = store.submit(&spec).expect("submit");
     assert!(created);
     let members = store.jobs(&JobFilter { array: Some(head), ..JobFilter::default() }).expect("list");
@@ -29,7 +30,8 @@ fn an_array_is_one_job_per_index_and_its_first_members_id_is_the_arrays() {
 fn cancelling_an_array_cancels_every_unfinished_member_and_only_those() {
     let (_dir, store) = open();
     let other = store.submit(&new_job("other", 1, 0)).expect("submit").0;
-    let spec = NewJob { array: Some(ArraySpec::parse("1,3,5").expect("valid")), ..new_job("arr", 1, 0) };
+    let mut spec = new_job("arr", 1, 0);
+    spec.spec.array = Some(ArraySpec::parse("1,3,5").expect("valid"));
     let head = store.submit(&spec).expect("submit").0;
     let members = store.jobs(&JobFilter { array: Some(head), ..JobFilter::default() }).expect("list");
     store.cancel(members[1].id, 5).expect("cancel one");
@@ -48,9 +50,10 @@ fn cancelling_an_array_cancels_every_unfinished_member_and_only_those() {
 #[test]
 fn a_label_selector_keeps_the_jobs_carrying_every_pair() {
     let (_dir, store) = open();
-    let labelled = |key: &str, pairs: &[(&str, &str)]| NewJob {
-        labels: pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-        ..new_job(key, 0, 0)
+    let labelled = |key: &str, pairs: &[(&str, &str)]| {
+        let mut job = new_job(key, 0, 0);
+        job.spec.labels = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        job
     };
     let a = store.submit(&labelled("a", &[("exp", "lr"), ("seed", "1")])).expect("a").0;
     let b = store.submit(&labelled("b", &[("exp", "lr")])).expect("b").0;
@@ -75,7 +78,9 @@ fn a_label_selector_keeps_the_jobs_carrying_every_pair() {
 fn a_job_whose_dependency_failed_ends_cancelled_with_the_reason() {
     let (_dir, store) = open();
     let dep = Dependency { kind: DependencyKind::Ok, job: 1 };
-    let id = store.submit(&NewJob { after: vec![dep], ..new_job("a", 0, 0) }).expect("submit").0;
+    let mut job = new_job("a", 0, 0);
+    job.spec.after = vec![dep];
+    let id = store.submit(&job).expect("submit").0;
     assert_eq!(store.job(id).expect("get").expect("exists").after, [dep]);
     store.dependency_failed(id, "dependency 1 failed", 60).expect("end");
     let job = store.job(id).expect("get").expect("exists");
@@ -123,8 +128,8 @@ fn gpu_time_used_equals_the_samples_replayed_independently() {
         let done = JobExit { exit_code: Some(0), reason: None, timed_out: false };
         let reports: Vec<JobReport> =
             exit.map(|job| JobReport { job_id: job, attempt: 1, exit: Some(done) }).into_iter().collect();
-        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: reports, logs: vec![], at };
-        store.heartbeat(&hb).expect("heartbeat");
+        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: reports, logs: vec![] };
+        store.heartbeat(&hb, at).expect("heartbeat");
     }
     for since in [0, 3_600_000] {
         let expected = replay(&plan, &beats, since);
@@ -203,7 +208,7 @@ fn heartbeat_cost_of_the_used_gpu_time_ledger() {
                 .collect();
             let at = start + k * 1000;
             store
-                .heartbeat(&Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![], at })
+                .heartbeat(&Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![] }, at)
                 .expect("hb");
         }
         began.elapsed().as_secs_f64() / f64::from(beats as u32)

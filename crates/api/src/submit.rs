@@ -1,0 +1,280 @@
+//! A job submission, typed: what the CLI builds, what travels, what the server checks and the
+//! store keeps ([`SubmitRequest`]).
+//!
+//! Each field arrives as the value it means: a GPU count or range ([`GpuRange`]), the array's
+//! indices ([`ArraySpec`]), its dependencies ([`Dependency`]). Text such as `0-99%8` or `2..8` is
+//! parsed once, where it is typed (the CLI, a job file), and a value that does not parse never
+//! becomes a request. The JSON keeps the shape it had before the fields were typed, so scripts
+//! that post it need no change: `"gpus": 2, "gpus_max": 8` is the range `2..8` and `"array":
+//! "0-99%8"` the array; a bad array is refused while the body is read (422, naming `array`).
+//! The JSON form is `SubmitJson`, private to this module; serde converts through it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::elastic::GpuRange;
+use crate::model::JobRequest;
+use crate::workflow::{ArraySpec, Dependency};
+
+/// A job submission.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SubmitJson", into = "SubmitJson")]
+pub struct SubmitRequest {
+    /// argv; the first element is the program.
+    pub command: Vec<String>,
+    /// Whole GPUs: a count, or a range for an elastic job (one node, `gpus` to `gpus_max` on the
+    /// wire). For a gang, each worker's.
+    pub gpus: GpuRange,
+    /// A slice of one GPU with this much memory, MiB (0: no slice).
+    pub gpu_memory_mib: u64,
+    /// Compute share of the slice, percent (0: not limited).
+    pub gpu_compute_pct: u32,
+    /// CPU, milli-cores.
+    pub cpu_milli: u64,
+    /// Host memory, MiB.
+    pub memory_mib: u64,
+    /// Team (default: the token's team, else `default`).
+    pub team: Option<String>,
+    /// Higher runs first (-1000..=1000).
+    pub priority: i32,
+    /// Display name (default: the program's name).
+    pub name: Option<String>,
+    /// Placements lost to node or GPU failures before the job fails (default 3).
+    pub max_retries: Option<u32>,
+    /// Idempotency key: a retried submission with the same key returns the same job.
+    pub request_id: Option<String>,
+    /// Environment variables for the job.
+    pub env: BTreeMap<String, String>,
+    /// Queue the job even when no registered node could ever hold what it asks for.
+    pub wait_for_capacity: bool,
+    /// Longest a run may take, seconds.
+    pub time_limit_s: Option<u64>,
+    /// A job array: its indices and how many members may run at once.
+    pub array: Option<ArraySpec>,
+    /// Jobs to wait for.
+    pub after: Vec<Dependency>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Acceptable GPU models (empty: any).
+    pub gpu_models: Vec<String>,
+    /// Where the job starts, relative to its private directory.
+    pub workdir: Option<String>,
+    /// Workers of a gang (None or 1: a job of one worker).
+    pub replicas: Option<u32>,
+}
+
+impl SubmitRequest {
+    /// What the job asks of a node, as the store and the scheduler keep it.
+    pub fn resources(&self) -> JobRequest {
+        JobRequest {
+            gpus: self.gpus.min,
+            gpus_max: self.gpus.max,
+            gpu_memory_mib: self.gpu_memory_mib,
+            gpu_compute_pct: self.gpu_compute_pct,
+            cpu_milli: self.cpu_milli,
+            memory_mib: self.memory_mib,
+        }
+    }
+
+    /// Workers of the job: 1 unless it is a gang.
+    pub fn workers(&self) -> u32 {
+        self.replicas.unwrap_or(1).max(1)
+    }
+}
+
+impl TryFrom<SubmitJson> for SubmitRequest {
+    type Error = String;
+
+    fn try_from(j: SubmitJson) -> Result<Self, String> {
+        Ok(Self {
+            command: j.command,
+            gpus: GpuRange { min: j.gpus, max: j.gpus_max },
+            gpu_memory_mib: j.gpu_memory_mib,
+            gpu_compute_pct: j.gpu_compute_pct,
+            cpu_milli: j.cpu_milli,
+            memory_mib: j.memory_mib,
+            team: j.team,
+            priority: j.priority,
+            name: j.name,
+            max_retries: j.max_retries,
+            request_id: j.request_id,
+            env: j.env,
+            wait_for_capacity: j.wait_for_capacity,
+            time_limit_s: j.time_limit_s,
+            array: j.array.as_deref().map(ArraySpec::parse).transpose()?,
+            after: j.after,
+            labels: j.labels,
+            gpu_models: j.gpu_models,
+            workdir: j.workdir,
+            replicas: j.replicas,
+        })
+    }
+}
+
+impl From<SubmitRequest> for SubmitJson {
+    fn from(r: SubmitRequest) -> Self {
+        Self {
+            command: r.command,
+            gpus: r.gpus.min,
+            gpus_max: r.gpus.max,
+            gpu_memory_mib: r.gpu_memory_mib,
+            gpu_compute_pct: r.gpu_compute_pct,
+            cpu_milli: r.cpu_milli,
+            memory_mib: r.memory_mib,
+            team: r.team,
+            priority: r.priority,
+            name: r.name,
+            max_retries: r.max_retries,
+            request_id: r.request_id,
+            env: r.env,
+            wait_for_capacity: r.wait_for_capacity,
+            time_limit_s: r.time_limit_s,
+            array: r.array.map(|a| a.to_string()),
+            after: r.after,
+            labels: r.labels,
+            gpu_models: r.gpu_models,
+            workdir: r.workdir,
+            replicas: r.replicas,
+        }
+    }
+}
+
+/// The OpenAPI document describes the JSON form, under the name clients know.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for SubmitRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <SubmitJson as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for SubmitRequest {
+    fn name() -> std::borrow::Cow<'static, str> {
+        <SubmitJson as utoipa::ToSchema>::name()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        <SubmitJson as utoipa::ToSchema>::schemas(schemas);
+    }
+}
+
+// The JSON form the HTTP API has always taken (`gpus` and `gpus_max`, `array` as Slurm's
+// text), which `SubmitRequest` reads and writes; its doc comments are the OpenAPI document's.
+/// A job submission.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = SubmitRequest))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SubmitJson {
+    /// argv; the first element is the program.
+    command: Vec<String>,
+    /// Whole GPUs; for an elastic job, its minimum.
+    #[serde(default)]
+    gpus: u32,
+    /// Makes the job elastic: it runs on one node with `gpus` to `gpus_max` whole GPUs
+    /// (`--gpus 2..8` is `"gpus": 2, "gpus_max": 8`). The scheduler starts it at `gpus`, grows
+    /// it onto idle GPUs when no job waits for them and shrinks it back (never below `gpus`)
+    /// when one does; each resize stops it (SIGTERM, then the grace period, to checkpoint) and
+    /// starts a new attempt with `WORLD_SIZE` and `CUDA_VISIBLE_DEVICES` set to its new width.
+    /// At least `gpus`, at most the GPUs of the largest node (422 otherwise); not with a slice
+    /// or `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gpus_max: Option<u32>,
+    /// A slice of one GPU with this much memory, MiB (not with `gpus`).
+    #[serde(default)]
+    gpu_memory_mib: u64,
+    /// Compute share of the slice, percent.
+    #[serde(default)]
+    gpu_compute_pct: u32,
+    /// CPU, milli-cores.
+    #[serde(default)]
+    cpu_milli: u64,
+    /// Host memory, MiB.
+    #[serde(default)]
+    memory_mib: u64,
+    /// Team (default: the token's team, else `default`).
+    team: Option<String>,
+    /// Higher runs first (-1000..=1000).
+    #[serde(default)]
+    priority: i32,
+    /// Display name (default: the program's name).
+    name: Option<String>,
+    /// Placements lost to node or GPU failures before the job fails (default 3).
+    max_retries: Option<u32>,
+    /// Idempotency key: a retried submission with the same key returns the same job.
+    request_id: Option<String>,
+    /// Environment variables for the job (not `GANTRY_*`, `CUDA_MPS_*` or
+    /// `CUDA_VISIBLE_DEVICES`, which Gantry sets). Nothing of the agent's environment reaches it.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Queue the job even when no registered node could ever hold what it asks for (a larger
+    /// node may join later). Without it such a submission is refused with the reason (422).
+    #[serde(default)]
+    wait_for_capacity: bool,
+    /// Longest a run may take, seconds (1 to 31 days); then SIGTERM, the grace period, SIGKILL,
+    /// and the job ends in state `timeout`. None: no limit.
+    time_limit_s: Option<u64>,
+    /// A job array in Slurm's syntax: `0-99`, `1,3,5`, `0-99%8` (at most 8 members at once).
+    /// One job per index, with `GANTRY_ARRAY_INDEX` and `GANTRY_ARRAY_ID` in its environment;
+    /// the response's id is the array's (its first member's).
+    array: Option<String>,
+    /// Jobs to wait for: the job starts once each has ended as asked; if one cannot any more
+    /// (an `ok` dependency failed) the job is cancelled with the reason. Only jobs of teams the
+    /// caller sees (404 otherwise).
+    #[serde(default)]
+    after: Vec<crate::workflow::Dependency>,
+    /// Labels (`key: value`, selectable with `GET /v1/jobs?label=key=value`).
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    /// Acceptable GPU models, e.g. `["A100", "H100"]` (empty: any); refused when no registered
+    /// node has one, unless `wait_for_capacity`.
+    #[serde(default)]
+    gpu_models: Vec<String>,
+    /// Where the job starts: a relative path inside its private directory, created for it
+    /// (no `..`, not absolute).
+    workdir: Option<String>,
+    /// Workers of a gang (2 to 256), each asking for `gpus` whole GPUs, placed all at once:
+    /// on one node when one has room, else on the fewest nodes. Each worker gets `RANK`,
+    /// `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`; one failed worker ends the
+    /// whole gang. None or 1: a job of one worker.
+    #[serde(default)]
+    replicas: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::DependencyKind;
+
+    #[test]
+    fn the_json_of_before_the_fields_were_typed_still_reads() {
+        let old = r#"{"command": ["train"], "gpus": 2, "gpus_max": 8, "array": "0-3,7%2",
+            "after": [{"kind": "ok", "job": 12}]}"#;
+        let r: SubmitRequest = serde_json::from_str(old).expect("old form");
+        assert_eq!(r.gpus, GpuRange { min: 2, max: Some(8) });
+        assert_eq!(r.array, Some(ArraySpec { indices: vec![0, 1, 2, 3, 7], max_running: Some(2) }));
+        assert_eq!(r.after, [Dependency { kind: DependencyKind::Ok, job: 12 }]);
+        let back = serde_json::to_value(&r).expect("json");
+        assert_eq!((back["gpus"].clone(), back["gpus_max"].clone()), (2.into(), 8.into()));
+        assert_eq!(back["array"], "0-3,7%2");
+        assert_eq!(serde_json::from_value::<SubmitRequest>(back).expect("round trip"), r);
+    }
+
+    #[test]
+    fn a_bad_array_or_an_unknown_field_is_refused_while_reading() {
+        let err = serde_json::from_str::<SubmitRequest>(r#"{"command": ["x"], "array": "9-0"}"#)
+            .expect_err("counts down");
+        assert!(err.to_string().starts_with("array: "), "{err}");
+        let err =
+            serde_json::from_str::<SubmitRequest>(r#"{"command": ["x"], "gpu": 1}"#).expect_err("unknown");
+        assert!(err.to_string().contains("unknown field `gpu`"), "{err}");
+    }
+
+    #[test]
+    fn the_resources_are_what_the_store_keeps() {
+        let r =
+            SubmitRequest { gpus: GpuRange { min: 1, max: Some(4) }, memory_mib: 512, ..Default::default() };
+        let j = r.resources();
+        assert_eq!((j.gpus, j.gpus_max, j.memory_mib, r.workers()), (1, Some(4), 512, 1));
+    }
+}
