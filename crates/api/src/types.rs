@@ -510,6 +510,31 @@ pub struct NodeView {
     pub gpus_unhealthy: u32,
 }
 
+/// Apply a job file (`POST /v1/jobs/apply`): the job's `name` is its identity in its team.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ApplyRequest {
+    /// The job the file declares; `name` and `request_id` (the file's digest) are required.
+    pub job: SubmitRequest,
+    /// Cancel a started job and submit the file anew instead of refusing (`--replace`).
+    #[serde(default)]
+    pub replace: bool,
+}
+
+/// What applying did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApplyResponse {
+    /// The job (or array) id the file stands for now.
+    pub id: JobId,
+    /// `created`, `unchanged`, `configured` (updated in place) or `replaced`.
+    pub action: String,
+    /// The job it replaced, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<JobId>,
+}
+
 /// Cordon, uncordon or drain a node (`PUT /v1/nodes/{id}/scheduling`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -29,6 +29,16 @@ pub enum Command {
         /// Who asks.
         by: Principal,
     },
+    /// Apply a job file (`gantry apply`): create, leave, update in place or replace the team's
+    /// job of that name.
+    Apply {
+        /// The job, named, with the file's digest as request id.
+        job: Box<NewJob>,
+        /// Whether a started job may be cancelled and submitted anew.
+        replace: bool,
+        /// Who asks.
+        by: Principal,
+    },
     /// Cancel a job (or every unfinished member of its array).
     Cancel {
         /// The job.
@@ -163,6 +173,8 @@ pub enum Outcome {
     Assignments(Vec<Job>),
     /// Nodes just marked lost.
     Expired(Vec<String>),
+    /// What applying a job file did.
+    Applied(gantry_store::Applied),
 }
 
 impl App {
@@ -171,6 +183,7 @@ impl App {
         let wakes = matches!(
             command,
             Command::Submit { .. }
+                | Command::Apply { .. }
                 | Command::Cancel { .. }
                 | Command::RegisterNode { .. }
                 | Command::SetTeam { .. }
@@ -225,6 +238,15 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
                 .and_then(|()| pending_room(store, &job));
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
             audited(store, check, Change::Submit(job), entry)
+        }
+        Command::Apply { job, replace, by } => {
+            let team = job.team.clone();
+            let check = by
+                .require_member_of(&team)
+                .and_then(|()| within_ceiling(store, &job, &by))
+                .and_then(|()| pending_room(store, &job));
+            let entry = entry(&by, "job.apply", format!("team/{team}"), Some(&team), now);
+            audited(store, check, Change::Apply { job, replace }, entry)
         }
         Command::Cancel { id, array, by } => cancel(store, id, array, &by, now),
         Command::SetTeam { team, by } => {
@@ -422,6 +444,7 @@ fn audited(
     refuse_unless(store, check, entry.clone())?;
     Ok(match store.apply(change, entry)? {
         Changed::Submitted { id, created } => Outcome::Submitted { id, created },
+        Changed::Applied(applied) => Outcome::Applied(applied),
         Changed::Job(job) => Outcome::Job(job),
         Changed::Token(id) => Outcome::Token(id),
         Changed::Registered(epoch) => Outcome::Registered(epoch),

@@ -1,18 +1,21 @@
 //! `gantry apply -f job.yaml`: the fields of `gantry submit` declared in a file, as `kubectl
 //! apply` does for objects.
 //!
-//! Applying is idempotent: the submission's request id is a digest of the file's meaning (the
-//! parsed fields, not its spacing or comments), the server and the user, so applying the same
-//! file again finds the job it made (`job 12 unchanged`) and a changed file makes a new job. A
-//! job is not changed in place: what runs is what was submitted. A field the file does not know
-//! is an error with its line, as is bad YAML.
+//! A file's `name` is its job's identity in the team. Applying the same file again (its meaning:
+//! the parsed fields and the script it names, not spacing or comments) says `unchanged`; a
+//! changed file updates the job or array in place while none of it has started (`configured`,
+//! same id); a started one is refused with a sentence unless `--replace`, which cancels what has
+//! not ended and submits the file anew (`replaced`); after the job has ended the file makes a new
+//! one (`created`). A file without a name keeps the older rule: the same file finds the job it
+//! made, a changed one makes another. A field the file does not know is an error with its line,
+//! as is bad YAML.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_api::types::{SubmitRequest, WhoAmI};
+use gantry_api::types::{ApplyRequest, ApplyResponse, SubmitRequest, WhoAmI};
 use gantry_api::workflow::{self, ArraySpec};
 use serde::{Deserialize, Serialize};
 
@@ -32,13 +35,18 @@ use super::draft::{JobDraft, Program};
   labels: {exp: lr-sweep}
   env: {OMP_NUM_THREADS: \"8\"}
   workdir: out
-Then: gantry apply -f job.yaml      # again: `unchanged`, the same job")]
+Then: gantry apply -f job.yaml      # again: `unchanged`; edited: `configured` while pending
+      gantry apply --replace -f job.yaml   # a started job: cancel it and submit the file anew")]
 pub struct ApplyArgs {
     #[command(flatten)]
     server: ServerArgs,
     /// The job file (YAML; `-` reads stdin).
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     file: PathBuf,
+    /// When the file's job has started: cancel what has not ended and submit the file anew
+    /// (without it, a changed file for a started job is refused).
+    #[arg(long)]
+    replace: bool,
 }
 
 /// A job file. Sizes in the units `submit` takes: cores, MiB.
@@ -126,9 +134,19 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
     let who: WhoAmI = block_on(api.get("/v1/whoami"))??;
     let scope = format!("{} {}", api.base(), who.user.unwrap_or_default());
     let body = request(file, &base, &scope)?;
-    let resp = super::submit::send(&api, &body)?;
     let what = if body.array.is_some() { "array" } else { "job" };
-    println!("{what} {} {}", resp.id, if resp.created { "created" } else { "unchanged" });
+    if body.name.is_none() {
+        let resp = super::submit::send(&api, &body)?;
+        println!("{what} {} {}", resp.id, if resp.created { "created" } else { "unchanged" });
+        eprintln!("hint: a `name:` makes the file's job updatable in place by the next apply");
+        return Ok(());
+    }
+    let req = ApplyRequest { job: body, replace: args.replace };
+    let resp: ApplyResponse = block_on(api.post("/v1/jobs/apply", &req))??;
+    match resp.replaced {
+        Some(old) => println!("{what} {} {} (job {old} cancelled)", resp.id, resp.action),
+        None => println!("{what} {} {}", resp.id, resp.action),
+    }
     Ok(())
 }
 
@@ -141,8 +159,14 @@ pub fn parse(text: &str) -> anyhow::Result<JobFile> {
 /// The submission a job file stands for; its request id is the digest of the file and `scope`
 /// (the server and the user).
 pub fn request(file: JobFile, base: &Path, scope: &str) -> anyhow::Result<SubmitRequest> {
-    let digest = digest(&format!("{scope}\n{}", serde_json::to_string(&file)?));
-    draft(file, base)?.resolve(format!("apply-{digest}"))
+    let mut meaning = format!("{scope}\n{}", serde_json::to_string(&file)?);
+    let draft = draft(file, base)?;
+    // A script's text is part of the job: editing it is a change of the file's job.
+    if let Program::Script { text, .. } = &draft.program {
+        meaning.push('\n');
+        meaning.push_str(text);
+    }
+    draft.resolve(format!("apply-{}", digest(&meaning)))
 }
 
 /// The job a file describes (a script it names is read, beside the file); each bad value is

@@ -321,3 +321,68 @@ fn every_new_flag_is_in_help_with_an_example() {
         }
     }
 }
+
+#[test]
+fn applying_an_edited_job_file_updates_the_pending_array_in_place_and_a_started_job_needs_replace() {
+    // One GPU held by a blocker: the array stays pending while it is edited.
+    let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
+    let blocker = cluster.gantry(&["submit", "--gpus", "1", "--", "sleep", "120"]).trim().to_owned();
+    until_state(&cluster, &blocker, "running");
+    let file = cluster.home.path().join("sweep.yaml");
+    let path = file.display().to_string();
+    std::fs::write(&file, "name: sweep\ncommand: [echo, one]\ngpus: 1\narray: 0-3\n").expect("write");
+    let said = cluster.gantry(&["apply", "-f", &path]);
+    let id = said.strip_prefix("array ").and_then(|s| s.strip_suffix(" created\n")).expect(&said).to_owned();
+    assert_eq!(cluster.gantry(&["apply", "-f", &path]), format!("array {id} unchanged\n"));
+
+    // Edited: the same array, its command and indices changed in place; no second array.
+    std::fs::write(&file, "name: sweep\ncommand: [echo, two]\ngpus: 1\narray: 0-1,5\npriority: 5\n")
+        .expect("write");
+    assert_eq!(cluster.gantry(&["apply", "-f", &path]), format!("array {id} configured\n"));
+    let members: Vec<serde_json::Value> =
+        serde_json::from_str(&cluster.gantry(&["jobs", "-o", "json"])).expect("jobs json");
+    let sweep: Vec<&serde_json::Value> = members.iter().filter(|j| j["name"] == "sweep").collect();
+    let live: Vec<u64> = sweep
+        .iter()
+        .filter(|j| j["state"] == "pending")
+        .filter_map(|j| j["array"]["index"].as_u64())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(live, [0, 1, 5], "{sweep:?}");
+    assert!(sweep.iter().all(|j| j["array"]["id"].as_i64() == id.parse().ok()), "one array: {sweep:?}");
+    assert!(
+        sweep
+            .iter()
+            .filter(|j| j["state"] == "pending")
+            .all(|j| j["command"] == serde_json::json!(["echo", "two"]) && j["priority"] == 5),
+        "{sweep:?}"
+    );
+    let dropped = sweep.iter().filter(|j| j["state"] == "cancelled").count();
+    assert_eq!(dropped, 2, "indices 2 and 3 left the array: {sweep:?}");
+
+    // A started job: refused with the way out, then replaced.
+    cluster.gantry(&["cancel", &blocker]);
+    let first =
+        sweep.iter().find(|j| j["array"]["index"] == 0).and_then(|j| j["id"].as_i64()).expect("member 0");
+    until_state(&cluster, &first.to_string(), "succeeded");
+    let job = cluster.home.path().join("long.yaml");
+    let long = job.display().to_string();
+    std::fs::write(&job, "name: long\ncommand: [sleep, '100']\n").expect("write");
+    let said = cluster.gantry(&["apply", "-f", &long]);
+    let old = said.strip_prefix("job ").and_then(|s| s.strip_suffix(" created\n")).expect(&said).to_owned();
+    until_state(&cluster, &old, "running");
+    std::fs::write(&job, "name: long\ncommand: [sleep, '200']\n").expect("write");
+    let refused = cluster.try_gantry(&["apply", "-f", &long]);
+    let err = text(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("--replace") && err.contains(&format!("job {old}")),
+        "{err}"
+    );
+    let said = cluster.gantry(&["apply", "--replace", "-f", &long]);
+    assert!(said.contains("replaced") && said.contains(&format!("(job {old} cancelled)")), "{said}");
+    let new = said.split_whitespace().nth(1).expect("id").to_owned();
+    until_state(&cluster, &new, "running");
+    until_state(&cluster, &old, "cancelled");
+    cluster.gantry(&["cancel", &new]);
+}

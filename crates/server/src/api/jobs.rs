@@ -30,16 +30,55 @@ pub async fn submit(
     Extension(who): Extension<Principal>,
     Body(req): Body<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
-    let job = new_job(req, &who)?;
-    disk_floor(&app)?;
+    let job = checked(&app, &who, req).await?;
+    match app.dispatch(Command::Submit { job: Box::new(job), by: who }).await? {
+        Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
+        other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
+    }
+}
+
+/// Apply a job file (`gantry apply`): the team's job of this `name` is left alone when the file
+/// is the same (`unchanged`), updated in place while none of it has started (`configured`),
+/// followed by a new one once it has ended (`created`), and, when it has started, refused (409)
+/// unless `replace` (then what has not ended is cancelled and the file submitted: `replaced`).
+/// The same checks as a submission.
+#[utoipa::path(post, path = "/v1/jobs/apply", request_body = ApplyRequest, security(("bearer" = [])),
+    responses((status = 200, body = ApplyResponse), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn apply(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Body(req): Body<ApplyRequest>,
+) -> Result<Json<ApplyResponse>, ApiError> {
+    if req.job.name.is_none() {
+        return Err(ApiError::Unprocessable(
+            "job.name: applying needs the job's name (its identity in its team)".into(),
+        ));
+    }
+    if !req.job.request_id.as_deref().is_some_and(|k| k.starts_with("apply-")) {
+        return Err(ApiError::Unprocessable("job.request_id: must be the file's digest, `apply-…`".into()));
+    }
+    let job = checked(&app, &who, req.job).await?;
+    match app.dispatch(Command::Apply { job: Box::new(job), replace: req.replace, by: who }).await? {
+        Outcome::Applied(a) => {
+            Ok(Json(ApplyResponse { id: a.id, action: a.action.as_str().into(), replaced: a.replaced }))
+        }
+        other => Err(ApiError::Internal(format!("apply produced {other:?}"))),
+    }
+}
+
+/// A submission checked as the API checks every one: fields, disk floor, dependencies the
+/// caller may see, and (unless it waits for capacity) that some node could ever hold it.
+async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<NewJob, ApiError> {
+    let job = new_job(req, who)?;
+    disk_floor(app)?;
     for d in &job.spec.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
-        visible_job(&app, &who, d.job).await.map_err(|_| {
+        visible_job(app, who, d.job).await.map_err(|_| {
             ApiError::NotFound(format!("after: job {} not found (a job of a team you are in)", d.job))
         })?;
     }
     if !job.spec.wait_for_capacity {
-        let (nodes, gpus) = blocking(&app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
+        let (nodes, gpus) = blocking(app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
         let request = job.request();
         super::capacity::check(&request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
         super::capacity::check_models(&job.spec.gpu_models, &nodes, &gpus)
@@ -48,10 +87,7 @@ pub async fn submit(
             .map_err(ApiError::Unprocessable)?;
         super::capacity::check_elastic(&request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
     }
-    match app.dispatch(Command::Submit { job: Box::new(job), by: who }).await? {
-        Outcome::Submitted { id, created } => Ok((StatusCode::CREATED, Json(SubmitResponse { id, created }))),
-        other => Err(ApiError::Internal(format!("submit produced {other:?}"))),
-    }
+    Ok(job)
 }
 
 /// Refuses submissions (507) while the data disk has less free space than the floor: a job

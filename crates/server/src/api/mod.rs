@@ -34,7 +34,7 @@ use crate::error::{ApiError, ErrorBody};
 #[openapi(
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
-        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs, jobs::log_times,
+        jobs::submit, jobs::apply, jobs::list, jobs::get, jobs::cancel, jobs::logs, jobs::log_times,
         cluster::nodes, cluster::set_scheduling, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
@@ -93,6 +93,7 @@ pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
     let authed = Router::new()
         .route("/v1/jobs", post(jobs::submit).get(jobs::list))
+        .route("/v1/jobs/apply", post(jobs::apply))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/jobs/{id}/logs", get(jobs::logs))

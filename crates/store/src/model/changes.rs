@@ -31,6 +31,15 @@ pub enum Change {
     },
     /// A node registers (again).
     RegisterNode(NodeRegistration),
+    /// Apply a job file: its name is its identity in the team (`crate::Store::apply`'s rules in
+    /// the SQLite store's `apply` module); `replace` lets a started job be cancelled and
+    /// submitted anew.
+    Apply {
+        /// The job, with a name and a request id (the digest of the file).
+        job: Box<NewJob>,
+        /// Whether a started job may be replaced.
+        replace: bool,
+    },
     /// Cordon, uncordon or drain a node (`NotFound` for an unknown one); a drain stops its
     /// running jobs at `drain_at` ([`crate::Store::drain_due`]). Registering again keeps it.
     SetNodeScheduling {
@@ -43,9 +52,49 @@ pub enum Change {
     },
 }
 
+/// What applying a job file did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApplyAction {
+    /// A new job (none had the name, or the one that had it has ended).
+    Created,
+    /// The same file again: nothing to do.
+    Unchanged,
+    /// The job (or array) had not started: its spec was updated in place, same id.
+    Configured,
+    /// The job had started (or changed shape before it did): what had not ended was cancelled
+    /// and the file submitted anew.
+    Replaced,
+}
+
+impl ApplyAction {
+    /// The word `gantry apply` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyAction::Created => "created",
+            ApplyAction::Unchanged => "unchanged",
+            ApplyAction::Configured => "configured",
+            ApplyAction::Replaced => "replaced",
+        }
+    }
+}
+
+/// The job a file stands for after applying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// The job (or array) id.
+    pub id: JobId,
+    /// What happened.
+    pub action: ApplyAction,
+    /// The job it replaced.
+    pub replaced: Option<JobId>,
+}
+
 /// What a change produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Changed {
+    /// A job file was applied.
+    Applied(Applied),
     /// A job id; `created` is false when the team's request id was seen before.
     Submitted {
         /// The job.

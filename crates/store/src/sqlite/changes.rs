@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::{audit, jobs, nodes, tokens, workflow};
+use super::{apply, audit, jobs, nodes, tokens, workflow};
 use crate::Result;
 use crate::model::*;
 
@@ -12,6 +12,11 @@ pub(super) fn apply(c: &Connection, change: Change, mut entry: AuditEntry) -> Re
             let (id, created) = jobs::submit(c, &job)?;
             entry.target = format!("job/{id}");
             Changed::Submitted { id, created }
+        }
+        Change::Apply { job, replace } => {
+            let applied = apply::apply(c, &job, replace, entry.at)?;
+            entry.target = format!("job/{}", applied.id);
+            Changed::Applied(applied)
         }
         Change::Cancel(id) => Changed::Job(Box::new(jobs::cancel(c, id, entry.at)?)),
         Change::CancelArray(id) => Changed::Job(Box::new(workflow::cancel_array(c, id, entry.at)?)),

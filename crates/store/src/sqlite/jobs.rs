@@ -34,7 +34,7 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
 
 /// Inserts one job (one array member when `array` is `(array id, index, limit)`; no array id:
 /// this member's own id is the array's).
-fn insert(
+pub(super) fn insert(
     c: &Connection,
     job: &NewJob,
     array: Option<(Option<JobId>, u32, Option<u32>)>,

@@ -7,6 +7,7 @@
 //! acknowledged write survives `kill -9` and power loss; grouping makes that one fsync per batch
 //! instead of per request. Reads use separate connections, which WAL lets run beside the writer.
 
+mod apply;
 mod audit;
 mod changes;
 mod counts;
