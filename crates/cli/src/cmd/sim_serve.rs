@@ -71,8 +71,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let outcomes = serve::evaluate(&requests, &profile, &args.policy, settings);
     let trace = args.trace.file_stem().map_or("trace".into(), |s| s.to_string_lossy().into_owned());
-    let report =
-        Report { trace, profile: profile.name.clone(), rate_scale: args.rate_scale, slo_ttft_s: args.slo_ttft_s, outcomes };
+    let report = Report {
+        trace,
+        profile: profile.name.clone(),
+        rate_scale: args.rate_scale,
+        slo_ttft_s: args.slo_ttft_s,
+        outcomes,
+    };
     if let Some(dir) = &args.out {
         write_outputs(dir, &report)?;
     }

@@ -16,17 +16,20 @@
 //! 2. **Panic mode**: when the last 6 s hold twice the ready replicas' capacity, or requests wait
 //!    in the gateway queue, the scale-up applies in this sync, whatever the up window.
 //! 3. **A scale-down window tied to the cold start**: a replica released now and needed again
-//!    costs one cold start of GPU time and SLO risk; keeping it idle costs its idle time. The
-//!    break-even (ski rental) is to keep it for one cold start, so the default window is
-//!    `cold_start_s` instead of HPA's 300 s.
+//!    costs one cold start of GPU time (the ski-rental break-even is to keep an idle replica for
+//!    one cold start) but also a whole cold start of requests queued behind too few replicas.
+//!    The default window is therefore three cold starts, and never shorter than HPA's 300 s.
+//!    (A first version used one cold start; on the Azure code trace, whose bursts last seconds
+//!    and recur within minutes, it released replicas between bursts and missed the SLO.)
 //! 4. **Scale to zero and back**: with `min = 0`, after `scale_to_zero_after_s` without a
-//!    request the count goes to zero; the first request seen at zero scales up at once.
+//!    request the count goes to zero (that idle time is its own window); the first request seen
+//!    at zero scales up at once.
 //!
 //! Every HPA field keeps its meaning: the configured metrics recommend exactly as in [`super::hpa`]
 //! (the larger of both recommendations wins), and an explicitly set stabilization window,
 //! policy list or `select_policy` is applied as HPA applies it. Only where the block is silent
 //! do Gantry's defaults differ: scale-up unlimited by rate (the cold start already is the
-//! limit), scale-down window one cold start, and a 1 s sync.
+//! limit), scale-down window three cold starts (at least 300 s), and a 1 s sync.
 
 use super::config::{AutoscaleConfig, PolicyType, Resolved, ScalingPolicy, SelectPolicy};
 use super::hpa::{History, explain, recommend};
@@ -78,7 +81,7 @@ impl GantryAutoscaler {
         }
         let down_rules = config.behavior.scale_down.clone().unwrap_or_default();
         if down_rules.stabilization_window_s.is_none() {
-            down.window_s = model.cold_start_s.max(config.sync_s);
+            down.window_s = (3.0 * model.cold_start_s).max(300.0);
         }
         Self {
             config,
@@ -113,16 +116,17 @@ impl GantryAutoscaler {
             self.last_request_s = input.now_s;
         }
         let cap = self.model.capacity;
-        let by_capacity = (peak / cap - 1e-9).ceil().max(0.0) as u32;
         let burst = input.mean(6.0, |s| Some(s.concurrency())).unwrap_or(0.0);
+        let by_capacity = (burst / cap - 1e-9).ceil().max(0.0) as u32;
         let queued = recent.last().is_some_and(|s| s.queue_length > 0.0);
         let panic = queued || burst >= 2.0 * cap * f64::from(input.ready.max(1));
         let (mut raw, mut why) = if by_capacity > hpa {
-            (by_capacity, format!("peak concurrency {peak:.1} over capacity {cap:.1} per replica"))
+            (by_capacity, format!("concurrency {burst:.1} over 6 s, capacity {cap:.1} per replica"))
         } else {
             (hpa, hpa_why)
         };
-        if self.bounds.min == 0 && input.now_s - self.last_request_s >= self.scale_to_zero_after_s {
+        let idle = self.bounds.min == 0 && input.now_s - self.last_request_s >= self.scale_to_zero_after_s;
+        if idle {
             (raw, why) = (0, format!("no request for {:.0} s", input.now_s - self.last_request_s));
         } else if input.current == 0 && peak > 0.0 {
             raw = raw.max(1);
@@ -132,6 +136,9 @@ impl GantryAutoscaler {
             why = format!("panic: {why}");
             let up = Resolved { window_s: 0.0, ..self.up.clone() };
             self.history.settle(input, raw, self.bounds, &up, &self.down)
+        } else if idle {
+            let down = Resolved { window_s: 0.0, ..self.down.clone() };
+            self.history.settle(input, raw, self.bounds, &self.up, &down)
         } else {
             self.history.settle(input, raw, self.bounds, &self.up, &self.down)
         };

@@ -141,15 +141,19 @@ fn model() -> ReplicaModel {
 }
 
 #[test]
-fn gantry_answers_a_queue_in_one_sync_and_keeps_replicas_for_one_cold_start() {
+fn gantry_answers_a_queue_in_one_sync_and_keeps_replicas_for_three_cold_starts() {
     let mut g = GantryAutoscaler::new(in_flight(100.0), false, B, model());
     let w = [Sample { at_s: 10.0, in_flight: 10.0, queue_length: 40.0, ..Sample::default() }];
     let d = g.decide(&Input { now_s: 10.0, current: 2, ready: 2, window: &w });
     assert_eq!(d.to, 10, "50 requests / capacity 5: {}", d.reason);
-    let w = [sample(50.0, 5.0)];
-    assert_eq!(g.decide(&Input { now_s: 50.0, current: 10, ready: 10, window: &w }).to, 10);
-    let w = [sample(101.0, 5.0)];
-    assert_eq!(g.decide(&Input { now_s: 101.0, current: 10, ready: 10, window: &w }).to, 1);
+    let w = [sample(290.0, 5.0)];
+    assert_eq!(g.decide(&Input { now_s: 290.0, current: 10, ready: 10, window: &w }).to, 10);
+    let w = [sample(311.0, 5.0)];
+    assert_eq!(
+        g.decide(&Input { now_s: 311.0, current: 10, ready: 10, window: &w }).to,
+        1,
+        "max(3 × 90 s, 300 s) has passed"
+    );
 }
 
 #[test]

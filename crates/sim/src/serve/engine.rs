@@ -33,6 +33,9 @@ pub struct RunConfig {
     pub queue_cap: usize,
     /// Seed of the two-choice balancer.
     pub seed: u64,
+    /// Replay the trace once before the measured pass, so that every policy starts measured
+    /// time with the history (windows, delays, replicas) it built on the same load.
+    pub warmup: bool,
 }
 
 /// One point of the time series, per second.
@@ -82,12 +85,30 @@ struct World<'a> {
     e2e: Vec<f64>,
     arrival: Vec<f64>,
     recent_ttft: VecDeque<(f64, f64)>,
-    cold_starts: u32,
 }
 
 /// Replays `requests` against replicas of `profile` under `policy`.
-pub fn simulate(requests: &[RequestRow], profile: &Profile, mut policy: Autoscaler, cfg: RunConfig) -> RunResult {
+pub fn simulate(requests: &[RequestRow], profile: &Profile, policy: Autoscaler, cfg: RunConfig) -> RunResult {
+    if !cfg.warmup || requests.is_empty() {
+        return replay(requests, profile, policy, cfg, 0);
+    }
+    let span = requests.last().map_or(0.0, |r| r.at_s);
+    let offset = span + span / requests.len() as f64;
+    let mut twice = requests.to_vec();
+    twice.extend(requests.iter().map(|r| RequestRow { at_s: r.at_s + offset, ..*r }));
+    replay(&twice, profile, policy, cfg, requests.len())
+}
+
+/// The run of `requests`, measuring from request `measured` on (earlier ones are warm-up).
+fn replay(
+    requests: &[RequestRow],
+    profile: &Profile,
+    mut policy: Autoscaler,
+    cfg: RunConfig,
+    measured: usize,
+) -> RunResult {
     let arrival: Vec<f64> = requests.iter().map(|r| r.at_s / cfg.rate_scale).collect();
+    let from = arrival.get(measured).copied().unwrap_or(0.0);
     let n = requests.len();
     let mut w = World {
         profile,
@@ -100,7 +121,6 @@ pub fn simulate(requests: &[RequestRow], profile: &Profile, mut policy: Autoscal
         e2e: vec![f64::NAN; n],
         arrival,
         recent_ttft: VecDeque::new(),
-        cold_starts: 0,
     };
     let sync = policy.sync_s().round().max(1.0) as u64;
     let (mut next, mut tick, mut resolved) = (0usize, 1u64, 0usize);
@@ -109,7 +129,11 @@ pub fn simulate(requests: &[RequestRow], profile: &Profile, mut policy: Autoscal
     let limit = w.arrival.last().copied().unwrap_or(0.0) + 3600.0;
     let mut now = 0.0;
     while resolved < n && now < limit {
-        let t_ready = w.replicas.iter().filter_map(|r| if let Phase::Starting(at) = r.phase { Some(at) } else { None }).fold(f64::INFINITY, f64::min);
+        let t_ready = w
+            .replicas
+            .iter()
+            .filter_map(|r| if let Phase::Starting(at) = r.phase { Some(at) } else { None })
+            .fold(f64::INFINITY, f64::min);
         let t_iter = w.replicas.iter().filter_map(|r| r.busy_until).fold(f64::INFINITY, f64::min);
         let t_arrive = w.arrival.get(next).copied().unwrap_or(f64::INFINITY);
         let t_tick = tick as f64;
@@ -152,13 +176,27 @@ pub fn simulate(requests: &[RequestRow], profile: &Profile, mut policy: Autoscal
         w.dispatch();
         w.start_iterations(now);
     }
-    let replica_s = w.replicas.iter().map(|r| if let Phase::Stopped(t) = r.phase { t } else { now } - r.started_s).sum();
-    RunResult { ttft: w.ttft, e2e: w.e2e, replica_s, gpus: profile.gpus, cold_starts: w.cold_starts, decisions, series }
+    let replica_s = w
+        .replicas
+        .iter()
+        .map(|r| ((if let Phase::Stopped(t) = r.phase { t } else { now }) - r.started_s.max(from)).max(0.0))
+        .sum();
+    let cold_starts = w.replicas.iter().filter(|r| r.started_s > 0.0 && r.started_s >= from).count() as u32;
+    decisions.retain(|d: &Decision| d.at_s >= from);
+    for d in &mut decisions {
+        d.at_s -= from;
+    }
+    let series =
+        series.into_iter().filter(|p: &Point| p.t >= from).map(|p| Point { t: p.t - from, ..p }).collect();
+    let ttft = w.ttft.split_off(measured);
+    let e2e = w.e2e.split_off(measured);
+    RunResult { ttft, e2e, replica_s, gpus: profile.gpus, cold_starts, decisions, series }
 }
 
 impl World<'_> {
     fn counts(&self) -> (u32, u32) {
-        let current = self.replicas.iter().filter(|r| matches!(r.phase, Phase::Starting(_) | Phase::Ready)).count();
+        let current =
+            self.replicas.iter().filter(|r| matches!(r.phase, Phase::Starting(_) | Phase::Ready)).count();
         let ready = self.replicas.iter().filter(|r| r.phase == Phase::Ready).count();
         (current as u32, ready as u32)
     }
@@ -219,9 +257,22 @@ impl World<'_> {
         }
         let mut recent: Vec<f64> = self.recent_ttft.iter().map(|x| x.1).collect();
         recent.sort_by(f64::total_cmp);
-        let p95 = (!recent.is_empty()).then(|| recent[((recent.len() as f64 * 0.95).ceil() as usize).clamp(1, recent.len()) - 1]);
-        let in_flight: usize = self.replicas.iter().filter(|r| matches!(r.phase, Phase::Ready | Phase::Draining)).map(Replica::outstanding).sum();
-        Sample { at_s: now, in_flight: in_flight as f64, queue_length: self.queue.len() as f64, rps: arrived, ttft_p95_s: p95, ..Sample::default() }
+        let p95 = (!recent.is_empty())
+            .then(|| recent[((recent.len() as f64 * 0.95).ceil() as usize).clamp(1, recent.len()) - 1]);
+        let in_flight: usize = self
+            .replicas
+            .iter()
+            .filter(|r| matches!(r.phase, Phase::Ready | Phase::Draining))
+            .map(Replica::outstanding)
+            .sum();
+        Sample {
+            at_s: now,
+            in_flight: in_flight as f64,
+            queue_length: self.queue.len() as f64,
+            rps: arrived,
+            ttft_p95_s: p95,
+            ..Sample::default()
+        }
     }
 
     fn point(&self, s: &Sample) -> Point {
@@ -242,7 +293,6 @@ impl World<'_> {
             }
             for _ in 0..missing {
                 self.replicas.push(Replica::new(now, self.profile.cold_start_s));
-                self.cold_starts += 1;
             }
         } else {
             let mut extra = current - to;
@@ -254,8 +304,19 @@ impl World<'_> {
                 extra -= 1;
             }
             while extra > 0 {
-                let Some(r) = self.replicas.iter_mut().filter(|r| r.phase == Phase::Ready).min_by_key(|r| r.outstanding()) else { break };
-                r.phase = if r.outstanding() == 0 && r.busy_until.is_none() { Phase::Stopped(now) } else { Phase::Draining };
+                let Some(r) = self
+                    .replicas
+                    .iter_mut()
+                    .filter(|r| r.phase == Phase::Ready)
+                    .min_by_key(|r| r.outstanding())
+                else {
+                    break;
+                };
+                r.phase = if r.outstanding() == 0 && r.busy_until.is_none() {
+                    Phase::Stopped(now)
+                } else {
+                    Phase::Draining
+                };
                 extra -= 1;
             }
         }

@@ -21,9 +21,9 @@ pub mod replica;
 pub mod report;
 pub mod search;
 mod svg;
-pub mod trace;
 #[cfg(test)]
 mod tests;
+pub mod trace;
 
 pub use engine::{Point, RunConfig, RunResult, simulate};
 pub use profile::{DEFAULT_PROFILE, Profile};

@@ -103,7 +103,11 @@ impl Profile {
     /// tokens of context.
     pub fn iteration_s(&self, prefill: u64, prefill_sq: f64, decoding: usize, kv: u64) -> f64 {
         let alpha = if prefill > 0 { self.alpha_p } else { self.alpha_d };
-        alpha + self.beta * prefill as f64 + self.gamma * prefill_sq + self.delta * decoding as f64 + self.epsilon * kv as f64
+        alpha
+            + self.beta * prefill as f64
+            + self.gamma * prefill_sq
+            + self.delta * decoding as f64
+            + self.epsilon * kv as f64
     }
 
     /// Gantry's model of this replica for a TTFT SLO: a typical request's prefill alone, and its
@@ -112,7 +116,8 @@ impl Profile {
         let p = u64::from(TYPICAL_PROMPT);
         let chunks = p.div_ceil(u64::from(CHUNK_TOKENS));
         let chunk = (p / chunks) as f64;
-        let prefill = chunks as f64 * self.alpha_p + self.beta * p as f64 + self.gamma * chunk * chunk * chunks as f64;
+        let prefill =
+            chunks as f64 * self.alpha_p + self.beta * p as f64 + self.gamma * chunk * chunk * chunks as f64;
         let batch = 16;
         let kv = u64::from(TYPICAL_PROMPT + TYPICAL_OUTPUT) * batch as u64;
         let decode = f64::from(TYPICAL_OUTPUT) * self.iteration_s(0, 0.0, batch, kv);

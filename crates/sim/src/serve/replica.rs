@@ -62,7 +62,15 @@ impl Replica {
     /// A replica started at `now`, ready after `cold_start_s` (0: ready at once).
     pub fn new(now: f64, cold_start_s: f64) -> Self {
         let phase = if cold_start_s > 0.0 { Phase::Starting(now + cold_start_s) } else { Phase::Ready };
-        Self { phase, started_s: now, busy_until: None, busy_s: 0.0, waiting: VecDeque::new(), running: Vec::new(), plan: Vec::new() }
+        Self {
+            phase,
+            started_s: now,
+            busy_until: None,
+            busy_s: 0.0,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            plan: Vec::new(),
+        }
     }
 
     /// Requests sent here and not finished.

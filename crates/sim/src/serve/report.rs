@@ -120,7 +120,17 @@ impl Report {
         let _ = writeln!(
             s,
             "{:<9} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9}",
-            "policy", "target", "SLO %", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99", "rep-h", "GPU-h", "cold", "decisions"
+            "policy",
+            "target",
+            "SLO %",
+            "TTFT p50",
+            "TTFT p99",
+            "E2E p50",
+            "E2E p99",
+            "rep-h",
+            "GPU-h",
+            "cold",
+            "decisions"
         );
         for o in &self.outcomes {
             let r = &o.run;
@@ -145,7 +155,9 @@ impl Report {
 
     /// `summary.csv`: one row per policy.
     pub fn summary_csv(&self) -> String {
-        let mut s = String::from("policy,target,slo_attainment,ttft_p50_s,ttft_p99_s,e2e_p50_s,e2e_p99_s,replica_hours,gpu_hours,cold_starts,decisions,requests\n");
+        let mut s = String::from(
+            "policy,target,slo_attainment,ttft_p50_s,ttft_p99_s,e2e_p50_s,e2e_p99_s,replica_hours,gpu_hours,cold_starts,decisions,requests\n",
+        );
         for o in &self.outcomes {
             let r = &o.run;
             let _ = writeln!(
@@ -173,7 +185,17 @@ impl Report {
         let mut s = String::from("policy,t_s,rps,in_flight,queue,replicas,ready\n");
         for o in &self.outcomes {
             for p in &o.run.series {
-                let _ = writeln!(s, "{},{},{},{},{},{},{}", o.policy.as_str(), p.t, p.rps, p.in_flight, p.queue, p.replicas, p.ready);
+                let _ = writeln!(
+                    s,
+                    "{},{},{},{},{},{},{}",
+                    o.policy.as_str(),
+                    p.t,
+                    p.rps,
+                    p.in_flight,
+                    p.queue,
+                    p.replicas,
+                    p.ready
+                );
             }
         }
         s
@@ -184,7 +206,15 @@ impl Report {
         let mut s = String::from("policy,at_s,from,to,reason\n");
         for o in &self.outcomes {
             for d in &o.run.decisions {
-                let _ = writeln!(s, "{},{},{},{},\"{}\"", o.policy.as_str(), d.at_s, d.from, d.to, d.reason.replace('"', "'"));
+                let _ = writeln!(
+                    s,
+                    "{},{},{},{},\"{}\"",
+                    o.policy.as_str(),
+                    d.at_s,
+                    d.from,
+                    d.to,
+                    d.reason.replace('"', "'")
+                );
             }
         }
         s

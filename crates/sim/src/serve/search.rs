@@ -38,23 +38,33 @@ pub struct Settings {
 }
 
 /// Runs `policies` on one trace and profile.
-pub fn evaluate(requests: &[RequestRow], profile: &Profile, policies: &[ServePolicy], s: Settings) -> Vec<Outcome> {
+pub fn evaluate(
+    requests: &[RequestRow],
+    profile: &Profile,
+    policies: &[ServePolicy],
+    s: Settings,
+) -> Vec<Outcome> {
     let cfg = |initial: u32| RunConfig {
         rate_scale: s.rate_scale,
         initial,
         max_concurrency: profile.kv_seqs,
         queue_cap: 100_000,
         seed: s.seed,
+        warmup: true,
     };
     let counts: Vec<u32> = (1..=s.max_replicas).collect();
-    let fixed_runs = first_meeting(&counts, s, |&n| simulate(requests, profile, Autoscaler::Fixed(Fixed { count: n }), cfg(n)));
+    let fixed_runs = first_meeting(&counts, s, |&n| {
+        simulate(requests, profile, Autoscaler::Fixed(Fixed { count: n }), cfg(n))
+    });
     let fixed_best = fixed_runs.iter().find(|(_, o)| meets(o, s)).or(fixed_runs.last());
     let initial = s.initial.unwrap_or_else(|| fixed_best.map_or(1, |(n, _)| *n)).clamp(1, s.max_replicas);
     let bounds = Bounds { min: 1, max: s.max_replicas };
     let mut out = Vec::new();
     for &policy in policies {
         let outcome = match policy {
-            ServePolicy::Fixed => fixed_best.map(|(n, r)| Outcome::new(policy, Some(f64::from(*n)), r.clone(), s.slo_ttft_s)),
+            ServePolicy::Fixed => {
+                fixed_best.map(|(n, r)| Outcome::new(policy, Some(f64::from(*n)), r.clone(), s.slo_ttft_s))
+            }
             ServePolicy::Gantry => {
                 let model = profile.replica_model(s.slo_ttft_s);
                 let config = hpa_config(model.capacity);
@@ -87,7 +97,9 @@ pub(crate) fn hpa_config(target: f64) -> AutoscaleConfig {
 fn baseline(policy: ServePolicy, target: f64, bounds: Bounds) -> Autoscaler {
     match policy {
         ServePolicy::Kpa => Autoscaler::Kpa(Kpa::new(KpaConfig::with_target(target), bounds)),
-        ServePolicy::RayServe => Autoscaler::RayServe(RayServe::new(RayServeConfig::with_target(target), bounds)),
+        ServePolicy::RayServe => {
+            Autoscaler::RayServe(RayServe::new(RayServeConfig::with_target(target), bounds))
+        }
         _ => Autoscaler::Hpa(Hpa::new(hpa_config(target), bounds)),
     }
 }
@@ -98,8 +110,10 @@ fn meets(r: &RunResult, s: Settings) -> bool {
 
 /// The fewest GPU-hours among grid points meeting the SLO, else the highest attainment.
 fn best(policy: ServePolicy, grid: Vec<(f64, RunResult)>, s: Settings) -> Option<Outcome> {
-    let table: Vec<(f64, f64, f64)> =
-        grid.iter().map(|(t, r)| (*t, super::report::attainment(&r.ttft, s.slo_ttft_s), r.replica_s * f64::from(r.gpus))).collect();
+    let table: Vec<(f64, f64, f64)> = grid
+        .iter()
+        .map(|(t, r)| (*t, super::report::attainment(&r.ttft, s.slo_ttft_s), r.replica_s * f64::from(r.gpus)))
+        .collect();
     let meeting = grid.iter().enumerate().filter(|(_, (_, r))| meets(r, s));
     let pick = meeting
         .min_by(|a, b| (a.1.1.replica_s).total_cmp(&b.1.1.replica_s))
@@ -112,7 +126,11 @@ fn best(policy: ServePolicy, grid: Vec<(f64, RunResult)>, s: Settings) -> Option
 }
 
 /// Runs counts in parallel batches, stopping after the first batch in which one meets the SLO.
-fn first_meeting(counts: &[u32], s: Settings, run: impl Fn(&u32) -> RunResult + Sync) -> Vec<(u32, RunResult)> {
+fn first_meeting(
+    counts: &[u32],
+    s: Settings,
+    run: impl Fn(&u32) -> RunResult + Sync,
+) -> Vec<(u32, RunResult)> {
     let mut done = Vec::new();
     for batch in counts.chunks(s.threads.max(1)) {
         let runs = par_map(batch, s.threads, &run);

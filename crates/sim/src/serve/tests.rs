@@ -10,7 +10,7 @@ fn profile() -> Profile {
 }
 
 fn cfg(initial: u32) -> RunConfig {
-    RunConfig { rate_scale: 1.0, initial, max_concurrency: 256, queue_cap: 1000, seed: 7 }
+    RunConfig { rate_scale: 1.0, initial, max_concurrency: 256, queue_cap: 1000, seed: 7, warmup: false }
 }
 
 /// `low` requests/s until `step_s`, then `high`, until `end_s`; typical sizes.
@@ -43,7 +43,8 @@ fn a_lone_request_takes_its_prefill_then_one_iteration_per_token() {
 #[test]
 fn requests_beyond_the_concurrency_cap_wait_and_a_full_queue_refuses() {
     let p = profile();
-    let rows: Vec<RequestRow> = (0..10).map(|_| RequestRow { at_s: 0.0, context: 512, generated: 2 }).collect();
+    let rows: Vec<RequestRow> =
+        (0..10).map(|_| RequestRow { at_s: 0.0, context: 512, generated: 2 }).collect();
     let tight = RunConfig { max_concurrency: 2, queue_cap: 5, ..cfg(1) };
     let r = simulate(&rows, &p, Autoscaler::Fixed(Fixed { count: 1 }), tight);
     assert_eq!(r.ttft.iter().filter(|t| t.is_infinite()).count(), 3, "2 at the replica, 5 queued, 3 refused");
@@ -66,8 +67,14 @@ fn gantry_scales_up_within_15_s_of_a_load_step() {
     let p = profile();
     let rows = step_trace(2.0, 12.0, 120.0, 240.0);
     let r = simulate(&rows, &p, gantry(&p, Bounds { min: 1, max: 16 }), cfg(1));
-    let first = r.decisions.iter().find(|d| d.to > d.from && d.at_s >= 120.0).expect("a scale-up after the step");
-    assert!(first.at_s - 120.0 <= 15.0, "first scale-up {} s after the step: {}", first.at_s - 120.0, first.reason);
+    let first =
+        r.decisions.iter().find(|d| d.to > d.from && d.at_s >= 120.0).expect("a scale-up after the step");
+    assert!(
+        first.at_s - 120.0 <= 15.0,
+        "first scale-up {} s after the step: {}",
+        first.at_s - 120.0,
+        first.reason
+    );
     assert!(!r.decisions.iter().any(|d| d.to > d.from && d.at_s < 120.0), "no scale-up before the step");
 }
 
@@ -83,16 +90,35 @@ fn hpa_syncs_every_15_s_and_follows_the_step() {
 
 #[test]
 fn every_policy_reports_on_the_excerpt_and_the_fixed_oracle_meets_the_slo() {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/traces/azure-llm-2023/code-excerpt.csv"));
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/traces/azure-llm-2023/code-excerpt.csv"
+    ));
     let rows = read_requests(path).expect("excerpt");
-    let settings = Settings { rate_scale: 10.0, slo_ttft_s: 2.0, max_replicas: 32, initial: None, seed: 42, threads: 2 };
+    let settings =
+        Settings { rate_scale: 10.0, slo_ttft_s: 2.0, max_replicas: 32, initial: None, seed: 42, threads: 2 };
     let outcomes = evaluate(&rows, &profile(), &ServePolicy::ALL, settings);
     assert_eq!(outcomes.len(), 5);
     let fixed = outcomes.iter().find(|o| o.policy == ServePolicy::Fixed).expect("fixed");
     assert!(fixed.slo_attainment >= search::SLO_GOAL, "{}", fixed.slo_attainment);
-    let report = Report { trace: "excerpt".into(), profile: DEFAULT_PROFILE.into(), rate_scale: 10.0, slo_ttft_s: 2.0, outcomes };
+    let report = Report {
+        trace: "excerpt".into(),
+        profile: DEFAULT_PROFILE.into(),
+        rate_scale: 10.0,
+        slo_ttft_s: 2.0,
+        outcomes,
+    };
     let json = report.json();
-    for key in ["policy", "slo_attainment", "gpu_hours", "replica_hours", "ttft_p50_s", "ttft_p99_s", "cold_starts", "requests"] {
+    for key in [
+        "policy",
+        "slo_attainment",
+        "gpu_hours",
+        "replica_hours",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "cold_starts",
+        "requests",
+    ] {
         assert!(json["policies"][0].get(key).is_some(), "missing {key}");
     }
     assert_eq!(json["policies"][0]["requests"], 2000);

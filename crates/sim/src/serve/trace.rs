@@ -26,7 +26,10 @@ pub fn read_requests(path: &Path) -> Result<Vec<RequestRow>, TraceError> {
     while let Some(row) = table.next_row()? {
         let stamp = row.text("TIMESTAMP")?.trim();
         let at_s = parse_timestamp(stamp).ok_or_else(|| {
-            row.bad("TIMESTAMP", format!("expected `YYYY-MM-DD HH:MM:SS.fffffff` or seconds, found `{stamp}`"))
+            row.bad(
+                "TIMESTAMP",
+                format!("expected `YYYY-MM-DD HH:MM:SS.fffffff` or seconds, found `{stamp}`"),
+            )
         })?;
         let context = row.int("ContextTokens")?;
         let generated = row.int("GeneratedTokens")?;
@@ -34,7 +37,9 @@ pub fn read_requests(path: &Path) -> Result<Vec<RequestRow>, TraceError> {
             return Err(row.bad("ContextTokens", format!("expected 1 to 1000000 tokens, found {context}")));
         }
         if generated > 1_000_000 {
-            return Err(row.bad("GeneratedTokens", format!("expected at most 1000000 tokens, found {generated}")));
+            return Err(
+                row.bad("GeneratedTokens", format!("expected at most 1000000 tokens, found {generated}"))
+            );
         }
         rows.push(RequestRow { at_s, context: context as u32, generated: generated.max(1) as u32 });
     }
@@ -94,19 +99,26 @@ mod tests {
     fn a_malformed_line_is_named_with_its_number() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t.csv");
-        std::fs::write(&path, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,10,2\nyesterday,4,4\n")
-            .expect("write");
+        std::fs::write(
+            &path,
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,10,2\nyesterday,4,4\n",
+        )
+        .expect("write");
         let e = read_requests(&path).expect_err("bad timestamp").to_string();
         assert!(e.contains("t.csv:3: column `TIMESTAMP`"), "{e}");
-        std::fs::write(&path, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,10\n").expect("write");
+        std::fs::write(&path, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,10\n")
+            .expect("write");
         let e = read_requests(&path).expect_err("short row").to_string();
         assert!(e.contains("t.csv:2:"), "{e}");
     }
 
     #[test]
     fn the_excerpt_starts_at_zero_and_is_sorted() {
-        let rows = read_requests(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/traces/azure-llm-2023/code-excerpt.csv")))
-            .expect("excerpt reads");
+        let rows = read_requests(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/traces/azure-llm-2023/code-excerpt.csv"
+        )))
+        .expect("excerpt reads");
         assert_eq!(rows[0].at_s, 0.0);
         assert!(rows.windows(2).all(|w| w[0].at_s <= w[1].at_s));
     }
