@@ -8,8 +8,10 @@
 //! - [`resources`]: what a node offers and what a request asks for;
 //! - [`cluster`]: the allocation ledger, which never over-commits a node or a GPU;
 //! - [`frag`]: FGD's fragmentation measure over the typical-pod distribution;
-//! - [`placement`]: filter → score → pick, with the published policies and Gantry's own.
+//! - [`placement`]: filter → score → pick, with the published policies and Gantry's own;
+//! - [`autoscale`]: how many replicas a service should have (HPA, KPA, Ray Serve, Gantry's own).
 
+pub mod autoscale;
 pub mod cluster;
 pub mod frag;
 pub mod placement;

@@ -5,7 +5,9 @@
 //! - [`runner`] runs policies × seeds in parallel and aggregates over seeds;
 //! - [`report`] turns results into the JSON contract, a text table, CSV curves and an SVG chart;
 //! - [`jobs`] is the job-completion simulator (`gantry sim jobs`): Pollux's job model on a
-//!   virtual clock, the Tiresias/FIFO/SRTF baselines, and Gantry's queue from `gantry_core::queue`.
+//!   virtual clock, the Tiresias/FIFO/SRTF baselines, and Gantry's queue from `gantry_core::queue`;
+//! - [`serve`] is the serving simulator (`gantry sim serve`): an LLM request trace against
+//!   continuously batching replicas behind the gateway, autoscaled by `gantry_core::autoscale`.
 //!
 //! The simulator places pods through the same [`gantry_core::Policy::place`] the server calls.
 
@@ -13,6 +15,7 @@ pub mod experiment;
 pub mod jobs;
 pub mod report;
 pub mod runner;
+pub mod serve;
 mod svg;
 pub mod trace;
 

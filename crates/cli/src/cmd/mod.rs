@@ -40,6 +40,7 @@ pub mod sbatch;
 pub mod server;
 pub mod sim;
 pub mod sim_jobs;
+pub mod sim_serve;
 pub mod submit;
 pub mod table;
 pub mod teams;

@@ -16,6 +16,8 @@ pub enum SimCommand {
     Fgd(FgdArgs),
     /// Job completion times of queueing policies on Pollux-format workloads (fifo, srtf, tiresias, gantry).
     Jobs(super::sim_jobs::JobsArgs),
+    /// Autoscaling policies on an LLM request trace (gantry, hpa, kpa, rayserve, fixed).
+    Serve(super::sim_serve::ServeArgs),
 }
 
 /// Arguments of `gantry sim fgd`.
@@ -78,6 +80,7 @@ pub fn run(command: SimCommand) -> anyhow::Result<()> {
     match command {
         SimCommand::Fgd(args) => fgd(args),
         SimCommand::Jobs(args) => super::sim_jobs::run(args),
+        SimCommand::Serve(args) => super::sim_serve::run(args),
     }
 }
 
