@@ -27,6 +27,7 @@
 
 pub mod auth;
 mod balance;
+pub mod bench;
 mod handler;
 pub mod headers;
 mod proxy;
