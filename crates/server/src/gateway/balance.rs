@@ -272,7 +272,9 @@ impl Service {
         let outcome = tokio::time::timeout(limit, rx).await;
         match outcome {
             Ok(Ok(lease)) => Ok(lease),
-            Ok(Err(_)) => Err(if held { Refusal::NoReplica } else { Refusal::Gone }),
+            // The queue was cleared: the service left the table, or lost its last ready
+            // replica with none allowed to start.
+            Ok(Err(_)) => Err(if self.lock().removed { Refusal::Gone } else { Refusal::NoReplica }),
             Err(_) => {
                 let mut inner = self.lock();
                 inner.queue.retain(|w| !w.tx.is_closed());

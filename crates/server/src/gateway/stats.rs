@@ -305,3 +305,44 @@ pub struct ServiceSnapshot {
     /// Requests finished since the gateway first saw the service.
     pub requests_total: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::{Gateway, GatewayConfig, NoTokens, ReplicaEndpoint, Route};
+
+    #[test]
+    fn every_gateway_family_is_exported_on_the_servers_metrics_once_a_service_exists() {
+        let metrics = crate::metrics::Metrics::default();
+        let gateway = Gateway::new(
+            GatewayConfig::default(),
+            Box::new(NoTokens),
+            metrics.gateway.clone(),
+            Box::new(gantry_core::rng::SplitMix64::new(1)),
+        );
+        let key = ServiceKey::new("ml", "echo");
+        let route = Route::new(vec![ReplicaEndpoint::ready("r0", "127.0.0.1:1".parse().expect("addr"))]);
+        gateway.set_routes(&[(key.clone(), route)].into_iter().collect());
+        metrics.gateway.count(&key, Some("r0"), 200);
+        let text = metrics.encode().expect("encode");
+        for name in [
+            "gantry_service_requests_total{service=\"echo\",team=\"ml\",replica=\"r0\",code=\"200\"} 1",
+            "gantry_service_in_flight{service=\"echo\",team=\"ml\",replica=\"r0\"} 0",
+            "gantry_service_queue_length{service=\"echo\",team=\"ml\"} 0",
+            "gantry_service_request_duration_seconds_count{service=\"echo\",team=\"ml\"} 0",
+            "gantry_service_time_to_first_byte_seconds_count{service=\"echo\",team=\"ml\"} 0",
+            "gantry_service_cold_start_seconds_count{service=\"echo\",team=\"ml\"} 0",
+            "gantry_service_replicas{service=\"echo\",team=\"ml\",state=\"ready\"} 1",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let sorted = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&sorted, 0.5), 2.0);
+        assert_eq!(percentile(&sorted, 0.95), 4.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+}
