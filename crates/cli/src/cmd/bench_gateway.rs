@@ -51,7 +51,7 @@ pub fn run(args: &GatewayBenchArgs) -> anyhow::Result<()> {
     for r in rows {
         println!(
             "{} requests/s over {} connections, replica {} ms: p99 direct {:.3} ms, through the gateway {:.3} ms \
-             (+{:.3} ms); p50 +{:.3} ms; {} errors",
+             (+{:.3} ms); p50 +{:.3} ms; {} errors; CPU per request {:.1} µs direct, {:.1} µs through the gateway",
             r.rps,
             r.connections,
             r.replica_delay_ms,
@@ -59,7 +59,9 @@ pub fn run(args: &GatewayBenchArgs) -> anyhow::Result<()> {
             r.gateway_p99_ms,
             r.added_p99_ms,
             r.added_p50_ms,
-            r.errors
+            r.errors,
+            r.direct_cpu_us_per_request,
+            r.gateway_cpu_us_per_request
         );
     }
     Ok(())

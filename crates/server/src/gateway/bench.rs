@@ -61,6 +61,11 @@ pub struct BenchRow {
     pub connections: u32,
     /// The replica's delay.
     pub replica_delay_ms: f64,
+    /// This process's CPU time per request straight to the replica (client and replica), µs.
+    pub direct_cpu_us_per_request: f64,
+    /// The same through the gateway (client, gateway and replica), µs: the difference is what
+    /// the gateway costs, whatever else the machine is doing.
+    pub gateway_cpu_us_per_request: f64,
 }
 
 /// Runs every rate, direct then through the gateway.
@@ -86,6 +91,8 @@ pub async fn measure(settings: &BenchSettings) -> std::io::Result<Vec<BenchRow>>
             achieved_rps: round(through.sent as f64 / through.wall.as_secs_f64().max(1e-9)),
             connections: settings.connections,
             replica_delay_ms: settings.replica_delay.as_secs_f64() * 1000.0,
+            direct_cpu_us_per_request: round(direct.cpu_us_per_request()),
+            gateway_cpu_us_per_request: round(through.cpu_us_per_request()),
         });
     }
     Ok(rows)
@@ -98,9 +105,14 @@ struct Run {
     errors: u64,
     sent: u64,
     wall: Duration,
+    cpu: Duration,
 }
 
 impl Run {
+    fn cpu_us_per_request(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.sent.max(1) as f64
+    }
+
     fn percentile_ms(&self, q: f64) -> f64 {
         let mut sorted = self.latencies.clone();
         sorted.sort();
@@ -177,6 +189,7 @@ async fn load(
             start + warm_up,
         )));
     }
+    let cpu_before = process_cpu();
     let mut run = Run::default();
     for t in tasks {
         let one = t.await.map_err(std::io::Error::other)?;
@@ -185,6 +198,7 @@ async fn load(
         run.sent += one.sent;
     }
     run.wall = start.elapsed();
+    run.cpu = process_cpu().saturating_sub(cpu_before);
     Ok(run)
 }
 
@@ -247,4 +261,16 @@ async fn request(sender: &mut Sender, addr: SocketAddr, path: &str) -> bool {
     let Ok(response) = sender.send_request(req).await else { return false };
     let ok = response.status() == hyper::StatusCode::OK;
     ok && response.into_body().collect().await.is_ok()
+}
+
+/// User and system CPU time of this process so far, from `/proc/self/stat` (in clock ticks of
+/// 1/100 s, the Linux `USER_HZ`); zero where it cannot be read.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
+    // Fields after the command name (which may hold spaces) in parentheses: utime is the 14th
+    // field of the line, stime the 15th.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
