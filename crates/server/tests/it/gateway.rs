@@ -493,3 +493,48 @@ async fn a_held_request_times_out_with_503_and_a_sentence() {
         "a service that cannot start a replica held the request"
     );
 }
+
+#[tokio::test]
+async fn the_servers_gateway_speaks_tls_off_loopback_and_admits_only_a_member_of_the_team() {
+    use gantry_store::{Role, Store, User};
+    let dir = tempfile::tempdir().expect("dir");
+    let store: Arc<dyn Store> = Arc::new(gantry_store::SqliteStore::open(dir.path()).expect("store"));
+    let sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let pki = gantry_server::tls::Pki::load_or_create(&dir.path().join("tls"), &sans).expect("pki");
+    let ca = pki.ca_pem().to_owned();
+    let mut config = gantry_server::ServerConfig::local(dir.path().join("logs"));
+    config.listen = ([127, 0, 0, 1], 0).into();
+    config.pki = Some(Arc::new(pki));
+    // The wildcard is reachable from other machines: TLS.
+    config.gateway_listen = Some(([0, 0, 0, 0], 0).into());
+    let server = gantry_server::Server::bind(config, Arc::clone(&store)).await.expect("bind");
+    assert!(server.gateway_is_tls());
+    let port = server.gateway_addrs()[0].port();
+    let app = server.app();
+    tokio::spawn(server.serve(std::future::pending()));
+    let user =
+        |name: &str, team: &str| User { name: name.into(), role: Role::Member, teams: vec![team.into()] };
+    let ttl = Duration::from_secs(600);
+    let member = gantry_server::create_user_token(&*store, &user("ana", "ml"), ttl).expect("token");
+    let outsider = gantry_server::create_user_token(&*store, &user("bo", "cv"), ttl).expect("token");
+    let echo = replica(|req| async move {
+        text(
+            req.headers().get("x-forwarded-proto").map_or("none", |v| v.to_str().unwrap_or("bad")).to_owned(),
+        )
+    })
+    .await;
+    let table: RoutingTable =
+        [(ServiceKey::new("ml", "echo"), Route::new(vec![echo.endpoint("r0")]))].into_iter().collect();
+    app.gateway.set_routes(&table);
+    let https = crate::client(Some(&ca), None);
+    let url = format!("https://127.0.0.1:{port}/ml/echo/");
+    let ok = https.get(&url).bearer_auth(&member).send().await.expect("send");
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(ok.text().await.expect("text"), "https");
+    let refused = https.get(&url).bearer_auth(&outsider).send().await.expect("send");
+    assert_eq!(refused.status(), StatusCode::NOT_FOUND, "another team's member reached the service");
+    let plain = reqwest::Client::builder().no_proxy().build().expect("client");
+    let answer = plain.get(format!("http://127.0.0.1:{port}/ml/echo/")).send().await.expect("send");
+    assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "plain HTTP off loopback is refused");
+    assert_eq!(echo.hits(), 1);
+}
