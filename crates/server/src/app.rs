@@ -57,6 +57,10 @@ pub struct ServerConfig {
     pub resize_interval: Duration,
     /// What the server keeps of jobs' output: the team quota, retention, the free-space floor.
     pub output: crate::output::OutputLimits,
+    /// Where the serving gateway listens (`None`: not served); TLS on any address but loopback.
+    pub gateway_listen: Option<SocketAddr>,
+    /// The gateway's limits and timeouts.
+    pub gateway: crate::gateway::GatewayConfig,
 }
 
 impl ServerConfig {
@@ -83,6 +87,8 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             resize_interval: Duration::from_secs(300),
             output: crate::output::OutputLimits::default(),
+            gateway_listen: None,
+            gateway: crate::gateway::GatewayConfig::default(),
         }
     }
 
@@ -131,6 +137,9 @@ pub struct App {
     pub output: crate::output::Output,
     /// Unused one-time dashboard sign-in codes.
     pub signin: crate::signin::SignInCodes,
+    /// The serving gateway: the service controller gives it routes
+    /// ([`crate::gateway::Gateway::set_routes`]) and reads its demand and snapshots.
+    pub gateway: Arc<crate::gateway::Gateway>,
 }
 
 impl App {
@@ -178,6 +187,15 @@ pub struct Server {
     listeners: Vec<TcpListener>,
     missing: Option<String>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    gateway: Option<GatewayListener>,
+    gateway_missing: Option<String>,
+}
+
+/// The gateway's bound sockets and whether they speak TLS.
+#[derive(Debug)]
+struct GatewayListener {
+    listeners: Vec<TcpListener>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Server {
@@ -196,10 +214,21 @@ impl Server {
         if let Some(missing) = &missing {
             tracing::warn!("{missing}");
         }
-        let app = Arc::new(App {
+        let (gateway, gateway_missing) = bind_gateway(&config, tls.as_ref()).await;
+        let metrics = Metrics::default();
+        let mut gateway_config = config.gateway;
+        gateway_config.tls = gateway.as_ref().is_some_and(|g| g.tls.is_some());
+        let gateway_metrics = metrics.gateway.clone();
+        let app = Arc::new_cyclic(|app| App {
+            gateway: Arc::new(crate::gateway::Gateway::new(
+                gateway_config,
+                Box::new(crate::gateway::TeamMembers::new(app.clone())),
+                gateway_metrics,
+                Box::new(gantry_core::rng::SplitMix64::new(seed())),
+            )),
             store,
             config,
-            metrics: Metrics::default(),
+            metrics,
             wake: Notify::new(),
             changes: Default::default(),
             tokens: TokenCache::default(),
@@ -212,7 +241,23 @@ impl Server {
             output: Default::default(),
             signin: Default::default(),
         });
-        Ok(Self { app, listeners: bound.listeners, missing, tls })
+        Ok(Self { app, listeners: bound.listeners, missing, tls, gateway, gateway_missing })
+    }
+
+    /// The gateway's addresses (empty when it is not served).
+    pub fn gateway_addrs(&self) -> Vec<SocketAddr> {
+        let listeners = self.gateway.as_ref().map_or(&[][..], |g| &g.listeners[..]);
+        listeners.iter().filter_map(|l| l.local_addr().ok()).collect()
+    }
+
+    /// Whether the gateway speaks TLS.
+    pub fn gateway_is_tls(&self) -> bool {
+        self.gateway.as_ref().is_some_and(|g| g.tls.is_some())
+    }
+
+    /// Why the gateway is not served though an address was given (it could not be bound).
+    pub fn gateway_missing(&self) -> Option<&str> {
+        self.gateway_missing.as_deref()
     }
 
     /// The address actually bound (the listen address; its port when that was 0).
@@ -249,8 +294,18 @@ impl Server {
 
     /// Serves the API and runs the scheduler until `shutdown` resolves; in-flight requests
     /// finish (up to [`ServerConfig::shutdown_grace`]), idle connections close at once.
-    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    pub async fn serve(
+        mut self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
+        let gateway = self.gateway.take().map(|g| {
+            let mut stop = stop_rx.clone();
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tokio::spawn(Arc::clone(&self.app.gateway).serve(g.listeners, g.tls, stopped))
+        });
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx.clone()));
         let sweeper = tokio::spawn(sweep_output(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
@@ -265,8 +320,47 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         let _ = sweeper.await;
+        if let Some(gateway) = gateway {
+            let _ = gateway.await;
+        }
         Ok(())
     }
+}
+
+/// Binds the gateway's address, when one is set: TLS (the API's certificate) on any address but
+/// loopback. Failing to bind is not fatal (the API still serves): the second value says why.
+async fn bind_gateway(
+    config: &ServerConfig,
+    tls: Option<&Arc<rustls::ServerConfig>>,
+) -> (Option<GatewayListener>, Option<String>) {
+    let Some(addr) = config.gateway_listen else { return (None, None) };
+    let tls = if addr.ip().is_loopback() {
+        None
+    } else if let Some(tls) = tls {
+        Some(Arc::clone(tls))
+    } else {
+        let why =
+            format!("the gateway is not served: {addr} is not a loopback address and the server has no TLS");
+        tracing::warn!("{why}");
+        return (None, Some(why));
+    };
+    match crate::listen::bind(addr).await {
+        Ok(bound) => (Some(GatewayListener { listeners: bound.listeners, tls }), None),
+        Err(e) => {
+            use std::error::Error as _;
+            let cause = e.source().map(|c| format!(": {c}")).unwrap_or_default();
+            let why = format!("the gateway is not served: {e}{cause}");
+            tracing::warn!("{why}");
+            (None, Some(why))
+        }
+    }
+}
+
+/// A seed for the gateway's replica choice (which replica gets a request need not be
+/// reproducible in production; tests construct their own gateway with a fixed seed).
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    nanos.map_or(0, |d| d.as_nanos() as u64) ^ u64::from(std::process::id())
 }
 
 /// Every minute (and once at start): counts what is on disk, removes the output of jobs that

@@ -192,7 +192,7 @@ pub struct TokenCache(RwLock<HashMap<String, TokenRecord>>);
 const CACHE_LIMIT: usize = 10_000;
 
 impl TokenCache {
-    async fn lookup(&self, store: &Arc<dyn Store>, secret: &str) -> Result<TokenRecord, ApiError> {
+    pub(crate) async fn lookup(&self, store: &Arc<dyn Store>, secret: &str) -> Result<TokenRecord, ApiError> {
         let hash = hash(secret);
         let hit = self.0.read().ok().and_then(|m| m.get(&hash).cloned());
         let record = match hit {

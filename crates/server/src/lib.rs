@@ -9,6 +9,8 @@
 //! - [`tls`]: the cluster CA, server and client certificates; [`transport`]: the listener
 //!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown);
 //!   [`listen`]: binding it, on both loopback families for a loopback address.
+//! - [`gateway`]: the serving gateway (`/<team>/<service>/<path>` to a ready replica), fed a
+//!   routing table by the service controller;
 //! - [`job_logs`] and [`job_env`]: what the server and the agent agree on about a job's output
 //!   files and its declared environment; [`output`]: how much of that output the server keeps
 //!   (a quota per team, retention after a job ends, a free-space floor for submissions).
@@ -22,6 +24,7 @@ pub mod auth;
 pub mod command;
 pub mod credentials;
 pub mod error;
+pub mod gateway;
 pub mod listen;
 pub mod memory;
 pub mod metrics;

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub submissions: Counter,
     /// Running jobs the scheduler asked to stop for another.
     pub preemptions: Counter,
+    /// The serving gateway's families (`gantry_service_*`, declared in [`crate::gateway::stats`]).
+    pub gateway: crate::gateway::GatewayMetrics,
 }
 
 impl Default for Metrics {
@@ -62,7 +64,17 @@ impl Default for Metrics {
         );
         registry.register("submissions", "Accepted job submissions", submissions.clone());
         registry.register("preemptions", "Running jobs stopped for another job", preemptions.clone());
-        Self { registry, queue_length, jobs, placement_latency, scheduling_pass, submissions, preemptions }
+        let gateway = crate::gateway::GatewayMetrics::register(&mut registry);
+        Self {
+            registry,
+            queue_length,
+            jobs,
+            placement_latency,
+            scheduling_pass,
+            submissions,
+            preemptions,
+            gateway,
+        }
     }
 }
 

@@ -35,6 +35,11 @@ pub struct ControlArgs {
     /// no other process can answer `localhost:P`.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
+    /// Where the serving gateway listens: `http://ADDR/<team>/<service>/<path>` reaches a ready
+    /// replica of that service. HTTPS (the cluster CA) on any address but loopback. `none`: no
+    /// gateway.
+    #[arg(long, value_name = "ADDR|none", default_value = "127.0.0.1:7080", value_parser = parse_gateway_listen)]
+    pub gateway_listen: GatewayListen,
     /// Serve HTTPS (the default; kept for scripts that pass it).
     #[arg(long, conflicts_with = "no_tls")]
     pub tls: bool,
@@ -188,6 +193,12 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
             args.listen
         );
     }
+    if let Some(gateway) = args.gateway_listen.0.filter(|g| args.no_tls && !g.ip().is_loopback()) {
+        anyhow::bail!(
+            "--gateway-listen {gateway} is reachable from other machines and needs TLS, which --no-tls turns off; \
+             use a loopback address or drop --no-tls"
+        );
+    }
     let pki = if args.no_tls {
         eprintln!(
             "warning: --no-tls: {} speaks plain HTTP. Any process on this machine, a job included, that binds \
@@ -200,7 +211,12 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
         if !loopback {
             eprintln!("note: serving HTTPS: {} is not a loopback address", args.listen);
         }
-        let sans = tls::default_sans(args.listen, &args.tls_san);
+        let mut names = args.tls_san.clone();
+        // A gateway on a specific address is reached by that address too.
+        let gateway_ip =
+            args.gateway_listen.0.map(|g| g.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+        names.extend(gateway_ip.map(|ip| ip.to_string()));
+        let sans = tls::default_sans(args.listen, &names);
         let dir = prepared.data.join("tls");
         let pki = Pki::load_or_create(&dir, &sans)
             .with_context(|| format!("cannot set up TLS certificates in {}", dir.display()))?;
@@ -221,7 +237,15 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
         min_free_disk: super::sandbox::parse_size(&args.min_free_disk).context("--min-free-disk")?,
     };
     config.pki = pki.clone();
+    config.gateway_listen = args.gateway_listen.0;
     let server = Server::bind(config, Arc::clone(&prepared.store)).await.map_err(listen_hint)?;
+    if let Some(missing) = server.gateway_missing() {
+        eprintln!("warning: {missing} (see --gateway-listen)");
+    }
+    if let Some(addr) = server.gateway_addrs().first() {
+        let scheme = if server.gateway_is_tls() { "https" } else { "http" };
+        println!("gateway: {scheme}://{addr}/<team>/<service>/<path>");
+    }
     let url = local_url(server.local_addr()?, pki.is_some());
     if let Some(missing) = server.missing_family() {
         eprintln!("note: {missing}");
@@ -236,6 +260,19 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     println!("{}", dashboard_line(server.local_addr()?, pki.as_deref()));
     announce_tokens(&*prepared.store, &url, pki.as_deref(), &prepared.data, args.context.as_deref())?;
     Ok(Control { server, url, pki, prepared })
+}
+
+/// `--gateway-listen`: an address, or `none`.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayListen(pub Option<SocketAddr>);
+
+fn parse_gateway_listen(text: &str) -> Result<GatewayListen, String> {
+    if text == "none" {
+        return Ok(GatewayListen(None));
+    }
+    let addr: SocketAddr =
+        text.parse().map_err(|_| format!("`{text}` is not an address like 127.0.0.1:7080 (or `none`)"))?;
+    Ok(GatewayListen(Some(addr)))
 }
 
 /// The URL for clients on this machine: a wildcard listen address is reached through loopback,

@@ -7,6 +7,7 @@ pub mod apply;
 pub mod audit;
 pub mod backend;
 pub mod bench;
+pub mod bench_gateway;
 pub mod bench_load;
 pub mod bench_pass;
 pub mod bench_schedule;

@@ -1,0 +1,173 @@
+//! Which headers cross the gateway. The client's are not trusted: hop-by-hop headers (RFC 9110
+//! §7.6.1: `Connection` and every header it names, `Keep-Alive`, `TE`, `Trailer`,
+//! `Transfer-Encoding`, `Upgrade`, `Proxy-*`) describe the client's connection, not the
+//! replica's, and are dropped both ways; `Host`, `X-Forwarded-For`, `X-Forwarded-Proto`,
+//! `X-Forwarded-Host`, `X-Real-IP` and `Forwarded` are replaced by what the gateway itself saw, so
+//! a replica that logs or trusts them gets the truth rather than whatever the client claimed; and
+//! `Authorization` stops here: the caller's Gantry token is for the gateway, and a replica (any
+//! code a team runs) must never receive another user's credential.
+
+use std::net::SocketAddr;
+
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Hop-by-hop headers by name (lowercase), besides those `Connection` names.
+const HOP_BY_HOP: &[&str] =
+    &["connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-connection"];
+
+/// Headers the gateway sets itself or has dealt with (never copied from the client): `Expect`
+/// was answered by the gateway, which has the whole body before it picks a replica.
+const GATEWAY_SET: &[&str] = &[
+    "host",
+    "authorization",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-real-ip",
+    "forwarded",
+    "expect",
+];
+
+/// Drops hop-by-hop headers: the fixed list, any `Proxy-*`, and every name `Connection` lists.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(*name);
+    }
+    let proxy: Vec<HeaderName> =
+        headers.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
+    for name in proxy {
+        headers.remove(name);
+    }
+}
+
+/// The request headers a replica gets: the client's, without hop-by-hop and gateway-set ones,
+/// plus `Host` (the replica's address), `X-Forwarded-For` (the client's address as the gateway
+/// saw it), `X-Forwarded-Proto`, `X-Forwarded-Host` (the client's `Host`, when it had one) and
+/// `Forwarded` (RFC 7239) saying the same.
+pub fn to_replica(client: &HeaderMap, peer: SocketAddr, tls: bool, replica: SocketAddr) -> HeaderMap {
+    let mut headers = client.clone();
+    let original_host = client.get(header::HOST).cloned();
+    strip_hop_by_hop(&mut headers);
+    for name in GATEWAY_SET {
+        headers.remove(*name);
+    }
+    let proto = if tls { "https" } else { "http" };
+    let ip = peer.ip().to_canonical();
+    let insert = |headers: &mut HeaderMap, name: HeaderName, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    };
+    insert(&mut headers, header::HOST, replica.to_string());
+    insert(&mut headers, HeaderName::from_static("x-forwarded-for"), ip.to_string());
+    insert(&mut headers, HeaderName::from_static("x-forwarded-proto"), proto.to_owned());
+    let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
+    let mut forwarded = format!("for={node};proto={proto}");
+    if let Some(host) = original_host.as_ref().and_then(|h| h.to_str().ok()).filter(|h| is_host(h)) {
+        forwarded.push_str(&format!(";host=\"{host}\""));
+        insert(&mut headers, HeaderName::from_static("x-forwarded-host"), host.to_owned());
+    }
+    insert(&mut headers, header::FORWARDED, forwarded);
+    headers
+}
+
+/// A `Host` value safe to repeat inside a quoted `Forwarded` parameter.
+fn is_host(h: &str) -> bool {
+    !h.is_empty() && h.len() <= 255 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+}
+
+/// The response headers a client gets: the replica's, without hop-by-hop ones.
+pub fn to_client(replica: &mut HeaderMap) {
+    strip_hop_by_hop(replica);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                    HeaderValue::from_str(v).expect("value"),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn client_claims_about_forwarding_and_hop_by_hop_headers_are_replaced_or_dropped() {
+        let client = map(&[
+            ("host", "gw.example:7080"),
+            ("authorization", "Bearer secret"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-proto", "https"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "hop"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic eA=="),
+            ("accept", "text/event-stream"),
+        ]);
+        let peer: SocketAddr = "10.1.2.3:5555".parse().expect("addr");
+        let replica: SocketAddr = "127.0.0.1:9000".parse().expect("addr");
+        let out = to_replica(&client, peer, false, replica);
+        assert_eq!(out["host"], "127.0.0.1:9000");
+        assert_eq!(out["x-forwarded-for"], "10.1.2.3");
+        assert_eq!(out["x-forwarded-proto"], "http");
+        assert_eq!(out["x-forwarded-host"], "gw.example:7080");
+        assert_eq!(out["forwarded"], "for=10.1.2.3;proto=http;host=\"gw.example:7080\"");
+        assert_eq!(out["accept"], "text/event-stream");
+        for gone in [
+            "authorization",
+            "x-real-ip",
+            "connection",
+            "x-private",
+            "keep-alive",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "proxy-authorization",
+        ] {
+            assert!(!out.contains_key(gone), "{gone} reached the replica");
+        }
+    }
+
+    #[test]
+    fn an_ipv6_client_is_quoted_in_forwarded() {
+        let out = to_replica(
+            &HeaderMap::new(),
+            "[::1]:1".parse().expect("addr"),
+            true,
+            "127.0.0.1:1".parse().expect("addr"),
+        );
+        assert_eq!(out["forwarded"], "for=\"[::1]\";proto=https");
+        assert_eq!(out["x-forwarded-for"], "::1");
+    }
+
+    #[test]
+    fn a_replicas_hop_by_hop_headers_do_not_reach_the_client() {
+        let mut h =
+            map(&[("connection", "x-a"), ("x-a", "1"), ("keep-alive", "5"), ("content-type", "text/plain")]);
+        to_client(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+    }
+}
