@@ -27,6 +27,9 @@ pub enum BenchCommand {
     /// What one scheduling pass costs with a long pending queue on an on-disk store: a full
     /// reload and plan beside the incremental passes (idle, time-based, after one change).
     Pass(super::bench_pass::PassBenchArgs),
+    /// Submission to running on an idle cluster (an in-process control plane and agent on a
+    /// simulated fleet), one tiny job at a time (`--json`: `p50_s`, `p90_s`, `p99_s`).
+    Start(super::bench_start::StartBenchArgs),
 }
 
 /// Arguments of `gantry bench submit`.
@@ -50,6 +53,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Load(args) => return super::bench_load::run(args),
         BenchCommand::Schedule(args) => return super::bench_schedule::run(&args),
         BenchCommand::Pass(args) => return super::bench_pass::run(&args),
+        BenchCommand::Start(args) => return super::bench_start::run(&args),
     };
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),
