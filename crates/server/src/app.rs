@@ -57,6 +57,9 @@ pub struct ServerConfig {
     pub resize_interval: Duration,
     /// What the server keeps of jobs' output: the team quota, retention, the free-space floor.
     pub output: crate::output::OutputLimits,
+    /// Hold an agent's heartbeat that asks for it (`wait_ms`) until its node's work changes
+    /// (see [`crate::assigned`]); false answers at once, as servers before the hold did.
+    pub hold_heartbeats: bool,
 }
 
 impl ServerConfig {
@@ -83,6 +86,7 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             resize_interval: Duration::from_secs(300),
             output: crate::output::OutputLimits::default(),
+            hold_heartbeats: true,
         }
     }
 
@@ -129,6 +133,8 @@ pub struct App {
     pub queue: std::sync::RwLock<crate::scheduler::QueueInput>,
     /// Job output kept on disk, counted per team.
     pub output: crate::output::Output,
+    /// Signals held heartbeats that their node's work changed.
+    pub assigned: crate::assigned::Assigned,
 }
 
 impl App {
@@ -208,6 +214,7 @@ impl Server {
             closing: watch::channel(false).0,
             queue: Default::default(),
             output: Default::default(),
+            assigned: Default::default(),
         });
         Ok(Self { app, listeners: bound.listeners, missing, tls })
     }

@@ -3,6 +3,7 @@
 mod api;
 mod elastic;
 mod fuzz;
+mod held;
 mod incremental;
 mod job_limits;
 mod limits;
