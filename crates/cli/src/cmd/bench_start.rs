@@ -36,9 +36,14 @@ pub struct StartBenchArgs {
     /// which a job's private /tmp hides).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Print one JSON object (`p50_s`, `p90_s`, `p99_s`, `max_s`, `jobs`).
+    /// Print one JSON object (`p50_s`, `p90_s`, `p99_s`, `max_s`, `jobs`, and with
+    /// `--baseline` the same figures prefixed `baseline_`).
     #[arg(long)]
     json: bool,
+    /// Also time the same jobs on a second cluster whose server answers heartbeats at once, as
+    /// servers before held heartbeats did (its agent polls every heartbeat interval).
+    #[arg(long)]
+    baseline: bool,
 }
 
 /// Runs the benchmark.
@@ -47,12 +52,16 @@ pub fn run(args: &StartBenchArgs) -> anyhow::Result<()> {
         Some(d) => (d.clone(), false),
         None => (PathBuf::from(format!("/var/tmp/gantry-bench-start-{}", std::process::id())), true),
     };
-    let result = tokio::runtime::Runtime::new()?.block_on(bench(args, &dir));
+    let rt = tokio::runtime::Runtime::new()?;
+    let result = rt.block_on(bench(args, &dir.join("held"), true));
+    let baseline = match (&result, args.baseline) {
+        (Ok(_), true) => Some(rt.block_on(bench(args, &dir.join("polled"), false))),
+        _ => None,
+    };
     if remove {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    let times = result?;
-    report(&times, args.json);
+    report(&result?, baseline.transpose()?.as_deref(), args.json);
     Ok(())
 }
 
@@ -64,8 +73,9 @@ struct Cluster {
     agent: tokio::task::JoinHandle<Result<(), gantry_agent::runner::AgentError>>,
 }
 
-async fn bench(args: &StartBenchArgs, dir: &Path) -> anyhow::Result<Vec<Duration>> {
-    let cluster = start(args, dir).await?;
+/// Times the jobs on a fresh cluster in `dir` whose server holds heartbeats or not.
+async fn bench(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<Vec<Duration>> {
+    let cluster = start(args, dir, hold).await?;
     let measured = measure(&cluster.api, args).await;
     let _ = cluster.stop.send(true);
     cluster.agent.await?.context("the agent failed")?;
@@ -74,7 +84,7 @@ async fn bench(args: &StartBenchArgs, dir: &Path) -> anyhow::Result<Vec<Duration
 }
 
 /// Starts the control plane and the agent, and waits for the node to be ready.
-async fn start(args: &StartBenchArgs, dir: &Path) -> anyhow::Result<Cluster> {
+async fn start(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<Cluster> {
     use std::os::unix::fs::PermissionsExt;
     // The data is private to this user; the work root must be reachable by the jobs' users.
     let data = dir.join("data");
@@ -93,6 +103,7 @@ async fn start(args: &StartBenchArgs, dir: &Path) -> anyhow::Result<Cluster> {
     runner::credential::save(&runner::credential::path(&state_dir), &credential)?;
     let mut config = ServerConfig::local(data.join("logs"));
     config.listen = ([127, 0, 0, 1], 0).into();
+    config.hold_heartbeats = hold;
     let server = Server::bind(config, store).await?;
     let url = format!("http://{}", server.local_addr()?);
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -183,32 +194,34 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted.get(i).map_or(0.0, Duration::as_secs_f64)
 }
 
-fn report(times: &[Duration], json: bool) {
+/// p50, p90, p99 and max of `times`, seconds.
+fn figures(times: &[Duration]) -> [f64; 4] {
     let mut sorted = times.to_vec();
     sorted.sort();
-    let (p50, p90, p99, max) = (
-        percentile(&sorted, 0.5),
-        percentile(&sorted, 0.9),
-        percentile(&sorted, 0.99),
-        percentile(&sorted, 1.0),
-    );
+    [0.5, 0.9, 0.99, 1.0].map(|p| percentile(&sorted, p))
+}
+
+fn report(times: &[Duration], baseline: Option<&[Duration]>, json: bool) {
+    const KEYS: [&str; 4] = ["p50_s", "p90_s", "p99_s", "max_s"];
+    let held = figures(times);
+    let polled = baseline.map(figures);
     if json {
-        let out = serde_json::json!({
-            "jobs": times.len(),
-            "p50_s": p50,
-            "p90_s": p90,
-            "p99_s": p99,
-            "max_s": max,
-        });
-        println!("{out}");
-    } else {
-        println!(
-            "{} jobs, submission to running on an idle cluster: p50 {:.3} s, p90 {:.3} s, p99 {:.3} s, max {:.3} s",
-            times.len(),
-            p50,
-            p90,
-            p99,
-            max
-        );
+        let mut out = serde_json::Map::new();
+        out.insert("jobs".into(), times.len().into());
+        for (key, value) in KEYS.iter().zip(held) {
+            out.insert((*key).into(), value.into());
+        }
+        for (key, value) in polled.iter().flat_map(|p| KEYS.iter().zip(*p)) {
+            out.insert(format!("baseline_{key}"), value.into());
+        }
+        println!("{}", serde_json::Value::Object(out));
+        return;
+    }
+    let line = |[p50, p90, p99, max]: [f64; 4]| {
+        format!("p50 {p50:.3} s, p90 {p90:.3} s, p99 {p99:.3} s, max {max:.3} s")
+    };
+    println!("{} jobs, submission to running on an idle cluster: {}", times.len(), line(held));
+    if let Some(polled) = polled {
+        println!("baseline, the agent polling every heartbeat interval: {}", line(polled));
     }
 }
