@@ -116,6 +116,11 @@ pub fn touched(store: &dyn Store, touches: Touches) -> Vec<String> {
 /// A digest of a node's assignments (which attempt of which job, on which GPUs), the
 /// `version` an agent sends back as `known`. FNV-1a: stable across restarts and builds.
 pub fn version(jobs: &[gantry_store::Job]) -> String {
+    digest(jobs.iter().map(|j| (j.id, j.attempt, j.gpu_uuids.as_slice())))
+}
+
+/// FNV-1a over (job, attempt, GPU UUIDs) triples, as 16 hex digits.
+fn digest<'a>(jobs: impl IntoIterator<Item = (JobId, u32, &'a [String])>) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {
@@ -123,14 +128,51 @@ pub fn version(jobs: &[gantry_store::Job]) -> String {
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
     };
-    for job in jobs {
-        eat(&job.id.to_le_bytes());
-        eat(&job.attempt.to_le_bytes());
-        for uuid in &job.gpu_uuids {
+    for (id, attempt, gpus) in jobs {
+        eat(&id.to_le_bytes());
+        eat(&attempt.to_le_bytes());
+        for uuid in gpus {
             eat(uuid.as_bytes());
             eat(&[0]);
         }
         eat(&[0xff]);
     }
     format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: JobId, attempt: u32, gpus: &[&str]) -> (JobId, u32, Vec<String>) {
+        (id, attempt, gpus.iter().map(|g| (*g).to_owned()).collect())
+    }
+
+    fn version(jobs: &[(JobId, u32, Vec<String>)]) -> String {
+        digest(jobs.iter().map(|(id, attempt, gpus)| (*id, *attempt, gpus.as_slice())))
+    }
+
+    #[test]
+    fn the_version_changes_with_the_jobs_their_attempts_and_their_gpus_and_only_with_them() {
+        let base = [job(1, 1, &["GPU-a"]), job(2, 1, &[])];
+        let same = version(&base);
+        assert_eq!(same, version(&[job(1, 1, &["GPU-a"]), job(2, 1, &[])]));
+        assert_ne!(same, version(&[job(1, 2, &["GPU-a"]), job(2, 1, &[])]), "a new attempt");
+        assert_ne!(same, version(&[job(1, 1, &["GPU-b"]), job(2, 1, &[])]), "other GPUs");
+        assert_ne!(same, version(&[job(1, 1, &["GPU-a"])]), "a job fewer");
+        assert_ne!(version(&[]), version(&[job(1, 1, &[])]));
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_sees_a_change_signalled_for_its_node_and_not_one_for_another() {
+        let assigned = Assigned::default();
+        let mut n1 = assigned.subscribe("n1");
+        let n2 = assigned.subscribe("n2");
+        assigned.changed("n1");
+        assigned.changed("n3");
+        assert!(n1.has_changed().expect("open"));
+        assert!(!n2.has_changed().expect("open"));
+        n1.changed().await.expect("open");
+        assert!(!n1.has_changed().expect("open"));
+    }
 }
