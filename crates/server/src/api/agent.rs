@@ -126,8 +126,10 @@ pub async fn heartbeat(
     validate::word("node_id", &hb.node_id)?;
     let (node, epoch) = (hb.node_id.clone(), hb.epoch);
     let hold = hold_for(&app, &wait);
-    // Before the store reads the assignments: a change committed after that read is seen.
-    let mut changes = hold.map(|_| app.assigned.subscribe(&node));
+    // Before the store reads the assignments: a change committed after that read is seen. Only
+    // for the node's own credential (another's report is refused below), so that no caller
+    // makes the server keep a signal for node ids that are not its own.
+    let mut changes = hold.filter(|_| who.require_node(&node).is_ok()).map(|_| app.assigned.subscribe(&node));
     let finished = hb.jobs.iter().any(|j| j.exit.is_some());
     let chunks = decode_logs(&hb)?;
     if !chunks.is_empty() && who.require_node(&hb.node_id).is_ok() {
