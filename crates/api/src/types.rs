@@ -479,6 +479,25 @@ impl From<Job> for Assignment {
 pub struct HeartbeatResponse {
     /// Assignments.
     pub assignments: Vec<Assignment>,
+    /// A digest of `assignments`, sent back as [`HeartbeatWait::known`]: set by a server that
+    /// holds heartbeats (absent from older servers' answers, whose agents poll).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// How long the server may hold a heartbeat (`POST /v1/agent/heartbeat?wait_ms=…&known=…`):
+/// when the node's assignments are still the ones whose [`HeartbeatResponse::version`] is
+/// `known`, the answer waits until they change or `wait_ms` pass (at most the heartbeat
+/// interval). Without it, or from an older server, the answer comes at once.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+pub struct HeartbeatWait {
+    /// Longest hold the agent accepts, ms (0 or absent: answer at once).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+    /// The version of the assignments the agent last applied.
+    #[serde(default)]
+    pub known: Option<String>,
 }
 
 /// Which usage to report.

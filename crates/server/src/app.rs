@@ -61,6 +61,9 @@ pub struct ServerConfig {
     pub gateway_listen: Option<SocketAddr>,
     /// The gateway's limits and timeouts.
     pub gateway: crate::gateway::GatewayConfig,
+    /// Hold an agent's heartbeat that asks for it (`wait_ms`) until its node's work changes
+    /// (see [`crate::assigned`]); false answers at once, as servers before the hold did.
+    pub hold_heartbeats: bool,
 }
 
 impl ServerConfig {
@@ -89,6 +92,7 @@ impl ServerConfig {
             output: crate::output::OutputLimits::default(),
             gateway_listen: None,
             gateway: crate::gateway::GatewayConfig::default(),
+            hold_heartbeats: true,
         }
     }
 
@@ -140,6 +144,8 @@ pub struct App {
     /// The serving gateway: the service controller gives it routes
     /// ([`crate::gateway::Gateway::set_routes`]) and reads its demand and snapshots.
     pub gateway: Arc<crate::gateway::Gateway>,
+    /// Signals held heartbeats that their node's work changed.
+    pub assigned: crate::assigned::Assigned,
 }
 
 impl App {
@@ -240,6 +246,7 @@ impl Server {
             queue: Default::default(),
             output: Default::default(),
             signin: Default::default(),
+            assigned: Default::default(),
         });
         Ok(Self { app, listeners: bound.listeners, missing, tls, gateway, gateway_missing })
     }

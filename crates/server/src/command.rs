@@ -205,12 +205,22 @@ impl App {
                 | Command::RevokeToken { .. }
                 | Command::Join { .. }
         );
+        let touches = crate::assigned::touches(&command);
         let store = Arc::clone(&self.store);
-        let outcome = tokio::task::spawn_blocking(move || apply(&*store, command))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let (outcome, touched) = tokio::task::spawn_blocking(move || {
+            let outcome = apply(&*store, command);
+            let touched =
+                if outcome.is_ok() { crate::assigned::touched(&*store, touches) } else { Vec::new() };
+            (outcome, touched)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
         if credentials_change {
             self.tokens.clear();
+        }
+        // Committed: the agents it concerns hear of it now, not on their next poll.
+        for node in &touched {
+            self.assigned.changed(node);
         }
         let outcome = outcome?;
         if let Outcome::Submitted { created: true, .. } = outcome {

@@ -3,6 +3,7 @@
 //! - [`api`]: axum handlers that parse and validate requests into [`command::Command`]s, plus the
 //!   OpenAPI document ([`api::ApiDoc`]), `/healthz` and `/metrics`;
 //! - [`command`]: the one dispatcher that applies every mutation to the [`gantry_store::Store`];
+//!   [`assigned`]: the per-node signals that let a held heartbeat answer new work at once;
 //! - [`scheduler`]: the loop that turns a store snapshot into placements through the core's
 //!   policies ([`scheduler::plan`] is pure) and records them before agents act on them;
 //! - [`auth`]: bearer tokens (hashed at rest) and the role checks;
@@ -20,6 +21,7 @@
 
 pub mod api;
 pub mod app;
+pub mod assigned;
 pub mod auth;
 pub mod command;
 pub mod credentials;

@@ -103,6 +103,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// agent's); returns the jobs the node must run now. Reports of jobs not placed on this node
     /// under this epoch change nothing.
     fn heartbeat(&self, heartbeat: &Heartbeat, at: i64) -> Result<Vec<Job>>;
+    /// The jobs the node must run now, as [`Store::heartbeat`] answers them, without a report:
+    /// what a held heartbeat answers once the node's work changed. `StaleEpoch` (or `NotFound`)
+    /// as there when the node is no longer up under `epoch`.
+    fn assignments(&self, node_id: &str, epoch: u64) -> Result<Vec<Job>>;
     /// Marks up nodes (ready or not responding) silent since before `deadline` as lost and
     /// requeues their jobs.
     fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>>;

@@ -16,6 +16,9 @@ use serde::de::DeserializeOwned;
 
 use super::error::AgentError;
 
+/// How long a request may take (a held heartbeat: this beyond its hold).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A client for `/v1/agent/*`.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -38,7 +41,7 @@ impl Client {
         ca_pem: Option<&str>,
         client_cert: Option<(&str, &str)>,
     ) -> Result<Self, AgentError> {
-        let http = builder(ca_pem, client_cert)?.timeout(Duration::from_secs(10)).build()?;
+        let http = builder(ca_pem, client_cert)?.timeout(REQUEST_TIMEOUT).build()?;
         Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
     }
 
@@ -52,19 +55,49 @@ impl Client {
         self.post("/v1/agent/register", req).await
     }
 
-    /// Sends a heartbeat; a 409 (stale epoch) or 404 (unknown node) means fenced.
+    /// Sends a heartbeat, answered at once; a 409 (stale epoch) or 404 (unknown node) means
+    /// fenced.
     pub async fn heartbeat(&self, hb: &Heartbeat) -> Result<HeartbeatResponse, AgentError> {
-        match self.post("/v1/agent/heartbeat", hb).await {
+        self.heartbeat_waiting(hb, Duration::ZERO, None).await
+    }
+
+    /// Sends a heartbeat that the server may hold for up to `wait` while the node's assignments
+    /// are still the ones of version `known` (see `HeartbeatWait`); an older server answers at
+    /// once.
+    pub async fn heartbeat_waiting(
+        &self,
+        hb: &Heartbeat,
+        wait: Duration,
+        known: Option<&str>,
+    ) -> Result<HeartbeatResponse, AgentError> {
+        let mut path = "/v1/agent/heartbeat".to_owned();
+        if !wait.is_zero() {
+            path.push_str(&format!("?wait_ms={}", wait.as_millis()));
+            if let Some(known) = known.filter(|k| k.bytes().all(|b| b.is_ascii_alphanumeric())) {
+                path.push_str(&format!("&known={known}"));
+            }
+        }
+        match self.send(&path, hb, wait + REQUEST_TIMEOUT).await {
             Err(AgentError::Status { status: 404 | 409, body }) => Err(AgentError::Fenced(body)),
             other => other,
         }
     }
 
     async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, AgentError> {
+        self.send(path, body, REQUEST_TIMEOUT).await
+    }
+
+    async fn send<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<R, AgentError> {
         let resp = self
             .http
             .post(format!("{}{path}", self.base))
             .bearer_auth(&self.token)
+            .timeout(timeout)
             .json(body)
             .send()
             .await

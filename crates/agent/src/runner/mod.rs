@@ -1,6 +1,8 @@
-//! The job runner: register, then heartbeat on the interval the server gives. Each heartbeat
-//! carries GPU health and samples and the state of every local job; the answer lists the jobs
-//! this node must run, and [`jobs::Jobs::reconcile`] starts and stops processes to match.
+//! The job runner: register, then heartbeat ([`beat`]): each heartbeat carries GPU health and
+//! samples and the state of every local job; the answer lists the jobs this node must run, and
+//! [`jobs::Jobs::reconcile`] starts and stops processes to match. The server holds each
+//! heartbeat until the node's work changes (or an interval passes), so new work, cancels and
+//! preemptions arrive without waiting for a poll; an older server is polled every interval.
 //! A 409 answer (stale epoch) means the server fenced this agent off: everything is killed at
 //! once and the node registers again under a new epoch.
 //!
@@ -17,6 +19,7 @@
 
 pub mod attempt;
 pub mod backoff;
+pub mod beat;
 pub mod bpf_devices;
 pub mod cgroup;
 pub mod child;
@@ -44,7 +47,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry_api::model::{AttemptRef, Heartbeat};
+use gantry_api::model::AttemptRef;
 use gantry_api::types::RegisterRequest;
 use tokio::sync::{mpsc, watch};
 
@@ -172,8 +175,11 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         };
         tracing::info!(node = %config.node_id, epoch, "registered");
         let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beating = backoff::Backoff::new(interval);
         let mut retry_at = tokio::time::Instant::now();
+        let mut beats = beat::Beats::new(client.clone(), interval);
+        let node = config.node_id.as_str();
         loop {
             tokio::select! {
                 _ = stop.changed() => {
@@ -184,42 +190,34 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                 _ = tick.tick() => {
                     jobs.enforce_time_limits();
                     jobs.enforce_grace();
-                    let (reports, processes) = gpus.collect();
-                    jobs.enforce_grants(&processes);
-                    if tokio::time::Instant::now() < retry_at {
-                        continue;
-                    }
-                    let attempts = jobs.attempts();
-                    let (logs, drained) = match &mut shipper {
-                        Some(s) => {
-                            s.retain(&attempts);
-                            s.collect(&attempts)
-                        }
-                        None => (Vec::new(), Default::default()),
-                    };
-                    let shipping = shipper.is_some();
-                    let hold = |job| shipping && !drained.contains(&job);
-                    let hb = Heartbeat { node_id: config.node_id.clone(), epoch, gpus: reports, jobs: jobs.reports(&hold), logs };
-                    match client.heartbeat(&hb).await {
-                        Ok(resp) => {
-                            log_change("heartbeat", beating.succeeded(), None);
-                            if let Some(s) = &mut shipper {
-                                s.acknowledged(&hb.logs);
-                            }
-                            jobs.acknowledged(&hb.jobs);
-                            jobs.reconcile(resp.assignments, &gpus);
-                        }
-                        Err(AgentError::Fenced(why)) => {
-                            tracing::warn!(%why, "fenced by the server; stopping all jobs and registering again");
-                            jobs.kill_all(&gpus);
-                            continue 'register;
-                        }
-                        Err(e) => {
-                            log_change("heartbeat", beating.failed(), Some(&e));
-                            retry_at = tokio::time::Instant::now() + beating.delay(backoff::jitter());
-                        }
+                    // A server that holds heartbeats has one in flight; else this tick polls.
+                    if beats.idle() && tokio::time::Instant::now() >= retry_at {
+                        beats.send(node, epoch, &gpus, &mut jobs, shipper.as_mut());
                     }
                 }
+                beat = beats.answered() => match beat.answer {
+                    Ok(resp) => {
+                        log_change("heartbeat", beating.succeeded(), None);
+                        if let Some(s) = &mut shipper {
+                            s.acknowledged(&beat.heartbeat.logs);
+                        }
+                        jobs.acknowledged(&beat.heartbeat.jobs);
+                        jobs.reconcile(resp.assignments, &gpus);
+                        if beats.held() {
+                            // At once: the server holds it until there is news (a start, a stop).
+                            beats.send(node, epoch, &gpus, &mut jobs, shipper.as_mut());
+                        }
+                    }
+                    Err(AgentError::Fenced(why)) => {
+                        tracing::warn!(%why, "fenced by the server; stopping all jobs and registering again");
+                        jobs.kill_all(&gpus);
+                        continue 'register;
+                    }
+                    Err(e) => {
+                        log_change("heartbeat", beating.failed(), Some(&e));
+                        retry_at = tokio::time::Instant::now() + beating.delay(backoff::jitter());
+                    }
+                },
             }
         }
     }

@@ -12,6 +12,7 @@ mod restart;
 mod runner;
 mod sandbox;
 mod server;
+mod start;
 mod support;
 mod team_users;
 mod tls;

@@ -50,6 +50,10 @@ pub struct Setup {
     pub work_dir: Option<std::path::PathBuf>,
     /// What jobs can never take.
     pub reserve: NodeReserve,
+    /// How often the agent heartbeats (the longest the server holds one).
+    pub heartbeat_interval: Duration,
+    /// Whether the server holds heartbeats (false: as servers before the hold, polled).
+    pub hold_heartbeats: bool,
 }
 
 impl Default for Setup {
@@ -62,6 +66,8 @@ impl Default for Setup {
             defaults: JobDefaults::default(),
             work_dir: None,
             reserve: NodeReserve::default(),
+            heartbeat_interval: Duration::from_millis(250),
+            hold_heartbeats: true,
         }
     }
 }
@@ -104,6 +110,10 @@ pub async fn start_with(setup: Setup) -> Harness {
     config.listen = ([127, 0, 0, 1], 0).into();
     config.schedule_interval = Duration::from_millis(100);
     config.log_limit_bytes = setup.log_limit_bytes;
+    config.heartbeat_interval = setup.heartbeat_interval;
+    config.heartbeat_timeout = config.heartbeat_timeout.max(setup.heartbeat_interval * 6);
+    config.node_lost_after = config.node_lost_after.max(config.heartbeat_timeout);
+    config.hold_heartbeats = setup.hold_heartbeats;
     let server = Server::bind(config, Arc::clone(&store)).await.expect("bind");
     let url = format!("http://{}", server.local_addr().expect("addr"));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);

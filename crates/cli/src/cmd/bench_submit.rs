@@ -31,6 +31,9 @@ pub enum BenchCommand {
     /// directly and through the gateway by 100 connections at 1,000 and 5,000 requests/s
     /// (`--json`: `rps`, `direct_p99_ms`, `gateway_p99_ms`, `added_p99_ms`, `errors` per rate).
     Gateway(super::bench_gateway::GatewayBenchArgs),
+    /// Submission to running on an idle cluster (an in-process control plane and agent on a
+    /// simulated fleet), one tiny job at a time (`--json`: `p50_s`, `p90_s`, `p99_s`).
+    Start(super::bench_start::StartBenchArgs),
 }
 
 /// Arguments of `gantry bench submit`.
@@ -55,6 +58,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Schedule(args) => return super::bench_schedule::run(&args),
         BenchCommand::Pass(args) => return super::bench_pass::run(&args),
         BenchCommand::Gateway(args) => return super::bench_gateway::run(&args),
+        BenchCommand::Start(args) => return super::bench_start::run(&args),
     };
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),

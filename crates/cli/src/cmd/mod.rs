@@ -11,6 +11,7 @@ pub mod bench_gateway;
 pub mod bench_load;
 pub mod bench_pass;
 pub mod bench_schedule;
+pub mod bench_start;
 pub mod bench_submit;
 pub mod ca;
 pub mod cancel;

@@ -42,3 +42,14 @@ fn bench_pass_refuses_a_fleet_without_gpus() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("must be positive"), "{out:?}");
 }
+
+#[test]
+fn bench_start_times_jobs_from_submission_to_running_and_prints_percentiles() {
+    let out = gantry(&["bench", "start", "--jobs", "3", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["jobs"], 3, "{v}");
+    let (p50, p90, p99) = (v["p50_s"].as_f64(), v["p90_s"].as_f64(), v["p99_s"].as_f64());
+    let (p50, p90, p99) = (p50.expect("p50_s"), p90.expect("p90_s"), p99.expect("p99_s"));
+    assert!(0.0 < p50 && p50 <= p90 && p90 <= p99, "{v}");
+}

@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use gantry_store::{Heartbeat, NewToken, NodeRegistration, TokenKind};
 
-use super::extract::Body;
+use super::extract::{Body, Query};
 use super::types::*;
 use super::{blocking, validate};
 use crate::app::{App, now_ms};
@@ -100,16 +100,25 @@ pub async fn register(
     }
 }
 
-/// Report liveness, GPUs and jobs; get the jobs to run.
-#[utoipa::path(post, path = "/v1/agent/heartbeat", request_body = Heartbeat, security(("bearer" = [])),
+/// Report liveness, GPUs and jobs; get the jobs to run. With `wait_ms` and `known`, the answer
+/// waits (at most `wait_ms` and the heartbeat interval) while the node's jobs are still the
+/// `known` ones.
+#[utoipa::path(post, path = "/v1/agent/heartbeat", request_body = Heartbeat, params(HeartbeatWait), security(("bearer" = [])),
     responses((status = 200, body = HeartbeatResponse), (status = 409, body = ErrorBody, description = "stale epoch: register again")))]
 pub async fn heartbeat(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
+    Query(wait): Query<HeartbeatWait>,
     Body(hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     // Before anything quotes it (a refusal's audit row, a log line): a node id is a short word.
     validate::word("node_id", &hb.node_id)?;
+    let (node, epoch) = (hb.node_id.clone(), hb.epoch);
+    let hold = hold_for(&app, &wait);
+    // Before the store reads the assignments: a change committed after that read is seen. Only
+    // for the node's own credential (another's report is refused below), so that no caller
+    // makes the server keep a signal for node ids that are not its own.
+    let mut changes = hold.filter(|_| who.require_node(&node).is_ok()).map(|_| app.assigned.subscribe(&node));
     let finished = hb.jobs.iter().any(|j| j.exit.is_some());
     let chunks = decode_logs(&hb)?;
     if !chunks.is_empty() && who.require_node(&hb.node_id).is_ok() {
@@ -120,21 +129,47 @@ pub async fn heartbeat(
     if finished {
         app.wake.notify_one();
     }
-    match outcome {
-        Outcome::Assignments(jobs) => {
-            let teams = if jobs.is_empty() { Vec::new() } else { blocking(&app, |s| s.teams()).await? };
-            let pids_limit = |team: &str| teams.iter().find(|t| t.name == team).and_then(|t| t.pids_limit);
-            let assignments = jobs
-                .into_iter()
-                .map(|job| Assignment {
-                    log_limit_bytes: app.config.log_limit_bytes,
-                    pids_limit: pids_limit(&job.team),
-                    ..job.into()
-                })
-                .collect();
-            Ok(Json(HeartbeatResponse { assignments }))
-        }
-        other => Err(ApiError::Internal(format!("heartbeat produced {other:?}"))),
+    let Outcome::Assignments(mut jobs) = outcome else {
+        return Err(ApiError::Internal(format!("heartbeat produced {outcome:?}")));
+    };
+    // The dispatcher let the report in: the caller is this node's agent.
+    if let (Some(hold), Some(changes)) = (hold, changes.as_mut())
+        && wait.known.as_deref() == Some(crate::assigned::version(&jobs).as_str())
+        && held(&app, changes, hold).await
+    {
+        jobs = blocking(&app, move |s| s.assignments(&node, epoch)).await?;
+    }
+    let version = hold.map(|_| crate::assigned::version(&jobs));
+    let teams = if jobs.is_empty() { Vec::new() } else { blocking(&app, |s| s.teams()).await? };
+    let pids_limit = |team: &str| teams.iter().find(|t| t.name == team).and_then(|t| t.pids_limit);
+    let assignments = jobs
+        .into_iter()
+        .map(|job| Assignment {
+            log_limit_bytes: app.config.log_limit_bytes,
+            pids_limit: pids_limit(&job.team),
+            ..job.into()
+        })
+        .collect();
+    Ok(Json(HeartbeatResponse { assignments, version }))
+}
+
+/// How long this heartbeat may be held: what the agent allows, at most the heartbeat interval
+/// (so the server still hears from it that often) and half the request timeout; none when the
+/// agent asks for none or the server does not hold heartbeats.
+fn hold_for(app: &App, wait: &HeartbeatWait) -> Option<std::time::Duration> {
+    let asked = std::time::Duration::from_millis(wait.wait_ms.filter(|ms| *ms > 0)?);
+    let config = &app.config;
+    config.hold_heartbeats.then(|| asked.min(config.heartbeat_interval).min(config.request_timeout / 2))
+}
+
+/// Waits until the node's work changes (true), or the hold passes or the server begins to stop
+/// (false).
+async fn held(app: &App, changes: &mut tokio::sync::watch::Receiver<u64>, hold: std::time::Duration) -> bool {
+    let mut closing = app.closing.subscribe();
+    tokio::select! {
+        changed = changes.changed() => changed.is_ok(),
+        () = tokio::time::sleep(hold) => false,
+        _ = closing.wait_for(|closing| *closing) => false,
     }
 }
 

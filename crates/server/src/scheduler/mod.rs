@@ -1,7 +1,8 @@
 //! The scheduling loop: bring the scheduler's copy of the store up to date with what changed
 //! ([`State`]), [`plan`] (pure) on its snapshot, record each decision through the dispatcher,
-//! repeat. Agents learn their work from the store on their next heartbeat, so a
-//! decision is always durable before anything acts on it.
+//! repeat. A decision is durable before anything acts on it: the dispatcher signals the
+//! agents it concerns once it has committed, and their held heartbeats answer it
+//! ([`crate::assigned`]).
 
 mod baseline;
 mod elastic;
@@ -30,7 +31,7 @@ use crate::command::Command;
 use crate::error::ApiError;
 use crate::metrics::{StateLabel, TeamLabel};
 
-/// Least time between two passes.
+/// Least time between a pass a wake-up started and the next one.
 const MIN_GAP: Duration = Duration::from_millis(20);
 /// Least time between two checks for silent nodes (a write) and two gauge refreshes (a scan).
 const HOUSEKEEPING: Duration = Duration::from_millis(250);
@@ -101,11 +102,11 @@ fn due(last: &mut Option<Instant>) -> bool {
 pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     let mut housekeeping = Housekeeping::default();
     loop {
-        tokio::select! {
-            _ = stop.changed() => {}
-            () = app.wake.notified() => {}
-            () = tokio::time::sleep(app.config.schedule_interval) => {}
-        }
+        let woken = tokio::select! {
+            _ = stop.changed() => false,
+            () = app.wake.notified() => true,
+            () = tokio::time::sleep(app.config.schedule_interval) => false,
+        };
         if *stop.borrow() || stop.has_changed().is_err() {
             break;
         }
@@ -113,8 +114,11 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
             tracing::warn!(error = %e, "scheduling pass failed");
         }
         crate::memory::release();
-        // Submissions wake the loop; a short pause lets a burst of them share one pass.
-        tokio::time::sleep(MIN_GAP).await;
+        // Submissions wake the loop; after a pass they woke, a short pause lets a burst of them
+        // share the next one. A timed pass does not delay the submission that comes next.
+        if woken {
+            tokio::time::sleep(MIN_GAP).await;
+        }
     }
 }
 

@@ -4,6 +4,7 @@ mod api;
 mod elastic;
 mod fuzz;
 mod gateway;
+mod held;
 mod incremental;
 mod job_limits;
 mod limits;

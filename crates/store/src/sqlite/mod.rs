@@ -224,6 +224,9 @@ impl Store for SqliteStore {
         let heartbeat = heartbeat.clone();
         self.writer.write(move |c| nodes::heartbeat(c, &heartbeat, at))
     }
+    fn assignments(&self, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
+        self.read(|c| nodes::current_assignments(c, node_id, epoch))
+    }
     fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
         self.writer.write(move |c| nodes::expire(c, deadline, at))
     }

@@ -79,16 +79,7 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
 }
 
 pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat, at: i64) -> Result<Vec<Job>> {
-    let node: Option<(String, u64)> = c
-        .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
-        .query_row([&hb.node_id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    let Some((state, current)) = node else {
-        return Err(StoreError::NotFound(format!("node {}", hb.node_id)));
-    };
-    if !(state == "ready" || state == "not-responding") || current != hb.epoch {
-        return Err(StoreError::StaleEpoch { node: hb.node_id.clone(), got: hb.epoch, current });
-    }
+    let state = up_under(c, &hb.node_id, hb.epoch)?;
     if state == "not-responding" {
         c.prepare_cached("UPDATE nodes SET state = 'ready' WHERE id = ?1")?.execute([&hb.node_id])?;
         tokens::event(c, at, "node.ready", &hb.node_id, "heartbeats resumed; its jobs went on", None)?;
@@ -112,6 +103,28 @@ pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat, at: i64) -> Result<Vec<J
     }
     finish_unreported_stops(c, hb, at)?;
     assignments(c, &hb.node_id, hb.epoch)
+}
+
+/// The node's state when it is up (ready or not responding) under `epoch`; else `NotFound` or
+/// `StaleEpoch`, which fence its agent off.
+fn up_under(c: &Connection, node_id: &str, epoch: u64) -> Result<String> {
+    let node: Option<(String, u64)> = c
+        .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
+        .query_row([node_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((state, current)) = node else {
+        return Err(StoreError::NotFound(format!("node {node_id}")));
+    };
+    if !(state == "ready" || state == "not-responding") || current != epoch {
+        return Err(StoreError::StaleEpoch { node: node_id.to_owned(), got: epoch, current });
+    }
+    Ok(state)
+}
+
+/// The jobs a node up under `epoch` must run, read without a report.
+pub(super) fn current_assignments(c: &Connection, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
+    up_under(c, node_id, epoch)?;
+    assignments(c, node_id, epoch)
 }
 
 /// A job told to stop that the agent no longer reports never started there (the assignment and
