@@ -5,7 +5,9 @@
 //! Open loop: each request has a scheduled send time (the rate spread evenly over the
 //! connections), and its latency is counted from that time, not from when it was actually sent,
 //! so a stall delays the requests behind it and shows in the percentiles instead of hiding
-//! (coordinated omission, Tene). The first half second of each run is a warm-up and not counted.
+//! (coordinated omission, Tene). The two paths alternate in one-second slices (each after a
+//! quarter second of warm-up that is not counted), so a busy moment of the machine falls on both
+//! rather than on whichever path happened to run then.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -74,8 +76,11 @@ pub async fn measure(settings: &BenchSettings) -> std::io::Result<Vec<BenchRow>>
     let gateway = start_gateway(replica).await?;
     let mut rows = Vec::new();
     for &rate in &settings.rates {
-        let direct = load(replica, "/", rate, settings).await?;
-        let through = load(gateway, "/bench/echo/", rate, settings).await?;
+        let (mut direct, mut through) = (Run::default(), Run::default());
+        for _ in 0..(settings.seconds / SLICE_S).ceil().max(1.0) as usize {
+            direct.absorb(load(replica, "/", rate, settings.connections).await?);
+            through.absorb(load(gateway, "/bench/echo/", rate, settings.connections).await?);
+        }
         let (d99, g99) = (direct.percentile_ms(0.99), through.percentile_ms(0.99));
         let (d50, g50) = (direct.percentile_ms(0.50), through.percentile_ms(0.50));
         rows.push(BenchRow {
@@ -109,6 +114,14 @@ struct Run {
 }
 
 impl Run {
+    fn absorb(&mut self, other: Run) {
+        self.latencies.extend(other.latencies);
+        self.errors += other.errors;
+        self.sent += other.sent;
+        self.wall += other.wall;
+        self.cpu += other.cpu;
+    }
+
     fn cpu_us_per_request(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e6 / self.sent.max(1) as f64
     }
@@ -165,17 +178,18 @@ async fn start_gateway(replica: SocketAddr) -> std::io::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// `rate` requests/s of `GET path` to `addr` over the connections, for the run's seconds.
-async fn load(
-    addr: SocketAddr,
-    path: &'static str,
-    rate: u32,
-    settings: &BenchSettings,
-) -> std::io::Result<Run> {
-    let connections = settings.connections.max(1);
+/// Seconds of one measured slice.
+const SLICE_S: f64 = 1.0;
+/// Warm-up before each slice (fresh connections), not counted.
+const WARM_UP: Duration = Duration::from_millis(250);
+
+/// `rate` requests/s of `GET path` to `addr` over `connections` for one slice.
+async fn load(addr: SocketAddr, path: &'static str, rate: u32, connections: u32) -> std::io::Result<Run> {
+    let connections = connections.max(1);
     let interval = Duration::from_secs_f64(f64::from(connections) / f64::from(rate));
-    let per_connection = (settings.seconds * f64::from(rate) / f64::from(connections)).ceil() as u64;
-    let warm_up = Duration::from_millis(500);
+    let seconds = SLICE_S + WARM_UP.as_secs_f64();
+    let per_connection = (seconds * f64::from(rate) / f64::from(connections)).ceil() as u64;
+    let warm_up = WARM_UP;
     let start = Instant::now() + Duration::from_millis(200);
     let mut tasks = Vec::new();
     for c in 0..connections {
