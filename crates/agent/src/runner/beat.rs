@@ -94,13 +94,8 @@ impl Beats {
             None => (Vec::new(), Default::default()),
         };
         let hold = |job| shipping && !drained.contains(&job);
-        let heartbeat = Heartbeat {
-            node_id: node_id.to_owned(),
-            epoch,
-            gpus: reports,
-            jobs: jobs.reports(&hold),
-            logs,
-        };
+        let heartbeat =
+            Heartbeat { node_id: node_id.to_owned(), epoch, gpus: reports, jobs: jobs.reports(&hold), logs };
         let (client, wait, known) = (self.client.clone(), self.wait, self.known.clone());
         self.in_flight = Some(Box::pin(async move {
             let answer = client.heartbeat_waiting(&heartbeat, wait, known.as_deref()).await;
