@@ -242,19 +242,13 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
     match command {
         Command::Submit { job, by } => {
             let team = job.team.clone();
-            let check = by
-                .require_member_of(&team)
-                .and_then(|()| within_ceiling(store, &job, &by))
-                .and_then(|()| pending_room(store, &job));
+            let check = may_queue(store, &job, &by);
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
             audited(store, check, Change::Submit(job), entry)
         }
         Command::Apply { job, replace, by } => {
             let team = job.team.clone();
-            let check = by
-                .require_member_of(&team)
-                .and_then(|()| within_ceiling(store, &job, &by))
-                .and_then(|()| pending_room(store, &job));
+            let check = may_queue(store, &job, &by);
             let entry = entry(&by, "job.apply", format!("team/{team}"), Some(&team), now);
             audited(store, check, Change::Apply { job, replace }, entry)
         }
@@ -341,6 +335,14 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             Ok(Outcome::Expired(lost))
         }
     }
+}
+
+/// Whether `by` may queue `job`: a member of its team, within the team's priority ceiling and
+/// pending limit.
+fn may_queue(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), ApiError> {
+    by.require_member_of(&job.team)
+        .and_then(|()| within_ceiling(store, job, by))
+        .and_then(|()| pending_room(store, job))
 }
 
 /// A join token made for any node may not take over a node that is up: joining revokes the
