@@ -290,7 +290,8 @@ impl Api {
             if answered_in_plain_http(&e) {
                 let plain = self.base.replacen("https://", "http://", 1);
                 anyhow!(
-                    "the server at {} answered in plain HTTP, not TLS (it runs with --no-tls?); use {plain}",
+                    "TLS with {} failed: it answered in plain HTTP. A Gantry server started with --no-tls \
+                     is reached at {plain}; otherwise another program holds the port (no token was sent)",
                     self.base
                 )
             } else if let Some(cause) = gantry_agent::runner::client::tls_cause(&e) {

@@ -211,8 +211,22 @@ async function signInWithCode(code) {
   await signIn(body.token);
 }
 
+// A saved token is tried again while the network fails (a laptop waking, a network change): only
+// the server refusing it signs the tab out.
+async function resume(saved, attempt = 0) {
+  try {
+    await signIn(saved);
+  } catch (e) {
+    if (!(e instanceof ApiError) && attempt < 60) {
+      setTimeout(() => resume(saved, attempt + 1), 1000);
+      return;
+    }
+    showLogin(e.message);
+  }
+}
+
 const link = location.hash.match(/^#signin=([A-Za-z0-9_-]{16,128})$/);
 const saved = token.get();
 if (link) signInWithCode(link[1]).catch((e) => showLogin(e.message));
-else if (saved) signIn(saved).catch((e) => showLogin(e.message));
+else if (saved) resume(saved);
 else showLogin('');
