@@ -137,7 +137,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let view = QueueView::build(s, &layout, &mut out);
     let (ranked, decisions) =
         queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
-    let mut victims = Victims::new(&view, &decisions, &layout, s.at);
+    let mut victims = Victims::new(&view, &ranked, &decisions, &layout, s.at);
     let mut elastic = Elastic::new(&s.active, &layout, s.at, s.queue.resize_gap_ms);
     let mut reasons = Reasons::default();
     for k in ranked {

@@ -1,20 +1,27 @@
 //! Which running jobs to stop for a job the queue started but that cannot get its GPUs yet.
 //!
 //! The queue says which running jobs lost their place; stopping all of them would lose work
-//! nobody needs. For each started job that finds no room, [`gantry_core::queue::choose_victims`]
-//! picks, on each node the queue chose for it, the smallest set among them that frees what it
-//! needs: lowest priority first, then least GPU-time lost, never a job of equal or higher
-//! priority. Priority preempts only within a team (Slurm's QOS `Preempt` list, KAI's in-quota
-//! vs over-quota): another team's job is a victim only when the preemptor's team reclaims its
-//! guarantee from a team that borrows beyond its own (then at equal priority too), or when an
-//! admin let the preemptor's team preempt other teams (`preempt_other_teams`). GPUs that jobs already
-//! stopping will free count as free, so a job waiting for its victims to stop asks for no more.
-//! A gang is a victim as a whole (its GPUs on that node are what it frees there).
+//! nobody needs, and the queue counts GPUs without knowing their model or the nodes' CPU and
+//! memory. For each started job that finds no room, [`gantry_core::sched::find_room`] picks the
+//! nodes and the smallest set of victims that make it placeable once they end: nodes it may use
+//! (GPU model, schedulable, GPU count), the CPU and memory of its workers, a gang's workers
+//! whole; lowest priority first, then least GPU-time lost, never a job of equal or higher
+//! priority. When no such set exists nobody is stopped. The candidates are the jobs that lost
+//! their place; for a job limited to some GPU models, whose place the queue chose blind to
+//! models, every running job ranked below it (the A100 job on a cluster of A100 and H100 nodes
+//! stops an A100 job, never an H100 one). Priority preempts only within a team (Slurm's QOS
+//! `Preempt` list, KAI's in-quota vs over-quota): another team's job is a victim only when the
+//! preemptor's team reclaims its guarantee from a team that borrows beyond its own (then at equal
+//! priority too), or when an admin let the preemptor's team preempt other teams
+//! (`preempt_other_teams`). GPUs, CPU and memory that jobs already stopping will free count as
+//! free, so a job waiting for its victims to stop asks for no more. A gang is a victim as a whole
+//! (its GPUs on a node are what it frees there).
 
 use std::collections::HashSet;
 
-use gantry_core::queue::{Decision, Victim, choose_victims};
+use gantry_core::queue::{Decision, Victim};
 use gantry_core::resources::WHOLE_GPU;
+use gantry_core::sched::{Holder, NodeRoom, Shape, find_room};
 use gantry_core::{ModelSet, Request};
 use gantry_store::JobState;
 
@@ -25,39 +32,64 @@ pub(super) struct Victims<'v, 'a> {
     view: &'v QueueView<'a>,
     /// Running jobs (indices into the view) the queue says lost their place.
     candidates: Vec<usize>,
+    /// Every running job not stopping, with its place in the queue's order: the candidates of
+    /// a job the queue placed without knowing its GPU models.
+    running: Vec<(usize, usize)>,
+    /// Place of each job (index into the view) in the queue's order.
+    rank: Vec<usize>,
     /// Already picked this pass.
     chosen: HashSet<usize>,
     /// Per node, GPUs that jobs stopping will free and no started job has claimed yet.
     freeing: Vec<u32>,
+    /// Per node, CPU and memory that jobs stopping will free.
+    freeing_host: Vec<(u64, u64)>,
     /// Whole GPUs each team holds now.
     team_held: Vec<u32>,
     at: i64,
 }
 
 impl<'v, 'a> Victims<'v, 'a> {
-    pub(super) fn new(view: &'v QueueView<'a>, decisions: &[Decision], layout: &Layout<'_>, at: i64) -> Self {
+    pub(super) fn new(
+        view: &'v QueueView<'a>,
+        ranked: &[usize],
+        decisions: &[Decision],
+        layout: &Layout<'_>,
+        at: i64,
+    ) -> Self {
         let mut freeing = vec![0u32; layout.cluster.nodes().len()];
+        let mut freeing_host = vec![(0u64, 0u64); freeing.len()];
         let mut team_held = vec![0u32; view.teams.len()];
-        let mut candidates = Vec::new();
+        let (mut candidates, mut running) = (Vec::new(), Vec::new());
+        let mut rank = vec![usize::MAX; view.jobs.len()];
+        for (place, k) in ranked.iter().enumerate() {
+            rank[*k] = place;
+        }
         for (k, job) in view.jobs.iter().enumerate() {
             let source = view.source[k];
             for (node, gpus) in &job.held {
                 team_held[job.team] += gpus;
                 if source.stop.is_some() {
                     freeing[*node] += gpus;
+                    let (cpu, memory) = host_on(view, k, *node);
+                    freeing_host[*node].0 += cpu;
+                    freeing_host[*node].1 += memory;
                 }
             }
-            let lost = matches!(decisions[k], Decision::Preempt { .. });
-            if lost && source.stop.is_none() && source.state == JobState::Running {
+            let live = source.stop.is_none() && source.state == JobState::Running;
+            if live && matches!(decisions[k], Decision::Preempt { .. }) {
                 candidates.push(k);
             }
+            if live && !job.held.is_empty() {
+                running.push((k, rank[k]));
+            }
         }
-        Self { view, candidates, chosen: HashSet::new(), freeing, team_held, at }
+        Self { view, candidates, running, rank, chosen: HashSet::new(), freeing, freeing_host, team_held, at }
     }
 
-    /// Frees `parts` ((node, GPUs)) for job `k`, which waits: picks victims on each node, or
-    /// none at all when some node cannot be freed. Records the preemptions and why `k` waits
-    /// (`otherwise` when its GPUs are idle already and something else keeps it out).
+    /// Frees `parts` ((node, GPUs), the queue's split) for job `k`, which waits: finds the
+    /// nodes and victims that make it placeable ([`find_room`]), or preempts nobody. Records the
+    /// preemptions and why `k` waits (`otherwise` when its GPUs are idle already on nodes it may
+    /// use and something else keeps it out).
     pub(super) fn make_room(
         &mut self,
         k: usize,
@@ -70,35 +102,36 @@ impl<'v, 'a> Victims<'v, 'a> {
         // An elastic job resized in this pass is stopping already (`super::elastic`).
         if !out.resizes.is_empty() {
             let view = self.view;
-            self.candidates.retain(|c| !out.resizes.iter().any(|r| r.job_id == view.source[*c].id));
+            let resized = |c: &usize| out.resizes.iter().any(|r| r.job_id == view.source[*c].id);
+            self.candidates.retain(|c| !resized(c));
+            self.running.retain(|(c, _)| !resized(c));
         }
-        if parts.iter().all(|(node, need)| idle_gpus(layout, *node) >= *need) {
+        let Some(req) = layout.request(job) else {
+            out.waiting.push((job.id, otherwise));
+            return;
+        };
+        let rooms = self.rooms(layout, &req);
+        let usable = |node: &usize| rooms.get(*node).is_some_and(|r| r.eligible);
+        if parts.iter().all(|(node, need)| usable(node) && idle_gpus(layout, *node) >= *need) {
             out.waiting.push((job.id, otherwise));
             return;
         }
-        let mut picked: Vec<usize> = Vec::new();
-        let mut idle_per_part = Vec::with_capacity(parts.len());
-        for (node, need) in parts {
-            let idle = idle_gpus(layout, *node);
-            let freed_here: u32 = picked.iter().map(|c| self.held_on(*c, *node)).sum();
-            let candidates: Vec<Victim> = self
-                .candidates
-                .iter()
-                .filter(|c| !self.chosen.contains(c) && !picked.contains(c))
-                .filter_map(|c| self.victim(k, *c, *node))
-                .collect();
-            let free = idle + self.freeing[*node] + freed_here;
-            match choose_victims(*need, free, job.priority, &candidates) {
-                Some(ids) => picked.extend(ids.into_iter().map(|id| id as usize)),
-                None => {
-                    let why = "waiting: the GPUs it needs are held by jobs it may not preempt \
-                               (of equal or higher priority, or of teams within their guarantee)";
-                    out.waiting.push((job.id, why.into()));
-                    return;
-                }
-            }
-            idle_per_part.push(idle);
-        }
+        let replicas = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
+        let shape = Shape {
+            workers: replicas,
+            per_worker: req.gpus.max(1),
+            cpu_milli: req.cpu_milli,
+            memory_mib: req.memory_mib,
+            priority: job.priority,
+        };
+        let holders = self.holders(k, &req, layout);
+        let Some(room) = find_room(&shape, &rooms, &holders, parts) else {
+            let why = "waiting: the GPUs it needs are held by jobs it may not preempt \
+                       (of equal or higher priority, or of teams within their guarantee)";
+            out.waiting.push((job.id, why.into()));
+            return;
+        };
+        let picked: Vec<usize> = room.victims.iter().map(|c| *c as usize).collect();
         for c in &picked {
             self.chosen.insert(*c);
             for (node, gpus) in &self.view.jobs[*c].held {
@@ -113,8 +146,8 @@ impl<'v, 'a> Victims<'v, 'a> {
         }
         // Claim the room: idle GPUs are held for the job on the ledger (nothing later in the
         // pass takes them), the rest comes from the GPUs being freed.
-        for ((node, need), idle) in parts.iter().zip(idle_per_part) {
-            let take = idle.min(*need);
+        for (node, need) in &room.parts {
+            let take = idle_gpus(layout, *node).min(*need);
             reserve(layout, *node, take);
             self.freeing[*node] = self.freeing[*node].saturating_sub(need - take);
         }
@@ -125,6 +158,48 @@ impl<'v, 'a> Victims<'v, 'a> {
             format!("waiting: preempting job {} to make room", ids.join(", "))
         };
         out.waiting.push((job.id, why));
+    }
+
+    /// What each node offers a job of request `req` now.
+    fn rooms(&self, layout: &Layout<'_>, req: &Request) -> Vec<NodeRoom> {
+        let per = req.gpus.max(1) as usize;
+        layout
+            .cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeRoom {
+                eligible: n.schedulable && req.models.allows(n.model) && n.gpu_free.len() >= per,
+                idle: idle_gpus(layout, i),
+                freeing: self.freeing[i],
+                cpu_free: n.cpu_free + self.freeing_host[i].0,
+                memory_free: n.memory_free + self.freeing_host[i].1,
+            })
+            .collect()
+    }
+
+    /// The running jobs job `k` may stop, one [`Holder`] per node each holds GPUs on: the ones
+    /// the queue says lost their place; for a job limited to some GPU models (which the queue
+    /// does not see), every running job ranked below it.
+    fn holders(&self, k: usize, req: &Request, layout: &Layout<'_>) -> Vec<Holder> {
+        let limited =
+            layout.cluster.nodes().iter().any(|n| !n.gpu_free.is_empty() && !req.models.allows(n.model));
+        let below = |c: &usize| self.rank.get(*c).is_some_and(|r| *r > self.rank[k]);
+        let mut pool: Vec<usize> = self.candidates.clone();
+        if limited {
+            pool.extend(self.running.iter().filter(|(c, _)| below(c)).map(|(c, _)| *c));
+            pool.sort_unstable();
+            pool.dedup();
+        }
+        let mut out = Vec::new();
+        for c in pool.into_iter().filter(|c| !self.chosen.contains(c) && *c != k) {
+            for (node, _) in &self.view.jobs[c].held {
+                let Some(victim) = self.victim(k, c, *node) else { continue };
+                let (cpu_milli, memory_mib) = host_on(self.view, c, *node);
+                out.push(Holder { node: *node, victim, cpu_milli, memory_mib });
+            }
+        }
+        out
     }
 
     fn held_on(&self, c: usize, node: usize) -> u32 {
@@ -201,4 +276,16 @@ fn reserve(layout: &mut Layout<'_>, node: usize, gpus: u32) {
     let Ok(req) = Request::new(0, 0, gpus, WHOLE_GPU, 0, ModelSet::Any) else { return };
     layout.next_id += 1;
     let _ = layout.cluster.allocate(layout.next_id, &req, &gantry_core::Placement { node, gpus: idle });
+}
+
+/// CPU and memory job `k` holds on `node`: a gang's per worker there, a plain job's own.
+fn host_on(view: &QueueView<'_>, k: usize, node: usize) -> (u64, u64) {
+    let (job, r) = (&view.jobs[k], &view.source[k].request);
+    let workers = if view.source[k].gang.is_some() {
+        let per = job.worker_gpus.max(1);
+        u64::from(job.held.iter().filter(|(n, _)| *n == node).map(|(_, g)| g / per).sum::<u32>())
+    } else {
+        1
+    };
+    (r.cpu_milli * workers, r.memory_mib * workers)
 }

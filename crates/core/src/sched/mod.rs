@@ -1,0 +1,16 @@
+//! Scheduling decisions the server and the simulator share, beyond the queue's order.
+//!
+//! [`crate::queue`] decides *who* runs from GPU counts alone: it does not know GPU models, a
+//! node's CPU and memory, or which node a job may use. What it decides is therefore checked
+//! against the nodes before anyone is stopped for it. This module holds that check as pure
+//! functions over plain views of the nodes and the running jobs, so that the server's pass and
+//! the simulator call the same code:
+//! - [`find_room`]: the nodes and the victims that make a job placeable, or nothing at all
+//!   (preemption is issued only when the victims suffice).
+
+mod room;
+
+pub use room::{Holder, NodeRoom, Room, Shape, find_room};
+
+#[cfg(test)]
+mod room_tests;
