@@ -15,7 +15,8 @@
 //! them over the room (one node if one holds them all, the fullest such). On each part the
 //! victims are the cheapest set [`choose_victims`] picks for the GPUs, then more in the same
 //! order while the node lacks CPU or memory. A victim holding GPUs on several nodes (a gang)
-//! frees them all, and is counted once.
+//! frees them all, and is counted once. Room that needs no victim (idle, or being freed) is
+//! taken first, so a job waiting for its victims to stop stops nobody more.
 
 use crate::queue::{Victim, choose_victims, place_workers};
 
@@ -83,6 +84,12 @@ pub fn find_room(
     let per = shape.per_worker.max(1);
     let allowed: Vec<&Holder> =
         holders.iter().filter(|h| h.victim.priority < shape.priority && h.victim.gpus > 0).collect();
+    // Room that is free or being freed already (for this job, or for anyone) needs no victim.
+    let mut coming: Vec<u32> =
+        (0..nodes.len()).map(|n| workers_fit(shape, per, &nodes[n], &[], n) * per).collect();
+    if let Some(parts) = place_workers(&mut coming, shape.workers, per) {
+        return Some(Room { parts, victims: Vec::new() });
+    }
     let fit: Vec<u32> = (0..nodes.len()).map(|n| workers_fit(shape, per, &nodes[n], &allowed, n)).collect();
     let holds = |parts: &[(usize, u32)]| {
         parts.iter().map(|(_, g)| g / per).sum::<u32>() == shape.workers

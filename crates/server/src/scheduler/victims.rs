@@ -17,7 +17,7 @@
 //! free, so a job waiting for its victims to stop asks for no more. A gang is a victim as a whole
 //! (its GPUs on a node are what it frees there).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use gantry_core::queue::{Decision, Victim};
 use gantry_core::resources::WHOLE_GPU;
@@ -25,7 +25,7 @@ use gantry_core::sched::{Holder, NodeRoom, Shape, find_room};
 use gantry_core::{ModelSet, Request};
 use gantry_store::JobState;
 
-use super::plan::{Layout, Plan, Preemption, QueueView};
+use super::plan::{Layout, Plan, Preemption, QueueView, Snapshot};
 
 /// Candidates and what is already being freed, across one pass.
 pub(super) struct Victims<'v, 'a> {
@@ -43,6 +43,9 @@ pub(super) struct Victims<'v, 'a> {
     freeing: Vec<u32>,
     /// Per node, CPU and memory that jobs stopping will free.
     freeing_host: Vec<(u64, u64)>,
+    /// What jobs stopping for a preemptor still pending will free, by preemptor id: (node,
+    /// GPUs, CPU, memory). Only that job may claim it.
+    earmarked: HashMap<i64, Vec<(usize, u32, u64, u64)>>,
     /// Whole GPUs each team holds now.
     team_held: Vec<u32>,
     at: i64,
@@ -54,8 +57,10 @@ impl<'v, 'a> Victims<'v, 'a> {
         ranked: &[usize],
         decisions: &[Decision],
         layout: &Layout<'_>,
-        at: i64,
+        s: &Snapshot,
     ) -> Self {
+        let waiting: HashSet<i64> = s.pending.iter().map(|j| j.id).collect();
+        let mut earmarked: HashMap<i64, Vec<(usize, u32, u64, u64)>> = HashMap::new();
         let mut freeing = vec![0u32; layout.cluster.nodes().len()];
         let mut freeing_host = vec![(0u64, 0u64); freeing.len()];
         let mut team_held = vec![0u32; view.teams.len()];
@@ -69,10 +74,15 @@ impl<'v, 'a> Victims<'v, 'a> {
             for (node, gpus) in &job.held {
                 team_held[job.team] += gpus;
                 if source.stop.is_some() {
-                    freeing[*node] += gpus;
                     let (cpu, memory) = host_on(view, k, *node);
-                    freeing_host[*node].0 += cpu;
-                    freeing_host[*node].1 += memory;
+                    match s.queue.preempted_for.get(&source.id).filter(|by| waiting.contains(by)) {
+                        Some(by) => earmarked.entry(*by).or_default().push((*node, *gpus, cpu, memory)),
+                        None => {
+                            freeing[*node] += gpus;
+                            freeing_host[*node].0 += cpu;
+                            freeing_host[*node].1 += memory;
+                        }
+                    }
                 }
             }
             let live = source.stop.is_none() && source.state == JobState::Running;
@@ -83,7 +93,19 @@ impl<'v, 'a> Victims<'v, 'a> {
                 running.push((k, rank[k]));
             }
         }
-        Self { view, candidates, running, rank, chosen: HashSet::new(), freeing, freeing_host, team_held, at }
+        let at = s.at;
+        Self {
+            view,
+            candidates,
+            running,
+            rank,
+            chosen: HashSet::new(),
+            freeing,
+            freeing_host,
+            earmarked,
+            team_held,
+            at,
+        }
     }
 
     /// Frees `parts` ((node, GPUs), the queue's split) for job `k`, which waits: finds the
@@ -110,6 +132,12 @@ impl<'v, 'a> Victims<'v, 'a> {
             out.waiting.push((job.id, otherwise));
             return;
         };
+        // What jobs stopping for this one free is its own from now on.
+        for (node, gpus, cpu, memory) in self.earmarked.remove(&job.id).unwrap_or_default() {
+            self.freeing[node] += gpus;
+            self.freeing_host[node].0 += cpu;
+            self.freeing_host[node].1 += memory;
+        }
         let rooms = self.rooms(layout, &req);
         let usable = |node: &usize| rooms.get(*node).is_some_and(|r| r.eligible);
         if parts.iter().all(|(node, need)| usable(node) && idle_gpus(layout, *node) >= *need) {
@@ -136,6 +164,9 @@ impl<'v, 'a> Victims<'v, 'a> {
             self.chosen.insert(*c);
             for (node, gpus) in &self.view.jobs[*c].held {
                 self.freeing[*node] += gpus;
+                let (cpu, memory) = host_on(self.view, *c, *node);
+                self.freeing_host[*node].0 += cpu;
+                self.freeing_host[*node].1 += memory;
             }
             let victim = self.view.source[*c];
             out.preemptions.push(Preemption {
@@ -144,12 +175,18 @@ impl<'v, 'a> Victims<'v, 'a> {
                 reason: self.reason(k, *c),
             });
         }
-        // Claim the room: idle GPUs are held for the job on the ledger (nothing later in the
-        // pass takes them), the rest comes from the GPUs being freed.
+        // Claim the room: idle GPUs, free CPU and memory are held for the job on the ledger
+        // (nothing later in the pass takes them), the rest comes from what is being freed.
         for (node, need) in &room.parts {
-            let take = idle_gpus(layout, *node).min(*need);
-            reserve(layout, *node, take);
+            let workers = u64::from(need / shape.per_worker);
+            let (cpu, memory) = (shape.cpu_milli * workers, shape.memory_mib * workers);
+            let Some(n) = layout.cluster.node(*node) else { continue };
+            let (take, take_cpu, take_memory) =
+                (idle_gpus(layout, *node).min(*need), n.cpu_free.min(cpu), n.memory_free.min(memory));
+            reserve(layout, *node, take, take_cpu, take_memory);
             self.freeing[*node] = self.freeing[*node].saturating_sub(need - take);
+            let host = &mut self.freeing_host[*node];
+            *host = (host.0.saturating_sub(cpu - take_cpu), host.1.saturating_sub(memory - take_memory));
         }
         let why = if picked.is_empty() {
             "waiting for preempted jobs to stop".to_owned()
@@ -270,10 +307,15 @@ fn idle_gpus(layout: &Layout<'_>, node: usize) -> u32 {
         .map_or(0, |n| n.gpu_free.iter().filter(|f| **f == WHOLE_GPU).count() as u32)
 }
 
-/// Holds `gpus` idle GPUs of `node` on the ledger for the rest of the pass.
-fn reserve(layout: &mut Layout<'_>, node: usize, gpus: u32) {
-    let Some(idle) = layout.cluster.node(node).and_then(|n| n.lowest_idle_gpus(gpus)) else { return };
-    let Ok(req) = Request::new(0, 0, gpus, WHOLE_GPU, 0, ModelSet::Any) else { return };
+/// Holds `gpus` idle GPUs, `cpu` and `memory` of `node` on the ledger for the rest of the pass.
+fn reserve(layout: &mut Layout<'_>, node: usize, gpus: u32, cpu: u64, memory: u64) {
+    let Some(n) = layout.cluster.node(node) else { return };
+    let (req, idle) = if gpus == 0 {
+        (Ok(Request::cpu_only(cpu, memory)), Some(Vec::new()))
+    } else {
+        (Request::new(cpu, memory, gpus, WHOLE_GPU, 0, ModelSet::Any), n.lowest_idle_gpus(gpus))
+    };
+    let (Ok(req), Some(idle)) = (req, idle) else { return };
     layout.next_id += 1;
     let _ = layout.cluster.allocate(layout.next_id, &req, &gantry_core::Placement { node, gpus: idle });
 }

@@ -41,10 +41,16 @@ fn after(s: &Snapshot, p: &Plan) -> Snapshot {
         j.gpu_uuids.clear();
         next.pending.push(j);
     }
+    start(&mut next, p);
+    next
+}
+
+/// Starts the placements of `p` in `next`.
+fn start(next: &mut Snapshot, p: &Plan) {
     for placement in &p.placements {
         let Some(k) = next.pending.iter().position(|j| j.id == placement.job_id) else { continue };
         let mut j = next.pending.remove(k);
-        (j.state, j.attempt, j.started_at) = (JobState::Running, 1, Some(s.at));
+        (j.state, j.attempt, j.started_at) = (JobState::Running, 1, Some(next.at));
         (j.node_id, j.epoch) = (Some(placement.node_id.clone()), Some(placement.epoch));
         for g in &placement.grants {
             j.gpu_uuids.push(g.uuid.clone());
@@ -64,10 +70,9 @@ fn after(s: &Snapshot, p: &Plan) -> Snapshot {
     }
     next.pending.sort_by_key(|j| j.id);
     next.active.sort_by_key(|j| j.id);
-    next
 }
 
-/// The snapshot with the victims of `p` asked to stop and not stopped yet.
+/// The snapshot with the victims of `p` asked to stop and not stopped yet, its placements started.
 fn stopping(s: &Snapshot, p: &Plan) -> Snapshot {
     let mut next = s.clone();
     for j in &mut next.active {
@@ -75,6 +80,9 @@ fn stopping(s: &Snapshot, p: &Plan) -> Snapshot {
             j.stop = Some("requeue".into());
         }
     }
+    // As the loop remembers it between passes.
+    next.queue.preempted_for = p.preemptions.iter().filter_map(|v| Some((v.job_id, v.by?))).collect();
+    start(&mut next, p);
     next
 }
 
@@ -182,7 +190,7 @@ proptest! {
         // While the victims stop, their preemptors stop nobody more.
         let again = plan(&stopping(&s, &first), PolicyKind::Gantry, 3);
         for p in &again.preemptions {
-            prop_assert!(!p.by.is_some_and(|b| victims_of.contains_key(&b)), "a second round of victims: {p:?}");
+            prop_assert!(!p.by.is_some_and(|b| victims_of.contains_key(&b)), "a second round of victims: {p:?} after {first:?} in {again:?}");
         }
         // Once they end, each preemptor is placed, unless a job that outranks it took the room.
         let next = after(&s, &first);
@@ -194,9 +202,10 @@ proptest! {
                 continue;
             }
             let nodes: HashSet<&str> = victims.iter().filter_map(|v| by_id[v].node_id.as_deref()).collect();
+            // A job that outranks it was placed there, or claimed room by preempting.
             let overtaken = second.placements.iter().any(|p| {
                 nodes.contains(p.node_id.as_str()) && outranks(&by_id[&p.job_id], preemptor)
-            });
+            }) || second.preemptions.iter().any(|p| p.by.is_some_and(|b| outranks(&by_id[&b], preemptor)));
             prop_assert!(overtaken, "job {by} preempted {victims:?} and was not placed once they ended: {first:?} then {second:?}");
         }
     }
