@@ -12,15 +12,23 @@
 //! 2. **Shrink for a waiting job** ([`Elastic::make_room`]). When a job the queue started does
 //!    not fit because an elastic job holds GPUs above its minimum on the node the queue chose,
 //!    the elastic job shrinks (never below its minimum; lowest priority, then most GPUs above
-//!    the minimum, first). That costs a restart, not the job: preferred to preempting anyone.
+//!    the minimum, first) in this pass, however recently it started: a team under its
+//!    guarantee gets borrowed GPUs back at once. That costs a restart, not the job: preferred to
+//!    preempting anyone.
 //! 3. **Grow onto idle GPUs** ([`Elastic::grow`]) only when no job waits for GPUs (a job no
 //!    node could ever hold does not count). An elastic job placed in this pass is widened
 //!    before it starts (no restart), moving to the node where it gets the most GPUs; a running
 //!    one is resized to what the best node would give it, up to its maximum.
-//! 4. **Hysteresis.** A running elastic job is resized only once it has run `resize_gap_ms`
-//!    since it (re)started, so it changes width at most once per gap (`gantry server
-//!    --resize-interval`, default 300 s). A waiting job that needs the GPUs of a job still in
-//!    its gap waits for it rather than preempting anyone.
+//! 4. **Hysteresis on growth.** A running elastic job grows only once it has run
+//!    `resize_gap_ms` since it (re)started (`gantry server --resize-interval`, default 300 s).
+//!    Shrinking for a waiting job is not damped: the job that waits cannot be told to wait for
+//!    an interval meant to limit restarts of the elastic job's own choosing.
+//! 5. **The width a resize names is the width it gets.** The loop remembers each resize's
+//!    target (`QueueInput::widths`) until the job is placed again; that placement is widened to
+//!    the target whether jobs wait or not (the GPUs were the job's own, or held for it), so
+//!    `shrunk 4 → 3` restarts at `WORLD_SIZE=3`. Only a job ranked above it that takes those
+//!    GPUs in between (or a restart of the control plane, which forgets the targets) gives it
+//!    fewer.
 //!
 //! A resize stops the job as a preemption does (SIGTERM, the grace period to checkpoint, back
 //! to `pending` without spending a retry) with the reason `gantry job` shows ("resized 2 → 4
