@@ -6,11 +6,15 @@
 //! functions over plain views of the nodes and the running jobs, so that the server's pass and
 //! the simulator call the same code:
 //! - [`find_room`]: the nodes and the victims that make a job placeable, or nothing at all
-//!   (preemption is issued only when the victims suffice).
+//!   (preemption is issued only when the victims suffice);
+//! - [`TeamsNow::judged_priority`]: who may preempt whom (priority within a team, guarantees
+//!   across teams, `preempt_other_teams`).
 
 mod room;
+mod rules;
 
 pub use room::{Holder, NodeRoom, Room, Shape, find_room};
+pub use rules::{Contender, TeamsNow};
 
 #[cfg(test)]
 mod room_tests;

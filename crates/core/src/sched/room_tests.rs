@@ -68,3 +68,33 @@ fn a_gang_is_split_only_where_whole_workers_fit_once_victims_end() {
     assert_eq!(parts, vec![(0, 2), (1, 2)]);
     assert_eq!(room.victims.len(), 2, "{room:?}");
 }
+
+mod rules {
+    use crate::queue::Team;
+    use crate::sched::{Contender, TeamsNow};
+
+    const TEAMS: [Team; 2] =
+        [Team { guaranteed_gpus: 0, weight: 1.0 }, Team { guaranteed_gpus: 1, weight: 1.0 }];
+
+    fn job(team: usize, priority: i32) -> Contender {
+        Contender { team, priority, gpus: 1 }
+    }
+
+    #[test]
+    fn priority_alone_never_crosses_teams_unless_an_admin_allows_it() {
+        let now = TeamsNow { teams: &TEAMS, held: &[0, 1], preempts_others: &[false, false] };
+        assert_eq!(now.judged_priority(&job(0, 1000), &job(1, 0)), None);
+        assert_eq!(now.judged_priority(&job(0, 1000), &job(0, 0)), Some(0));
+        let allowed = TeamsNow { preempts_others: &[true, false], ..now };
+        assert_eq!(allowed.judged_priority(&job(0, 1000), &job(1, 0)), Some(0));
+    }
+
+    #[test]
+    fn a_team_under_its_guarantee_reclaims_from_a_borrower_of_equal_priority() {
+        let now = TeamsNow { teams: &TEAMS, held: &[2, 0], preempts_others: &[false, false] };
+        assert_eq!(now.judged_priority(&job(1, 0), &job(0, 0)), Some(-1), "judged below the preemptor");
+        let within = TeamsNow { held: &[0, 0], ..now };
+        assert_eq!(within.judged_priority(&job(1, 0), &job(0, 0)), None, "team 0 borrows nothing");
+        assert_eq!(now.judged_priority(&job(1, 0), &job(0, 5)), None, "higher priority is kept");
+    }
+}

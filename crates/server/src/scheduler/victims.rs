@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 
 use gantry_core::queue::{Decision, Victim};
 use gantry_core::resources::WHOLE_GPU;
-use gantry_core::sched::{Holder, NodeRoom, Shape, find_room};
+use gantry_core::sched::{Contender, Holder, NodeRoom, Shape, TeamsNow, find_room};
 use gantry_core::{ModelSet, Request};
 use gantry_store::JobState;
 
@@ -243,24 +243,14 @@ impl<'v, 'a> Victims<'v, 'a> {
         self.view.jobs[c].held.iter().filter(|(n, _)| *n == node).map(|(_, g)| g).sum()
     }
 
-    /// Candidate `c` as a victim for job `k` on `node`; the priority it is judged by is one
-    /// below `k`'s when `k` reclaims its team's guarantee from a borrower.
+    /// Candidate `c` as a victim for job `k` on `node`, judged by the core's rules.
     fn victim(&self, k: usize, c: usize, node: usize) -> Option<Victim> {
         let gpus = self.held_on(c, node);
         if gpus == 0 {
             return None;
         }
+        let priority = self.teams().judged_priority(&self.contender(k), &self.contender(c))?;
         let victim = self.view.source[c];
-        let (me, them) = (self.view.jobs[k].team, self.view.jobs[c].team);
-        let may_preempt_others = self.view.preempts_others.get(me).copied().unwrap_or(false);
-        if me != them && !may_preempt_others && !self.reclaims(k, c) {
-            return None;
-        }
-        let priority = if self.reclaims(k, c) {
-            self.view.source[k].priority.saturating_sub(1)
-        } else {
-            victim.priority
-        };
         let running_s = (self.at - victim.started_at.unwrap_or(self.at)).max(0) as f64 / 1000.0;
         Some(Victim {
             id: c as u64,
@@ -270,15 +260,17 @@ impl<'v, 'a> Victims<'v, 'a> {
         })
     }
 
-    /// Whether `k` is within its team's guarantee and `c` is another team's job, of no higher
-    /// priority, whose team holds more than its guarantee.
-    fn reclaims(&self, k: usize, c: usize) -> bool {
-        let (me, them) = (&self.view.jobs[k], &self.view.jobs[c]);
-        let guarantee = |team: usize| self.view.teams.get(team).map_or(0, |t| t.guaranteed_gpus);
-        me.team != them.team
-            && them.priority <= me.priority
-            && self.team_held[me.team] + me.gpus <= guarantee(me.team)
-            && self.team_held[them.team] > guarantee(them.team)
+    fn contender(&self, k: usize) -> Contender {
+        let job = &self.view.jobs[k];
+        Contender { team: job.team, priority: job.priority, gpus: job.gpus }
+    }
+
+    fn teams(&self) -> TeamsNow<'_> {
+        TeamsNow {
+            teams: &self.view.teams,
+            held: &self.team_held,
+            preempts_others: &self.view.preempts_others,
+        }
     }
 
     fn reason(&self, k: usize, c: usize) -> String {
