@@ -18,6 +18,7 @@ pub mod placement;
 pub mod queue;
 pub mod resources;
 pub mod rng;
+pub mod sched;
 
 pub use cluster::{AllocationId, Cluster, LedgerError, Node, NodeId};
 pub use placement::{Placement, Policy, PolicyKind};

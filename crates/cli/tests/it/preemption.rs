@@ -130,3 +130,41 @@ fn a_guarantee_set_with_gantry_team_set_is_reclaimed_from_a_borrowing_team() {
         cluster.gantry(&["cancel", id]);
     }
 }
+
+/// The resize interval damps growth only: a team under its guarantee gets the GPU another team's
+/// elastic job borrowed back at once (here with the default 300 s interval), and the elastic
+/// job's event names the width its next attempt runs at.
+#[test]
+fn a_team_under_its_guarantee_gets_a_gpu_an_elastic_borrower_holds_back_within_five_seconds() {
+    let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB", "--grace", "1"]);
+    let (a, b) = (member(&cluster, "a"), member(&cluster, "b"));
+    cluster.gantry(&["team", "set", "b", "--guarantee", "1"]);
+    let as_member = |token: &str, args: &[&str]| {
+        let out = run_as(&cluster, token, args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let borrower = as_member(&a, &["submit", "--gpus", "1..2", "--", "sleep", "600"]);
+    let wide = eventually(Duration::from_secs(20), "team a's elastic job to run on both GPUs", || {
+        let j = job(&cluster, &borrower);
+        (j["state"] == "running").then_some(j)
+    });
+    assert_eq!(wide["gpu_uuids"].as_array().map(Vec::len), Some(2), "idle GPUs at admission: {wide}");
+    let asked = std::time::Instant::now();
+    let owner = as_member(&b, &["submit", "--gpus", "1", "--", "sleep", "600"]);
+    eventually(Duration::from_secs(5), "team b's job to get its guaranteed GPU within 5 s", || {
+        (job(&cluster, &owner)["state"] == "running").then_some(())
+    });
+    assert!(asked.elapsed() < Duration::from_secs(5), "took {:?}", asked.elapsed());
+    let narrow = eventually(Duration::from_secs(20), "the elastic job to run again", || {
+        let j = job(&cluster, &borrower);
+        (j["state"] == "running" && j["attempt"] == 2).then_some(j)
+    });
+    assert_eq!(narrow["gpu_uuids"].as_array().map(Vec::len), Some(1), "{narrow}");
+    let detail = cluster.gantry(&["job", &borrower]);
+    assert!(detail.contains(&format!("shrunk 2 → 1 GPUs: job {owner} needed them")), "{detail}");
+    cluster.assert_no_double_allocation();
+    for id in [&borrower, &owner] {
+        cluster.gantry(&["cancel", id]);
+    }
+}

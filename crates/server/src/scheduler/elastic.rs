@@ -12,15 +12,23 @@
 //! 2. **Shrink for a waiting job** ([`Elastic::make_room`]). When a job the queue started does
 //!    not fit because an elastic job holds GPUs above its minimum on the node the queue chose,
 //!    the elastic job shrinks (never below its minimum; lowest priority, then most GPUs above
-//!    the minimum, first). That costs a restart, not the job: preferred to preempting anyone.
+//!    the minimum, first) in this pass, however recently it started: a team under its
+//!    guarantee gets borrowed GPUs back at once. That costs a restart, not the job: preferred to
+//!    preempting anyone.
 //! 3. **Grow onto idle GPUs** ([`Elastic::grow`]) only when no job waits for GPUs (a job no
 //!    node could ever hold does not count). An elastic job placed in this pass is widened
 //!    before it starts (no restart), moving to the node where it gets the most GPUs; a running
 //!    one is resized to what the best node would give it, up to its maximum.
-//! 4. **Hysteresis.** A running elastic job is resized only once it has run `resize_gap_ms`
-//!    since it (re)started, so it changes width at most once per gap (`gantry server
-//!    --resize-interval`, default 300 s). A waiting job that needs the GPUs of a job still in
-//!    its gap waits for it rather than preempting anyone.
+//! 4. **Hysteresis on growth.** A running elastic job grows only once it has run
+//!    `resize_gap_ms` since it (re)started (`gantry server --resize-interval`, default 300 s).
+//!    Shrinking for a waiting job is not damped: the job that waits cannot be told to wait for
+//!    an interval meant to limit restarts of the elastic job's own choosing.
+//! 5. **The width a resize names is the width it gets.** The loop remembers each resize's
+//!    target (`QueueInput::widths`) until the job is placed again; that placement is widened to
+//!    the target whether jobs wait or not (the GPUs were the job's own, or held for it), so
+//!    `shrunk 4 → 3` restarts at `WORLD_SIZE=3`. Only a job ranked above it that takes those
+//!    GPUs in between (or a restart of the control plane, which forgets the targets) gives it
+//!    fewer.
 //!
 //! A resize stops the job as a preemption does (SIGTERM, the grace period to checkpoint, back
 //! to `pending` without spending a retry) with the reason `gantry job` shows ("resized 2 → 4
@@ -150,22 +158,20 @@ impl<'s> Elastic<'s> {
         if picked.is_empty() && !helped {
             return false;
         }
-        let mut later = Vec::new();
         let mut now = Vec::new();
         for (c, take) in picked {
+            // No hysteresis here: the interval damps growth only, so a waiting job (a team
+            // reclaiming its guarantee) gets the GPUs back in this pass.
             let r = &mut self.running[c];
-            if !settled(r.job, self.at, self.gap_ms) {
-                later.push(r.job.id.to_string());
-                continue;
-            }
             r.stopping = true;
             self.freeing[r.node] += r.width;
             now.push(r.job.id.to_string());
+            let to = r.width - take;
             out.resizes.push(Resize {
                 job_id: r.job.id,
                 from: r.width,
-                to: r.width - take,
-                reason: format!("shrunk {} → {} GPUs: job {} needed them", r.width, r.width - take, job.id),
+                to,
+                reason: format!("shrunk {} → {to} GPUs: job {} needed them", r.width, job.id),
             });
         }
         // Claim the room: idle GPUs are held on the ledger for the rest of the pass, the rest
@@ -175,14 +181,10 @@ impl<'s> Elastic<'s> {
             reserve(layout, *node, take);
             self.freeing[*node] = self.freeing[*node].saturating_sub(need - take);
         }
-        let why = match (now.is_empty(), later.is_empty()) {
-            (_, false) => format!(
-                "waiting: elastic job {} will shrink to make room once it has run {} s since its last start",
-                later.join(", "),
-                self.gap_ms / 1000
-            ),
-            (false, true) => format!("waiting: elastic job {} shrinks to make room", now.join(", ")),
-            (true, true) => "waiting for elastic jobs to shrink".to_owned(),
+        let why = if now.is_empty() {
+            "waiting for elastic jobs to shrink".to_owned()
+        } else {
+            format!("waiting: elastic job {} shrinks to make room", now.join(", "))
         };
         out.waiting.push((job.id, why));
         true
@@ -190,13 +192,26 @@ impl<'s> Elastic<'s> {
 
     /// Gives idle GPUs to elastic jobs when no job waits for GPUs: jobs placed in this pass are
     /// widened before they start, running ones are resized (once settled).
-    pub(super) fn grow(mut self, pending: &[Job], layout: &mut Layout<'_>, out: &mut Plan) {
+    pub(super) fn grow(
+        mut self,
+        pending: &[Job],
+        widths: &HashMap<i64, u32>,
+        layout: &mut Layout<'_>,
+        out: &mut Plan,
+    ) {
+        // A job restarting after a resize gets the width its resize event named, waiting jobs
+        // or not: those GPUs were its own (a shrink) or were held for it (a growth).
+        let (promised, fresh): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.fresh).into_iter().partition(|(_, job, _)| widths.contains_key(&job.id));
+        for (index, job, ledger) in promised {
+            widen(job, index, ledger, widths[&job.id], layout, out);
+        }
         let settled_any = self.running.iter().any(|r| !r.stopping && self.settled(r.job));
-        if self.fresh.is_empty() && !settled_any || someone_waits(pending, layout, out) {
+        if fresh.is_empty() && !settled_any || someone_waits(pending, layout, out) {
             return;
         }
-        for (index, job, ledger) in std::mem::take(&mut self.fresh) {
-            widen(job, index, ledger, layout, out);
+        for (index, job, ledger) in fresh {
+            widen(job, index, ledger, u32::MAX, layout, out);
         }
         let mut order: Vec<usize> = (0..self.running.len()).collect();
         order.sort_by_key(|c| (std::cmp::Reverse(self.running[*c].job.priority), self.running[*c].job.id));
@@ -270,9 +285,10 @@ fn best_node(layout: &Layout<'_>, job: &Job, home: usize, width: u32) -> Option<
 }
 
 /// Widens an elastic job placed in this pass onto the node where it gets the most GPUs, up to
-/// its maximum, before anything starts it.
-fn widen(job: &Job, index: usize, ledger: u64, layout: &mut Layout<'_>, out: &mut Plan) {
+/// its maximum and `cap`, before anything starts it.
+fn widen(job: &Job, index: usize, ledger: u64, cap: u32, layout: &mut Layout<'_>, out: &mut Plan) {
     let (Some(max), Some(mut req)) = (job.request.gpus_max, layout.request(job)) else { return };
+    let max = max.min(cap);
     let Some(placed) = out.placements.get(index) else { return };
     let width = placed.grants.len() as u32;
     let Some(home) = layout.nodes.iter().position(|n| n.id == placed.node_id) else { return };

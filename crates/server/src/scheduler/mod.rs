@@ -58,6 +58,10 @@ pub struct Housekeeping {
     /// The scheduler's copy of the store, kept between passes.
     state: Option<State>,
     share: FairShare,
+    /// The width each resize named, until the job is placed again (`QueueInput::widths`).
+    widths: HashMap<JobId, u32>,
+    /// The job each preempted job was stopped for (`QueueInput::preempted_for`).
+    preempted_for: HashMap<JobId, JobId>,
 }
 
 /// Decayed GPU usage per team, charged every pass for the GPUs active jobs hold.
@@ -165,7 +169,10 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let deps = tokio::task::spawn_blocking(move || dependency_states(&*store, waited_on))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
-    let (decisions, gated, submitted) = decide(app, state, &mut housekeeping.share, &deps, at);
+    housekeeping.widths.retain(|id, _| state.knows(*id));
+    housekeeping.preempted_for.retain(|id, by| state.knows(*id) && state.knows(*by));
+    let memory = (&housekeeping.widths, &housekeeping.preempted_for);
+    let (decisions, gated, submitted) = decide(app, state, &mut housekeeping.share, memory, &deps, at);
     if let Ok(mut waiting) = app.waiting.write() {
         *waiting = decisions.waiting.into_iter().chain(gated.held).collect();
     }
@@ -179,9 +186,11 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let mut placed = 0;
     for placement in decisions.placements {
         let submitted = submitted.get(&placement.job_id).copied();
+        let id = placement.job_id;
         match app.dispatch(Command::Place(placement)).await {
             Ok(_) => {
                 placed += 1;
+                housekeeping.widths.remove(&id);
                 if let Some(at) = submitted {
                     app.metrics.placement_latency.observe((now_ms() - at).max(0) as f64 / 1000.0);
                 }
@@ -217,6 +226,9 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         match app.dispatch(Command::Preempt { job: p.job_id, reason: p.reason }).await {
             Ok(_) => {
                 app.metrics.preemptions.inc();
+                if let Some(by) = p.by {
+                    housekeeping.preempted_for.insert(p.job_id, by);
+                }
             }
             Err(ApiError::Conflict(why)) => tracing::debug!(%why, "preemption refused by the store"),
             Err(e) => return Err(e),
@@ -225,7 +237,9 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     for r in decisions.resizes {
         tracing::info!(job = r.job_id, from = r.from, to = r.to, reason = %r.reason, "resizing");
         match app.dispatch(Command::Resize { job: r.job_id, reason: r.reason }).await {
-            Ok(_) => {}
+            Ok(_) => {
+                housekeeping.widths.insert(r.job_id, r.to);
+            }
             Err(ApiError::Conflict(why)) => tracing::debug!(%why, "resize refused by the store"),
             Err(e) => return Err(e),
         }
@@ -240,11 +254,14 @@ fn decide(
     app: &App,
     state: &mut State,
     share: &mut FairShare,
+    (widths, preempted_for): (&HashMap<JobId, u32>, &HashMap<JobId, JobId>),
     deps: &DepStates,
     at: i64,
 ) -> (Plan, Gated, HashMap<JobId, i64>) {
     share.charge(&state.plan_input(at, QueueInput::default()).active, at);
     let mut queue = share.input.clone();
+    queue.widths.clone_from(widths);
+    queue.preempted_for.clone_from(preempted_for);
     queue.resize_gap_ms = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
     let snapshot = state.plan_input(at, queue);
     if let Ok(mut queue) = app.queue.write() {

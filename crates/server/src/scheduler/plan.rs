@@ -68,13 +68,26 @@ pub struct QueueInput {
     pub teams: Vec<String>,
     /// Least time between two resizes of an elastic job, ms (`--resize-interval`).
     pub resize_gap_ms: i64,
+    /// The width each resized elastic job's resize named, until it is placed again: its next
+    /// placement is widened to it (see `super::elastic`).
+    pub widths: HashMap<i64, u32>,
+    /// For each job asked to stop by a preemption, the job it was preempted for: what it frees
+    /// is that job's, not anyone's (see `super::victims`).
+    pub preempted_for: HashMap<i64, i64>,
 }
 
 impl Default for QueueInput {
     fn default() -> Self {
         // The server holds GPUs free for a blocked gang, so small jobs cannot starve it.
         let weights = QueueWeights { gang_reservation: true, ..QueueWeights::default() };
-        Self { weights, usage: Usage::default(), teams: Vec::new(), resize_gap_ms: 300_000 }
+        Self {
+            weights,
+            usage: Usage::default(),
+            teams: Vec::new(),
+            resize_gap_ms: 300_000,
+            widths: HashMap::new(),
+            preempted_for: HashMap::new(),
+        }
     }
 }
 
@@ -137,7 +150,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
     let view = QueueView::build(s, &layout, &mut out);
     let (ranked, decisions) =
         queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
-    let mut victims = Victims::new(&view, &decisions, &layout, s.at);
+    let mut victims = Victims::new(&view, &ranked, &decisions, &layout, s);
     let mut elastic = Elastic::new(&s.active, &layout, s.at, s.queue.resize_gap_ms);
     let mut reasons = Reasons::default();
     for k in ranked {
@@ -192,7 +205,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
             }
         }
     }
-    elastic.grow(&s.pending, &mut layout, &mut out);
+    elastic.grow(&s.pending, &s.queue.widths, &mut layout, &mut out);
     reasons.fill(&layout, &mut out);
     out
 }

@@ -136,6 +136,12 @@ impl State {
         self.position
     }
 
+    /// Whether job `id` is pending, scheduled or running.
+    pub fn knows(&self, id: JobId) -> bool {
+        let s = &self.snap;
+        s.pending.binary_search_by_key(&id, |j| j.id).is_ok() || s.active.iter().any(|j| j.id == id)
+    }
+
     /// Pending jobs.
     pub fn pending(&self) -> usize {
         self.snap.pending.len()

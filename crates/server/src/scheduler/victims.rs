@@ -1,63 +1,117 @@
 //! Which running jobs to stop for a job the queue started but that cannot get its GPUs yet.
 //!
 //! The queue says which running jobs lost their place; stopping all of them would lose work
-//! nobody needs. For each started job that finds no room, [`gantry_core::queue::choose_victims`]
-//! picks, on each node the queue chose for it, the smallest set among them that frees what it
-//! needs: lowest priority first, then least GPU-time lost, never a job of equal or higher
-//! priority. Priority preempts only within a team (Slurm's QOS `Preempt` list, KAI's in-quota
-//! vs over-quota): another team's job is a victim only when the preemptor's team reclaims its
-//! guarantee from a team that borrows beyond its own (then at equal priority too), or when an
-//! admin let the preemptor's team preempt other teams (`preempt_other_teams`). GPUs that jobs already
-//! stopping will free count as free, so a job waiting for its victims to stop asks for no more.
-//! A gang is a victim as a whole (its GPUs on that node are what it frees there).
+//! nobody needs, and the queue counts GPUs without knowing their model or the nodes' CPU and
+//! memory. For each started job that finds no room, [`gantry_core::sched::find_room`] picks the
+//! nodes and the smallest set of victims that make it placeable once they end: nodes it may use
+//! (GPU model, schedulable, GPU count), the CPU and memory of its workers, a gang's workers
+//! whole; lowest priority first, then least GPU-time lost, never a job of equal or higher
+//! priority. When no such set exists nobody is stopped. The candidates are the jobs that lost
+//! their place; for a job limited to some GPU models, whose place the queue chose blind to
+//! models, every running job ranked below it (the A100 job on a cluster of A100 and H100 nodes
+//! stops an A100 job, never an H100 one). Priority preempts only within a team (Slurm's QOS
+//! `Preempt` list, KAI's in-quota vs over-quota): another team's job is a victim only when the
+//! preemptor's team reclaims its guarantee from a team that borrows beyond its own (then at equal
+//! priority too), or when an admin let the preemptor's team preempt other teams
+//! (`preempt_other_teams`). GPUs, CPU and memory that jobs already stopping will free count as
+//! free, so a job waiting for its victims to stop asks for no more. A gang is a victim as a whole
+//! (its GPUs on a node are what it frees there).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use gantry_core::queue::{Decision, Victim, choose_victims};
+use gantry_core::queue::{Decision, Victim};
 use gantry_core::resources::WHOLE_GPU;
+use gantry_core::sched::{Contender, Holder, NodeRoom, Shape, TeamsNow, find_room};
 use gantry_core::{ModelSet, Request};
 use gantry_store::JobState;
 
-use super::plan::{Layout, Plan, Preemption, QueueView};
+use super::plan::{Layout, Plan, Preemption, QueueView, Snapshot};
 
 /// Candidates and what is already being freed, across one pass.
 pub(super) struct Victims<'v, 'a> {
     view: &'v QueueView<'a>,
     /// Running jobs (indices into the view) the queue says lost their place.
     candidates: Vec<usize>,
+    /// Every running job not stopping, with its place in the queue's order: the candidates of
+    /// a job the queue placed without knowing its GPU models.
+    running: Vec<(usize, usize)>,
+    /// Place of each job (index into the view) in the queue's order.
+    rank: Vec<usize>,
     /// Already picked this pass.
     chosen: HashSet<usize>,
     /// Per node, GPUs that jobs stopping will free and no started job has claimed yet.
     freeing: Vec<u32>,
+    /// Per node, CPU and memory that jobs stopping will free.
+    freeing_host: Vec<(u64, u64)>,
+    /// What jobs stopping for a preemptor still pending will free, by preemptor id: (node,
+    /// GPUs, CPU, memory). Only that job may claim it.
+    earmarked: HashMap<i64, Vec<(usize, u32, u64, u64)>>,
     /// Whole GPUs each team holds now.
     team_held: Vec<u32>,
     at: i64,
 }
 
 impl<'v, 'a> Victims<'v, 'a> {
-    pub(super) fn new(view: &'v QueueView<'a>, decisions: &[Decision], layout: &Layout<'_>, at: i64) -> Self {
+    pub(super) fn new(
+        view: &'v QueueView<'a>,
+        ranked: &[usize],
+        decisions: &[Decision],
+        layout: &Layout<'_>,
+        s: &Snapshot,
+    ) -> Self {
+        let waiting: HashSet<i64> = s.pending.iter().map(|j| j.id).collect();
+        let mut earmarked: HashMap<i64, Vec<(usize, u32, u64, u64)>> = HashMap::new();
         let mut freeing = vec![0u32; layout.cluster.nodes().len()];
+        let mut freeing_host = vec![(0u64, 0u64); freeing.len()];
         let mut team_held = vec![0u32; view.teams.len()];
-        let mut candidates = Vec::new();
+        let (mut candidates, mut running) = (Vec::new(), Vec::new());
+        let mut rank = vec![usize::MAX; view.jobs.len()];
+        for (place, k) in ranked.iter().enumerate() {
+            rank[*k] = place;
+        }
         for (k, job) in view.jobs.iter().enumerate() {
             let source = view.source[k];
             for (node, gpus) in &job.held {
                 team_held[job.team] += gpus;
                 if source.stop.is_some() {
-                    freeing[*node] += gpus;
+                    let (cpu, memory) = host_on(view, k, *node);
+                    match s.queue.preempted_for.get(&source.id).filter(|by| waiting.contains(by)) {
+                        Some(by) => earmarked.entry(*by).or_default().push((*node, *gpus, cpu, memory)),
+                        None => {
+                            freeing[*node] += gpus;
+                            freeing_host[*node].0 += cpu;
+                            freeing_host[*node].1 += memory;
+                        }
+                    }
                 }
             }
-            let lost = matches!(decisions[k], Decision::Preempt { .. });
-            if lost && source.stop.is_none() && source.state == JobState::Running {
+            let live = source.stop.is_none() && source.state == JobState::Running;
+            if live && matches!(decisions[k], Decision::Preempt { .. }) {
                 candidates.push(k);
             }
+            if live && !job.held.is_empty() {
+                running.push((k, rank[k]));
+            }
         }
-        Self { view, candidates, chosen: HashSet::new(), freeing, team_held, at }
+        let at = s.at;
+        Self {
+            view,
+            candidates,
+            running,
+            rank,
+            chosen: HashSet::new(),
+            freeing,
+            freeing_host,
+            earmarked,
+            team_held,
+            at,
+        }
     }
 
-    /// Frees `parts` ((node, GPUs)) for job `k`, which waits: picks victims on each node, or
-    /// none at all when some node cannot be freed. Records the preemptions and why `k` waits
-    /// (`otherwise` when its GPUs are idle already and something else keeps it out).
+    /// Frees `parts` ((node, GPUs), the queue's split) for job `k`, which waits: finds the
+    /// nodes and victims that make it placeable ([`find_room`]), or preempts nobody. Records the
+    /// preemptions and why `k` waits (`otherwise` when its GPUs are idle already on nodes it may
+    /// use and something else keeps it out).
     pub(super) fn make_room(
         &mut self,
         k: usize,
@@ -70,39 +124,49 @@ impl<'v, 'a> Victims<'v, 'a> {
         // An elastic job resized in this pass is stopping already (`super::elastic`).
         if !out.resizes.is_empty() {
             let view = self.view;
-            self.candidates.retain(|c| !out.resizes.iter().any(|r| r.job_id == view.source[*c].id));
+            let resized = |c: &usize| out.resizes.iter().any(|r| r.job_id == view.source[*c].id);
+            self.candidates.retain(|c| !resized(c));
+            self.running.retain(|(c, _)| !resized(c));
         }
-        if parts.iter().all(|(node, need)| idle_gpus(layout, *node) >= *need) {
+        let Some(req) = layout.request(job) else {
+            out.waiting.push((job.id, otherwise));
+            return;
+        };
+        // What jobs stopping for this one free is its own from now on.
+        for (node, gpus, cpu, memory) in self.earmarked.remove(&job.id).unwrap_or_default() {
+            self.freeing[node] += gpus;
+            self.freeing_host[node].0 += cpu;
+            self.freeing_host[node].1 += memory;
+        }
+        let rooms = self.rooms(layout, &req);
+        let usable = |node: &usize| rooms.get(*node).is_some_and(|r| r.eligible);
+        if parts.iter().all(|(node, need)| usable(node) && idle_gpus(layout, *node) >= *need) {
             out.waiting.push((job.id, otherwise));
             return;
         }
-        let mut picked: Vec<usize> = Vec::new();
-        let mut idle_per_part = Vec::with_capacity(parts.len());
-        for (node, need) in parts {
-            let idle = idle_gpus(layout, *node);
-            let freed_here: u32 = picked.iter().map(|c| self.held_on(*c, *node)).sum();
-            let candidates: Vec<Victim> = self
-                .candidates
-                .iter()
-                .filter(|c| !self.chosen.contains(c) && !picked.contains(c))
-                .filter_map(|c| self.victim(k, *c, *node))
-                .collect();
-            let free = idle + self.freeing[*node] + freed_here;
-            match choose_victims(*need, free, job.priority, &candidates) {
-                Some(ids) => picked.extend(ids.into_iter().map(|id| id as usize)),
-                None => {
-                    let why = "waiting: the GPUs it needs are held by jobs it may not preempt \
-                               (of equal or higher priority, or of teams within their guarantee)";
-                    out.waiting.push((job.id, why.into()));
-                    return;
-                }
-            }
-            idle_per_part.push(idle);
-        }
+        let replicas = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
+        let shape = Shape {
+            workers: replicas,
+            per_worker: req.gpus.max(1),
+            cpu_milli: req.cpu_milli,
+            memory_mib: req.memory_mib,
+            priority: job.priority,
+        };
+        let holders = self.holders(k, &req, layout);
+        let Some(room) = find_room(&shape, &rooms, &holders, parts) else {
+            let why = "waiting: the GPUs it needs are held by jobs it may not preempt \
+                       (of equal or higher priority, or of teams within their guarantee)";
+            out.waiting.push((job.id, why.into()));
+            return;
+        };
+        let picked: Vec<usize> = room.victims.iter().map(|c| *c as usize).collect();
         for c in &picked {
             self.chosen.insert(*c);
             for (node, gpus) in &self.view.jobs[*c].held {
                 self.freeing[*node] += gpus;
+                let (cpu, memory) = host_on(self.view, *c, *node);
+                self.freeing_host[*node].0 += cpu;
+                self.freeing_host[*node].1 += memory;
             }
             let victim = self.view.source[*c];
             out.preemptions.push(Preemption {
@@ -111,12 +175,18 @@ impl<'v, 'a> Victims<'v, 'a> {
                 reason: self.reason(k, *c),
             });
         }
-        // Claim the room: idle GPUs are held for the job on the ledger (nothing later in the
-        // pass takes them), the rest comes from the GPUs being freed.
-        for ((node, need), idle) in parts.iter().zip(idle_per_part) {
-            let take = idle.min(*need);
-            reserve(layout, *node, take);
+        // Claim the room: idle GPUs, free CPU and memory are held for the job on the ledger
+        // (nothing later in the pass takes them), the rest comes from what is being freed.
+        for (node, need) in &room.parts {
+            let workers = u64::from(need / shape.per_worker);
+            let (cpu, memory) = (shape.cpu_milli * workers, shape.memory_mib * workers);
+            let Some(n) = layout.cluster.node(*node) else { continue };
+            let (take, take_cpu, take_memory) =
+                (idle_gpus(layout, *node).min(*need), n.cpu_free.min(cpu), n.memory_free.min(memory));
+            reserve(layout, *node, take, take_cpu, take_memory);
             self.freeing[*node] = self.freeing[*node].saturating_sub(need - take);
+            let host = &mut self.freeing_host[*node];
+            *host = (host.0.saturating_sub(cpu - take_cpu), host.1.saturating_sub(memory - take_memory));
         }
         let why = if picked.is_empty() {
             "waiting for preempted jobs to stop".to_owned()
@@ -127,28 +197,60 @@ impl<'v, 'a> Victims<'v, 'a> {
         out.waiting.push((job.id, why));
     }
 
+    /// What each node offers a job of request `req` now.
+    fn rooms(&self, layout: &Layout<'_>, req: &Request) -> Vec<NodeRoom> {
+        let per = req.gpus.max(1) as usize;
+        layout
+            .cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeRoom {
+                eligible: n.schedulable && req.models.allows(n.model) && n.gpu_free.len() >= per,
+                idle: idle_gpus(layout, i),
+                freeing: self.freeing[i],
+                cpu_free: n.cpu_free + self.freeing_host[i].0,
+                memory_free: n.memory_free + self.freeing_host[i].1,
+            })
+            .collect()
+    }
+
+    /// The running jobs job `k` may stop, one [`Holder`] per node each holds GPUs on: the ones
+    /// the queue says lost their place; for a job limited to some GPU models (which the queue
+    /// does not see), every running job ranked below it.
+    fn holders(&self, k: usize, req: &Request, layout: &Layout<'_>) -> Vec<Holder> {
+        let limited =
+            layout.cluster.nodes().iter().any(|n| !n.gpu_free.is_empty() && !req.models.allows(n.model));
+        let below = |c: &usize| self.rank.get(*c).is_some_and(|r| *r > self.rank[k]);
+        let mut pool: Vec<usize> = self.candidates.clone();
+        if limited {
+            pool.extend(self.running.iter().filter(|(c, _)| below(c)).map(|(c, _)| *c));
+            pool.sort_unstable();
+            pool.dedup();
+        }
+        let mut out = Vec::new();
+        for c in pool.into_iter().filter(|c| !self.chosen.contains(c) && *c != k) {
+            for (node, _) in &self.view.jobs[c].held {
+                let Some(victim) = self.victim(k, c, *node) else { continue };
+                let (cpu_milli, memory_mib) = host_on(self.view, c, *node);
+                out.push(Holder { node: *node, victim, cpu_milli, memory_mib });
+            }
+        }
+        out
+    }
+
     fn held_on(&self, c: usize, node: usize) -> u32 {
         self.view.jobs[c].held.iter().filter(|(n, _)| *n == node).map(|(_, g)| g).sum()
     }
 
-    /// Candidate `c` as a victim for job `k` on `node`; the priority it is judged by is one
-    /// below `k`'s when `k` reclaims its team's guarantee from a borrower.
+    /// Candidate `c` as a victim for job `k` on `node`, judged by the core's rules.
     fn victim(&self, k: usize, c: usize, node: usize) -> Option<Victim> {
         let gpus = self.held_on(c, node);
         if gpus == 0 {
             return None;
         }
+        let priority = self.teams().judged_priority(&self.contender(k), &self.contender(c))?;
         let victim = self.view.source[c];
-        let (me, them) = (self.view.jobs[k].team, self.view.jobs[c].team);
-        let may_preempt_others = self.view.preempts_others.get(me).copied().unwrap_or(false);
-        if me != them && !may_preempt_others && !self.reclaims(k, c) {
-            return None;
-        }
-        let priority = if self.reclaims(k, c) {
-            self.view.source[k].priority.saturating_sub(1)
-        } else {
-            victim.priority
-        };
         let running_s = (self.at - victim.started_at.unwrap_or(self.at)).max(0) as f64 / 1000.0;
         Some(Victim {
             id: c as u64,
@@ -158,15 +260,17 @@ impl<'v, 'a> Victims<'v, 'a> {
         })
     }
 
-    /// Whether `k` is within its team's guarantee and `c` is another team's job, of no higher
-    /// priority, whose team holds more than its guarantee.
-    fn reclaims(&self, k: usize, c: usize) -> bool {
-        let (me, them) = (&self.view.jobs[k], &self.view.jobs[c]);
-        let guarantee = |team: usize| self.view.teams.get(team).map_or(0, |t| t.guaranteed_gpus);
-        me.team != them.team
-            && them.priority <= me.priority
-            && self.team_held[me.team] + me.gpus <= guarantee(me.team)
-            && self.team_held[them.team] > guarantee(them.team)
+    fn contender(&self, k: usize) -> Contender {
+        let job = &self.view.jobs[k];
+        Contender { team: job.team, priority: job.priority, gpus: job.gpus }
+    }
+
+    fn teams(&self) -> TeamsNow<'_> {
+        TeamsNow {
+            teams: &self.view.teams,
+            held: &self.team_held,
+            preempts_others: &self.view.preempts_others,
+        }
     }
 
     fn reason(&self, k: usize, c: usize) -> String {
@@ -195,10 +299,27 @@ fn idle_gpus(layout: &Layout<'_>, node: usize) -> u32 {
         .map_or(0, |n| n.gpu_free.iter().filter(|f| **f == WHOLE_GPU).count() as u32)
 }
 
-/// Holds `gpus` idle GPUs of `node` on the ledger for the rest of the pass.
-fn reserve(layout: &mut Layout<'_>, node: usize, gpus: u32) {
-    let Some(idle) = layout.cluster.node(node).and_then(|n| n.lowest_idle_gpus(gpus)) else { return };
-    let Ok(req) = Request::new(0, 0, gpus, WHOLE_GPU, 0, ModelSet::Any) else { return };
+/// Holds `gpus` idle GPUs, `cpu` and `memory` of `node` on the ledger for the rest of the pass.
+fn reserve(layout: &mut Layout<'_>, node: usize, gpus: u32, cpu: u64, memory: u64) {
+    let Some(n) = layout.cluster.node(node) else { return };
+    let (req, idle) = if gpus == 0 {
+        (Ok(Request::cpu_only(cpu, memory)), Some(Vec::new()))
+    } else {
+        (Request::new(cpu, memory, gpus, WHOLE_GPU, 0, ModelSet::Any), n.lowest_idle_gpus(gpus))
+    };
+    let (Ok(req), Some(idle)) = (req, idle) else { return };
     layout.next_id += 1;
     let _ = layout.cluster.allocate(layout.next_id, &req, &gantry_core::Placement { node, gpus: idle });
+}
+
+/// CPU and memory job `k` holds on `node`: a gang's per worker there, a plain job's own.
+fn host_on(view: &QueueView<'_>, k: usize, node: usize) -> (u64, u64) {
+    let (job, r) = (&view.jobs[k], &view.source[k].request);
+    let workers = if view.source[k].gang.is_some() {
+        let per = job.worker_gpus.max(1);
+        u64::from(job.held.iter().filter(|(n, _)| *n == node).map(|(_, g)| g / per).sum::<u32>())
+    } else {
+        1
+    };
+    (r.cpu_milli * workers, r.memory_mib * workers)
 }

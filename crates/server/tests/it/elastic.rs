@@ -102,13 +102,59 @@ fn an_elastic_job_is_not_resized_again_within_its_resize_interval() {
     let mut s = cluster(&[4]);
     run_on(&mut s, elastic(1, 1, 4), 0, 0, 1, GAP_MS - 1);
     assert!(go(&s).resizes.is_empty(), "restarted too recently to grow");
+}
+
+#[test]
+fn an_elastic_job_shrinks_for_a_waiting_job_at_once_the_interval_damps_growth_only() {
     let mut s = cluster(&[4]);
-    run_on(&mut s, elastic(1, 1, 4), 0, 0, 4, GAP_MS - 1);
+    run_on(&mut s, elastic(1, 1, 4), 0, 0, 4, 1_000);
     s.pending = vec![job(2, "t", 0, 2, 0)];
     let p = go(&s);
-    assert!(p.resizes.is_empty() && p.preemptions.is_empty() && p.placements.is_empty(), "{p:?}");
-    let why = &p.waiting.iter().find(|w| w.0 == 2).expect("job 2 waits").1;
-    assert!(why.contains("elastic job 1 will shrink"), "{why}");
+    assert_eq!(p.resizes.iter().map(|r| (r.job_id, r.from, r.to)).collect::<Vec<_>>(), [(1, 4, 2)], "{p:?}");
+    assert!(p.preemptions.is_empty(), "{p:?}");
+}
+
+/// The snapshot `ms` later, once the resized job 1 stopped (requeued, its GPUs free).
+fn requeued(s: &Snapshot, p: &Plan, ms: i64) -> Snapshot {
+    let mut next = s.clone();
+    next.at += ms;
+    next.held.retain(|a| a.job_id != 1);
+    let k = next.active.iter().position(|j| j.id == 1).expect("job 1 runs");
+    let mut j = next.active.remove(k);
+    (j.state, j.node_id, j.epoch, j.started_at, j.stop) = (JobState::Pending, None, None, None, None);
+    j.gpu_uuids.clear();
+    next.pending.insert(0, j);
+    for r in &p.resizes {
+        next.queue.widths.insert(r.job_id, r.to);
+    }
+    next
+}
+
+#[test]
+fn a_team_under_its_guarantee_gets_a_borrowed_gpu_back_within_five_seconds_and_the_resize_names_the_new_width()
+ {
+    let mut s = cluster(&[4]);
+    s.queue.resize_gap_ms = 300_000;
+    s.teams = vec![Team { name: "b".into(), gpu_quota: Some(1), ..Team::default() }];
+    let mut borrower = elastic(1, 1, 4);
+    borrower.team = "a".into();
+    // Team a borrows the whole node; it started a second ago, well within its resize interval.
+    run_on(&mut s, borrower, 0, 0, 4, 1_000);
+    let mut owner = job(2, "b", 0, 1, 0);
+    owner.submitted_at = NOW;
+    let mut wide = job(3, "a", 0, 4, 0);
+    wide.submitted_at = NOW;
+    s.pending = vec![owner, wide];
+    let first = go(&s);
+    assert_eq!(first.resizes.len(), 1, "the borrower shrinks in the next pass: {first:?}");
+    assert_eq!(first.resizes[0].reason, "shrunk 4 → 3 GPUs: job 2 needed them");
+    let second = go(&requeued(&s, &first, 2_000));
+    let placed: Vec<(JobId, usize)> = second.placements.iter().map(|p| (p.job_id, p.grants.len())).collect();
+    assert!(placed.contains(&(2, 1)), "team b runs 2 s after it asked: {second:?}");
+    assert!(
+        placed.contains(&(1, 3)),
+        "the new attempt is as wide as the resize said, job 3 waiting or not: {second:?}"
+    );
 }
 
 #[test]
@@ -199,7 +245,9 @@ proptest! {
             let max = j.request.gpus_max.expect("only elastic jobs are resized");
             prop_assert_eq!(r.from as usize, j.gpu_uuids.len());
             prop_assert!(r.to != r.from && (j.request.gpus..=max).contains(&r.to), "{r:?} of {j:?}");
-            prop_assert!(j.started_at.is_some_and(|t| s.at - t >= GAP_MS), "resized within its gap: {r:?}");
+            // Only growth waits for the gap; a shrink for a waiting job is at once.
+            let settled = j.started_at.is_some_and(|t| s.at - t >= GAP_MS);
+            prop_assert!(r.to < r.from || settled, "grown within its gap: {r:?}");
         }
         // Never more GPUs than free: no GPU held or granted twice.
         let mut taken: HashSet<&str> = s.held.iter().map(|a| a.gpu_uuid.as_str()).collect();
