@@ -170,8 +170,9 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
                     Some(p) => out.gangs.push(p),
                     None if elastic.make_room(job, nodes, &mut layout, &mut out) => {}
                     None => {
+                        let need = job.request.gpus * job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
                         let why = to_request(job, layout.max_gpu_memory)
-                            .map_or_else(|| "waiting for room".into(), |r| layout.why_not(&r));
+                            .map_or_else(|| "waiting for room".into(), |r| waiting_for(&layout, s, &r, need));
                         victims.make_room(k, nodes, &mut layout, &mut out, why);
                     }
                 }
@@ -206,7 +207,7 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
         }
     }
     elastic.grow(&s.pending, &s.queue.widths, &mut layout, &mut out);
-    reasons.fill(&layout, &mut out);
+    reasons.fill(&layout, s, &mut out);
     out
 }
 
@@ -238,29 +239,74 @@ impl Snapshot {
 /// every node for every waiting job is the slowest part of a pass over a long queue.
 #[derive(Default)]
 struct Reasons {
-    /// (index in `Plan::waiting`, request, whether the queue held it back).
-    deferred: Vec<(usize, Option<Request>, bool)>,
+    /// (index in `Plan::waiting`, request, whether the queue held it back, whole GPUs it needs
+    /// at once: a gang's for all its workers).
+    deferred: Vec<(usize, Option<Request>, bool, u32)>,
 }
 
 impl Reasons {
     fn defer(&mut self, out: &mut Plan, job: &Job, req: Option<Request>, held_back: bool) {
-        self.deferred.push((out.waiting.len(), req, held_back));
+        let replicas = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
+        self.deferred.push((out.waiting.len(), req, held_back, job.request.gpus * replicas));
         out.waiting.push((job.id, String::new()));
     }
 
-    fn fill(self, layout: &Layout<'_>, out: &mut Plan) {
-        let mut memo: HashMap<(Option<Request>, bool), String> = HashMap::new();
-        for (i, req, held_back) in self.deferred {
-            let reason = memo.entry((req, held_back)).or_insert_with(|| match req {
+    fn fill(self, layout: &Layout<'_>, s: &Snapshot, out: &mut Plan) {
+        let idle: u32 = layout.idle_whole_gpus().iter().sum();
+        let mut memo: HashMap<(Option<Request>, bool, u32), String> = HashMap::new();
+        for (i, req, held_back, need) in self.deferred {
+            let reason = memo.entry((req, held_back, need)).or_insert_with(|| match req {
                 None => "the request is not valid for the scheduler".into(),
-                Some(req) if held_back && layout.cluster.nodes().iter().any(|n| n.fits(&req)) => {
+                Some(req)
+                    if held_back && need <= idle && layout.cluster.nodes().iter().any(|n| n.fits(&req)) =>
+                {
                     "waiting: jobs ahead in the queue hold the room (reservation)".into()
                 }
-                Some(req) => layout.why_not(&req),
+                Some(req) => waiting_for(layout, s, &req, need),
             });
             out.waiting[i].1.clone_from(reason);
         }
     }
+}
+
+/// Why a job asking `req` (`need` whole GPUs at once in all) waits: running jobs hold the GPUs
+/// (named), or what no node has (the ledger's sentence).
+fn waiting_for(layout: &Layout<'_>, s: &Snapshot, req: &Request, need: u32) -> String {
+    let idle: u32 = layout.idle_whole_gpus().iter().sum();
+    let could = layout.cluster.nodes().iter().any(|n| n.gpu_free.len() as u32 >= req.gpus);
+    if need > idle && could { held_by_running(need, idle, s) } else { layout.why_not(req) }
+}
+
+/// Why a job that needs `need` whole GPUs at once waits while `idle` are idle: the running jobs
+/// holding the most, named, an elastic one at its minimum said so (it will not shrink further).
+fn held_by_running(need: u32, idle: u32, s: &Snapshot) -> String {
+    // (GPUs held, elastic at its minimum) per job; a gang's workers count as their gang.
+    let mut held: HashMap<i64, (usize, bool)> = HashMap::new();
+    for j in s.active.iter().filter(|j| !j.gpu_uuids.is_empty()) {
+        let id = j.gang.as_ref().filter(|g| g.is_worker()).map_or(j.id, |g| g.id);
+        let at_min = j.request.is_elastic() && j.gpu_uuids.len() as u32 <= j.request.gpus;
+        let entry = held.entry(id).or_default();
+        entry.0 += j.gpu_uuids.len();
+        entry.1 |= at_min;
+    }
+    let mut holders: Vec<(i64, (usize, bool))> = held.into_iter().collect();
+    holders.sort_by_key(|(id, (gpus, _))| (std::cmp::Reverse(*gpus), *id));
+    let named: Vec<String> = holders
+        .iter()
+        .take(3)
+        .map(|(id, (gpus, at_min))| {
+            let how = if *at_min { ", elastic at its minimum" } else { "" };
+            format!("job {id} ({gpus} GPUs{how})")
+        })
+        .collect();
+    let more = holders.len().saturating_sub(named.len());
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    let by = if named.is_empty() {
+        "held by jobs starting or stopping".to_owned()
+    } else {
+        format!("held by running {}{more}", named.join(", "))
+    };
+    format!("waiting: needs {need} GPUs at once, {idle} idle; the rest are {by}")
 }
 
 /// The typical-pod set behind the policy's scores: the queue is a small sample of the workload,

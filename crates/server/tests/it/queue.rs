@@ -417,3 +417,24 @@ fn a_team_an_admin_lets_preempt_other_teams_preempts_by_priority_across_teams() 
     assert_eq!(p.preemptions.iter().map(|v| (v.job_id, v.by)).collect::<Vec<_>>(), [(1, Some(2))], "{p:?}");
     assert!(p.preemptions[0].reason.contains("priority 100 over 0"), "{p:?}");
 }
+
+#[test]
+fn a_gang_that_waits_for_gpus_running_jobs_hold_names_them_and_an_elastic_one_at_its_minimum() {
+    // One 4-GPU node: an elastic 2..4 job at its minimum and a rigid job hold 3; a gang of two
+    // 2-GPU workers needs all 4 at once.
+    let mut s = cluster(1, 4);
+    let mut elastic = job(1, "t", 0, 2, 0);
+    elastic.request.gpus_max = Some(4);
+    hold(&mut s, elastic, 0, 0, 2, 0);
+    hold(&mut s, job(2, "t", 0, 1, 0), 0, 2, 1, 0);
+    gang(&mut s, 10, "t", 0, 2, 2);
+    let p = plan(&s, PolicyKind::Gantry, 1);
+    assert!(p.gangs.is_empty() && p.preemptions.is_empty(), "{p:?}");
+    let why = p.waiting.iter().find(|(id, _)| *id == 10).map(|(_, w)| w.clone()).unwrap_or_default();
+    assert!(why.contains("needs 4 GPUs at once, 1 idle"), "{why}");
+    assert!(
+        why.contains("job 1 (2 GPUs, elastic at its minimum)") && why.contains("job 2 (1 GPUs)"),
+        "{why}"
+    );
+    assert!(!why.contains("jobs ahead in the queue"), "nothing is ahead of it: {why}");
+}
