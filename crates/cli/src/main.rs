@@ -92,7 +92,7 @@ enum Command {
     Man,
     /// Control-plane benchmarks.
     #[command(subcommand)]
-    Bench(cmd::bench_submit::BenchCommand),
+    Bench(cmd::bench::BenchCommand),
 }
 
 fn main() -> ExitCode {
@@ -150,7 +150,7 @@ fn main() -> ExitCode {
         Command::Usage(a) => cmd::usage::run(a),
         Command::Completions(a) => cmd::completions::completions::<Cli>(a),
         Command::Man => cmd::completions::man::<Cli>(),
-        Command::Bench(c) => cmd::bench_submit::run(c),
+        Command::Bench(c) => cmd::bench::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

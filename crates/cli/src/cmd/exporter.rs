@@ -1,7 +1,7 @@
 //! `gantry exporter`: the dcgm-exporter-compatible Prometheus exporter.
 
 use super::backend::BackendArgs;
-use super::bench;
+use super::bench::exporter as bench;
 use anyhow::Context;
 use gantry_agent::exporter::pods::{PodCell, PodMap, PodRef};
 use gantry_agent::exporter::sampler::local_hostname;

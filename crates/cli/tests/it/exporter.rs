@@ -63,16 +63,7 @@ fn the_exporter_refuses_auto_without_nvml_or_a_simulated_fleet() {
 
 #[test]
 fn the_benchmark_reports_memory_and_scrape_latency() {
-    let out = gantry(&[
-        "exporter",
-        "--bench",
-        "--bench-seconds",
-        "1",
-        "--bench-scrapes",
-        "50",
-        "--bench-processes",
-        "20",
-    ]);
+    let out = gantry(&["bench", "exporter", "--seconds", "1", "--scrapes", "50", "--processes", "20"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(

@@ -18,7 +18,7 @@ use gantry_agent::runner::{self, AgentConfig, BackendChoice, Gpus, Sandbox, Sand
 use gantry_server::{Server, ServerConfig};
 use gantry_store::{SqliteStore, Store};
 
-use super::client::Api;
+use crate::cmd::client::Api;
 
 /// Arguments of `gantry bench start`.
 #[derive(Debug, Args)]
@@ -91,7 +91,7 @@ async fn start(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<
     std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700))?;
-    super::logging::init(&data)?;
+    crate::cmd::logging::init(&data)?;
     let store: Arc<dyn Store> =
         Arc::new(SqliteStore::open(&data.join("store")).context("opening the store")?);
     let token =

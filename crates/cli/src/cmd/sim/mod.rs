@@ -1,5 +1,8 @@
 //! `gantry sim fgd`: the FGD fragmentation benchmark on a node list and pod list(s).
 
+pub mod jobs;
+pub mod serve;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -15,9 +18,9 @@ pub enum SimCommand {
     /// Fill a cluster with a pod list, one attempt per pod, and report unallocated GPUs (FGD, ATC'23).
     Fgd(FgdArgs),
     /// Job completion times of queueing policies on Pollux-format workloads (fifo, srtf, tiresias, gantry).
-    Jobs(super::sim_jobs::JobsArgs),
+    Jobs(jobs::JobsArgs),
     /// Autoscaling policies on an LLM request trace (gantry, hpa, kpa, rayserve, fixed).
-    Serve(super::sim_serve::ServeArgs),
+    Serve(serve::ServeArgs),
 }
 
 /// Arguments of `gantry sim fgd`.
@@ -79,8 +82,8 @@ fn parse_seeds(s: &str) -> Result<Seeds, String> {
 pub fn run(command: SimCommand) -> anyhow::Result<()> {
     match command {
         SimCommand::Fgd(args) => fgd(args),
-        SimCommand::Jobs(args) => super::sim_jobs::run(args),
-        SimCommand::Serve(args) => super::sim_serve::run(args),
+        SimCommand::Jobs(args) => jobs::run(args),
+        SimCommand::Serve(args) => serve::run(args),
     }
 }
 

@@ -1,12 +1,14 @@
 //! `gantry jobs` and `gantry job <id>`.
 
+pub mod watch;
+
 use clap::Args;
 use clap::builder::PossibleValuesParser;
 use gantry_api::types::JobDetail;
 use gantry_store::{Job, JobState};
 
-use super::client::{Api, ServerArgs, block_on};
-use super::table;
+use crate::cmd::client::{Api, ServerArgs, block_on};
+use crate::cmd::table;
 
 /// How `gantry jobs` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -49,7 +51,7 @@ pub struct JobsArgs {
     #[arg(long, value_name = "USER")]
     user: Option<String>,
     /// Only jobs submitted in the last DURATION: `90s`, `30m`, `2h`, `1d`. Example: `--since 2h`.
-    #[arg(long, value_name = "DURATION", value_parser = super::submit::parse_time)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::cmd::submit::parse_time)]
     since: Option<u64>,
     /// At most this many (up to 1000); without it every job. Newest first either way.
     #[arg(long)]
@@ -93,7 +95,7 @@ pub fn list(args: JobsArgs) -> anyhow::Result<()> {
     let path = format!("/v1/jobs?{}", query.join("&"));
     let api = Api::connect(&args.server)?;
     if args.watch {
-        return block_on(super::jobs_watch::watch(&api, &path, args.output))?;
+        return block_on(watch::watch(&api, &path, args.output))?;
     }
     let filtered = args.state.len() > 1 || args.user.is_some() || args.since.is_some();
     let mut jobs = if args.limit.is_some() && !filtered {

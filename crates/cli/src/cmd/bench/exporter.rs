@@ -1,8 +1,9 @@
-//! `gantry exporter --bench`: resident memory and scrape latency of the exporter under a
-//! simulated 8-GPU, 200-process load, scraped from a second process over loopback.
+//! `gantry bench exporter` (also spelled `gantry exporter --bench`, as before): resident memory
+//! and scrape latency of the exporter under a simulated 8-GPU, 200-process load, scraped from a
+//! second process over loopback.
 
-use super::backend::BackendKind;
-use super::exporter::{Args, runtime};
+use crate::cmd::backend::BackendKind;
+use crate::cmd::exporter::{Args, runtime};
 use anyhow::{Context, ensure};
 use gantry_agent::exporter::client::{self, percentile};
 use gantry_agent::exporter::{Exporter, server};
@@ -28,6 +29,44 @@ pub struct BenchArgs {
     /// Internal: act as the scraping process against this address.
     #[arg(long, hide = true)]
     pub bench_client: Option<SocketAddr>,
+}
+
+/// Arguments of `gantry bench exporter`.
+#[derive(Debug, clap::Args)]
+pub struct ExporterBenchArgs {
+    /// Seconds to run before measuring resident memory.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Scrapes to time.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    scrapes: u32,
+    /// Simulated processes spread over the GPUs.
+    #[arg(long, default_value_t = 200)]
+    processes: u32,
+    /// The simulated fleet, e.g. `8xH100` (the default) or `4xA100-80GB`.
+    #[arg(long, value_name = "SPEC")]
+    simulated_gpus: Option<String>,
+}
+
+/// The exporter's own flags, read from a command line (what `gantry exporter` would take).
+#[derive(Debug, clap::Parser)]
+struct ExporterLine {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// `gantry bench exporter`: the exporter's benchmark with the exporter's defaults.
+pub fn run_command(b: &ExporterBenchArgs) -> anyhow::Result<()> {
+    use clap::Parser;
+    let (seconds, scrapes, processes) =
+        (b.seconds.to_string(), b.scrapes.to_string(), b.processes.to_string());
+    let mut line = vec!["exporter", "--bench", "--bench-seconds", &seconds, "--bench-scrapes", &scrapes];
+    line.extend(["--bench-processes", &processes]);
+    if let Some(spec) = &b.simulated_gpus {
+        line.extend(["--simulated-gpus", spec]);
+    }
+    let parsed = ExporterLine::try_parse_from(line).map_err(|e| anyhow::anyhow!("{e}"))?;
+    run(parsed.args)
 }
 
 /// Runs the exporter on loopback with load on it, then measures.

@@ -66,7 +66,7 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
         SimConfig { tick_s: 60, restart_s: args.restart_s, teams: args.teams.max(1), elastic: args.elastic };
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let total = args.policy.len() * workloads.len();
-    let bar = super::sim::runs_bar(total)?;
+    let bar = super::runs_bar(total)?;
     let report = jobs::run_matrix(
         &args.policy,
         &workloads,

@@ -1,6 +1,13 @@
 //! `gantry bench submit`: durable submissions per second and latency percentiles, against a
 //! control plane started in this process on a fresh on-disk store (no agent, so nothing runs).
 
+pub mod exporter;
+pub mod gateway;
+pub mod load;
+pub mod pass;
+pub mod schedule;
+pub mod start;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +17,7 @@ use clap::{Args, Subcommand};
 use gantry_server::{Server, ServerConfig};
 use gantry_store::{SqliteStore, Store};
 
-use super::client::Api;
+use crate::cmd::client::Api;
 
 /// Benchmarks.
 #[derive(Debug, Subcommand)]
@@ -19,21 +26,24 @@ pub enum BenchCommand {
     Submit(SubmitBenchArgs),
     /// Mixed submit/get/list load from keep-alive clients against a `gantry server` process:
     /// throughput, latency per kind, errors and the server's resident memory.
-    Load(super::bench_load::LoadBenchArgs),
+    Load(load::LoadBenchArgs),
     /// Placements per second of one full scheduling pass over a synthetic fleet and a mixed
     /// queue, beside the priority-FIFO best-fit pass (`--json`: `placements_per_s`,
     /// `baseline_placements_per_s`).
-    Schedule(super::bench_schedule::ScheduleBenchArgs),
+    Schedule(schedule::ScheduleBenchArgs),
     /// What one scheduling pass costs with a long pending queue on an on-disk store: a full
     /// reload and plan beside the incremental passes (idle, time-based, after one change).
-    Pass(super::bench_pass::PassBenchArgs),
+    Pass(pass::PassBenchArgs),
     /// Latency the serving gateway adds: an in-process replica answering after 10 ms, reached
     /// directly and through the gateway by 100 connections at 1,000 and 5,000 requests/s
     /// (`--json`: `rps`, `direct_p99_ms`, `gateway_p99_ms`, `added_p99_ms`, `errors` per rate).
-    Gateway(super::bench_gateway::GatewayBenchArgs),
+    Gateway(gateway::GatewayBenchArgs),
     /// Submission to running on an idle cluster (an in-process control plane and agent on a
     /// simulated fleet), one tiny job at a time (`--json`: `p50_s`, `p90_s`, `p99_s`).
-    Start(super::bench_start::StartBenchArgs),
+    Start(start::StartBenchArgs),
+    /// Resident memory and scrape latency of the GPU exporter under a simulated 8-GPU,
+    /// 200-process load, scraped from a second process (`gantry exporter --bench` before).
+    Exporter(exporter::ExporterBenchArgs),
 }
 
 /// Arguments of `gantry bench submit`.
@@ -54,11 +64,12 @@ pub struct SubmitBenchArgs {
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     let args = match command {
         BenchCommand::Submit(args) => args,
-        BenchCommand::Load(args) => return super::bench_load::run(args),
-        BenchCommand::Schedule(args) => return super::bench_schedule::run(&args),
-        BenchCommand::Pass(args) => return super::bench_pass::run(&args),
-        BenchCommand::Gateway(args) => return super::bench_gateway::run(&args),
-        BenchCommand::Start(args) => return super::bench_start::run(&args),
+        BenchCommand::Load(args) => return load::run(args),
+        BenchCommand::Schedule(args) => return schedule::run(&args),
+        BenchCommand::Pass(args) => return pass::run(&args),
+        BenchCommand::Gateway(args) => return gateway::run(&args),
+        BenchCommand::Start(args) => return start::run(&args),
+        BenchCommand::Exporter(args) => return exporter::run_command(&args),
     };
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use gantry_store::{Job, JobId};
 
-use super::client::Api;
-use super::jobs::{self, JobsOutput};
-use super::table;
+use super::{self as jobs, JobsOutput};
+use crate::cmd::client::Api;
+use crate::cmd::table;
 
 /// Time between two looks.
 const POLL: Duration = Duration::from_secs(1);

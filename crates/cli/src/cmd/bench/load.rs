@@ -15,7 +15,7 @@ use clap::Args;
 use gantry_core::{RandomSource, SplitMix64};
 use serde_json::{Value, json};
 
-use super::client::ClientContext;
+use crate::cmd::client::ClientContext;
 
 /// Arguments of `gantry bench load`.
 #[derive(Debug, Args)]
@@ -145,7 +145,7 @@ impl Server {
             bail!("gantry server exited before it was up");
         };
         let text = std::fs::read_to_string(&config_path)?;
-        let config = super::client::parse_config(&text)?.current().cloned().unwrap_or_default();
+        let config = crate::cmd::client::parse_config(&text)?.current().cloned().unwrap_or_default();
         Ok(Self { child, pid, url, config })
     }
 
