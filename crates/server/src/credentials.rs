@@ -9,8 +9,9 @@ use gantry_store::{
     Actor, AuditEntry, Change, Changed, NewToken, Role, Store, StoreError, TokenKind, TokenRecord, User,
 };
 
-use crate::app::{ServerError, now_ms};
 use crate::auth;
+use crate::clock::now_ms;
+use crate::server::ServerError;
 
 /// How long a user's token lives unless asked otherwise.
 pub const USER_TOKEN_TTL: Duration = Duration::from_secs(90 * 24 * 3600);

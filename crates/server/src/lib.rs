@@ -23,7 +23,9 @@ pub mod api;
 pub mod app;
 pub mod assigned;
 pub mod auth;
+pub mod clock;
 pub mod command;
+pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod gateway;
@@ -34,9 +36,13 @@ pub mod output;
 
 pub use gantry_api::{job_env, job_logs};
 pub mod scheduler;
+pub mod server;
 pub mod signin;
 pub mod tls;
 pub mod transport;
 
-pub use app::{App, Server, ServerConfig, ServerError, now_ms};
+pub use app::App;
+pub use clock::now_ms;
+pub use config::ServerConfig;
 pub use credentials::{create_join_token, create_node_credential, create_user_token, ensure_admin_token};
+pub use server::{Server, ServerError};
