@@ -372,7 +372,21 @@ pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![job.id, attempt, p.node_id, rows::to_json(&uuids)?, p.at])?;
-    record_transition(c, job.id, Some(JobState::Pending), JobState::Scheduled, None, p.at)
+    // An elastic job placed above its minimum says why (idle GPUs at admission) and what then.
+    let wide = job.request.is_elastic() && p.grants.len() > job.request.gpus as usize;
+    let why = wide.then(|| {
+        format!(
+            "started on {} GPUs, above its minimum of {}: they were idle when it was placed; it shrinks back \
+             (not below {}) when a job waits for them",
+            p.grants.len(),
+            job.request.gpus,
+            job.request.gpus
+        )
+    });
+    if let Some(why) = &why {
+        super::tokens::event(c, p.at, "job.widened", &format!("job/{}", job.id), why, Some(&job.team))?;
+    }
+    record_transition(c, job.id, Some(JobState::Pending), JobState::Scheduled, why.as_deref(), p.at)
 }
 
 /// The last line of defence against double allocation: the grant must fit beside what is held.

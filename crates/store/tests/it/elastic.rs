@@ -37,6 +37,15 @@ fn an_elastic_job_is_placed_only_within_its_range() {
     );
     store.place(&whole(id, epoch, &["GPU-0", "GPU-1", "GPU-2"])).expect("three is in 2..3");
     assert_eq!(store.job(id).expect("get").expect("exists").gpu_uuids.len(), 3);
+    // Placed above its minimum: the transition and an event say why, and what then.
+    let placed = store.transitions(id).expect("transitions");
+    let why = placed.last().and_then(|t| t.reason.clone()).unwrap_or_default();
+    assert!(
+        why.contains("started on 3 GPUs, above its minimum of 2") && why.contains("shrinks back"),
+        "{why}"
+    );
+    let events = store.events(&EventFilter { limit: 10, ..EventFilter::default() }).expect("events");
+    assert!(events.iter().any(|e| e.kind == "job.widened"), "{events:?}");
 }
 
 #[test]
