@@ -17,14 +17,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use base64::Engine;
 use gantry_store::{Actor, Role, Store, TokenKind, TokenRecord};
 use sha2::{Digest, Sha256};
 
-use crate::app::{App, now_ms};
+use crate::app::now_ms;
 use crate::error::ApiError;
 
 /// Who is calling.
@@ -252,44 +249,4 @@ impl FailureLimiter {
         }
         entry.1 += 1;
     }
-}
-
-/// The secret of an `Authorization: Bearer …` header (the scheme in any case, RFC 7235).
-fn bearer(req: &Request) -> Option<String> {
-    let value = req.headers().get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, secret) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| secret.trim().to_owned()).filter(|s| !s.is_empty())
-}
-
-/// Middleware: resolves the bearer token into a [`Principal`] extension, or answers 401 (429
-/// once an address has failed too often).
-pub async fn require_token(
-    State(app): State<Arc<App>>,
-    mut req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    let ip = peer.map_or(IpAddr::from([0, 0, 0, 0]), |p| p.ip());
-    let looked_up = match bearer(&req) {
-        Some(secret) => app.tokens.lookup(&app.store, &secret).await,
-        None => Err(ApiError::Unauthorized),
-    };
-    // Only failures are limited: a valid credential from a throttled address still works, so a
-    // local user spraying bad tokens cannot lock the node's own agent (or anyone else on the
-    // address) out of the API. Guessing a 256-bit secret gains nothing from that.
-    let token = match looked_up {
-        Ok(token) => token,
-        Err(ApiError::Unauthorized | ApiError::TokenRefused(_)) if app.failures.blocked(ip) => {
-            return Err(ApiError::TooManyFailures);
-        }
-        Err(e @ (ApiError::Unauthorized | ApiError::TokenRefused(_))) => {
-            app.failures.failed(ip);
-            return Err(e);
-        }
-        Err(e) => return Err(e),
-    };
-    let cert = req.extensions().get::<crate::tls::PeerCert>();
-    let (cert_name, cert_sha256) = (cert.map(|p| p.common_name.clone()), cert.map(|p| p.sha256.clone()));
-    req.extensions_mut().insert(Principal { token, peer, cert_name, cert_sha256 });
-    Ok(next.run(req).await)
 }

@@ -9,6 +9,7 @@ mod dashboard;
 mod extract;
 mod insight;
 mod jobs;
+mod require;
 mod signin;
 pub use gantry_api::types;
 mod validate;
@@ -26,8 +27,10 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use crate::app::App;
-use crate::auth::{Principal, require_token};
+use crate::auth::Principal;
 use crate::error::{ApiError, ErrorBody};
+pub(crate) use require::bearer;
+use require::require_token;
 
 /// The OpenAPI document, generated from the handlers and types.
 #[derive(Debug, OpenApi)]

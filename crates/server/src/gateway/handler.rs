@@ -32,7 +32,7 @@ pub(crate) async fn handle(gateway: &Gateway, req: Request) -> Response {
     let service = gateway.service(&key);
     let public = service.as_ref().is_some_and(|s| s.is_public());
     if !public {
-        let Some(token) = bearer(&parts.headers) else {
+        let Some(token) = crate::api::bearer(&parts.headers) else {
             let mut refused = error(StatusCode::UNAUTHORIZED, format!("{key} needs a bearer token"));
             refused.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return refused;
@@ -66,13 +66,6 @@ fn split(uri: &Uri) -> Option<(ServiceKey, Uri)> {
         None => format!("/{rest}"),
     };
     Some((ServiceKey::new(team, service), target.parse().ok()?))
-}
-
-/// The secret of `Authorization: Bearer …`.
-fn bearer(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, secret) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| secret.trim().to_owned()).filter(|s| !s.is_empty())
 }
 
 /// The whole body, within the size limit and the body timeout.
