@@ -40,6 +40,19 @@ pub(crate) async fn handle(gateway: &Gateway, req: Request) -> Response {
         // Asked even for a service that does not exist, so both cost the same.
         let allowed = gateway.authorizer.allows(&token, &key).await;
         if !allowed || service.is_none() {
+            // Refusals are counted per address as the API counts bad tokens: past the limit the
+            // address gets 429 for a minute (a token that is allowed still passes).
+            let ip = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+            let ip = ip.unwrap_or(std::net::IpAddr::from(Ipv4Addr::UNSPECIFIED));
+            if gateway.refusals.blocked(ip) {
+                let mut slow = error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many refused requests from this address; try again in a minute".into(),
+                );
+                slow.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+                return slow;
+            }
+            gateway.refusals.failed(ip);
             return error(StatusCode::NOT_FOUND, format!("no such service: {key}"));
         }
     }

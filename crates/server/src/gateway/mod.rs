@@ -117,6 +117,8 @@ pub struct Gateway {
     rng: Mutex<Seeds>,
     demand_tx: mpsc::Sender<Demand>,
     demand_rx: Mutex<Option<mpsc::Receiver<Demand>>>,
+    /// Refused bearer tokens per client address (as the API counts failed authentications).
+    refusals: crate::auth::FailureLimiter,
 }
 
 /// The generator each new service's seed comes from.
@@ -150,6 +152,7 @@ impl Gateway {
             rng: Mutex::new(Seeds(rng)),
             demand_tx,
             demand_rx: Mutex::new(Some(demand_rx)),
+            refusals: crate::auth::FailureLimiter::default(),
         }
     }
 

@@ -538,3 +538,30 @@ async fn the_servers_gateway_speaks_tls_off_loopback_and_admits_only_a_member_of
     assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "plain HTTP off loopback is refused");
     assert_eq!(echo.hits(), 1);
 }
+
+#[tokio::test]
+async fn an_address_that_keeps_sending_refused_tokens_gets_429_and_a_members_token_still_passes() {
+    let echo = sleeper("echo", Duration::ZERO).await;
+    let f = Fixture::start(GatewayConfig::default()).await;
+    f.route("echo", Route::new(vec![echo.endpoint("r0")]));
+    for i in 0..gantry_server::auth::FAILURE_LIMIT {
+        let r = f
+            .http
+            .get(format!("{}/ml/echo/", f.url))
+            .bearer_auth(format!("guess-{i}"))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "refusal {i}");
+    }
+    let slowed =
+        f.http.get(format!("{}/ml/echo/", f.url)).bearer_auth("guess-more").send().await.expect("send");
+    assert_eq!(slowed.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(slowed.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("60"));
+    assert_eq!(
+        f.get("/ml/echo/").send().await.expect("send").status(),
+        StatusCode::OK,
+        "a member still passes"
+    );
+    assert_eq!(echo.hits(), 1);
+}
