@@ -87,18 +87,15 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
 }
 
 fn write_outputs(dir: &Path, report: &Report) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let files = [
-        ("results.json", serde_json::to_string_pretty(&report.json())?),
-        ("summary.csv", report.summary_csv()),
-        ("jobs.csv", report.jobs_csv()),
-        ("queue.csv", report.queue_csv()),
-        ("jct-cdf.svg", report.cdf_svg()),
-        ("queue.svg", report.queue_svg()),
-    ];
-    for (file, body) in files {
-        let path = dir.join(file);
-        std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(())
+    super::write_files(
+        dir,
+        [
+            ("results.json", serde_json::to_string_pretty(&report.json())?),
+            ("summary.csv", report.summary_csv()),
+            ("jobs.csv", report.jobs_csv()),
+            ("queue.csv", report.queue_csv()),
+            ("jct-cdf.svg", report.cdf_svg()),
+            ("queue.svg", report.queue_svg()),
+        ],
+    )
 }

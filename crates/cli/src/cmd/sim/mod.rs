@@ -174,3 +174,14 @@ fn write_outputs(dir: &Path, outputs: &[Output]) -> anyhow::Result<()> {
 fn stem(path: &Path) -> String {
     path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
 }
+
+/// Writes each `(file name, contents)` into `dir`, made first; an error names the path.
+pub fn write_files<const N: usize>(dir: &std::path::Path, files: [(&str, String); N]) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (file, body) in files {
+        let path = dir.join(file);
+        std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}

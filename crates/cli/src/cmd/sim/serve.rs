@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 use gantry_sim::serve::{self, DEFAULT_PROFILE, Profile, Report, ServePolicy, Settings};
 
@@ -90,18 +90,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn write_outputs(dir: &Path, report: &Report) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let files = [
-        ("results.json", serde_json::to_string_pretty(&report.json())?),
-        ("summary.csv", report.summary_csv()),
-        ("series.csv", report.series_csv()),
-        ("decisions.csv", report.decisions_csv()),
-        ("grid.csv", report.grid_csv()),
-        ("replicas.svg", report.svg()),
-    ];
-    for (file, body) in files {
-        let path = dir.join(file);
-        std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(())
+    super::write_files(
+        dir,
+        [
+            ("results.json", serde_json::to_string_pretty(&report.json())?),
+            ("summary.csv", report.summary_csv()),
+            ("series.csv", report.series_csv()),
+            ("decisions.csv", report.decisions_csv()),
+            ("grid.csv", report.grid_csv()),
+            ("replicas.svg", report.svg()),
+        ],
+    )
 }
