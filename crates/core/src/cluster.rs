@@ -6,8 +6,17 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::placement::Placement;
 use crate::resources::{ModelId, ModelSet, NodeSpec, Request, WHOLE_GPU};
+
+/// Where a request goes: a node and, for GPU requests, which of its GPUs. It lives beside the
+/// ledger that takes it, so the ledger depends on no policy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Placement {
+    /// The node.
+    pub node: NodeId,
+    /// GPU indices on that node (one for a slice, `gpus` for whole GPUs, none for CPU-only).
+    pub gpus: Vec<u32>,
+}
 
 /// Index of a node in its [`Cluster`].
 pub type NodeId = usize;

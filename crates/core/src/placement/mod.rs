@@ -26,14 +26,8 @@ pub use baselines::{BestFit, Clustering, DotProduct, Packing, RandomPolicy};
 pub use fgd::Fgd;
 pub use gantry::{Gantry, GantryParams};
 
-/// Where a request goes: a node and, for GPU requests, which of its GPUs.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Placement {
-    /// The node.
-    pub node: NodeId,
-    /// GPU indices on that node (one for a slice, `gpus` for whole GPUs, none for CPU-only).
-    pub gpus: Vec<u32>,
-}
+/// Where a request goes (the ledger's type, beside it: policies produce it, the ledger takes it).
+pub use crate::cluster::Placement;
 
 /// A node's score for a request, and the GPU a slice would take there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
