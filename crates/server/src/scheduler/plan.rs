@@ -269,6 +269,29 @@ impl Reasons {
     }
 }
 
+/// Why `job` (asking `req` per worker) could not run even on an empty cluster of these nodes,
+/// counting only the nodes whose GPU model it allows; `None` when it could.
+fn never_fits(layout: &Layout<'_>, job: &Job, req: &Request) -> Option<String> {
+    // The queue's request knows no models; the ledger's does.
+    let req = layout.request(job).unwrap_or(*req);
+    let per = whole_gpus(&req);
+    if per == 0 || matches!(req.models, ModelSet::Any) {
+        return None;
+    }
+    let workers = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
+    let usable: u32 = layout
+        .cluster
+        .nodes()
+        .iter()
+        .filter(|n| req.models.allows(n.model))
+        .map(|n| n.gpu_free.len() as u32 / per)
+        .sum();
+    (usable < workers).then(|| {
+        let need = per * workers;
+        format!("waiting: the nodes with a GPU model it allows hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
+    })
+}
+
 /// Why a job asking `req` (`need` whole GPUs at once in all) waits: running jobs hold the GPUs
 /// (named), or what no node has (the ledger's sentence).
 fn waiting_for(layout: &Layout<'_>, s: &Snapshot, req: &Request, need: u32) -> String {
@@ -348,6 +371,12 @@ impl<'a> QueueView<'a> {
             };
             if whole_gpus(&req) > largest {
                 out.waiting.push((job.id, layout.why_not(&req)));
+                continue;
+            }
+            // The queue counts GPUs, not models: a job no set of nodes of its GPU models could
+            // ever hold would keep a reservation on GPUs it cannot use. It waits outside the queue.
+            if let Some(why) = never_fits(layout, job, &req) {
+                out.waiting.push((job.id, why));
                 continue;
             }
             view.push(job, index_of(&job.team), &req, Vec::new(), secs(s.at - job.submitted_at));
