@@ -134,37 +134,17 @@ fn ended_as(state: JobState) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_store::{ArrayMember, JobRequest};
+    use gantry_store::ArrayMember;
 
     fn job(id: JobId, state: JobState) -> Job {
         Job {
             id,
             team: "t".into(),
             name: "j".into(),
-            priority: 0,
             command: vec!["true".into()],
-            env: Default::default(),
-            request: JobRequest::default(),
             state,
-            attempt: 0,
             max_retries: 3,
-            stop: None,
-            node_id: None,
-            epoch: None,
-            gpu_uuids: Vec::new(),
-            exit_code: None,
-            reason: None,
-            submitted_at: 0,
-            started_at: None,
-            finished_at: None,
-            time_limit_s: None,
-            user: None,
-            array: None,
-            after: Vec::new(),
-            labels: Default::default(),
-            gpu_models: Vec::new(),
-            workdir: None,
-            gang: None,
+            ..Job::default()
         }
     }
 

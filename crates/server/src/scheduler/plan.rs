@@ -252,58 +252,91 @@ impl Reasons {
     }
 
     fn fill(self, layout: &Layout<'_>, s: &Snapshot, out: &mut Plan) {
-        let idle: u32 = layout.idle_whole_gpus().iter().sum();
+        let room = Room::of(layout);
+        // Who holds the GPUs is the same sentence for every waiting job: worked out once.
+        let mut holders: Option<String> = None;
         let mut memo: HashMap<(Option<Request>, bool, u32), String> = HashMap::new();
         for (i, req, held_back, need) in self.deferred {
             let reason = memo.entry((req, held_back, need)).or_insert_with(|| match req {
                 None => "the request is not valid for the scheduler".into(),
                 Some(req)
-                    if held_back && need <= idle && layout.cluster.nodes().iter().any(|n| n.fits(&req)) =>
+                    if held_back
+                        && need <= room.idle
+                        && layout.cluster.nodes().iter().any(|n| n.fits(&req)) =>
                 {
                     "waiting: jobs ahead in the queue hold the room (reservation)".into()
                 }
-                Some(req) => waiting_for(layout, s, &req, need),
+                Some(req) if room.held_by_running(&req, need) => {
+                    let by = holders.get_or_insert_with(|| held_by(s));
+                    format!("waiting: needs {need} GPUs at once, {} idle; the rest are {by}", room.idle)
+                }
+                Some(req) => layout.why_not(&req),
             });
             out.waiting[i].1.clone_from(reason);
         }
     }
 }
 
+/// Whole GPUs idle in the cluster and the most any node has, as a pass leaves them.
+struct Room {
+    idle: u32,
+    largest: u32,
+}
+
+impl Room {
+    fn of(layout: &Layout<'_>) -> Self {
+        let idle = layout.idle_whole_gpus().iter().sum();
+        let largest = layout.cluster.nodes().iter().map(|n| n.gpu_free.len() as u32).max().unwrap_or(0);
+        Self { idle, largest }
+    }
+
+    /// Whether a job asking `req` (`need` whole GPUs at once in all) waits because running jobs
+    /// hold the GPUs (rather than for something no node has).
+    fn held_by_running(&self, req: &Request, need: u32) -> bool {
+        need > self.idle && self.largest >= req.gpus
+    }
+}
+
 /// Why `job` (asking `req` per worker) could not run even on an empty cluster of these nodes,
 /// counting only the nodes whose GPU model it allows; `None` when it could.
-fn never_fits(layout: &Layout<'_>, job: &Job, req: &Request) -> Option<String> {
+/// `usable` remembers, per (models, GPUs of a worker), how many workers the nodes of those
+/// models could hold: a pass asks for few combinations, not once per pending job.
+fn never_fits(layout: &Layout<'_>, job: &Job, usable: &mut HashMap<(ModelSet, u32), u32>) -> Option<String> {
+    if job.gpu_models.is_empty() {
+        return None;
+    }
     // The queue's request knows no models; the ledger's does.
-    let req = layout.request(job).unwrap_or(*req);
+    let req = layout.request(job)?;
     let per = whole_gpus(&req);
     if per == 0 || matches!(req.models, ModelSet::Any) {
         return None;
     }
     let workers = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
-    let usable: u32 = layout
-        .cluster
-        .nodes()
-        .iter()
-        .filter(|n| req.models.allows(n.model))
-        .map(|n| n.gpu_free.len() as u32 / per)
-        .sum();
+    let usable = *usable.entry((req.models, per)).or_insert_with(|| {
+        let nodes = layout.cluster.nodes().iter().filter(|n| req.models.allows(n.model));
+        nodes.map(|n| n.gpu_free.len() as u32 / per).sum()
+    });
     (usable < workers).then(|| {
         let need = per * workers;
         format!("waiting: the nodes with a GPU model it allows hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
     })
 }
 
-/// Why a job asking `req` (`need` whole GPUs at once in all) waits: running jobs hold the GPUs
-/// (named), or what no node has (the ledger's sentence).
+/// Why a job asking `req` (`need` whole GPUs at once in all) waits, said as the pass leaves the
+/// ledger: running jobs hold the GPUs (named), or what no node has (the ledger's sentence).
 fn waiting_for(layout: &Layout<'_>, s: &Snapshot, req: &Request, need: u32) -> String {
-    let idle: u32 = layout.idle_whole_gpus().iter().sum();
-    let could = layout.cluster.nodes().iter().any(|n| n.gpu_free.len() as u32 >= req.gpus);
-    if need > idle && could { held_by_running(need, idle, s) } else { layout.why_not(req) }
+    let room = Room::of(layout);
+    if room.held_by_running(req, need) {
+        format!("waiting: needs {need} GPUs at once, {} idle; the rest are {}", room.idle, held_by(s))
+    } else {
+        layout.why_not(req)
+    }
 }
 
-/// Why a job that needs `need` whole GPUs at once waits while `idle` are idle: the running jobs
-/// holding the most, named, an elastic one at its minimum said so (it will not shrink further).
-fn held_by_running(need: u32, idle: u32, s: &Snapshot) -> String {
-    // (GPUs held, elastic at its minimum) per job; a gang's workers count as their gang.
+/// Who holds the GPUs: the running jobs holding the most, named (a gang's workers as their gang),
+/// an elastic one at its minimum said so (it will not shrink further).
+fn held_by(s: &Snapshot) -> String {
+    // (GPUs held, elastic at its minimum) per job.
     let mut held: HashMap<i64, (usize, bool)> = HashMap::new();
     for j in s.active.iter().filter(|j| !j.gpu_uuids.is_empty()) {
         let id = j.gang.as_ref().filter(|g| g.is_worker()).map_or(j.id, |g| g.id);
@@ -324,12 +357,11 @@ fn held_by_running(need: u32, idle: u32, s: &Snapshot) -> String {
         .collect();
     let more = holders.len().saturating_sub(named.len());
     let more = if more > 0 { format!(" and {more} more") } else { String::new() };
-    let by = if named.is_empty() {
+    if named.is_empty() {
         "held by jobs starting or stopping".to_owned()
     } else {
         format!("held by running {}{more}", named.join(", "))
-    };
-    format!("waiting: needs {need} GPUs at once, {idle} idle; the rest are {by}")
+    }
 }
 
 /// The typical-pod set behind the policy's scores: the queue is a small sample of the workload,
@@ -364,6 +396,7 @@ impl<'a> QueueView<'a> {
             preempts_others: Vec::new(),
         };
         let secs = |ms: i64| ms as f64 / 1000.0;
+        let mut usable = HashMap::new();
         for job in s.pending.iter().filter(|j| !is_worker(j)) {
             let Some(req) = to_request(job, layout.max_gpu_memory) else {
                 out.waiting.push((job.id, "the request is not valid for the scheduler".into()));
@@ -375,7 +408,7 @@ impl<'a> QueueView<'a> {
             }
             // The queue counts GPUs, not models: a job no set of nodes of its GPU models could
             // ever hold would keep a reservation on GPUs it cannot use. It waits outside the queue.
-            if let Some(why) = never_fits(layout, job, &req) {
+            if let Some(why) = never_fits(layout, job, &mut usable) {
                 out.waiting.push((job.id, why));
                 continue;
             }
