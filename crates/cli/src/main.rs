@@ -100,7 +100,7 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == gantry_agent::runner::shim::ARG) {
         return ExitCode::from(u8::try_from(gantry_agent::runner::shim::main()).unwrap_or(1));
     }
-    let args = cmd::global_flags::hoist(std::env::args_os().collect(), &Cli::command());
+    let args = cmd::global_flags::hoist(std::env::args_os().collect(), Cli::command);
     let cli = Cli::try_parse_from(&args).unwrap_or_else(|e| exit_with_hint(e, &args));
     // Daemons (and `top`, which owns the terminal) keep SIGPIPE ignored; the rest print and exit.
     let serves = matches!(

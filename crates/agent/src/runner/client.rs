@@ -186,10 +186,15 @@ fn pem(der: &[u8]) -> String {
 /// The TLS failure behind a request error, in words, if there is one (an unknown issuer, a
 /// name mismatch, a refused client certificate): reqwest's own message leaves it out.
 pub fn tls_cause(e: &reqwest::Error) -> Option<String> {
+    rustls_error(e).map(ToString::to_string)
+}
+
+/// The rustls error somewhere in `e`'s chain of causes, if the request failed in TLS.
+pub fn rustls_error(e: &reqwest::Error) -> Option<&rustls::Error> {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = next {
         if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-            return Some(tls.to_string());
+            return Some(tls);
         }
         // An io::Error's `source` skips the error it wraps; `get_ref` is that error.
         next = match err.downcast_ref::<std::io::Error>() {

@@ -323,17 +323,10 @@ impl Api {
 /// Whether a TLS handshake failed because the peer's first bytes were no TLS record: a
 /// plain-HTTP server answering `https://` (its `HTTP/1.1 400` is no record type rustls knows).
 fn answered_in_plain_http(e: &reqwest::Error) -> bool {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = next {
-        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-            return matches!(tls, rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType));
-        }
-        next = match err.downcast_ref::<std::io::Error>() {
-            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
-            None => err.source(),
-        };
-    }
-    false
+    matches!(
+        gantry_agent::runner::client::rustls_error(e),
+        Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType))
+    )
 }
 
 /// The server refused a request: its sentence, and the HTTP status for programs (people read

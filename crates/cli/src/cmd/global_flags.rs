@@ -13,8 +13,9 @@ use std::ffi::{OsStr, OsString};
 const GLOBAL: [&str; 4] = ["--server", "--token", "--context", "--ca"];
 
 /// `args` (the program name first) with the global flags found before the subcommand moved
-/// after it; unchanged when there are none.
-pub fn hoist(args: Vec<OsString>, command: &clap::Command) -> Vec<OsString> {
+/// after it; unchanged when there are none (then `command`, which builds clap's whole command
+/// tree, is not called).
+pub fn hoist(args: Vec<OsString>, command: impl FnOnce() -> clap::Command) -> Vec<OsString> {
     let mut rest = args.into_iter();
     let mut out: Vec<OsString> = rest.next().into_iter().collect();
     let mut globals = Vec::new();
@@ -31,7 +32,8 @@ pub fn hoist(args: Vec<OsString>, command: &clap::Command) -> Vec<OsString> {
         return out;
     }
     // Descend through the subcommand names that follow.
-    let mut current = command;
+    let command = command();
+    let mut current = &command;
     while let Some(arg) =
         rest.next_if(|a| a.to_str().is_some_and(|name| current.find_subcommand(name).is_some()))
     {
@@ -65,7 +67,7 @@ mod tests {
 
     fn hoisted(args: &[&str]) -> Vec<String> {
         let args = args.iter().map(OsString::from).collect();
-        hoist(args, &command()).into_iter().map(|a| a.into_string().unwrap_or_default()).collect()
+        hoist(args, command).into_iter().map(|a| a.into_string().unwrap_or_default()).collect()
     }
 
     #[test]
