@@ -259,6 +259,15 @@ async fn follow_with(api: &Api, id: i64, announce: &mut Announcer, dating: Datin
         let job = watch::job(api, id).await?;
         announce.saw(&job);
         let attempt = Some(job.attempt).filter(|a| *a > 0);
+        if attempt.is_none() {
+            // Not placed yet, so there is no output. Reading "the latest attempt" now could read
+            // attempt 1 begun since the state was read, and read it again once it is named.
+            if job.state.is_terminal() {
+                return Ok(job);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
         let (out, err) = (Stream { id, name: "stdout", attempt }, Stream { id, name: "stderr", attempt });
         if attempt != following {
             (following, out_at, err_at) = (attempt, 0, 0);
