@@ -5,6 +5,7 @@
 //! - [`types`]: request and response bodies of the HTTP API and the agent protocol;
 //! - [`submit`]: a job submission with typed fields (GPU range, array, dependencies), read from
 //!   and written as the JSON the API has always taken;
+//! - [`history`]: the recorded history `gantry whatif` replays (`GET /v1/history`);
 //! - [`elastic`]: a GPU count given as a range (`--gpus 2..8`, an elastic job);
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
@@ -16,6 +17,7 @@
 //! server's OpenAPI document.
 
 pub mod elastic;
+pub mod history;
 pub mod job_env;
 pub mod job_log_times;
 pub mod job_logs;

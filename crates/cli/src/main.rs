@@ -86,6 +86,8 @@ enum Command {
     Audit(cmd::audit::AuditArgs),
     /// GPU-hours allocated, used and wasted (idle) per team or user over a period.
     Usage(cmd::usage::UsageArgs),
+    /// Replay the cluster's history on a changed fleet: what would waits, completion times and cost be?
+    Whatif(cmd::whatif::WhatifArgs),
     /// Print a shell completion script.
     Completions(cmd::completions::CompletionsArgs),
     /// Print the man page (roff): `gantry man > gantry.1`.
@@ -148,6 +150,7 @@ fn main() -> ExitCode {
         Command::Ca(c) => cmd::ca::run(c),
         Command::Audit(a) => cmd::audit::run(a),
         Command::Usage(a) => cmd::usage::run(a),
+        Command::Whatif(a) => cmd::whatif::run(a),
         Command::Completions(a) => cmd::completions::completions::<Cli>(a),
         Command::Man => cmd::completions::man::<Cli>(),
         Command::Bench(c) => cmd::bench::run(c),

@@ -18,6 +18,7 @@ pub mod runner;
 pub mod serve;
 mod svg;
 pub mod trace;
+pub mod whatif;
 
 pub use experiment::{Experiment, Refused, Replay, RunCurve};
 pub use runner::{PolicyResult, Stat, paired, run_all};

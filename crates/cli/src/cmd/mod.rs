@@ -43,3 +43,4 @@ pub mod up;
 pub mod usage;
 pub mod users;
 pub mod watch;
+pub mod whatif;

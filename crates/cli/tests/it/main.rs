@@ -29,6 +29,7 @@ mod top;
 mod transport;
 mod usage;
 mod walkthrough;
+mod whatif;
 mod workflow;
 
 use std::process::{Command, Output};

@@ -7,6 +7,7 @@ mod capacity;
 mod cluster;
 mod dashboard;
 mod extract;
+mod history;
 mod insight;
 mod jobs;
 mod require;
@@ -38,7 +39,7 @@ use require::require_token;
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::apply, jobs::list, jobs::get, jobs::cancel, jobs::logs, jobs::log_times,
-        cluster::nodes, cluster::set_scheduling, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
+        cluster::nodes, cluster::set_scheduling, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, history::history, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
@@ -116,6 +117,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/events", get(cluster::events))
         .route("/v1/usage", get(cluster::usage))
+        .route("/v1/history", get(history::history))
         .route("/v1/watch", get(watch::watch))
         .route("/v1/findings", get(insight::findings))
         .route("/v1/queues", get(insight::queues))
