@@ -76,12 +76,22 @@ pub fn print(c: &Comparison, r: &Recorded, changed: &Fleet, changes: &[FleetChan
         c.seeds,
         elapsed.as_secs_f64()
     );
-    let mut all =
-        vec![rows("recorded", &c.recorded), rows("baseline", &c.baseline), rows("changed", &c.changed)];
-    for t in &c.teams {
-        all.push(rows(&format!("{} recorded", t.team), &t.recorded));
-        all.push(rows(&format!("{} baseline", t.team), &t.baseline));
-        all.push(rows(&format!("{} changed", t.team), &t.changed));
+    // A `--trace` has no recorded outcome: its `recorded` rows would be empty.
+    let recorded = c.recorded.jobs > 0;
+    let mut all = Vec::new();
+    let mut three = |label: &str, rec: &Summary, base: &Summary, changed: &Summary| {
+        let sep = if label.is_empty() { "" } else { " " };
+        if recorded {
+            all.push(rows(&format!("{label}{sep}recorded"), rec));
+        }
+        all.push(rows(&format!("{label}{sep}baseline"), base));
+        all.push(rows(&format!("{label}{sep}changed"), changed));
+    };
+    three("", &c.recorded, &c.baseline, &c.changed);
+    if c.teams.len() > 1 {
+        for t in &c.teams {
+            three(&t.team, &t.recorded, &t.baseline, &t.changed);
+        }
     }
     table::print(&HEADER, &all);
     if c.changed.unplaceable > 0 {
