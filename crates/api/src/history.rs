@@ -83,6 +83,10 @@ pub struct HistoryJob {
     pub state: JobState,
     /// Its attempts, first first (a gang's: its first worker's).
     pub attempts: Vec<HistoryAttempt>,
+    /// GPU-seconds its GPUs were busy (NVML utilisation × share × time, every attempt and
+    /// worker), when the agents sampled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_gpu_s: Option<f64>,
 }
 
 /// The history.

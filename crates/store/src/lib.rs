@@ -126,6 +126,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `by_user`), from the allocation history, and used (from utilisation samples, by the
     /// hour, see `sqlite::workflow`); only `teams` when given.
     fn usage(&self, since: i64, until: i64, by_user: bool, teams: Option<Vec<String>>) -> Result<Vec<Usage>>;
+    /// GPU time used (utilisation × share × time, milli-GPU-ms) per job submitted at or after
+    /// `since`, from the same samples as [`Store::usage`]; jobs without samples are absent.
+    fn gpu_use_by_job(&self, since: i64) -> Result<Vec<(JobId, i64)>>;
     /// Events, newest first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
 

@@ -55,7 +55,8 @@ fn a_replay_of_the_unchanged_fleet_gives_back_the_recorded_waits_and_more_nodes_
     let (rj, bj) =
         (rec["jct_mean_s"].as_f64().expect("a number"), base["jct_mean_s"].as_f64().expect("a number"));
     eprintln!(
-        "whatif fidelity: mean wait recorded {rw:.3} s, replayed {bw:.3} s; mean JCT recorded {rj:.3} s, replayed {bj:.3} s"
+        "whatif fidelity: mean wait recorded {rw:.3} s, replayed {bw:.3} s; mean JCT recorded {rj:.3} s, replayed {bj:.3} s; reaction {} s; GPU use {} % recorded, {} % replayed",
+        c["reaction_s"], rec["gpu_use_pct"], base["gpu_use_pct"]
     );
     assert!(rw > 2.0, "the history must queue for the check to mean anything: {c}");
     assert!(within(bw, rw, 0.05), "mean wait: replayed {bw:.2} s, recorded {rw:.2} s\n{c}");

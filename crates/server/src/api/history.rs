@@ -69,6 +69,12 @@ fn read(s: &dyn Store, since: i64, until: i64) -> Result<HistoryResponse, StoreE
             first_worker.insert(g.id, j);
         }
     }
+    let mut used: HashMap<i64, i64> = HashMap::new();
+    let parent: HashMap<i64, i64> =
+        all.iter().filter_map(|j| Some((j.id, j.gang.as_ref().filter(|g| g.rank.is_some())?.id))).collect();
+    for (job, milli_ms) in s.gpu_use_by_job(since)? {
+        *used.entry(parent.get(&job).copied().unwrap_or(job)).or_default() += milli_ms;
+    }
     let mut jobs = Vec::new();
     for j in
         all.iter().filter(|j| j.submitted_at >= since && j.gang.as_ref().is_none_or(|g| g.rank.is_none()))
@@ -101,6 +107,7 @@ fn read(s: &dyn Store, since: i64, until: i64) -> Result<HistoryResponse, StoreE
             submitted_at: j.submitted_at,
             state: j.state,
             attempts,
+            used_gpu_s: used.get(&j.id).map(|m| *m as f64 / 1e6),
         });
     }
     Ok(HistoryResponse { since, until, nodes, teams, jobs })

@@ -34,7 +34,8 @@ pub struct Summary {
     pub jct_p99_s: f64,
     /// GPU-seconds held over the fleet's GPU-seconds, %.
     pub gpu_allocation_pct: f64,
-    /// Held GPU-seconds weighted by measured utilisation, over the fleet's, % (none unmeasured).
+    /// Held GPU-seconds weighted by measured utilisation, over the fleet's, % (jobs without
+    /// samples count as unused; none when no job has any).
     pub gpu_use_pct: Option<f64>,
     /// Time-averaged idle GPUs while some job waited (none for the recorded history).
     pub fragmented_gpus: Option<f64>,
@@ -123,7 +124,11 @@ fn summarize(samples: &[Sample], w: &Window) -> Summary {
     let n = samples.len().max(1) as f64;
     let capacity = f64::from(w.fleet_gpus) * w.span_s.max(1e-9);
     let held: f64 = samples.iter().map(|s| s.held_gpu_s).sum();
-    let used: Option<f64> = samples.iter().map(|s| s.used_gpu_s).sum();
+    // Jobs without samples count as unused; with none sampled at all there is no figure.
+    let used: Option<f64> = samples
+        .iter()
+        .any(|s| s.used_gpu_s.is_some())
+        .then(|| samples.iter().filter_map(|s| s.used_gpu_s).sum());
     let used_or_held = used.unwrap_or(held);
     Summary {
         jobs: samples.len(),

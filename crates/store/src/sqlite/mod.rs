@@ -248,6 +248,9 @@ impl Store for SqliteStore {
     fn usage(&self, since: i64, until: i64, by_user: bool, teams: Option<Vec<String>>) -> Result<Vec<Usage>> {
         self.read(|c| jobs::usage(c, since, until, by_user, teams.as_deref()))
     }
+    fn gpu_use_by_job(&self, since: i64) -> Result<Vec<(JobId, i64)>> {
+        self.read(|c| workflow::used_by_job(c, since))
+    }
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         self.read(|c| tokens::events(c, filter))
     }

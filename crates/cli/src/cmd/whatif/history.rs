@@ -83,19 +83,24 @@ fn replay_job(j: &HistoryJob, t0: i64) -> Option<ReplayJob> {
         return None;
     }
     let started = last.started_at.unwrap_or(last.placed_at);
+    let gpus = j.gpus * j.workers.max(1);
+    let held_s: f64 =
+        j.attempts.iter().filter_map(|a| Some(secs(a.finished_at? - a.placed_at).max(0.0))).sum();
+    let util =
+        j.used_gpu_s.filter(|_| held_s > 0.0).map(|u| (u / (f64::from(gpus) * held_s)).clamp(0.0, 1.0));
     Some(ReplayJob {
         id: j.id as u64,
         team: j.team.clone(),
         key: j.job_type.clone().unwrap_or_else(|| j.name.clone()),
         priority: j.priority,
-        gpus: j.gpus * j.workers.max(1),
+        gpus,
         gpus_per_worker: if j.workers > 1 { j.gpus } else { 0 },
         models: j.gpu_models.clone(),
         submit_s: secs(j.submitted_at - t0),
         run_s: secs(finished - last.placed_at).max(0.0),
         ran_on: last.model.clone(),
         start_delay_s: secs(started - last.placed_at).max(0.0),
-        util: None,
+        util,
         recorded: Some((secs(first_start - t0), secs(finished - t0))),
     })
 }
@@ -149,6 +154,7 @@ mod tests {
             submitted_at,
             state: JobState::Succeeded,
             attempts,
+            used_gpu_s: None,
         }
     }
 
