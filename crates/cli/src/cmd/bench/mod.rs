@@ -7,6 +7,7 @@ pub mod load;
 pub mod pass;
 pub mod schedule;
 pub mod start;
+pub mod whatif;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,6 +45,9 @@ pub enum BenchCommand {
     /// Resident memory and scrape latency of the GPU exporter under a simulated 8-GPU,
     /// 200-process load, scraped from a second process (`gantry exporter --bench` before).
     Exporter(exporter::ExporterBenchArgs),
+    /// How fast `gantry whatif` replays: a synthetic 30-day history of 100,000 jobs on the fleet
+    /// and on a larger one, against real time (`--json`: `wall_s`, `times_real_time`).
+    Whatif(whatif::WhatifBenchArgs),
 }
 
 /// Arguments of `gantry bench submit`.
@@ -70,6 +74,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Gateway(args) => return gateway::run(&args),
         BenchCommand::Start(args) => return start::run(&args),
         BenchCommand::Exporter(args) => return exporter::run_command(&args),
+        BenchCommand::Whatif(args) => return whatif::run(&args),
     };
     let (dir, remove) = match &args.data_dir {
         Some(d) => (d.clone(), false),
