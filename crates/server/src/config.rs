@@ -62,6 +62,9 @@ pub struct ServerConfig {
     /// How often the service controller reconciles services (replicas, probes, the gateway's
     /// table, the autoscaler); each service's own `sync_s` and probe interval apply within it.
     pub service_tick: Duration,
+    /// The ports replicas get as `$PORT`, both ends included (one per live replica, unique in
+    /// the cluster).
+    pub service_ports: (u16, u16),
 }
 
 impl ServerConfig {
@@ -92,6 +95,7 @@ impl ServerConfig {
             gateway: crate::gateway::GatewayConfig::default(),
             hold_heartbeats: true,
             service_tick: Duration::from_millis(250),
+            service_ports: (30000, 32767),
         }
     }
 

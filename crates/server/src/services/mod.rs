@@ -76,14 +76,10 @@ impl Status {
     }
 }
 
-/// The lowest port replicas get.
-pub const PORT_RANGE: std::ops::RangeInclusive<u16> = 30000..=32767;
-
-/// The next replica port after `last` (wrapping in [`PORT_RANGE`]) that no live replica uses;
+/// The next replica port after `last` in `lo..=hi` (wrapping) that no live replica uses;
 /// `None` when every one is taken.
-pub fn next_port(last: u16, used: &std::collections::HashSet<u16>) -> Option<u16> {
-    let (lo, hi) = (*PORT_RANGE.start(), *PORT_RANGE.end());
-    let span = u32::from(hi - lo) + 1;
+pub fn next_port((lo, hi): (u16, u16), last: u16, used: &std::collections::HashSet<u16>) -> Option<u16> {
+    let span = u32::from(hi.saturating_sub(lo)) + 1;
     let start = u32::from(last.clamp(lo, hi) - lo);
     (1..=span).map(|i| lo + ((start + i) % span) as u16).find(|p| !used.contains(p))
 }
@@ -94,10 +90,11 @@ mod tests {
 
     #[test]
     fn replica_ports_rotate_through_the_range_and_skip_those_in_use() {
+        let range = (30000, 32767);
         let used = [30001, 30002].into_iter().collect();
-        assert_eq!(next_port(30000, &used), Some(30003));
-        assert_eq!(next_port(32767, &Default::default()), Some(30000));
-        let all: std::collections::HashSet<u16> = PORT_RANGE.collect();
-        assert_eq!(next_port(30000, &all), None);
+        assert_eq!(next_port(range, 30000, &used), Some(30003));
+        assert_eq!(next_port(range, 32767, &Default::default()), Some(30000));
+        let all: std::collections::HashSet<u16> = (30000..=32767).collect();
+        assert_eq!(next_port(range, 30000, &all), None);
     }
 }

@@ -161,7 +161,10 @@ mod tests {
     #[test]
     fn a_bad_autoscale_block_is_refused_with_the_cores_sentence() {
         let bad = spec("1..4", serde_json::json!({"metrics": []}), "15m");
-        assert_eq!(Scaler::new(&bad, 0.0).expect_err("refused"), "autoscale.metrics needs at least one metric");
+        assert_eq!(
+            Scaler::new(&bad, 0.0).expect_err("refused"),
+            "autoscale.metrics needs at least one metric"
+        );
         let typo = spec("1..4", serde_json::json!({"metric": []}), "15m");
         assert!(Scaler::new(&typo, 0.0).expect_err("refused").contains("unknown field `metric`"));
     }

@@ -208,13 +208,17 @@ impl Controller {
         st.short = p.short.clone();
         for action in p.actions {
             match action {
-                Action::Start => match super::next_port(self.last_port, used_ports) {
+                Action::Start => match super::next_port(app.config.service_ports, self.last_port, used_ports)
+                {
                     Some(port) => {
                         self.last_port = port;
                         used_ports.insert(port);
                         effects.submit.push(replica_job(&l.service, port, now));
                     }
-                    None => st.short = Some("every replica port (30000-32767) is in use".into()),
+                    None => {
+                        let (lo, hi) = app.config.service_ports;
+                        st.short = Some(format!("every replica port ({lo}-{hi}, --service-ports) is in use"));
+                    }
                 },
                 Action::Drain(job, why) => {
                     self.draining.insert(job, (self.ticks, now, why));
