@@ -3,6 +3,7 @@
 #   GET /slow?s=0.5  answers after sleeping that long (default $DELAY, else 0)
 #   GET /stream      three chunks, 0.2 s apart (chunked transfer)
 #   GET /...         "<job id> <VERSION>\n"
+# Once listening it writes its pid to $UNREADY_DIR/pid-$GANTRY_JOB_ID (tests kill it).
 import http.server
 import os
 import socketserver
@@ -53,4 +54,8 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
 
-Server(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
+server = Server(("0.0.0.0", int(os.environ["PORT"])), Handler)
+if os.path.isdir(os.environ.get("UNREADY_DIR", "/nonexistent")):
+    with open(os.path.join(os.environ["UNREADY_DIR"], "pid-" + JOB), "w") as f:
+        f.write(str(os.getpid()))
+server.serve_forever()

@@ -261,7 +261,10 @@ fn a_service_scales_up_to_its_max_under_concurrent_clients_and_back_down_after_i
     let up = s.until("scaled", "three replicas", 20, |v| v["replicas"]["desired"] == 3);
     let reasons: Vec<&str> =
         up["decisions"].as_array().expect("decisions").iter().filter_map(|d| d["reason"].as_str()).collect();
-    assert!(reasons.iter().any(|r| r.starts_with("scaled 1 → 3: in_flight")), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.starts_with("scaled 1 → 3") && r.contains("over target 1")),
+        "{reasons:?}"
+    );
     let down =
         s.until("scaled", "back to one replica", 30, |v| v["replicas"]["desired"] == 1 && ready(v) == 1);
     assert_eq!(down["decisions"][0]["to"].as_u64(), Some(1), "{down}");
@@ -348,4 +351,57 @@ fn s_client() -> reqwest::Client {
         .timeout(Duration::from_secs(60))
         .build()
         .expect("client")
+}
+
+#[test]
+fn killing_a_replica_under_load_fails_only_the_requests_it_had_in_flight_and_it_is_replaced() {
+    let s = Serving::start(&[]);
+    s.apply(&s.file("sturdy", "replicas: 2\nmax_concurrency: 2\n"));
+    let v = s.until("sturdy", "two ready replicas", 30, |v| ready(v) == 2);
+    let victim = v["replica_list"][0]["job"].as_i64().expect("a replica");
+    let pid = std::fs::read_to_string(s.cluster.shared().join(format!("pid-{victim}"))).expect("pid file");
+    // 4 clients, each replica at most 2 in flight: at most 2 requests are on the victim.
+    let load = s.spawn_load("/ml/sturdy/slow?s=0.3", 4, 5.0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = std::process::Command::new("kill").args(["-9", pid.trim()]).status().expect("kill");
+    assert!(killed.success());
+    let (codes, failures) = s.rt.block_on(load).expect("load");
+    let failed: usize =
+        codes.iter().filter(|(c, _)| **c != 200).map(|(_, n)| n).sum::<usize>() + failures.len();
+    assert!(failed <= 2, "only the victim's in-flight requests fail: {codes:?} {failures:?}");
+    assert!(codes.get(&200).is_some_and(|n| *n > 20), "the others were answered: {codes:?}");
+    let v = s.until("sturdy", "the killed replica replaced", 30, |v| {
+        ready(v) == 2 && v["replica_list"].as_array().is_some_and(|l| l.iter().all(|r| r["job"] != victim))
+    });
+    let old = s.cluster.jobs().into_iter().find(|j| j["id"].as_i64() == Some(victim)).expect("the victim");
+    assert_eq!(old["state"], "failed", "{old} {v}");
+}
+
+#[test]
+fn a_replica_that_exits_is_never_succeeded_and_is_restarted_with_back_off() {
+    let s = Serving::start(&[]);
+    let file = s.cluster.shared().join("quits.yaml");
+    std::fs::write(&file, "name: quits\nteam: ml\nport: 8000\ncommand: [sh, -c, 'exit 0']\n").expect("file");
+    s.apply(&file);
+    let v = s.until("quits", "the back-off said", 30, |v| {
+        v["reason"].as_str().is_some_and(|r| r.contains("failed in a row; the next starts in"))
+    });
+    let terminal = |j: &serde_json::Value| {
+        ["failed", "succeeded", "cancelled"].contains(&j["state"].as_str().unwrap_or(""))
+    };
+    let replicas = eventually(Duration::from_secs(30), "a second replica to end", || {
+        let r: Vec<serde_json::Value> =
+            s.cluster.jobs().into_iter().filter(|j| j["service"] == "quits").collect();
+        (r.iter().filter(|j| terminal(j)).count() >= 2).then_some(r)
+    });
+    let ended: Vec<&serde_json::Value> = replicas.iter().filter(|j| terminal(j)).collect();
+    assert!(
+        !ended.is_empty() && ended.iter().all(|j| j["state"] == "failed"),
+        "a replica is never succeeded: {ended:?} {v}"
+    );
+    assert!(
+        ended[0]["reason"].as_str().is_some_and(|r| r.contains("replicas serve until stopped")),
+        "{:?}",
+        ended[0]
+    );
 }
