@@ -447,10 +447,15 @@ pub struct Assignment {
     /// `gpu_uuids` of this attempt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub elastic: bool,
+    /// A service replica's port (`$PORT`): the agent publishes it on the node when the job has
+    /// a network namespace of its own, so that the gateway reaches `NODE:PORT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 impl From<Job> for Assignment {
     fn from(job: Job) -> Self {
+        let port = job.service.as_ref().and_then(|_| job.env.get("PORT")).and_then(|p| p.parse().ok());
         Self {
             job_id: job.id,
             attempt: job.attempt,
@@ -469,6 +474,7 @@ impl From<Job> for Assignment {
             workdir: job.workdir,
             gang: job.gang,
             elastic: job.request.is_elastic(),
+            port,
         }
     }
 }

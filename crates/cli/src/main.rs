@@ -56,6 +56,11 @@ enum Command {
     Events(cmd::events::EventsArgs),
     /// Pending and running jobs only, with why each waits or where it runs (as squeue).
     Queue(cmd::queue::QueueArgs),
+    /// Services: long-running replicas behind the gateway, autoscaled.
+    Services(cmd::service::ServicesArgs),
+    /// Apply, create, show or delete a service (`service apply -f svc.yaml`).
+    #[command(subcommand)]
+    Service(cmd::service::ServiceCommand),
     /// Teams: guarantee, limits, queue and output kept.
     Teams(cmd::teams::TeamsArgs),
     /// Change a team's guarantee or limits (`team set vision --guarantee 8`).
@@ -139,6 +144,8 @@ fn main() -> ExitCode {
         Command::Node(c) => cmd::nodes::set(c),
         Command::Events(a) => cmd::events::run(a),
         Command::Queue(a) => cmd::queue::run(a),
+        Command::Services(a) => cmd::service::list(a),
+        Command::Service(c) => cmd::service::run(c),
         Command::Teams(a) => cmd::teams::list(a),
         Command::Team(c) => cmd::teams::run(c),
         Command::Users(a) => cmd::users::list(a),

@@ -50,6 +50,8 @@ pub struct App {
     pub gateway: Arc<crate::gateway::Gateway>,
     /// Signals held heartbeats that their node's work changed.
     pub assigned: crate::assigned::Assigned,
+    /// What the service controller last saw of each service (readiness, why it is short).
+    pub service_status: crate::services::Status,
 }
 
 impl App {

@@ -141,6 +141,26 @@ pub enum Command {
         /// Who asks.
         by: Principal,
     },
+    /// Apply a service file (members of its team, admins).
+    ApplyService {
+        /// The service's team.
+        team: String,
+        /// The file, checked by the handler.
+        spec: Box<gantry_store::ServiceSpec>,
+        /// The digest of its meaning.
+        digest: String,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Delete a service and stop its replicas (members of its team, admins).
+    DeleteService {
+        /// The service's team.
+        team: String,
+        /// The service.
+        name: String,
+        /// Who asks.
+        by: Principal,
+    },
     /// Mark silent nodes not responding, and long-silent ones lost; stop the running jobs of
     /// nodes whose drain is due.
     ExpireNodes {
@@ -175,6 +195,13 @@ pub enum Outcome {
     Expired(Vec<String>),
     /// What applying a job file did.
     Applied(gantry_store::Applied),
+    /// What applying a service file did, and the generation it is now.
+    Service {
+        /// Created, unchanged or configured.
+        action: gantry_store::ServiceAction,
+        /// The file's generation.
+        generation: u64,
+    },
 }
 
 impl App {
@@ -188,6 +215,7 @@ impl App {
                 | Command::RegisterNode { .. }
                 | Command::SetTeam { .. }
                 | Command::SetNodeScheduling { .. }
+                | Command::DeleteService { .. }
         );
         // A job ending or a GPU changing health frees (or takes) room.
         let frees = match &command {
@@ -328,6 +356,22 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
                 entry,
             )
         }
+        Command::ApplyService { team, spec, digest, by } => {
+            let entry =
+                entry(&by, "service.apply", format!("service/{team}/{}", spec.name), Some(&team), now);
+            let check = by.require_member_of(&team).and_then(|()| ceiling(store, &team, spec.priority, &by));
+            let desired = spec.replicas.min.max(1);
+            audited(store, check, Change::ApplyService { team, spec, digest, desired }, entry)
+        }
+        Command::DeleteService { team, name, by } => {
+            let entry = entry(&by, "service.delete", format!("service/{team}/{name}"), Some(&team), now);
+            let check = if by.sees_team(&team) {
+                by.require_member_of(&team)
+            } else {
+                Err(ApiError::NotFound(format!("service {name} not found in team {team}")))
+            };
+            audited(store, check, Change::DeleteService { team, name }, entry)
+        }
         Command::ExpireNodes { silent, lost } => {
             let lost = store.expire_nodes(lost, now)?;
             store.mark_not_responding(silent, now)?;
@@ -364,18 +408,22 @@ fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(),
 /// Refuses a member's job above its team's priority ceiling (admins may go above it): any member
 /// could otherwise rank first in every queue.
 fn within_ceiling(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), ApiError> {
+    ceiling(store, &job.team, job.spec.priority, by)
+}
+
+/// [`within_ceiling`] for a priority of `team` (a job's, or a service's replicas').
+fn ceiling(store: &dyn Store, team: &str, priority: i32, by: &Principal) -> Result<(), ApiError> {
     if by.require_admin().is_ok() {
         return Ok(());
     }
     let ceiling = store
         .teams()?
         .iter()
-        .find(|t| t.name == job.team)
+        .find(|t| t.name == team)
         .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling);
-    if job.spec.priority > ceiling {
+    if priority > ceiling {
         return Err(ApiError::Unprocessable(format!(
-            "priority: {} is above team {}'s ceiling of {ceiling}; an admin may raise it (gantry team set {} --max-priority N)",
-            job.spec.priority, job.team, job.team
+            "priority: {priority} is above team {team}'s ceiling of {ceiling}; an admin may raise it (gantry team set {team} --max-priority N)"
         )));
     }
     Ok(())
@@ -460,6 +508,7 @@ fn audited(
         Changed::Job(job) => Outcome::Job(job),
         Changed::Token(id) => Outcome::Token(id),
         Changed::Registered(epoch) => Outcome::Registered(epoch),
+        Changed::Service(action, generation) => Outcome::Service { action, generation },
         Changed::Done => Outcome::Done,
     })
 }

@@ -59,6 +59,12 @@ pub struct ServerConfig {
     /// Hold an agent's heartbeat that asks for it (`wait_ms`) until its node's work changes
     /// (see [`crate::assigned`]); false answers at once, as servers before the hold did.
     pub hold_heartbeats: bool,
+    /// How often the service controller reconciles services (replicas, probes, the gateway's
+    /// table, the autoscaler); each service's own `sync_s` and probe interval apply within it.
+    pub service_tick: Duration,
+    /// The ports replicas get as `$PORT`, both ends included (one per live replica, unique in
+    /// the cluster).
+    pub service_ports: (u16, u16),
 }
 
 impl ServerConfig {
@@ -88,6 +94,8 @@ impl ServerConfig {
             gateway_listen: None,
             gateway: crate::gateway::GatewayConfig::default(),
             hold_heartbeats: true,
+            service_tick: Duration::from_millis(250),
+            service_ports: (30000, 32767),
         }
     }
 

@@ -11,7 +11,8 @@
 //!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown);
 //!   [`listen`]: binding it, on both loopback families for a loopback address.
 //! - [`gateway`]: the serving gateway (`/<team>/<service>/<path>` to a ready replica), fed a
-//!   routing table by the service controller;
+//!   routing table by the service controller ([`services`]: replicas as jobs, readiness probes,
+//!   rolling updates, the autoscaler and scale to zero);
 //! - [`job_logs`] and [`job_env`]: what the server and the agent agree on about a job's output
 //!   files and its declared environment; [`output`]: how much of that output the server keeps
 //!   (a quota per team, retention after a job ends, a free-space floor for submissions).
@@ -37,6 +38,7 @@ pub mod output;
 pub use gantry_api::{job_env, job_logs};
 pub mod scheduler;
 pub mod server;
+pub mod services;
 pub mod signin;
 pub mod tls;
 pub mod transport;

@@ -97,6 +97,7 @@ impl Server {
             output: Default::default(),
             signin: Default::default(),
             assigned: Default::default(),
+            service_status: Default::default(),
         });
         Ok(Self { app, listeners: bound.listeners, missing, tls, gateway, gateway_missing })
     }
@@ -164,6 +165,7 @@ impl Server {
             tokio::spawn(Arc::clone(&self.app.gateway).serve(g.listeners, g.tls, stopped))
         });
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx.clone()));
+        let controller = tokio::spawn(crate::services::run(Arc::clone(&self.app), stop_rx.clone()));
         let sweeper = tokio::spawn(sweep_output(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
         let limits = self.app.config.limits();
@@ -177,6 +179,7 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         let _ = sweeper.await;
+        let _ = controller.await;
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

@@ -132,6 +132,21 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Events, newest first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
 
+    /// Services of `teams` (all when `None`), by team and name.
+    fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>>;
+    /// One service.
+    fn service(&self, team: &str, name: &str) -> Result<Option<Service>>;
+    /// A service's replicas that have not ended and the `ended` latest that have, by id.
+    fn service_replicas(&self, team: &str, name: &str, ended: u32) -> Result<Vec<Replica>>;
+    /// A service's last `limit` decisions, newest first.
+    fn service_decisions(&self, id: i64, limit: u32) -> Result<Vec<ServiceDecision>>;
+    /// Sets the count the controller keeps, recording the decision that set it (the service
+    /// controller's write; not audited, as placements are not).
+    fn scale_service(&self, id: i64, desired: u32, decision: Option<ServiceDecision>) -> Result<()>;
+    /// Stops a service replica (the controller: scaled down, replaced, failing its probe), with
+    /// the reason on the job and in an event.
+    fn stop_replica(&self, id: JobId, reason: &str, at: i64) -> Result<()>;
+
     /// The scheduler's change log position now: read it before a full reload, then ask for
     /// [`Store::scheduler_changes`] after it.
     fn scheduler_position(&self) -> Result<i64>;

@@ -195,14 +195,13 @@ fn spec(
     })
 }
 
-/// The ports attempt `a` publishes on its node: rank 0 of a gang publishes `MASTER_PORT`.
+/// The ports attempt `a` publishes on its node: rank 0 of a gang publishes `MASTER_PORT`, a
+/// service replica its `$PORT`.
 fn published(a: &Assignment) -> Vec<u16> {
-    a.gang
-        .as_ref()
-        .filter(|g| g.is_worker() && g.rank == Some(0))
-        .and_then(|g| g.master_port)
-        .into_iter()
-        .collect()
+    let rendezvous =
+        a.gang.as_ref().filter(|g| g.is_worker() && g.rank == Some(0)).and_then(|g| g.master_port);
+    // A service replica's `$PORT`: the gateway reaches it at the node's address.
+    rendezvous.into_iter().chain(a.port).collect()
 }
 
 /// Waits until the attempt's shim is gone (reaping it when it is this agent's child), then

@@ -130,6 +130,7 @@ mod tests {
             workdir: None,
             gang: None,
             elastic: false,
+            port: None,
         }
     }
 

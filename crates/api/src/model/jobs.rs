@@ -105,6 +105,10 @@ pub struct Job {
     /// `None` for a job of one worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<Gang>,
+    /// The service this job is a replica of (a job of kind `service`: restarted by the service
+    /// controller when it ends, never `succeeded`); `None` for a batch job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
 }
 
 impl Default for Job {
@@ -140,6 +144,7 @@ impl Default for Job {
             gpu_models: Vec::new(),
             workdir: None,
             gang: None,
+            service: None,
         }
     }
 }

@@ -40,6 +40,10 @@ pub struct ControlArgs {
     /// gateway.
     #[arg(long, value_name = "ADDR|none", default_value = "127.0.0.1:7080", value_parser = parse_gateway_listen)]
     pub gateway_listen: GatewayListen,
+    /// The ports service replicas get as `$PORT` (`LO-HI`): one per live replica, unique in the
+    /// cluster, so that replicas sharing a node's network never collide.
+    #[arg(long, value_name = "LO-HI", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub service_ports: (u16, u16),
     /// Serve HTTPS (the default; kept for scripts that pass it).
     #[arg(long, conflicts_with = "no_tls")]
     pub tls: bool,
@@ -238,6 +242,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     };
     config.pki = pki.clone();
     config.gateway_listen = args.gateway_listen.0;
+    config.service_ports = args.service_ports;
     let server = Server::bind(config, Arc::clone(&prepared.store)).await.map_err(listen_hint)?;
     if let Some(missing) = server.gateway_missing() {
         eprintln!("warning: {missing} (see --gateway-listen)");
@@ -265,6 +270,17 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
 /// `--gateway-listen`: an address, or `none`.
 #[derive(Debug, Clone, Copy)]
 pub struct GatewayListen(pub Option<SocketAddr>);
+
+/// `--service-ports LO-HI`: a non-empty range of unprivileged ports.
+fn parse_port_range(text: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("`{text}` is not a port range like 30000-32767");
+    let (lo, hi) = text.split_once('-').ok_or_else(bad)?;
+    let (lo, hi): (u16, u16) = (lo.trim().parse().map_err(|_| bad())?, hi.trim().parse().map_err(|_| bad())?);
+    if lo < 1024 || hi < lo {
+        return Err(format!("{}: the range must run upward from 1024 or above", bad()));
+    }
+    Ok((lo, hi))
+}
 
 fn parse_gateway_listen(text: &str) -> Result<GatewayListen, String> {
     if text == "none" {

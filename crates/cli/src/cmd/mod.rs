@@ -33,6 +33,7 @@ pub mod queue;
 pub mod sandbox;
 pub mod sbatch;
 pub mod server;
+pub mod service;
 pub mod sim;
 pub mod submit;
 pub mod table;

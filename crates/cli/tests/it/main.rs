@@ -21,6 +21,7 @@ mod network;
 mod preemption;
 mod restart;
 mod sandbox;
+mod services;
 mod sharing;
 mod sim;
 mod slurm_habits;

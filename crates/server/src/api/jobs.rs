@@ -140,7 +140,7 @@ fn new_job(mut req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> 
         validate::label("request_id", key)?;
     }
     req.max_retries = Some(req.max_retries.unwrap_or(3).min(100));
-    Ok(NewJob { spec: req, team, name, submitted_at: now_ms(), user: who.token.user.clone() })
+    Ok(NewJob { spec: req, team, name, submitted_at: now_ms(), user: who.token.user.clone(), service: None })
 }
 
 /// List jobs the caller may see, newest first, a page at a time.

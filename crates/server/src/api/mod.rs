@@ -11,6 +11,7 @@ mod history;
 mod insight;
 mod jobs;
 mod require;
+mod services;
 mod signin;
 pub use gantry_api::types;
 mod validate;
@@ -42,6 +43,7 @@ use require::require_token;
         cluster::nodes, cluster::set_scheduling, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, history::history, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
+        services::apply, services::list, services::get, services::delete,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
     ),
     modifiers(&BearerAuth, &Described)
@@ -91,7 +93,8 @@ impl utoipa::Modify for BearerAuth {
 /// `/dashboard/*`, which hold no data) need a bearer token. Who may call each is checked in its
 /// handler (or, for mutations, by the dispatcher) through [`Principal`]'s `require_*` methods:
 /// jobs, logs, events, the watch stream, findings, queues — users, scoped to their teams (see
-/// `watch` and `insight`); cancel and submit — members of the job's team and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
+/// `watch` and `insight`); cancel and submit — members of the job's team and admins; services — read by
+/// those who see their team, applied and deleted by its members and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
 /// its own tokens; any user's API token asks for a dashboard sign-in code); agent routes — the node's own credential; metrics — operators.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
@@ -102,6 +105,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/jobs/{id}/logs", get(jobs::logs))
         .route("/v1/jobs/{id}/logs/times", get(jobs::log_times))
+        .route("/v1/services", post(services::apply).get(services::list))
+        .route("/v1/services/{name}", get(services::get).delete(services::delete))
         .route("/v1/nodes", get(cluster::nodes))
         .route("/v1/nodes/{id}/scheduling", put(cluster::set_scheduling))
         .route("/v1/gpus", get(cluster::gpus))

@@ -178,6 +178,12 @@ impl Service {
         (in_flight, inner.queue.len(), ready, inner.members.len())
     }
 
+    /// Requests in flight on one replica now (`None`: no such replica in the table).
+    pub(crate) fn replica_in_flight(&self, id: &str) -> Option<usize> {
+        let inner = self.lock();
+        inner.members.iter().find(|m| m.replica.id == id).map(|m| m.replica.load())
+    }
+
     /// Takes a new table entry: replicas keep their state when id and address match; newly
     /// free capacity goes to waiters; the end of a cold start is measured.
     pub(crate) fn update(self: &Arc<Self>, route: &Route) {

@@ -211,6 +211,12 @@ impl Gateway {
         })
     }
 
+    /// Requests in flight on one replica of a service now: a replica taken out of the table's
+    /// ready set finishes these (the controller stops it once this is 0). `None`: unknown.
+    pub fn replica_in_flight(&self, key: &ServiceKey, replica: &str) -> Option<usize> {
+        self.service(key)?.replica_in_flight(replica)
+    }
+
     /// Every service's snapshot, ordered by team and name.
     pub fn snapshots(&self) -> Vec<ServiceSnapshot> {
         let mut keys: Vec<ServiceKey> =

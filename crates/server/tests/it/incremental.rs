@@ -128,6 +128,7 @@ impl World {
                     name: "j".into(),
                     submitted_at: self.clock,
                     user: None,
+                    service: None,
                 };
                 if let Ok((id, _)) = self.store.submit(&job) {
                     self.jobs.push(id);

@@ -3,10 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Actor, Allocation, Job, JobId, NewJob, NewToken, NodeRegistration, NodeScheduling, Team, User};
+use super::{
+    Actor, Allocation, Job, JobId, NewJob, NewToken, NodeRegistration, NodeScheduling, ServiceAction,
+    ServiceSpec, Team, User,
+};
 
-/// A change made for a caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A change made for a caller (not `Eq`: a service file holds numbers such as `cpu: 0.5`).
+#[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     /// Queue a job.
     Submit(Box<NewJob>),
@@ -49,6 +52,26 @@ pub enum Change {
         scheduling: NodeScheduling,
         /// When a drain stops its running jobs (ms since the epoch; none: at once).
         drain_at: Option<i64>,
+    },
+    /// Apply a service file: create the team's service of that name, leave it (the same
+    /// digest) or make the file its next generation (a rolling update).
+    ApplyService {
+        /// The team.
+        team: String,
+        /// The file, checked (its `name` is the service's).
+        spec: Box<ServiceSpec>,
+        /// The digest of its meaning.
+        digest: String,
+        /// The count a new service starts at.
+        desired: u32,
+    },
+    /// Delete a service: its replicas are cancelled in the same transaction (`NotFound` for an
+    /// unknown one).
+    DeleteService {
+        /// The team.
+        team: String,
+        /// The service.
+        name: String,
     },
 }
 
@@ -108,6 +131,8 @@ pub enum Changed {
     Token(i64),
     /// A node's new epoch.
     Registered(u64),
+    /// A service file was applied: what it did and the generation it is now.
+    Service(ServiceAction, u64),
     /// Nothing to return.
     Done,
 }

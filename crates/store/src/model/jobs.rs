@@ -22,6 +22,9 @@ pub struct NewJob {
     pub submitted_at: i64,
     /// The user who submitted it (`None` for jobs from before users existed).
     pub user: Option<String>,
+    /// The service it is a replica of, and the generation of the file it runs (set by the
+    /// service controller only; a client's submission never carries it).
+    pub service: Option<(String, u64)>,
 }
 
 impl NewJob {
@@ -50,6 +53,7 @@ impl Default for NewJob {
             name: String::new(),
             submitted_at: 0,
             user: None,
+            service: None,
         }
     }
 }

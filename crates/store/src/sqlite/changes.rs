@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::{apply, audit, jobs, nodes, tokens, workflow};
+use super::{apply, audit, jobs, nodes, services, tokens, workflow};
 use crate::Result;
 use crate::model::*;
 
@@ -32,6 +32,13 @@ pub(super) fn apply(c: &Connection, change: Change, mut entry: AuditEntry) -> Re
         Change::RegisterNode(registration) => Changed::Registered(nodes::register(c, &registration)?),
         Change::SetNodeScheduling { node, scheduling, drain_at } => {
             nodes::set_scheduling(c, &node, scheduling, drain_at, entry.at).map(|()| Changed::Done)?
+        }
+        Change::ApplyService { team, spec, digest, desired } => {
+            let (action, generation) = services::apply(c, &team, &spec, &digest, desired, entry.at)?;
+            Changed::Service(action, generation)
+        }
+        Change::DeleteService { team, name } => {
+            services::delete(c, &team, &name, entry.at).map(|()| Changed::Done)?
         }
     };
     audit::append(c, &entry, "ok")?;

@@ -44,9 +44,10 @@ pub(super) fn insert(
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
          gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
-         array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max) \
+         array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max, service, \
+         service_generation) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23)",
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
     )?
     .execute(params![
         request_id,
@@ -71,7 +72,9 @@ pub(super) fn insert(
         rows::to_json(&job.spec.gpu_models)?,
         job.spec.workdir,
         job.replicas(),
-        r.gpus_max
+        r.gpus_max,
+        job.service.as_ref().map(|s| &s.0),
+        job.service.as_ref().map(|s| s.1)
     ])?;
     let id = c.last_insert_rowid();
     if let Some((array_id, ..)) = array {
@@ -453,6 +456,14 @@ pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at
             &job,
             JobState::Timeout,
             Some(exit.reason.as_deref().unwrap_or("time limit reached")),
+            at,
+        ),
+        // A replica serves until it is stopped: one that exits has failed, whatever its status.
+        None if exit.exit_code == Some(0) && job.service.is_some() => transition(
+            c,
+            &job,
+            JobState::Failed,
+            Some("a service replica exited with status 0 (replicas serve until stopped)"),
             at,
         ),
         None if exit.exit_code == Some(0) => transition(c, &job, JobState::Succeeded, None, at),

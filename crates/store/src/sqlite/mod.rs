@@ -17,6 +17,7 @@ mod migrate;
 mod nodes;
 mod rows;
 mod scheduler;
+mod services;
 mod tokens;
 mod workflow;
 mod writer;
@@ -253,6 +254,25 @@ impl Store for SqliteStore {
     }
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         self.read(|c| tokens::events(c, filter))
+    }
+    fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>> {
+        self.read(|c| services::list(c, teams.as_deref()))
+    }
+    fn service(&self, team: &str, name: &str) -> Result<Option<Service>> {
+        self.read(|c| services::get(c, team, name))
+    }
+    fn service_replicas(&self, team: &str, name: &str, ended: u32) -> Result<Vec<Replica>> {
+        self.read(|c| services::replicas(c, team, name, ended))
+    }
+    fn service_decisions(&self, id: i64, limit: u32) -> Result<Vec<ServiceDecision>> {
+        self.read(|c| services::decisions(c, id, limit))
+    }
+    fn scale_service(&self, id: i64, desired: u32, decision: Option<ServiceDecision>) -> Result<()> {
+        self.writer.write(move |c| services::scale(c, id, desired, decision.as_ref()))
+    }
+    fn stop_replica(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+        let reason = reason.to_owned();
+        self.writer.write(move |c| services::stop_replica(c, id, &reason, at))
     }
     fn scheduler_position(&self) -> Result<i64> {
         self.read(scheduler::position)

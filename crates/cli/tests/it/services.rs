@@ -1,0 +1,407 @@
+//! Services end to end through `gantry up`: a small Python replica (`tests/data/replica.py`:
+//! sleeps per request, streams, fails its probe on demand) behind the gateway. Each test keeps
+//! its windows short (`sync_s: 1`, a probe every 0.2 s). Traffic goes only to loopback.
+//!
+//! The local agent runs with `--job-network shared`: the gateway in the server reaches a
+//! replica at the node's address and `$PORT` (with namespaces, the agent publishes the port,
+//! reached through the node's own address; see `docs/security.md`).
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Cluster, eventually};
+
+const REPLICA: &str = include_str!("../data/replica.py");
+
+/// A cluster with a gateway on a free loopback port, and what a test needs of it.
+struct Serving {
+    cluster: Cluster,
+    gateway: u16,
+    /// A member token of team `ml`.
+    token: String,
+    rt: tokio::runtime::Runtime,
+    http: reqwest::Client,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+impl Serving {
+    fn start(extra: &[&str]) -> Self {
+        let gateway = free_port();
+        let listen = format!("127.0.0.1:{gateway}");
+        // Clusters of parallel tests share this machine's ports: each gets its own 100.
+        static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        let lo = 30000 + 100 * NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ports = format!("{lo}-{}", lo + 99);
+        let mut args = vec![
+            "--gateway-listen",
+            &listen,
+            "--service-ports",
+            &ports,
+            "--job-network",
+            "shared",
+            "--grace",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let cluster = Cluster::start(&args);
+        std::fs::write(cluster.shared().join("replica.py"), REPLICA).expect("replica script");
+        let token = cluster.gantry(&["token", "create", "--team", "ml"]).trim().to_owned();
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+        let http = s_client();
+        eventually(Duration::from_secs(20), "the local node", || {
+            cluster.gantry(&["nodes"]).contains("ready").then_some(())
+        });
+        Self { cluster, gateway, token, rt, http }
+    }
+
+    /// A service file for `name` of team `ml` with `extra` YAML lines.
+    fn file(&self, name: &str, extra: &str) -> std::path::PathBuf {
+        let shared = self.cluster.shared();
+        let text = format!(
+            "name: {name}\nteam: ml\nport: 8000\ncommand: [python3, {}]\nenv: {{UNREADY_DIR: {}}}\n\
+             readiness: {{path: /health, interval_s: 0.2, timeout_s: 1, failure_threshold: 2}}\n{extra}",
+            shared.join("replica.py").display(),
+            shared.display()
+        );
+        let path = shared.join(format!("{name}.yaml"));
+        std::fs::write(&path, text).expect("service file");
+        path
+    }
+
+    fn apply(&self, file: &std::path::Path) -> String {
+        self.cluster.gantry(&["service", "apply", "-f", &file.display().to_string()])
+    }
+
+    fn view(&self, name: &str) -> serde_json::Value {
+        let text = self.cluster.gantry(&["service", "get", name, "--team", "ml", "-o", "json"]);
+        serde_json::from_str(&text).expect("service json")
+    }
+
+    /// Waits until `check` holds for the service's view; returns that view.
+    fn until(
+        &self,
+        name: &str,
+        what: &str,
+        secs: u64,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        eventually(Duration::from_secs(secs), what, || Some(self.view(name)).filter(|v| check(v)))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.gateway)
+    }
+
+    /// One GET through the gateway: (status, body), or the transport error.
+    fn get(&self, path: &str, token: &str) -> Result<(u16, String), String> {
+        let req = self.http.get(self.url(path)).bearer_auth(token);
+        self.rt.block_on(async move {
+            let r = req.send().await.map_err(|e| e.to_string())?;
+            let status = r.status().as_u16();
+            Ok((status, r.text().await.map_err(|e| e.to_string())?))
+        })
+    }
+
+    /// `clients` concurrent loops of GET `path` for `secs`; (answers by status, failures).
+    fn load(&self, path: &str, clients: usize, secs: f64) -> Load {
+        self.rt.block_on(self.spawn_load(path, clients, secs)).expect("load")
+    }
+
+    /// [`Serving::load`], running in the background.
+    fn spawn_load(&self, path: &str, clients: usize, secs: f64) -> tokio::task::JoinHandle<Load> {
+        let url = self.url(path);
+        let token = self.token.clone();
+        let http = self.http.clone();
+        self.rt.spawn(async move {
+            let until = Instant::now() + Duration::from_secs_f64(secs);
+            let tasks: Vec<_> = (0..clients)
+                .map(|_| {
+                    let (url, token, http) = (url.clone(), token.clone(), http.clone());
+                    tokio::spawn(async move {
+                        let mut out = Vec::new();
+                        while Instant::now() < until {
+                            let r = http.get(&url).bearer_auth(&token).send().await;
+                            out.push(match r {
+                                Ok(r) => {
+                                    let status = r.status().as_u16();
+                                    r.text().await.map(|_| status).map_err(|e| e.to_string())
+                                }
+                                Err(e) => Err(e.to_string()),
+                            });
+                        }
+                        out
+                    })
+                })
+                .collect();
+            let mut codes = std::collections::BTreeMap::new();
+            let mut failures = Vec::new();
+            for t in tasks {
+                for r in t.await.expect("client task") {
+                    match r {
+                        Ok(code) => *codes.entry(code).or_default() += 1,
+                        Err(e) => failures.push(e),
+                    }
+                }
+            }
+            (codes, failures)
+        })
+    }
+
+    /// The server's metrics text (the admin token).
+    fn metrics(&self) -> String {
+        let req = self
+            .cluster
+            .http()
+            .get(format!("{}/metrics", self.cluster.url()))
+            .bearer_auth(self.cluster.token());
+        self.rt.block_on(async move { req.send().await.expect("metrics").text().await.expect("text") })
+    }
+}
+
+/// Answers by status, and requests that got no answer.
+type Load = (std::collections::BTreeMap<u16, usize>, Vec<String>);
+
+fn ready(v: &serde_json::Value) -> u64 {
+    v["replicas"]["ready"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_service_applied_from_a_file_answers_through_the_gateway_and_the_same_file_again_changes_nothing() {
+    let s = Serving::start(&[]);
+    let file = s.file("echo", "replicas: 1\nmax_concurrency: 4\n");
+    assert_eq!(s.apply(&file).trim(), "service ml/echo created (generation 1)");
+    let v = s.until("echo", "a ready replica", 30, |v| ready(v) == 1);
+    for field in ["name", "team", "endpoint", "replicas", "decisions"] {
+        assert!(v.get(field).is_some(), "service get -o json has {field}: {v}");
+    }
+    assert_eq!((v["name"].as_str(), v["team"].as_str()), (Some("echo"), Some("ml")));
+    let counts = &v["replicas"];
+    assert_eq!(
+        (counts["desired"].as_u64(), counts["min"].as_u64(), counts["max"].as_u64()),
+        (Some(1), Some(1), Some(1))
+    );
+    assert!(v["endpoint"].as_str().is_some_and(|e| e.ends_with(&format!(":{}/ml/echo/", s.gateway))), "{v}");
+    let job = v["replica_list"][0]["job"].as_i64().expect("a replica job");
+
+    let (code, body) = s.get("/ml/echo/hello", &s.token).expect("through the gateway");
+    assert_eq!((code, body.as_str()), (200, format!("{job} 1\n").as_str()));
+    // The replica is a job of kind service: listed with its service.
+    let listed =
+        s.cluster.jobs().into_iter().find(|j| j["id"].as_i64() == Some(job)).expect("the replica job");
+    assert_eq!(listed["service"], "echo", "{listed}");
+
+    assert_eq!(s.apply(&file).trim(), "service ml/echo unchanged (generation 1)");
+    // Another team's member: the gateway answers as for a service that does not exist, and so
+    // does the API.
+    let other = s.cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
+    assert_eq!(s.get("/ml/echo/hello", &other).map(|r| r.0), Ok(404));
+    let api = s.cluster.try_gantry(&["service", "get", "echo", "--team", "ml", "--token", &other]);
+    assert!(!api.status.success() && String::from_utf8_lossy(&api.stderr).contains("not found"));
+    let delete = s.cluster.try_gantry(&["service", "delete", "echo", "--team", "ml", "--token", &other]);
+    assert!(!delete.status.success(), "another team cannot delete it");
+
+    // A bad file: a sentence, exit status not 0, nothing sent.
+    let bad = s.cluster.shared().join("bad.yaml");
+    std::fs::write(&bad, "name: bad\nport: 8000\ncommand: [x]\nreplicas: 4..1\n").expect("file");
+    let out = s.cluster.try_gantry(&["service", "apply", "-f", &bad.display().to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the range 4..1 is empty"), "{out:?}");
+
+    let streamed = s.get("/ml/echo/stream", &s.token).expect("stream");
+    assert_eq!(streamed, (200, "token 0\ntoken 1\ntoken 2\n".into()));
+
+    s.cluster.gantry(&["service", "delete", "echo", "--team", "ml"]);
+    eventually(Duration::from_secs(20), "the replica to stop", || {
+        let j = s.cluster.jobs().into_iter().find(|j| j["id"].as_i64() == Some(job))?;
+        (j["state"] == "cancelled").then_some(())
+    });
+    assert_eq!(s.get("/ml/echo/hello", &s.token).map(|r| r.0), Ok(404));
+}
+
+#[test]
+fn a_replica_failing_its_readiness_probe_gets_no_traffic_and_is_restarted_once_it_stopped_answering() {
+    let s = Serving::start(&[]);
+    s.apply(&s.file("pair", "replicas: 2\n"));
+    let v = s.until("pair", "two ready replicas", 30, |v| ready(v) == 2);
+    let jobs: Vec<i64> =
+        v["replica_list"].as_array().expect("list").iter().filter_map(|r| r["job"].as_i64()).collect();
+    std::fs::write(s.cluster.shared().join(format!("unready-{}", jobs[0])), "").expect("marker");
+    s.until("pair", "one replica unready", 20, |v| ready(v) == 1);
+    for _ in 0..20 {
+        let (code, body) = s.get("/ml/pair/", &s.token).expect("answer");
+        // The other replica, or (once liveness restarted it) its replacement; never it.
+        assert_eq!(code, 200);
+        assert_ne!(body, format!("{} 1\n", jobs[0]), "a replica failing its probe got a request");
+    }
+    // It was ready and keeps failing: liveness restarts it (a new job replaces it).
+    let v = s.until("pair", "the failing replica replaced", 30, |v| {
+        ready(v) == 2
+            && v["replica_list"]
+                .as_array()
+                .is_some_and(|l| l.iter().all(|r| r["job"].as_i64() != Some(jobs[0])))
+    });
+    assert!(v["replica_list"].as_array().is_some_and(|l| l.len() == 2), "{v}");
+    let old = s.cluster.jobs().into_iter().find(|j| j["id"].as_i64() == Some(jobs[0])).expect("old job");
+    assert_eq!(old["state"], "cancelled", "{old}");
+}
+
+#[test]
+fn a_service_scales_up_to_its_max_under_concurrent_clients_and_back_down_after_its_window() {
+    let s = Serving::start(&[]);
+    let autoscale = "autoscale:\n  sync_s: 1\n  metrics: [{type: in_flight, target: 1}]\n  behavior:\n    \
+                     scale_down: {stabilization_window_s: 2, policies: [{type: percent, value: 100, period_s: 1}]}\n";
+    s.apply(&s.file("scaled", &format!("replicas: 1..3\n{autoscale}")));
+    s.until("scaled", "one ready replica", 30, |v| ready(v) == 1);
+    let (codes, failures) = s.load("/ml/scaled/slow?s=0.3", 6, 6.0);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(codes.keys().copied().collect::<Vec<_>>(), vec![200], "{codes:?}");
+    let up = s.until("scaled", "three replicas", 20, |v| v["replicas"]["desired"] == 3);
+    let reasons: Vec<&str> =
+        up["decisions"].as_array().expect("decisions").iter().filter_map(|d| d["reason"].as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| r.starts_with("scaled 1 → 3") && r.contains("over target 1")),
+        "{reasons:?}"
+    );
+    let down =
+        s.until("scaled", "back to one replica", 30, |v| v["replicas"]["desired"] == 1 && ready(v) == 1);
+    assert_eq!(down["decisions"][0]["to"].as_u64(), Some(1), "{down}");
+    let table = s.cluster.gantry(&["service", "get", "scaled", "--team", "ml"]);
+    assert!(table.contains("scaled 3 → ") && table.contains("under target 1"), "{table}");
+}
+
+#[test]
+fn a_rolling_update_under_load_fails_no_request_and_ends_on_the_new_generation() {
+    let s = Serving::start(&[]);
+    let file = s.file("roll", "replicas: 2\n");
+    s.apply(&file);
+    s.until("roll", "two ready replicas", 30, |v| ready(v) == 2);
+    let changed =
+        std::fs::read_to_string(&file).expect("file").replace("UNREADY_DIR:", "VERSION: '2', UNREADY_DIR:");
+    std::fs::write(&file, changed).expect("file");
+    let load = s.spawn_load("/ml/roll/slow?s=0.05", 4, 15.0);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.apply(&file).trim(), "service ml/roll configured (generation 2)");
+    let v = s.until("roll", "both replicas on generation 2", 40, |v| {
+        let list = v["replica_list"].as_array().cloned().unwrap_or_default();
+        ready(v) == 2 && list.len() == 2 && list.iter().all(|r| r["generation"] == 2)
+    });
+    let (codes, failures) = s.rt.block_on(load).expect("load");
+    assert!(failures.is_empty(), "requests failed during the rolling update: {failures:?}");
+    assert_eq!(codes.keys().copied().collect::<Vec<_>>(), vec![200], "every answer a 200: {codes:?}");
+    assert!(codes[&200] > 50, "the load ran ({codes:?})");
+    let (_, body) = s.get("/ml/roll/", &s.token).expect("answer");
+    assert!(body.ends_with(" 2\n"), "the new generation answers: {body} {v}");
+}
+
+#[test]
+fn a_service_scales_to_zero_when_idle_and_the_next_request_is_answered_after_the_cold_start() {
+    let s = Serving::start(&[]);
+    s.apply(&s.file("lazy", "replicas: 0..1\nscale_to_zero_after: 3s\n"));
+    s.until("lazy", "a ready replica", 30, |v| ready(v) == 1);
+    assert_eq!(s.get("/ml/lazy/", &s.token).map(|r| r.0), Ok(200));
+    let v = s.until("lazy", "zero replicas", 30, |v| {
+        v["replicas"]["desired"] == 0 && v["replica_list"].as_array().is_some_and(|l| l.is_empty())
+    });
+    assert!(
+        v["decisions"][0]["reason"].as_str().is_some_and(|r| r.contains("→ 0: no request for 3s")),
+        "{v}"
+    );
+    let started = Instant::now();
+    let (code, _) = s.get("/ml/lazy/", &s.token).expect("held, then answered");
+    assert_eq!(code, 200, "the request waited for the cold start");
+    assert!(started.elapsed() > Duration::from_millis(200), "it was a cold start");
+    let v = s.until("lazy", "the cold start recorded", 10, |v| {
+        v["decisions"].as_array().is_some_and(|d| {
+            d.iter().any(|d| {
+                d["reason"].as_str().is_some_and(|r| r.contains("cold start: the first replica was ready"))
+            })
+        })
+    });
+    let reasons = v["decisions"].to_string();
+    assert!(reasons.contains("scaled 0 → 1: cold start"), "{reasons}");
+    let metrics = s.metrics();
+    assert!(
+        metrics.contains("gantry_service_cold_start_seconds_count{service=\"lazy\",team=\"ml\"} 1"),
+        "the cold start is measured: {}",
+        metrics.lines().filter(|l| l.contains("cold_start")).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn a_service_holds_no_more_replicas_than_its_teams_guarantee_and_says_why() {
+    let s = Serving::start(&["--simulated-gpus", "2xA100-80GB"]);
+    s.cluster.gantry(&["team", "set", "ml", "--guarantee", "1"]);
+    s.apply(&s.file("big", "replicas: 2\ngpus: 1\n"));
+    let v = s.until("big", "one replica and why not two", 30, |v| {
+        ready(v) == 1 && v["reason"].as_str().is_some_and(|r| r.contains("guarantee is 1 GPU(s)"))
+    });
+    assert_eq!(v["replica_list"].as_array().map(Vec::len), Some(1), "{v}");
+    let table = s.cluster.gantry(&["service", "get", "big", "--team", "ml"]);
+    assert!(table.contains("waiting   team ml's guarantee is 1 GPU(s)"), "{table}");
+}
+
+/// A plain-HTTP client for the gateway (built the way the cluster's client is, so the crypto
+/// provider is installed).
+fn s_client() -> reqwest::Client {
+    gantry_agent::runner::client::builder(None, None)
+        .expect("client")
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client")
+}
+
+#[test]
+fn killing_a_replica_under_load_fails_only_the_requests_it_had_in_flight_and_it_is_replaced() {
+    let s = Serving::start(&[]);
+    s.apply(&s.file("sturdy", "replicas: 2\nmax_concurrency: 2\n"));
+    let v = s.until("sturdy", "two ready replicas", 30, |v| ready(v) == 2);
+    let victim = v["replica_list"][0]["job"].as_i64().expect("a replica");
+    let pid = std::fs::read_to_string(s.cluster.shared().join(format!("pid-{victim}"))).expect("pid file");
+    // 4 clients, each replica at most 2 in flight: at most 2 requests are on the victim.
+    let load = s.spawn_load("/ml/sturdy/slow?s=0.3", 4, 5.0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = std::process::Command::new("kill").args(["-9", pid.trim()]).status().expect("kill");
+    assert!(killed.success());
+    let (codes, failures) = s.rt.block_on(load).expect("load");
+    let failed: usize =
+        codes.iter().filter(|(c, _)| **c != 200).map(|(_, n)| n).sum::<usize>() + failures.len();
+    assert!(failed <= 2, "only the victim's in-flight requests fail: {codes:?} {failures:?}");
+    assert!(codes.get(&200).is_some_and(|n| *n > 20), "the others were answered: {codes:?}");
+    let v = s.until("sturdy", "the killed replica replaced", 30, |v| {
+        ready(v) == 2 && v["replica_list"].as_array().is_some_and(|l| l.iter().all(|r| r["job"] != victim))
+    });
+    let old = s.cluster.jobs().into_iter().find(|j| j["id"].as_i64() == Some(victim)).expect("the victim");
+    assert_eq!(old["state"], "failed", "{old} {v}");
+}
+
+#[test]
+fn a_replica_that_exits_is_never_succeeded_and_is_restarted_with_back_off() {
+    let s = Serving::start(&[]);
+    let file = s.cluster.shared().join("quits.yaml");
+    std::fs::write(&file, "name: quits\nteam: ml\nport: 8000\ncommand: [sh, -c, 'exit 0']\n").expect("file");
+    s.apply(&file);
+    let v = s.until("quits", "the back-off said", 30, |v| {
+        v["reason"].as_str().is_some_and(|r| r.contains("failed in a row; the next starts in"))
+    });
+    let terminal = |j: &serde_json::Value| {
+        ["failed", "succeeded", "cancelled"].contains(&j["state"].as_str().unwrap_or(""))
+    };
+    let replicas = eventually(Duration::from_secs(30), "a second replica to end", || {
+        let r: Vec<serde_json::Value> =
+            s.cluster.jobs().into_iter().filter(|j| j["service"] == "quits").collect();
+        (r.iter().filter(|j| terminal(j)).count() >= 2).then_some(r)
+    });
+    let ended: Vec<&serde_json::Value> = replicas.iter().filter(|j| terminal(j)).collect();
+    assert!(
+        !ended.is_empty() && ended.iter().all(|j| j["state"] == "failed"),
+        "a replica is never succeeded: {ended:?} {v}"
+    );
+    assert!(
+        ended[0]["reason"].as_str().is_some_and(|r| r.contains("replicas serve until stopped")),
+        "{:?}",
+        ended[0]
+    );
+}

@@ -1,0 +1,171 @@
+//! How many replicas a service wants: the core's HPA on the gateway's figures every `sync_s`,
+//! scale to zero after `scale_to_zero_after` without a request, and back from zero on the first
+//! held request. A value per service carrying its window of samples; no clock (times are
+//! arguments), so the rules are tested here without a server.
+//!
+//! HPA itself never goes below one replica (Kubernetes' `minReplicas` is at least 1 unless a
+//! feature gate says otherwise); zero is this layer's: the last replica stops only after the
+//! service saw no request for `scale_to_zero_after`, and the gateway holds the next request
+//! (reporting demand) while one starts.
+
+use std::collections::VecDeque;
+
+use gantry_core::autoscale::{AutoscaleConfig, Bounds, Decision, Hpa, Input, Sample};
+use gantry_store::ServiceSpec;
+
+/// Samples kept: the longest stabilization window HPA allows (3,600 s) is longer, but the
+/// decision needs only the newest samples; HPA keeps its own recommendation history.
+const WINDOW_S: f64 = 600.0;
+
+/// The autoscaler of one service.
+#[derive(Debug)]
+pub struct Scaler {
+    hpa: Option<Hpa>,
+    sync_s: f64,
+    window: VecDeque<Sample>,
+    last_sync_s: f64,
+    last_request_s: f64,
+    requests_seen: Option<u64>,
+    min: u32,
+    max: u32,
+    idle_after_s: f64,
+}
+
+/// The `autoscale:` block read with the core's types; a sentence when it is not valid.
+pub fn autoscale_config(spec: &ServiceSpec) -> Result<Option<AutoscaleConfig>, String> {
+    let Some(block) = &spec.autoscale else { return Ok(None) };
+    let config: AutoscaleConfig =
+        serde_json::from_value(block.clone()).map_err(|e| format!("autoscale: {e}"))?;
+    config.validate().map(Some).map_err(|e| e.to_string())
+}
+
+impl Scaler {
+    /// The scaler of a checked file, at `now_s`.
+    pub fn new(spec: &ServiceSpec, now_s: f64) -> Result<Self, String> {
+        let r = spec.replicas;
+        let config = autoscale_config(spec)?;
+        let sync_s = config.as_ref().map_or(15.0, |c| c.sync_s);
+        let hpa = config.map(|c| Hpa::new(c, Bounds { min: r.min.max(1), max: r.max }));
+        Ok(Self {
+            hpa,
+            sync_s,
+            window: VecDeque::new(),
+            last_sync_s: now_s,
+            last_request_s: now_s,
+            requests_seen: None,
+            min: r.min,
+            max: r.max,
+            idle_after_s: spec.scale_to_zero_after_s() as f64,
+        })
+    }
+
+    /// Takes one sample; `requests_total` is the gateway's count of answered requests, so a
+    /// change (or anything in flight or queued) is a request seen.
+    pub fn observe(&mut self, sample: Sample, requests_total: u64) {
+        let busy = sample.in_flight > 0.0 || sample.queue_length > 0.0;
+        let answered = self.requests_seen.is_some_and(|seen| seen != requests_total);
+        if busy || answered {
+            self.last_request_s = sample.at_s;
+        }
+        self.requests_seen = Some(requests_total);
+        while self.window.front().is_some_and(|s| s.at_s < sample.at_s - WINDOW_S) {
+            self.window.pop_front();
+        }
+        self.window.push_back(sample);
+    }
+
+    /// The decision at `now_s` for a service at `current` replicas (`ready` of them) with
+    /// `held` requests waiting for a replica; `None` when the count stays.
+    pub fn decide(&mut self, now_s: f64, current: u32, ready: u32, held: usize) -> Option<Decision> {
+        let at_s = now_s;
+        if current == 0 {
+            self.last_sync_s = now_s;
+            if held == 0 {
+                return None;
+            }
+            self.last_request_s = now_s;
+            let to = self.min.max(1);
+            let reason = format!("scaled 0 → {to}: cold start, {held} request(s) held by the gateway");
+            return Some(Decision { at_s, from: 0, to, reason });
+        }
+        if self.min == 0 && now_s - self.last_request_s >= self.idle_after_s {
+            let idle = self.idle_after_s;
+            let reason = format!("scaled {current} → 0: no request for {}", human(idle));
+            return Some(Decision { at_s, from: current, to: 0, reason });
+        }
+        let hpa = self.hpa.as_mut()?;
+        if now_s - self.last_sync_s < self.sync_s {
+            return None;
+        }
+        self.last_sync_s = now_s;
+        let window: Vec<Sample> = self.window.iter().cloned().collect();
+        let current = current.clamp(self.min.max(1), self.max);
+        let d = hpa.decide(&Input { now_s, current, ready, window: &window });
+        d.changes().then_some(d)
+    }
+}
+
+fn human(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    match s {
+        s if s % 3600 == 0 && s > 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 && s > 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(replicas: &str, autoscale: serde_json::Value, idle: &str) -> ServiceSpec {
+        serde_json::from_value(serde_json::json!({
+            "name": "echo", "port": 8000, "command": ["x"], "replicas": replicas,
+            "autoscale": autoscale, "scale_to_zero_after": idle,
+        }))
+        .expect("spec")
+    }
+
+    fn sample(at_s: f64, in_flight: f64) -> Sample {
+        Sample { at_s, in_flight, ..Sample::default() }
+    }
+
+    #[test]
+    fn the_autoscaler_follows_hpa_on_the_gateways_in_flight_every_sync_and_says_why() {
+        let block = serde_json::json!({"sync_s": 1, "metrics": [{"type": "in_flight", "target": 2}]});
+        let mut s = Scaler::new(&spec("1..4", block, "15m"), 0.0).expect("scaler");
+        s.observe(sample(0.5, 7.0), 0);
+        assert_eq!(s.decide(0.5, 1, 1, 0), None, "before the first sync");
+        s.observe(sample(1.0, 7.0), 0);
+        let d = s.decide(1.0, 1, 1, 0).expect("a decision");
+        assert_eq!((d.from, d.to), (1, 4));
+        assert!(d.reason.starts_with("scaled 1 → 4: in_flight"), "{}", d.reason);
+    }
+
+    #[test]
+    fn a_service_that_may_scale_to_zero_stops_after_its_idle_time_and_comes_back_on_a_held_request() {
+        let block = serde_json::json!({"sync_s": 1, "metrics": [{"type": "in_flight", "target": 2}]});
+        let mut s = Scaler::new(&spec("0..2", block, "30s"), 0.0).expect("scaler");
+        s.observe(sample(10.0, 1.0), 5);
+        s.observe(sample(20.0, 0.0), 6);
+        assert_eq!(s.decide(49.0, 1, 1, 0).map(|d| d.to), None, "29 s after the last request");
+        s.observe(sample(50.0, 0.0), 6);
+        let d = s.decide(50.0, 1, 1, 0).expect("to zero");
+        assert_eq!((d.from, d.to, d.reason.as_str()), (1, 0, "scaled 1 → 0: no request for 30s"));
+        assert_eq!(s.decide(60.0, 0, 0, 0), None);
+        let d = s.decide(61.0, 0, 0, 2).expect("cold start");
+        assert_eq!((d.from, d.to), (0, 1));
+        assert!(d.reason.contains("cold start, 2 request(s) held"), "{}", d.reason);
+    }
+
+    #[test]
+    fn a_bad_autoscale_block_is_refused_with_the_cores_sentence() {
+        let bad = spec("1..4", serde_json::json!({"metrics": []}), "15m");
+        assert_eq!(
+            Scaler::new(&bad, 0.0).expect_err("refused"),
+            "autoscale.metrics needs at least one metric"
+        );
+        let typo = spec("1..4", serde_json::json!({"metric": []}), "15m");
+        assert!(Scaler::new(&typo, 0.0).expect_err("refused").contains("unknown field `metric`"));
+    }
+}

@@ -1,0 +1,61 @@
+//! Services as stored: the file, its generation and the count the controller keeps.
+
+use serde::{Deserialize, Serialize};
+
+pub use gantry_api::service::{ServiceDecision, ServiceSpec};
+
+use super::Job;
+
+/// A service as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Service {
+    /// Row id.
+    pub id: i64,
+    /// Owning team.
+    pub team: String,
+    /// Name (unique in the team).
+    pub name: String,
+    /// The file as applied, checked by the server.
+    pub spec: ServiceSpec,
+    /// The digest of the file's meaning: the same digest again is a no-op.
+    pub digest: String,
+    /// 1 for the first file, one more for each changed one.
+    pub generation: u64,
+    /// Replicas the controller keeps now.
+    pub desired: u32,
+    /// ms since the epoch.
+    pub created_at: i64,
+    /// ms since the epoch (the last changed apply, or scale).
+    pub updated_at: i64,
+}
+
+/// A replica job and the generation of the file it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica {
+    /// The job.
+    pub job: Job,
+    /// The generation it was made for.
+    pub generation: u64,
+}
+
+/// What applying a service file did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceAction {
+    /// A new service.
+    Created,
+    /// The same file again.
+    Unchanged,
+    /// A changed file: a new generation.
+    Configured,
+}
+
+impl ServiceAction {
+    /// The word the CLI prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Unchanged => "unchanged",
+            Self::Configured => "configured",
+        }
+    }
+}
