@@ -203,6 +203,8 @@ mod tests {
     /// The gate's cost on one 10 000-member array with `%8` (prints; asserts nothing on time).
     #[test]
     #[ignore = "benchmark: cargo test -p gantry-core --lib -- --ignored gate_cost --nocapture"]
+    // A benchmark measures wall time; the code it measures reads none.
+    #[allow(clippy::disallowed_methods)]
     fn gate_cost_on_a_ten_thousand_member_array() {
         let member = |i: u32, state| Job {
             array: Some(ArrayMember { id: 1, index: i, max_running: Some(8) }),
