@@ -238,6 +238,9 @@ impl FailureLimiter {
         m.get(&ip).is_some_and(|(since, n)| *n >= FAILURE_LIMIT && since.elapsed() < FAILURE_WINDOW)
     }
 
+    // A rate limit's window on the monotonic clock: no decision of the scheduler, and tests
+    // of the limit run in real time.
+    #[allow(clippy::disallowed_methods)]
     pub(crate) fn failed(&self, ip: IpAddr) {
         let Ok(mut m) = self.0.lock() else { return };
         if m.len() > 100_000 {

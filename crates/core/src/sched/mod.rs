@@ -1,20 +1,54 @@
-//! Scheduling decisions the server and the simulator share, beyond the queue's order.
+//! The scheduling pass: every decision the server and the simulator make, as values.
 //!
-//! [`crate::queue`] decides *who* runs from GPU counts alone: it does not know GPU models, a
-//! node's CPU and memory, or which node a job may use. What it decides is therefore checked
-//! against the nodes before anyone is stopped for it. This module holds that check as pure
-//! functions over plain views of the nodes and the running jobs, so that the server's pass and
-//! the simulator call the same code:
-//! - [`find_room`]: the nodes and the victims that make a job placeable, or nothing at all
-//!   (preemption is issued only when the victims suffice);
-//! - [`TeamsNow::judged_priority`]: who may preempt whom (priority within a team, guarantees
-//!   across teams, `preempt_other_teams`).
+//! [`plan`] takes a [`Snapshot`] (nodes, GPUs, held allocations, pending and active jobs, teams,
+//! the queue's memory and the states of the jobs pending jobs depend on), a placement policy and
+//! a random stream, and returns every [`Decision`] of one pass: dependencies that can never be
+//! met, placements, gangs, preemptions with their victims, elastic resizes, and why each other
+//! pending job waits. It is pure: the caller loads the snapshot and carries the decisions out
+//! (the server turns each into a command, the simulator applies it to its virtual cluster).
+//!
+//! How a pass decides (one file per step):
+//! - [`gates`]: dependencies (`--after ok:12`) and array limits keep jobs out of the queue;
+//! - `view`: the queue's input from the snapshot; *who* runs is [`crate::queue::plan_ranked`];
+//! - `plan`: *where*, in rank order, on the core's ledger (`layout`), gangs all at once (`gang`);
+//! - `victims`: which running jobs to stop for a started job that finds no room, through
+//!   [`find_room`] (victims only where the freed GPUs make the job placeable) and
+//!   [`TeamsNow::judged_priority`] (priority within a team, guarantees across teams);
+//! - `elastic`: elastic jobs shrink for a waiting job at once and grow onto idle GPUs;
+//! - `service`: replicas of one service spread over nodes, and a pass stops at most one;
+//! - `reasons`: why each job waits, in the words `gantry jobs` shows;
+//! - [`Memory`]: what the loop remembers between passes (decayed usage, resize widths,
+//!   who each preempted job was stopped for).
+//!
+//! [`plan_priority_fifo`] is the pass the queue replaced, kept as the benchmark's baseline.
 
+mod baseline;
+mod decision;
+mod elastic;
+mod gang;
+pub mod gates;
+mod layout;
+mod memory;
+mod plan;
+mod reasons;
 mod room;
 mod rules;
+mod service;
+mod snapshot;
+mod victims;
+mod view;
 
+pub use baseline::plan_priority_fifo;
+pub use decision::{Decision, GangPlace, Grant, Place, Plan, Preemption, Resize};
+pub use gates::{Gated, gate};
+pub use memory::Memory;
+pub use plan::{plan, plan_grouped};
 pub use room::{Holder, NodeRoom, Room, Shape, find_room};
 pub use rules::{Contender, TeamsNow};
+pub use snapshot::{Held, QueueInput, Snapshot};
 
 #[cfg(test)]
 mod room_tests;
+
+#[cfg(test)]
+mod service_tests;

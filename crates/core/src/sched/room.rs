@@ -62,6 +62,8 @@ pub struct Holder {
     pub cpu_milli: u64,
     /// Memory it holds on this node, MiB.
     pub memory_mib: u64,
+    /// The service the job is a replica of (an index the caller assigns), if it is one.
+    pub service: Option<u32>,
 }
 
 /// Where the job goes once its victims end.
@@ -75,7 +77,49 @@ pub struct Room {
 
 /// The parts and victims that make `shape` placeable (see the module doc), preferring the
 /// queue's split `preferred`. `None` when no set of allowed victims suffices.
+///
+/// Replicas of a service are victims last (`super::service`): room is first looked for among
+/// the holders that are no replica; only when that fails are replicas added, at most one of
+/// each service (its cheapest on a node the job may use: lowest priority, least work lost).
 pub fn find_room(
+    shape: &Shape,
+    nodes: &[NodeRoom],
+    holders: &[Holder],
+    preferred: &[(usize, u32)],
+) -> Option<Room> {
+    let plain: Vec<Holder> = holders.iter().filter(|h| h.service.is_none()).copied().collect();
+    if plain.len() == holders.len() {
+        return find_room_among(shape, nodes, holders, preferred);
+    }
+    if let Some(room) = find_room_among(shape, nodes, &plain, preferred) {
+        return Some(room);
+    }
+    find_room_among(shape, nodes, &one_replica_each(nodes, holders), preferred)
+}
+
+/// `holders` with, of each service, only the holders of its cheapest replica on an eligible
+/// node (a replica that is a gang keeps all its holders).
+fn one_replica_each(nodes: &[NodeRoom], holders: &[Holder]) -> Vec<Holder> {
+    let mut cheapest: Vec<(u32, &Victim)> = Vec::new();
+    for h in holders.iter().filter(|h| nodes.get(h.node).is_some_and(|n| n.eligible)) {
+        let Some(service) = h.service else { continue };
+        let cost = |v: &Victim| (v.priority, v.lost_gpu_s, v.id);
+        match cheapest.iter_mut().find(|(s, _)| *s == service) {
+            Some((_, best)) if cost(&h.victim).partial_cmp(&cost(best)) == Some(std::cmp::Ordering::Less) => {
+                *best = &h.victim;
+            }
+            Some(_) => {}
+            None => cheapest.push((service, &h.victim)),
+        }
+    }
+    holders
+        .iter()
+        .filter(|h| h.service.is_none_or(|s| cheapest.iter().any(|(c, v)| *c == s && v.id == h.victim.id)))
+        .copied()
+        .collect()
+}
+
+fn find_room_among(
     shape: &Shape,
     nodes: &[NodeRoom],
     holders: &[Holder],

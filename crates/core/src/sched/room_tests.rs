@@ -15,6 +15,7 @@ fn holder(id: u64, node: usize, gpus: u32, priority: i32) -> Holder {
         victim: Victim { id, priority, gpus, lost_gpu_s: id as f64 },
         cpu_milli: 1000,
         memory_mib: 1024,
+        service: None,
     }
 }
 

@@ -4,27 +4,35 @@
 //! agents it concerns once it has committed, and their held heartbeats answer it
 //! ([`crate::assigned`]).
 
-mod baseline;
-mod elastic;
-mod gang;
-mod gates;
-mod plan;
+mod dispatch;
 mod state;
-mod victims;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use gantry_core::sched::{self, Memory};
+use gantry_core::{PolicyKind, SplitMix64};
 use gantry_store::{JobFilter, JobId, JobState, Store};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-pub use baseline::plan_priority_fifo;
-pub use elastic::Resize;
-pub use gates::{Gated, gate};
-pub use plan::{Plan, Preemption, QueueInput, Snapshot, plan};
-pub use state::{State, Synced};
+pub use dispatch::{Waits, gang, placement};
+pub use gantry_core::sched::{Decision, Gated, Held, Plan, Preemption, QueueInput, Resize, Snapshot, gate};
+pub use state::{State, Synced, held};
+
+/// The seed of every pass's random stream (placement ties the policy breaks at random).
+pub const SEED: u64 = 0x9a17;
+
+/// One pass of the core's [`sched::plan`] over `s`, its decisions grouped (tests, benchmarks).
+pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
+    Plan::from(sched::plan(s, kind, &mut SplitMix64::new(seed)))
+}
+
+/// The core's priority-FIFO baseline pass ([`sched::plan_priority_fifo`]).
+pub fn plan_priority_fifo(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
+    sched::plan_priority_fifo(s, kind, &mut SplitMix64::new(seed))
+}
 
 use crate::app::{App, now_ms};
 use crate::command::Command;
@@ -57,41 +65,8 @@ pub struct Housekeeping {
     reloaded: Option<Instant>,
     /// The scheduler's copy of the store, kept between passes.
     state: Option<State>,
-    share: FairShare,
-    /// The width each resize named, until the job is placed again (`QueueInput::widths`).
-    widths: HashMap<JobId, u32>,
-    /// The job each preempted job was stopped for (`QueueInput::preempted_for`).
-    preempted_for: HashMap<JobId, JobId>,
-}
-
-/// Decayed GPU usage per team, charged every pass for the GPUs active jobs hold.
-#[derive(Debug, Default)]
-struct FairShare {
-    input: QueueInput,
-    at_ms: Option<i64>,
-}
-
-impl FairShare {
-    fn charge(&mut self, active: &[gantry_store::Job], now_ms: i64) {
-        let dt = self.at_ms.map_or(0.0, |t| (now_ms - t).max(0) as f64 / 1000.0);
-        self.at_ms = Some(now_ms);
-        let half_life = self.input.weights.half_life_s;
-        self.input.usage.decay_to(now_ms as f64 / 1000.0, half_life);
-        // A gang is charged for all its workers once; its workers are not charged again.
-        for job in active.iter().filter(|j| !j.gang.as_ref().is_some_and(gantry_store::Gang::is_worker)) {
-            let team = match self.input.teams.iter().position(|t| *t == job.team) {
-                Some(i) => i,
-                None => {
-                    self.input.teams.push(job.team.clone());
-                    self.input.teams.len() - 1
-                }
-            };
-            let replicas = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
-            let gpus = elastic::held(job, job.request.gpus.max(u32::from(job.request.gpu_memory_mib > 0)));
-            let gpus = f64::from(gpus * replicas);
-            self.input.usage.charge(team, dt * gpus);
-        }
-    }
+    /// Fair share, resize widths and preemptions, as decisions carried out left them.
+    memory: Memory,
 }
 
 fn due(last: &mut Option<Instant>) -> bool {
@@ -162,131 +137,46 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     if full {
         housekeeping.full = Some(Instant::now());
     }
-    let Some(state) = housekeeping.state.as_mut() else { return Ok(0) };
+    let Some(mut state) = housekeeping.state.take() else { return Ok(0) };
     let at = now_ms();
     let waited_on = waited_on(&state.plan_input(at, QueueInput::default()).pending);
     let store = Arc::clone(&app.store);
     let deps = tokio::task::spawn_blocking(move || dependency_states(&*store, waited_on))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
-    housekeeping.widths.retain(|id, _| state.knows(*id));
-    housekeeping.preempted_for.retain(|id, by| state.knows(*id) && state.knows(*by));
-    let memory = (&housekeeping.widths, &housekeeping.preempted_for);
-    let (decisions, gated, submitted) = decide(app, state, &mut housekeeping.share, memory, &deps, at);
-    if let Ok(mut waiting) = app.waiting.write() {
-        *waiting = decisions.waiting.into_iter().chain(gated.held).collect();
+    state.set_dependencies(deps);
+    housekeeping.memory.retain(|id| state.knows(id));
+    housekeeping.memory.charge(&state.plan_input(at, QueueInput::default()).active, at);
+    let gap = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
+    let queue = housekeeping.memory.queue_input(gap);
+    if let Ok(mut shown) = app.queue.write() {
+        shown.clone_from(&queue);
     }
-    for (job, reason) in gated.failed {
-        match app.dispatch(Command::DependencyFailed { job, reason }).await {
-            Ok(_) => {}
-            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "dependency failure refused by the store"),
-            Err(e) => return Err(e),
-        }
-    }
-    let mut placed = 0;
-    for placement in decisions.placements {
-        let submitted = submitted.get(&placement.job_id).copied();
-        let id = placement.job_id;
-        match app.dispatch(Command::Place(placement)).await {
-            Ok(_) => {
-                placed += 1;
-                housekeeping.widths.remove(&id);
-                if let Some(at) = submitted {
-                    app.metrics.placement_latency.observe((now_ms() - at).max(0) as f64 / 1000.0);
-                }
-            }
-            Err(ApiError::Conflict(why)) => {
-                // The snapshot was stale: look again next pass, at everything.
-                app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                housekeeping.reloaded = None;
-                tracing::debug!(%why, "placement refused by the store");
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    for gang in decisions.gangs {
-        let (id, submitted) = (gang.gang_id, submitted.get(&gang.gang_id).copied());
-        match app.dispatch(Command::PlaceGang(gang)).await {
-            Ok(_) => {
-                placed += 1;
-                if let Some(at) = submitted {
-                    app.metrics.placement_latency.observe((now_ms() - at).max(0) as f64 / 1000.0);
-                }
-            }
-            Err(ApiError::Conflict(why)) => {
-                app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                housekeeping.reloaded = None;
-                tracing::debug!(gang = id, %why, "gang placement refused by the store");
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    for p in decisions.preemptions {
-        tracing::info!(job = p.job_id, by = ?p.by, reason = %p.reason, "preempting");
-        match app.dispatch(Command::Preempt { job: p.job_id, reason: p.reason }).await {
-            Ok(_) => {
-                app.metrics.preemptions.inc();
-                if let Some(by) = p.by {
-                    housekeeping.preempted_for.insert(p.job_id, by);
-                }
-            }
-            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "preemption refused by the store"),
-            Err(e) => return Err(e),
-        }
-    }
-    for r in decisions.resizes {
-        tracing::info!(job = r.job_id, from = r.from, to = r.to, reason = %r.reason, "resizing");
-        match app.dispatch(Command::Resize { job: r.job_id, reason: r.reason }).await {
-            Ok(_) => {
-                housekeeping.widths.insert(r.job_id, r.to);
-            }
-            Err(ApiError::Conflict(why)) => tracing::debug!(%why, "resize refused by the store"),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(placed)
+    // The plan is the CPU-heavy part of a pass: off the async workers.
+    let (policy, started) = (app.config.policy, Instant::now());
+    let (state, decisions) = tokio::task::spawn_blocking(move || {
+        let decisions = sched::plan(state.plan_input(at, queue), policy, &mut SplitMix64::new(SEED));
+        (state, decisions)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
+    let submitted = submitted_at(&state, &decisions);
+    housekeeping.state = Some(state);
+    dispatch::carry_out(app, housekeeping, decisions, &submitted).await
 }
 
-/// Plans on the scheduler's copy of the store (copied only when some pending job is held back
-/// by a dependency): the decisions, the jobs dependencies hold or fail, and when each job the
-/// plan places was submitted.
-fn decide(
-    app: &App,
-    state: &mut State,
-    share: &mut FairShare,
-    (widths, preempted_for): (&HashMap<JobId, u32>, &HashMap<JobId, JobId>),
-    deps: &DepStates,
-    at: i64,
-) -> (Plan, Gated, HashMap<JobId, i64>) {
-    share.charge(&state.plan_input(at, QueueInput::default()).active, at);
-    let mut queue = share.input.clone();
-    queue.widths.clone_from(widths);
-    queue.preempted_for.clone_from(preempted_for);
-    queue.resize_gap_ms = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
-    let snapshot = state.plan_input(at, queue);
-    if let Ok(mut queue) = app.queue.write() {
-        queue.clone_from(&snapshot.queue);
-    }
-    let started = Instant::now();
-    let gated = gate(&snapshot.pending, &snapshot.active, deps);
-    let input = if snapshot.pending.iter().any(|j| gated.stops(j.id)) {
-        let mut copy = snapshot.clone();
-        copy.pending.retain(|j| !gated.stops(j.id));
-        Cow::Owned(copy)
-    } else {
-        Cow::Borrowed(snapshot)
-    };
-    let decisions = plan(&input, app.config.policy, 0x9a17);
-    app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
-    let placed =
-        decisions.placements.iter().map(|p| p.job_id).chain(decisions.gangs.iter().map(|g| g.gang_id));
-    let submitted = placed
-        .filter_map(|id| {
-            let k = input.pending.binary_search_by_key(&id, |j| j.id).ok()?;
-            Some((id, input.pending[k].submitted_at))
+/// When each job the decisions place was submitted (the placement-latency metric).
+fn submitted_at(state: &State, decisions: &[Decision]) -> HashMap<JobId, i64> {
+    decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Place(p) => Some(p.job_id),
+            Decision::PlaceGang(g) => Some(g.gang_id),
+            _ => None,
         })
-        .collect();
-    (decisions, gated, submitted)
+        .filter_map(|id| Some((id, state.submitted_at(id)?)))
+        .collect()
 }
 
 type Counts = Vec<(String, JobState, u64)>;

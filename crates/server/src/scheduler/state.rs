@@ -12,13 +12,13 @@
 //! `an_incremental_state_equals_a_full_reload_and_plans_the_same` in
 //! `crates/server/tests/it/incremental.rs`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use gantry_store::{
     Gpu, Job, JobFilter, JobId, JobState, Node, NodeState, SchedulerChanges, Store, StoreError,
 };
 
-use super::plan::{QueueInput, Snapshot};
+use gantry_core::sched::{Held, QueueInput, Snapshot};
 
 /// Most changes read in one sync; beyond that a full reload is as cheap.
 const MOST_CHANGES: u32 = 20_000;
@@ -69,14 +69,18 @@ impl State {
         let snap = Snapshot {
             nodes,
             gpus,
-            held: store.allocations(true)?,
+            held: store.allocations(true)?.iter().map(held).collect(),
             pending: by_state(JobState::Pending)?,
             active,
             teams: store.teams()?,
             at: 0,
             queue: QueueInput::default(),
+            ..Snapshot::default()
         };
-        Ok(Self { position: Some(position), snap, idle: Snapshot::default() })
+        let mut state = Self { position: Some(position), snap, idle: Snapshot::default() };
+        let jobs = state.snap.pending.iter().chain(&state.snap.active);
+        state.snap.services = jobs.filter_map(|j| Some((j.id, replica_service(j)?))).collect();
+        Ok(state)
     }
 
     /// Applies what changed in the store since the last sync (or reads everything again when
@@ -109,6 +113,8 @@ impl State {
         s.pending.retain(|j| !changed.contains(&j.id));
         s.active.retain(|j| !changed.contains(&j.id));
         s.held.retain(|a| !changed.contains(&a.job_id));
+        s.services.retain(|id, _| !changed.contains(id));
+        s.services.extend(changes.jobs.iter().filter_map(|j| Some((j.id, replica_service(j)?))));
         let (mut pending, mut scheduled, mut running) = (Vec::new(), Vec::new(), Vec::new());
         for job in changes.jobs {
             match job.state {
@@ -125,7 +131,7 @@ impl State {
         merge_by_id(&mut running_now, running);
         s.active.append(&mut running_now);
         if !changes.held.is_empty() {
-            s.held.extend(changes.held);
+            s.held.extend(changes.held.iter().map(held));
             s.held.sort_by_key(|a| a.id);
         }
         self.position = Some(changes.position);
@@ -140,6 +146,12 @@ impl State {
     pub fn knows(&self, id: JobId) -> bool {
         let s = &self.snap;
         s.pending.binary_search_by_key(&id, |j| j.id).is_ok() || s.active.iter().any(|j| j.id == id)
+    }
+
+    /// When pending job `id` was submitted.
+    pub fn submitted_at(&self, id: JobId) -> Option<i64> {
+        let k = self.snap.pending.binary_search_by_key(&id, |j| j.id).ok()?;
+        Some(self.snap.pending[k].submitted_at)
     }
 
     /// Pending jobs.
@@ -157,6 +169,11 @@ impl State {
         }
         (self.snap.at, self.snap.queue) = (at, queue);
         &self.snap
+    }
+
+    /// Sets the states of the jobs pending jobs depend on, for the next passes.
+    pub fn set_dependencies(&mut self, deps: HashMap<JobId, Vec<JobState>>) {
+        self.snap.deps = deps;
     }
 
     /// A copy of [`State::plan_input`] with the default queue memory.
@@ -186,6 +203,24 @@ fn merge_by_id(into: &mut Vec<Job>, mut new: Vec<Job>) {
     }
     into.extend(a);
     into.extend(b);
+}
+
+/// The service (`team/name`) a job is a replica of, for the core's spreading and victim rules
+/// (`gantry_core::sched::Snapshot::services`). No job says so yet: the services work (issue 19)
+/// adds `service` to the job, and this is where it is read.
+fn replica_service(_job: &Job) -> Option<String> {
+    None
+}
+
+/// A held allocation as the core sees it.
+pub fn held(a: &gantry_store::Allocation) -> Held {
+    Held {
+        id: a.id,
+        job_id: a.job_id,
+        gpu_uuid: a.gpu_uuid.clone(),
+        share_milli: a.share_milli,
+        memory_mib: a.memory_mib,
+    }
 }
 
 /// Nodes and GPUs without the readings a heartbeat rewrites (last heartbeat, samples): the

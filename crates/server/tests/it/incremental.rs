@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use gantry_core::PolicyKind;
-use gantry_server::scheduler::{QueueInput, Snapshot, State, Synced, plan};
+use gantry_server::scheduler::{QueueInput, Snapshot, State, Synced, gang, held, placement, plan};
 use gantry_store::*;
 use proptest::prelude::*;
 
@@ -65,7 +65,7 @@ fn reload(store: &dyn Store, at: i64) -> Snapshot {
     Snapshot {
         nodes,
         gpus: store.gpus().expect("gpus"),
-        held: store.allocations(true).expect("allocations"),
+        held: store.allocations(true).expect("allocations").iter().map(held).collect(),
         pending: by_state(JobState::Pending),
         active,
         teams: store.teams().expect("teams"),
@@ -169,11 +169,11 @@ impl World {
             Op::Pass => {
                 state.sync(&self.store).expect("sync");
                 let p = plan(state.plan_input(self.clock, QueueInput::default()), PolicyKind::Gantry, 7);
-                for placement in &p.placements {
-                    let _ = self.store.place(placement);
+                for p in &p.placements {
+                    let _ = self.store.place(&placement(p.clone()));
                 }
-                for gang in &p.gangs {
-                    let _ = self.store.place_gang(gang);
+                for g in &p.gangs {
+                    let _ = self.store.place_gang(&gang(g.clone()));
                 }
                 for v in &p.preemptions {
                     let _ = self.store.preempt(v.job_id, &v.reason, self.clock);

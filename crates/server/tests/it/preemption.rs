@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use gantry_core::PolicyKind;
-use gantry_server::scheduler::{Plan, Snapshot, plan};
+use gantry_server::scheduler::{Plan, Snapshot, held, plan};
 use gantry_store::*;
 use proptest::prelude::*;
 
@@ -54,7 +54,7 @@ fn start(next: &mut Snapshot, p: &Plan) {
         (j.node_id, j.epoch) = (Some(placement.node_id.clone()), Some(placement.epoch));
         for g in &placement.grants {
             j.gpu_uuids.push(g.uuid.clone());
-            next.held.push(Allocation {
+            next.held.push(held(&Allocation {
                 id: next.held.len() as i64 + 1_000,
                 job_id: j.id,
                 attempt: 1,
@@ -64,7 +64,7 @@ fn start(next: &mut Snapshot, p: &Plan) {
                 share_milli: g.share_milli,
                 memory_mib: g.memory_mib,
                 released_after: None,
-            });
+            }));
         }
         next.active.push(j);
     }

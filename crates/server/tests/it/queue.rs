@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use gantry_core::PolicyKind;
 use gantry_core::queue::{self, Decision, QueuedJob, Usage};
-use gantry_server::scheduler::{QueueInput, Snapshot, plan};
+use gantry_core::sched::GangPlace;
+use gantry_server::scheduler::{QueueInput, Snapshot, held, plan};
 use gantry_store::*;
 use proptest::prelude::*;
 
@@ -167,7 +168,7 @@ fn gang(s: &mut Snapshot, id: JobId, team: &str, priority: i32, replicas: u32, g
 }
 
 /// Marks the pending gang `id` running where its placement put it.
-fn run_gang(s: &mut Snapshot, id: JobId, placement: &GangPlacement) {
+fn run_gang(s: &mut Snapshot, id: JobId, placement: &GangPlace) {
     let mut moved: Vec<Job> = Vec::new();
     s.pending.retain(|j| {
         let mine = j.id == id || j.gang.as_ref().is_some_and(|g| g.id == id);
@@ -184,7 +185,7 @@ fn run_gang(s: &mut Snapshot, id: JobId, placement: &GangPlacement) {
             j.epoch = Some(p.epoch);
             for g in &p.grants {
                 j.gpu_uuids.push(g.uuid.clone());
-                s.held.push(Allocation {
+                s.held.push(held(&Allocation {
                     id: s.held.len() as i64 + 1,
                     job_id: j.id,
                     attempt: 1,
@@ -194,14 +195,14 @@ fn run_gang(s: &mut Snapshot, id: JobId, placement: &GangPlacement) {
                     share_milli: 1000,
                     memory_mib: 81920,
                     released_after: None,
-                });
+                }));
             }
         }
         s.active.push(j);
     }
 }
 
-fn nodes_of(p: &GangPlacement) -> Vec<(JobId, String)> {
+fn nodes_of(p: &GangPlace) -> Vec<(JobId, String)> {
     p.workers.iter().map(|w| (w.job_id, w.node_id.clone())).collect()
 }
 

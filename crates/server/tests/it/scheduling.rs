@@ -1,5 +1,5 @@
 use gantry_core::PolicyKind;
-use gantry_server::scheduler::{Snapshot, plan};
+use gantry_server::scheduler::{Snapshot, held, plan};
 use gantry_store::*;
 
 pub fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
@@ -58,7 +58,7 @@ pub fn hold(s: &mut Snapshot, mut j: Job, node: usize, first_gpu: u32, width: u3
     for i in first_gpu..first_gpu + width {
         let uuid = format!("GPU-{node}-{i}");
         j.gpu_uuids.push(uuid.clone());
-        s.held.push(Allocation {
+        s.held.push(held(&Allocation {
             id: s.held.len() as i64 + 1,
             job_id: j.id,
             attempt: 1,
@@ -68,7 +68,7 @@ pub fn hold(s: &mut Snapshot, mut j: Job, node: usize, first_gpu: u32, width: u3
             share_milli: 1000,
             memory_mib: 81920,
             released_after: None,
-        });
+        }));
     }
     s.active.push(j);
 }
@@ -132,7 +132,7 @@ fn held_allocations_are_respected() {
     running.node_id = Some("n1".into());
     running.gpu_uuids = vec!["GPU-0".into()];
     s.active = vec![running];
-    s.held = vec![Allocation {
+    s.held = vec![held(&Allocation {
         id: 1,
         job_id: 1,
         attempt: 1,
@@ -142,7 +142,7 @@ fn held_allocations_are_respected() {
         share_milli: 1000,
         memory_mib: 81920,
         released_after: None,
-    }];
+    })];
     let placed = plan(&s, PolicyKind::Gantry, 1).placements;
     assert_eq!(placed.iter().map(|p| p.job_id).collect::<Vec<_>>(), vec![3]);
     assert_eq!(placed[0].grants[0].uuid, "GPU-1");

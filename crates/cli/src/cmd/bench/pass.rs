@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use gantry_core::{PolicyKind, RandomSource, SplitMix64};
-use gantry_server::scheduler::{QueueInput, State, Synced, plan};
+use gantry_server::scheduler::{QueueInput, State, Synced, placement, plan};
 use gantry_store::{
     GpuInfo, GpuRange, NewJob, NodeRegistration, RegisterRequest, SqliteStore, Store, SubmitRequest, Team,
 };
@@ -156,7 +156,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
     submit_all(store, (1..=i64::from(running)).map(|i| job(&format!("team-{}", i % 2), 1, 0, i)).collect())?;
     let s = State::load(store)?.snapshot(1_000_000);
     for p in plan(&s, PolicyKind::Gantry, 1).placements {
-        store.place(&p)?;
+        store.place(&placement(p))?;
     }
     let mut rng = SplitMix64::new(42);
     let queue = (1..=i64::from(args.pending))

@@ -5,17 +5,18 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use gantry_core::resources::WHOLE_GPU;
-use gantry_core::{NodeId, PolicyKind, SplitMix64};
-use gantry_store::Job;
+use crate::resources::WHOLE_GPU;
+use crate::{NodeId, PolicyKind, RandomSource};
+use gantry_api::model::Job;
 
-use super::plan::{Layout, Plan, Snapshot, to_request, typical_pods};
+use super::decision::Plan;
+use super::layout::{Layout, to_request, typical_pods};
+use super::snapshot::Snapshot;
 
 /// Priority-then-FIFO placement with `kind` (the benchmark runs it with `bestfit`).
-pub fn plan_priority_fifo(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
+pub fn plan_priority_fifo(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
     let mut layout = Layout::build(s);
     let mut policy = kind.build(Arc::new(typical_pods(s, layout.max_gpu_memory)));
-    let mut rng = SplitMix64::new(seed);
     let order: Vec<NodeId> = (0..layout.nodes.len()).collect();
     let quotas: HashMap<&str, u64> = s
         .teams
@@ -42,7 +43,7 @@ pub fn plan_priority_fifo(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
             out.waiting.push((job.id, format!("team {} is at its GPU quota while others wait", job.team)));
             continue;
         }
-        let placed = policy.place(&layout.cluster, &req, &order, &mut rng);
+        let placed = policy.place(&layout.cluster, &req, &order, rng);
         layout.next_id += 1;
         let Some(p) = placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) else {
             out.waiting.push((job.id, layout.why_not(&req)));

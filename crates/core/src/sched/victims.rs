@@ -2,7 +2,7 @@
 //!
 //! The queue says which running jobs lost their place; stopping all of them would lose work
 //! nobody needs, and the queue counts GPUs without knowing their model or the nodes' CPU and
-//! memory. For each started job that finds no room, [`gantry_core::sched::find_room`] picks the
+//! memory. For each started job that finds no room, [`crate::sched::find_room`] picks the
 //! nodes and the smallest set of victims that make it placeable once they end: nodes it may use
 //! (GPU model, schedulable, GPU count), the CPU and memory of its workers, a gang's workers
 //! whole; lowest priority first, then least GPU-time lost, never a job of equal or higher
@@ -15,17 +15,21 @@
 //! priority too), or when an admin let the preemptor's team preempt other teams
 //! (`preempt_other_teams`). GPUs, CPU and memory that jobs already stopping will free count as
 //! free, so a job waiting for its victims to stop asks for no more. A gang is a victim as a whole
-//! (its GPUs on a node are what it frees there).
+//! (its GPUs on a node are what it frees there). A service's replicas are stopped last and at most
+//! one of each service per pass (`super::service`).
 
 use std::collections::{HashMap, HashSet};
 
-use gantry_core::queue::{Decision, Victim};
-use gantry_core::resources::WHOLE_GPU;
-use gantry_core::sched::{Contender, Holder, NodeRoom, Shape, TeamsNow, find_room};
-use gantry_core::{ModelSet, Request};
-use gantry_store::JobState;
+use crate::queue::{Decision, Victim};
+use crate::resources::WHOLE_GPU;
+use crate::sched::{Contender, Holder, NodeRoom, Shape, TeamsNow, find_room};
+use crate::{ModelSet, Request};
+use gantry_api::model::JobState;
 
-use super::plan::{Layout, Plan, Preemption, QueueView, Snapshot};
+use super::decision::{Plan, Preemption};
+use super::layout::Layout;
+use super::snapshot::Snapshot;
+use super::view::QueueView;
 
 /// Candidates and what is already being freed, across one pass.
 pub(super) struct Victims<'v, 'a> {
@@ -48,6 +52,10 @@ pub(super) struct Victims<'v, 'a> {
     earmarked: HashMap<i64, Vec<(usize, u32, u64, u64)>>,
     /// Whole GPUs each team holds now.
     team_held: Vec<u32>,
+    /// Per job (index into the view), the service it is a replica of (an index).
+    services: Vec<Option<u32>>,
+    /// Services a replica of which this pass already stops: no second one is stopped.
+    stopped_services: HashSet<u32>,
     at: i64,
 }
 
@@ -94,7 +102,18 @@ impl<'v, 'a> Victims<'v, 'a> {
             }
         }
         let at = s.at;
+        let mut names: HashMap<&str, u32> = HashMap::new();
+        let services = view
+            .source
+            .iter()
+            .map(|j| {
+                let next = names.len() as u32;
+                s.service(j.id).map(|svc| *names.entry(svc).or_insert(next))
+            })
+            .collect();
         Self {
+            services,
+            stopped_services: HashSet::new(),
             view,
             candidates,
             running,
@@ -162,6 +181,7 @@ impl<'v, 'a> Victims<'v, 'a> {
         let picked: Vec<usize> = room.victims.iter().map(|c| *c as usize).collect();
         for c in &picked {
             self.chosen.insert(*c);
+            self.stopped_services.extend(self.services[*c]);
             for (node, gpus) in &self.view.jobs[*c].held {
                 self.freeing[*node] += gpus;
                 let (cpu, memory) = host_on(self.view, *c, *node);
@@ -229,11 +249,13 @@ impl<'v, 'a> Victims<'v, 'a> {
             pool.dedup();
         }
         let mut out = Vec::new();
-        for c in pool.into_iter().filter(|c| !self.chosen.contains(c) && *c != k) {
+        let stopped = |c: &usize| self.services[*c].is_some_and(|s| self.stopped_services.contains(&s));
+        for c in pool.into_iter().filter(|c| !self.chosen.contains(c) && *c != k && !stopped(c)) {
             for (node, _) in &self.view.jobs[c].held {
                 let Some(victim) = self.victim(k, c, *node) else { continue };
                 let (cpu_milli, memory_mib) = host_on(self.view, c, *node);
-                out.push(Holder { node: *node, victim, cpu_milli, memory_mib });
+                let service = self.services[c];
+                out.push(Holder { node: *node, victim, cpu_milli, memory_mib, service });
             }
         }
         out
@@ -309,7 +331,7 @@ fn reserve(layout: &mut Layout<'_>, node: usize, gpus: u32, cpu: u64, memory: u6
     };
     let (Ok(req), Some(idle)) = (req, idle) else { return };
     layout.next_id += 1;
-    let _ = layout.cluster.allocate(layout.next_id, &req, &gantry_core::Placement { node, gpus: idle });
+    let _ = layout.cluster.allocate(layout.next_id, &req, &crate::Placement { node, gpus: idle });
 }
 
 /// CPU and memory job `k` holds on `node`: a gang's per worker there, a plain job's own.

@@ -1,8 +1,9 @@
 //! A gang's workers on the ledger: every worker on the nodes the queue chose, or none.
 
-use gantry_store::{GangPlacement, Job};
+use gantry_api::model::Job;
 
-use super::plan::Layout;
+use super::decision::GangPlace;
+use super::layout::Layout;
 
 /// Places `workers` (by rank) on `parts` ((node, GPUs) as the queue split the gang), rank 0 on
 /// the first part. `None`, with the ledger untouched, when a worker does not fit (CPU, memory,
@@ -13,7 +14,7 @@ pub(super) fn place(
     workers: &[&Job],
     parts: &[(usize, u32)],
     at: i64,
-) -> Option<GangPlacement> {
+) -> Option<GangPlace> {
     let req = layout.request(gang)?;
     let per = req.gpus.max(1);
     let replicas = gang.gang.as_ref()?.replicas as usize;
@@ -31,7 +32,7 @@ pub(super) fn place(
                 .node(*node)
                 .filter(|n| n.fits(&req))
                 .and_then(|n| n.lowest_idle_gpus(per))
-                .map(|gpus| gantry_core::Placement { node: *node, gpus });
+                .map(|gpus| crate::Placement { node: *node, gpus });
             layout.next_id += 1;
             match spot.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
                 Some(p) => {
@@ -47,5 +48,5 @@ pub(super) fn place(
             }
         }
     }
-    Some(GangPlacement { gang_id: gang.id, workers: placements, at })
+    Some(GangPlace { gang_id: gang.id, workers: placements, at })
 }

@@ -1,6 +1,6 @@
 //! Elastic jobs (`--gpus 2..8`) in the server's pass: when to grow them, when to shrink them.
 //!
-//! The simulator's elastic policy (`gantry_core::queue::plan_elastic`) hands spare GPUs to the
+//! The simulator's elastic policy (`crate::queue::plan_elastic`) hands spare GPUs to the
 //! jobs whose goodput gains most per GPU, from a goodput curve each job reports. Server jobs
 //! report no such curve, so the server follows a plain rule on the same shape (admit at the
 //! minimum, then resize between rounds, never outside the range):
@@ -38,11 +38,12 @@
 
 use std::collections::HashMap;
 
-use gantry_core::resources::WHOLE_GPU;
-use gantry_core::{ModelSet, Request};
-use gantry_store::{Job, JobState};
+use crate::resources::WHOLE_GPU;
+use crate::{ModelSet, Request};
+use gantry_api::model::{Job, JobState};
 
-use super::plan::{Layout, Plan};
+use super::decision::Plan;
+use super::layout::Layout;
 
 /// A running elastic job the pass asks to stop and restart at another width.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,17 +302,16 @@ fn widen(job: &Job, index: usize, ledger: u64, cap: u32, layout: &mut Layout<'_>
     for to in (width + 1..=room.min(max)).rev() {
         req.gpus = to;
         let Some(gpus) = layout.cluster.node(node).and_then(|n| n.lowest_idle_gpus(to)) else { continue };
-        let p = gantry_core::Placement { node, gpus };
+        let p = crate::Placement { node, gpus };
         layout.next_id += 1;
         if layout.cluster.allocate(layout.next_id, &req, &p).is_ok() {
             out.placements[index] = layout.placement(job, &req, &p, out.placements[index].at);
             return;
         }
     }
+    // Put back what was released: it fitted a moment ago, on the same ledger.
     layout.next_id += 1;
-    if let Err(e) = layout.cluster.allocate(layout.next_id, &old_req, &old) {
-        tracing::warn!(job = job.id, error = %e, "an elastic job's placement no longer fits the ledger");
-    }
+    let _ = layout.cluster.allocate(layout.next_id, &old_req, &old);
 }
 
 /// Wholly idle GPUs of a schedulable node.
@@ -331,5 +331,5 @@ fn reserve(layout: &mut Layout<'_>, node: usize, gpus: u32) {
     let Some(idle) = layout.cluster.node(node).and_then(|n| n.lowest_idle_gpus(gpus)) else { return };
     let Ok(req) = Request::new(0, 0, gpus, WHOLE_GPU, 0, ModelSet::Any) else { return };
     layout.next_id += 1;
-    let _ = layout.cluster.allocate(layout.next_id, &req, &gantry_core::Placement { node, gpus: idle });
+    let _ = layout.cluster.allocate(layout.next_id, &req, &crate::Placement { node, gpus: idle });
 }

@@ -1,0 +1,158 @@
+//! Planning a scheduling pass: a pure function from a snapshot to decisions, on the core's
+//! queue and ledger.
+//!
+//! *Who* runs is [`crate::queue::plan_ranked`], the entry point the job simulator's
+//! `gantry` policy calls: team guarantees (a team's `gpu_quota` is the GPUs it is guaranteed;
+//! idle GPUs may be borrowed and are reclaimed when the owner returns), priority raised by aging,
+//! fair share from decayed usage, FIFO, backfill that cannot delay the head, and preemption of
+//! lower-ranked running jobs. The server does not demote by attained service (its jobs do not say
+//! they checkpoint), so every job sits in band 0.
+//!
+//! *Where*: a whole-GPU job goes where the queue placed it (the fullest node that holds it, as in
+//! the simulator, so the two make the same decisions); when the ledger refuses that node (CPU,
+//! memory, a GPU a slice took), the placement policy looks for any node. A job of one worker is
+//! never split between nodes (`worker_gpus` = its GPUs). Slices and CPU-only jobs count as zero
+//! whole GPUs in the queue and are placed by the policy, in rank order.
+//! A gang (`replicas` > 1) is queued as one job of `replicas` × `gpus` GPUs that may be split
+//! only between workers; its workers are placed on the nodes the queue chose, all at once
+//! ([`super::GangPlace`]), or not at all.
+//!
+//! *Preemption* ([`super::victims`]): the queue names the running jobs that lost their place;
+//! one is stopped only when a job the queue started cannot get its GPUs otherwise, and then
+//! [`crate::queue::choose_victims`] picks the fewest, cheapest among them on the nodes the
+//! queue chose for it: lowest priority first, least GPU-time lost, never a job of equal or higher
+//! priority (a team reclaiming its guarantee may stop another team's borrower of equal
+//! priority). Preempting a gang's worker preempts the whole gang.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use gantry_api::model::Job;
+
+use super::decision::Plan;
+use super::elastic::Elastic;
+use super::gates::gate;
+use super::layout::{Layout, to_request, typical_pods};
+use super::reasons::{Reasons, waiting_for};
+use super::service::Spread;
+use super::snapshot::Snapshot;
+use super::victims::Victims;
+use super::view::QueueView;
+use crate::queue::{self, Decision};
+use crate::resources::WHOLE_GPU;
+use crate::{NodeId, PolicyKind, RandomSource};
+
+/// Every decision of one pass over `s` with placement policy `kind`: dependencies failed,
+/// placements, gangs, preemptions (with their victims), resizes, and why each other pending
+/// job waits, in the order they are carried out. Deterministic for a snapshot and random
+/// stream.
+pub fn plan(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Vec<super::Decision> {
+    plan_grouped(s, kind, rng).into_decisions()
+}
+
+/// [`plan`]'s decisions grouped by kind.
+pub fn plan_grouped(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
+    // Dependencies and array limits keep jobs out before the queue ranks them.
+    let gated = gate(&s.pending, &s.active, &s.deps);
+    let input = if s.pending.iter().any(|j| gated.stops(j.id)) {
+        let mut copy = s.clone();
+        copy.pending.retain(|j| !gated.stops(j.id));
+        Cow::Owned(copy)
+    } else {
+        Cow::Borrowed(s)
+    };
+    let mut out = pass(&input, kind, rng);
+    out.failed = gated.failed;
+    out.waiting.extend(gated.held);
+    out
+}
+
+/// One pass over the jobs the gate let through.
+fn pass(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
+    let mut layout = Layout::build(s);
+    let mut policy = kind.build(Arc::new(typical_pods(s, layout.max_gpu_memory)));
+    let order: Vec<NodeId> = (0..layout.nodes.len()).collect();
+    let mut out = Plan::default();
+    let view = QueueView::build(s, &layout, &mut out);
+    let (ranked, decisions) =
+        queue::plan_ranked(&s.queue.weights, &view.teams, &view.jobs, &view.usage, &view.capacity);
+    let mut victims = Victims::new(&view, &ranked, &decisions, &layout, s);
+    let mut elastic = Elastic::new(&s.active, &layout, s.at, s.queue.resize_gap_ms);
+    let mut reasons = Reasons::default();
+    let mut spread = Spread::new(s, &layout);
+    for k in ranked {
+        let job = view.source[k];
+        match &decisions[k] {
+            // A running job that lost its place is only a candidate: it is stopped below when a
+            // started job needs its GPUs.
+            Decision::Keep { .. } | Decision::Preempt { .. } => {}
+            Decision::Wait { .. } => reasons.defer(&mut out, job, layout.request(job), true),
+            Decision::Start { nodes, .. } if is_gang(job) => {
+                let workers = s.gang_workers(job.id);
+                if workers.len() != job.gang.as_ref().map_or(0, |g| g.replicas as usize) {
+                    out.waiting.push((job.id, "waiting for its workers to be requeued".into()));
+                    continue;
+                }
+                match super::gang::place(&mut layout, job, &workers, nodes, s.at) {
+                    Some(p) => out.gangs.push(p),
+                    None if elastic.make_room(job, nodes, &mut layout, &mut out) => {}
+                    None => {
+                        let need = job.request.gpus * job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
+                        let why = to_request(job, layout.max_gpu_memory)
+                            .map_or_else(|| "waiting for room".into(), |r| waiting_for(&layout, s, &r, need));
+                        victims.make_room(k, nodes, &mut layout, &mut out, why);
+                    }
+                }
+            }
+            Decision::Start { nodes, .. } => {
+                let Some(req) = layout.request(job) else { continue };
+                // A service's replica is scored only on the nodes holding the fewest of its
+                // siblings (`super::service`); the queue's node is kept when it is one of them.
+                let service = s.service(job.id);
+                let few = service.and_then(|svc| spread.nodes_for(svc, &layout.cluster, &req));
+                let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU)
+                    .then(|| nodes[0].0)
+                    .filter(|n| few.as_ref().is_none_or(|few| few.contains(n)));
+                let here = wanted.and_then(|node| {
+                    let n = layout.cluster.node(node)?;
+                    let gpus = n.lowest_idle_gpus(req.gpus)?;
+                    Some(crate::Placement { node, gpus })
+                });
+                let placed = here
+                    .filter(|p| layout.cluster.node(p.node).is_some_and(|n| n.fits(&req)))
+                    .or_else(|| policy.place(&layout.cluster, &req, few.as_deref().unwrap_or(&order), rng));
+                layout.next_id += 1;
+                match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
+                    Some(p) => {
+                        if let Some(svc) = service {
+                            spread.placed(svc, p.node, layout.nodes.len());
+                        }
+                        elastic.placed(job, out.placements.len(), layout.next_id);
+                        out.placements.push(layout.placement(job, &req, &p, s.at));
+                    }
+                    None if req.gpu_milli == WHOLE_GPU
+                        && req.gpus > 0
+                        && elastic.make_room(job, nodes, &mut layout, &mut out) => {}
+                    None if req.gpu_milli == WHOLE_GPU && req.gpus > 0 => {
+                        let why = layout.why_not(&req);
+                        victims.make_room(k, nodes, &mut layout, &mut out, why);
+                    }
+                    None => reasons.defer(&mut out, job, Some(req), false),
+                }
+            }
+        }
+    }
+    elastic.grow(&s.pending, &s.queue.widths, &mut layout, &mut out);
+    reasons.fill(&layout, s, &mut out);
+    out
+}
+
+/// Whether the job is a gang (not one of its workers, not a plain job).
+pub(super) fn is_gang(job: &Job) -> bool {
+    job.gang.as_ref().is_some_and(|g| !g.is_worker())
+}
+
+/// Whether the job is a gang's worker.
+pub(super) fn is_worker(job: &Job) -> bool {
+    job.gang.as_ref().is_some_and(gantry_api::model::Gang::is_worker)
+}
