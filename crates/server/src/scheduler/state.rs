@@ -206,10 +206,9 @@ fn merge_by_id(into: &mut Vec<Job>, mut new: Vec<Job>) {
 }
 
 /// The service (`team/name`) a job is a replica of, for the core's spreading and victim rules
-/// (`gantry_core::sched::Snapshot::services`). No job says so yet: the services work (issue 19)
-/// adds `service` to the job, and this is where it is read.
-fn replica_service(_job: &Job) -> Option<String> {
-    None
+/// (`gantry_core::sched::Snapshot::services`); batch jobs have none.
+fn replica_service(job: &Job) -> Option<String> {
+    job.service.as_ref().map(|name| format!("{}/{name}", job.team))
 }
 
 /// A held allocation as the core sees it.
