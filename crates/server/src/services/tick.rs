@@ -87,6 +87,9 @@ struct Controller {
     last_port: u16,
     ticks: u64,
     started_at: i64,
+    /// The table last handed to the gateway (the gateway starts with an empty one): an
+    /// unchanged table is not handed again, so a tick that changes nothing disturbs nothing.
+    routes: RoutingTable,
 }
 
 impl Controller {
@@ -124,7 +127,10 @@ impl Controller {
         self.draining.retain(|job, _| seen.contains(job));
         self.scalers.retain(|key, _| table.contains_key(key));
         self.held.clear();
-        app.gateway.set_routes(&table);
+        if table != self.routes {
+            app.gateway.set_routes(&table);
+            self.routes = table;
+        }
         app.service_status.replace(status);
         self.carry_out(app, effects).await
     }
