@@ -447,6 +447,13 @@ pub struct Assignment {
     /// `gpu_uuids` of this attempt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub elastic: bool,
+    /// The working directory to materialise before the start: the agent fetches its manifest
+    /// (`GET /v1/agent/jobs/{id}/upload`) and files and checks both against this digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<crate::upload::Upload>,
+    /// Start in this absolute path on the node instead of the private directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chdir: Option<String>,
 }
 
 impl From<Job> for Assignment {
@@ -469,6 +476,8 @@ impl From<Job> for Assignment {
             workdir: job.workdir,
             gang: job.gang,
             elastic: job.request.is_elastic(),
+            upload: job.upload,
+            chdir: job.chdir,
         }
     }
 }

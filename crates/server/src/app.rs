@@ -50,6 +50,8 @@ pub struct App {
     pub gateway: Arc<crate::gateway::Gateway>,
     /// Signals held heartbeats that their node's work changed.
     pub assigned: crate::assigned::Assigned,
+    /// Uploaded working directories, per team.
+    pub uploads: crate::uploads::Uploads,
 }
 
 impl App {

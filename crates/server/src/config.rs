@@ -59,6 +59,10 @@ pub struct ServerConfig {
     /// Hold an agent's heartbeat that asks for it (`wait_ms`) until its node's work changes
     /// (see [`crate::assigned`]); false answers at once, as servers before the hold did.
     pub hold_heartbeats: bool,
+    /// Where uploaded working directories are kept, per team (`<data>/uploads`).
+    pub uploads_dir: PathBuf,
+    /// Most bytes an uploaded working directory's files may add up to.
+    pub upload_limit_bytes: u64,
 }
 
 impl ServerConfig {
@@ -67,6 +71,8 @@ impl ServerConfig {
     /// capped at 64 MiB per job and stream.
     pub fn local(logs_dir: PathBuf) -> Self {
         Self {
+            uploads_dir: logs_dir.with_file_name("uploads"),
+            upload_limit_bytes: gantry_api::upload::LIMIT_BYTES,
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             heartbeat_timeout: Duration::from_secs(10),
             node_lost_after: Duration::from_secs(300),

@@ -40,6 +40,7 @@ pub mod server;
 pub mod signin;
 pub mod tls;
 pub mod transport;
+pub mod uploads;
 
 pub use app::App;
 pub use clock::now_ms;

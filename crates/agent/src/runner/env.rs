@@ -130,6 +130,8 @@ mod tests {
             workdir: None,
             gang: None,
             elastic: false,
+            upload: None,
+            chdir: None,
         }
     }
 

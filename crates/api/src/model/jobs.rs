@@ -105,6 +105,13 @@ pub struct Job {
     /// `None` for a job of one worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<Gang>,
+    /// The working directory uploaded with it: the job starts in a private copy (`None`: in an
+    /// empty private directory, or in `chdir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<crate::upload::Upload>,
+    /// An absolute path on the node it starts in instead (Slurm's `--chdir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chdir: Option<String>,
 }
 
 impl Default for Job {
@@ -140,6 +147,8 @@ impl Default for Job {
             gpu_models: Vec::new(),
             workdir: None,
             gang: None,
+            upload: None,
+            chdir: None,
         }
     }
 }

@@ -29,6 +29,7 @@ mod top;
 mod transport;
 mod usage;
 mod walkthrough;
+mod workdir;
 mod workflow;
 
 use std::process::{Command, Output};
