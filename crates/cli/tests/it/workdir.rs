@@ -159,3 +159,24 @@ fn the_server_refuses_unsafe_manifests_and_another_team_reads_nothing_of_an_uplo
         assert_eq!(agent.status(), 403, "a user token is no node credential");
     });
 }
+
+#[test]
+fn apply_runs_the_file_in_a_copy_of_its_directory_and_a_changed_directory_changes_the_job() {
+    let cluster = Cluster::start(&["--no-agent"]);
+    let dir = tempfile::tempdir_in(outside_tmp()).expect("temp dir");
+    std::fs::write(dir.path().join("job.yaml"), "name: eval\ncommand: [python3, eval.py]\n")
+        .expect("job.yaml");
+    std::fs::write(dir.path().join("eval.py"), "print(1)\n").expect("eval.py");
+    let out = gantry_in(&cluster, dir.path(), &["apply", "-f", "job.yaml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let id = said.strip_prefix("job ").and_then(|s| s.strip_suffix(" created\n")).expect(&said).to_owned();
+    let out = gantry_in(&cluster, dir.path(), &["apply", "-f", "job.yaml"]);
+    assert_eq!(text(&out.stdout), format!("job {id} unchanged\n"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("0 B new in 0 files"), "{}", text(&out.stderr));
+    std::fs::write(dir.path().join("eval.py"), "print(2)\n").expect("eval.py");
+    let out = gantry_in(&cluster, dir.path(), &["apply", "-f", "job.yaml"]);
+    assert_eq!(text(&out.stdout), format!("job {id} configured\n"), "{}", text(&out.stderr));
+    let job: Value = serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).expect("json");
+    assert_eq!(job["job"]["upload"]["files"], 2, "{job}");
+}
