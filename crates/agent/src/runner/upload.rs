@@ -118,3 +118,6 @@ pub fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
