@@ -50,16 +50,45 @@ pub enum UploadError {
 }
 
 /// The uploads directory.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Uploads {
     root: PathBuf,
     limit: u64,
+    /// The file digests of recently read manifests, by team and manifest digest: an agent
+    /// fetching an upload's files asks for each one, and reading the manifest per file would
+    /// make a large upload quadratic.
+    names: std::sync::Mutex<HashMap<(String, String), Names>>,
 }
+
+/// The file digests one manifest names.
+type Names = std::sync::Arc<HashSet<String>>;
+
+/// Manifests whose file digests are kept in memory at most.
+const NAMES_KEPT: usize = 64;
 
 impl Uploads {
     /// Uploads under `root` (`<data>/uploads`), manifests of at most `limit` bytes of files.
     pub fn new(root: PathBuf, limit: u64) -> Self {
-        Self { root, limit }
+        Self { root, limit, names: Default::default() }
+    }
+
+    /// Whether the team's manifest `digest` names the file `sha256`.
+    pub fn names(&self, team: &str, digest: &str, sha256: &str) -> Result<bool, UploadError> {
+        let key = (team.to_owned(), digest.to_owned());
+        let cached = self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
+        let names = match cached {
+            Some(names) => names,
+            None => {
+                let names = std::sync::Arc::new(self.manifest(team, digest)?.digests().into_iter().collect());
+                let mut kept = self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if kept.len() >= NAMES_KEPT {
+                    kept.clear();
+                }
+                kept.insert(key, std::sync::Arc::clone(&names));
+                names
+            }
+        };
+        Ok(names.contains(sha256))
     }
 
     /// Most bytes a manifest's files may add up to.

@@ -168,8 +168,7 @@ pub async fn agent_blob(
 ) -> Result<impl IntoResponse, ApiError> {
     let (team, upload) = placed_here(&app, &who, id).await?;
     let bytes = on_disk(&app, move |u| {
-        let manifest = u.manifest(&team, &upload.digest)?;
-        if !manifest.entries.iter().any(|e| e.sha256.as_deref() == Some(sha256.as_str())) {
+        if !u.names(&team, &upload.digest, &sha256)? {
             return Err(UploadError::NotFound(format!("file {sha256} is not in job {id}'s upload")));
         }
         let mut bytes = Vec::new();

@@ -36,6 +36,9 @@ fn another_team_holds_nothing_of_what_one_team_uploaded() {
     assert!(matches!(u.blob("nlp", &sha), Err(UploadError::NotFound(_))));
     assert!(matches!(u.confirm("nlp", &summary), Err(UploadError::NotFound(_))));
     u.confirm("vision", &summary).expect("the team's own");
+    assert!(u.names("vision", &summary.digest, &sha).expect("read"), "the manifest names its file");
+    assert!(!u.names("vision", &summary.digest, &upload::hex_sha256(b"other")).expect("cached"));
+    assert!(matches!(u.names("nlp", &summary.digest, &sha), Err(UploadError::NotFound(_))));
 }
 
 #[test]
