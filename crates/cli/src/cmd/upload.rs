@@ -142,7 +142,13 @@ pub fn send(api: &Api, team: Option<&str>, packed: &Packed) -> anyhow::Result<(U
     let query = team.map(|t| format!("?team={t}")).unwrap_or_default();
     let digests = packed.manifest.digests();
     let asked: MissingResponse =
-        block_on(api.post(&format!("/v1/uploads/missing{query}"), &MissingRequest { digests }))??;
+        match block_on(api.post(&format!("/v1/uploads/missing{query}"), &MissingRequest { digests }))? {
+            Err(e) if super::client::ApiStatus::of(&e) == Some(404) => bail!(
+                "the server at {} takes no uploads (it is older than this client); pass --no-upload",
+                api.base()
+            ),
+            other => other?,
+        };
     let total: u64 = packed.manifest.entries.iter().map(|e| e.size).sum();
     if total > asked.limit_bytes {
         bail!("{}", upload::over_limit(total, asked.limit_bytes));
