@@ -11,7 +11,9 @@
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
 //!   reads (capped, rotated segments addressed by stream position); [`job_log_times`] when
-//!   each part of it was written.
+//!   each part of it was written;
+//! - [`upload`]: a job's working directory as it travels (a manifest of files by digest) and
+//!   the check that keeps its paths inside the directory it is written into.
 //!
 //! It sits under every other crate, the way `kube-core` sits under `kube-rs`: no async runtime,
 //! no HTTP, no database. With the `openapi` feature the types also describe themselves for the
@@ -26,4 +28,5 @@ pub mod model;
 pub mod service;
 pub mod submit;
 pub mod types;
+pub mod upload;
 pub mod workflow;

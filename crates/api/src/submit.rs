@@ -62,6 +62,10 @@ pub struct SubmitRequest {
     pub workdir: Option<String>,
     /// Workers of a gang (None or 1: a job of one worker).
     pub replicas: Option<u32>,
+    /// The working directory uploaded for it (`gantry submit` packs the one it runs in).
+    pub upload: Option<crate::upload::Upload>,
+    /// Start in this absolute path on the node instead of a private copy (Slurm's `--chdir`).
+    pub chdir: Option<String>,
 }
 
 impl SubmitRequest {
@@ -108,6 +112,8 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             gpu_models: j.gpu_models,
             workdir: j.workdir,
             replicas: j.replicas,
+            upload: j.upload,
+            chdir: j.chdir,
         })
     }
 }
@@ -136,6 +142,8 @@ impl From<SubmitRequest> for SubmitJson {
             gpu_models: r.gpu_models,
             workdir: r.workdir,
             replicas: r.replicas,
+            upload: r.upload,
+            chdir: r.chdir,
         }
     }
 }
@@ -239,6 +247,16 @@ pub(crate) struct SubmitJson {
     /// whole gang. None or 1: a job of one worker.
     #[serde(default)]
     replicas: Option<u32>,
+    /// The working directory the job starts in a private copy of: the `digest`, `files` and
+    /// `bytes` the server answered when its manifest was posted (`PUT /v1/uploads/manifest`),
+    /// checked again here (422 when the team holds no such upload). `workdir` is relative to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    upload: Option<crate::upload::Upload>,
+    /// Start in this absolute path on the node (Slurm's `--chdir`) instead of the job's private
+    /// directory; not with `upload` or `workdir`. The node must have it (else the job fails with
+    /// the reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chdir: Option<String>,
 }
 
 #[cfg(test)]

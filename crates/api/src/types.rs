@@ -451,6 +451,13 @@ pub struct Assignment {
     /// a network namespace of its own, so that the gateway reaches `NODE:PORT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// The working directory to materialise before the start: the agent fetches its manifest
+    /// (`GET /v1/agent/jobs/{id}/upload`) and files and checks both against this digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<crate::upload::Upload>,
+    /// Start in this absolute path on the node instead of the private directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chdir: Option<String>,
 }
 
 impl From<Job> for Assignment {
@@ -475,6 +482,8 @@ impl From<Job> for Assignment {
             gang: job.gang,
             elastic: job.request.is_elastic(),
             port,
+            upload: job.upload,
+            chdir: job.chdir,
         }
     }
 }

@@ -281,6 +281,25 @@ pub fn check_workdir(dir: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a `--chdir` path: absolute, with no empty, `.` or `..` part (`/` itself is refused
+/// too), at most 4096 bytes, no control character. Whether the node has it is the agent's check.
+pub fn check_chdir(dir: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!("chdir: {why}; it must be an absolute path on the node (e.g. `/shared/project`)"))
+    };
+    if dir.len() > 4096 || !dir.starts_with('/') || dir == "/" {
+        return bad(&format!("`{dir}` is not an absolute path below `/`"));
+    }
+    for part in dir[1..].split('/') {
+        match part {
+            "" | "." | ".." => return bad(&format!("`{dir}` has an empty, `.` or `..` part")),
+            p if p.chars().any(|c| c.is_control()) => return bad("contains a control character"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,6 +52,8 @@ pub struct App {
     pub assigned: crate::assigned::Assigned,
     /// What the service controller last saw of each service (readiness, why it is short).
     pub service_status: crate::services::Status,
+    /// Uploaded working directories, per team.
+    pub uploads: crate::uploads::Uploads,
 }
 
 impl App {

@@ -65,6 +65,10 @@ pub struct ServerConfig {
     /// The ports replicas get as `$PORT`, both ends included (one per live replica, unique in
     /// the cluster).
     pub service_ports: (u16, u16),
+    /// Where uploaded working directories are kept, per team (`<data>/uploads`).
+    pub uploads_dir: PathBuf,
+    /// Most bytes an uploaded working directory's files may add up to.
+    pub upload_limit_bytes: u64,
 }
 
 impl ServerConfig {
@@ -73,6 +77,8 @@ impl ServerConfig {
     /// capped at 64 MiB per job and stream.
     pub fn local(logs_dir: PathBuf) -> Self {
         Self {
+            uploads_dir: logs_dir.with_file_name("uploads"),
+            upload_limit_bytes: gantry_api::upload::LIMIT_BYTES,
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             heartbeat_timeout: Duration::from_secs(10),
             node_lost_after: Duration::from_secs(300),

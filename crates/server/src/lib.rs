@@ -42,6 +42,7 @@ pub mod services;
 pub mod signin;
 pub mod tls;
 pub mod transport;
+pub mod uploads;
 
 pub use app::App;
 pub use clock::now_ms;

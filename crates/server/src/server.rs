@@ -82,6 +82,7 @@ impl Server {
                 gateway_metrics,
                 Box::new(gantry_core::rng::SplitMix64::new(seed())),
             )),
+            uploads: crate::uploads::Uploads::new(config.uploads_dir.clone(), config.upload_limit_bytes),
             store,
             config,
             metrics,
@@ -234,13 +235,23 @@ async fn sweep_output(app: Arc<App>, mut stop: watch::Receiver<bool>) {
             _ = every.tick() => {}
             _ = stop.changed() => return,
         }
-        let app = Arc::clone(&app);
+        let output = Arc::clone(&app);
         let swept = tokio::task::spawn_blocking(move || {
+            let app = output;
             app.output.sweep(&*app.store, &app.config.logs_dir, now_ms(), app.config.output)
         })
         .await;
         if let Ok(n @ 1..) = swept {
             tracing::info!(jobs = n, "removed the output of jobs past the retention window");
+        }
+        let uploads = Arc::clone(&app);
+        let swept = tokio::task::spawn_blocking(move || {
+            let app = uploads;
+            app.uploads.sweep(&*app.store, now_ms(), app.config.output.retention)
+        })
+        .await;
+        if let Ok(n @ 1..) = swept {
+            tracing::info!(files = n, "removed uploads no kept job refers to");
         }
     }
 }

@@ -81,12 +81,13 @@ pub fn start(
     a: &Assignment,
     ctx: &Context,
     deadline: Option<(i64, u64)>,
+    staged: Option<&std::path::Path>,
     exits: &mpsc::UnboundedSender<Ended>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Started, AgentError> {
     let (user, credentials) = ctx.sandbox.user_for(&a.team)?;
     let user = &user;
-    let workdir = ctx.sandbox.make_workdir(a.job_id, a.attempt, user)?;
+    let workdir = ctx.sandbox.make_workdir(a.job_id, a.attempt, user, staged)?;
     let cgroup = match ctx.sandbox.cgroup(a, &ctx.minors) {
         Ok(c) => c.map(Arc::new),
         Err(e) => {
@@ -172,7 +173,10 @@ fn spec(
     {
         *addr = gateway.to_string();
     }
-    let cwd = ctx.sandbox.make_subdir(workdir, a.workdir.as_deref(), user)?;
+    let cwd = match &a.chdir {
+        Some(dir) => on_node(dir)?,
+        None => ctx.sandbox.make_subdir(workdir, a.workdir.as_deref(), user)?,
+    };
     logs::private_dir(&job_logs::dir(&ctx.logs, a.job_id))?;
     let dir = job_logs::attempt_dir(&ctx.logs, a.job_id, a.attempt);
     logs::private_dir(&dir)?;
@@ -193,6 +197,18 @@ fn spec(
         state: ctx.state.clone(),
         net: attached.map(|n| n.net.clone()),
     })
+}
+
+/// A `--chdir` directory: checked again (absolute, no `..`) and required to be a directory on
+/// this node.
+fn on_node(dir: &str) -> Result<PathBuf, AgentError> {
+    gantry_api::workflow::check_chdir(dir).map_err(AgentError::Refused)?;
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(PathBuf::from(dir)),
+        _ => {
+            Err(AgentError::Refused(format!("chdir: {dir} is not a directory on node {}", super::hostname())))
+        }
+    }
 }
 
 /// The ports attempt `a` publishes on its node: rank 0 of a gang publishes `MASTER_PORT`, a

@@ -83,6 +83,33 @@ impl Client {
         }
     }
 
+    /// GETs `path` (a job's upload manifest) as JSON.
+    pub async fn get_json<R: DeserializeOwned>(&self, path: &str) -> Result<R, AgentError> {
+        Ok(self.get(path, REQUEST_TIMEOUT).await?.json().await?)
+    }
+
+    /// GETs `path` (a file of a job's upload) as bytes, allowing `timeout` for it.
+    pub async fn get_bytes(&self, path: &str, timeout: Duration) -> Result<bytes::Bytes, AgentError> {
+        Ok(self.get(path, timeout).await?.bytes().await?)
+    }
+
+    async fn get(&self, path: &str, timeout: Duration) -> Result<reqwest::Response, AgentError> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(with_tls_cause)?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body = resp.text().await.unwrap_or_default();
+        Err(AgentError::Status { status: status.as_u16(), body })
+    }
+
     async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, AgentError> {
         self.send(path, body, REQUEST_TIMEOUT).await
     }

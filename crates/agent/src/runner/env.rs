@@ -131,6 +131,8 @@ mod tests {
             gang: None,
             elastic: false,
             port: None,
+            upload: None,
+            chdir: None,
         }
     }
 

@@ -2,6 +2,9 @@
 //! Stopping reaches the whole attempt: every process in its cgroup, or without cgroups its
 //! process group. An attempt is started by [`super::attempt`] and supervised by its shim, so it
 //! outlives the agent: a restarted agent takes up what its records say ([`Jobs::recover`]).
+//! A job with an uploaded working directory is fetched first ([`super::upload`], in a task of
+//! its own, so heartbeats go on meanwhile); it starts when [`Jobs::fetched`] hears the fetch
+//! ended, and a stop before then ends it without a start.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
@@ -38,6 +41,19 @@ struct Local {
     deadline: Option<(Instant, u64)>,
     /// Stopped because the time limit ran out.
     timed_out: bool,
+    /// Its upload is being fetched: the assignment to start once it is, and the fetch's task.
+    fetching: Option<(Box<Assignment>, tokio::task::AbortHandle)>,
+}
+
+/// A fetch of an attempt's upload ended: its staging directory, or why it failed.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The job.
+    pub job_id: JobId,
+    /// The attempt.
+    pub attempt: u32,
+    /// The staging directory, complete, or the error.
+    pub result: Result<std::path::PathBuf, String>,
 }
 
 /// The jobs of this node.
@@ -50,12 +66,35 @@ pub struct Jobs {
     grace: Duration,
     /// One task per started attempt, until it has reported its end.
     tasks: JoinSet<()>,
+    /// Where fetched uploads are announced.
+    fetched: mpsc::UnboundedSender<Fetched>,
+    /// The connection uploads are fetched over (set once the agent has its credential).
+    client: Option<super::client::Client>,
 }
 
 impl Jobs {
-    /// An empty table; ended attempts are announced on `exits`.
-    pub fn new(exits: mpsc::UnboundedSender<Ended>, ctx: Context, grace: Duration) -> Self {
-        Self { local: HashMap::new(), done: HashSet::new(), exits, ctx, grace, tasks: JoinSet::new() }
+    /// An empty table; ended attempts are announced on `exits`, fetched uploads on `fetched`.
+    pub fn new(
+        exits: mpsc::UnboundedSender<Ended>,
+        fetched: mpsc::UnboundedSender<Fetched>,
+        ctx: Context,
+        grace: Duration,
+    ) -> Self {
+        Self {
+            local: HashMap::new(),
+            done: HashSet::new(),
+            exits,
+            ctx,
+            grace,
+            tasks: JoinSet::new(),
+            fetched,
+            client: None,
+        }
+    }
+
+    /// The connection to fetch uploads over.
+    pub fn set_client(&mut self, client: super::client::Client) {
+        self.client = Some(client);
     }
 
     /// Every attempt on this node: (job, attempt, ended).
@@ -176,6 +215,7 @@ impl Jobs {
             exit: None,
             deadline,
             timed_out: false,
+            fetching: None,
         }
     }
 
@@ -202,10 +242,62 @@ impl Jobs {
             exit: None,
             deadline: a.time_limit_s.map(|s| (Instant::now() + Duration::from_secs(s), s)),
             timed_out: false,
+            fetching: None,
         };
+        if a.upload.is_some() {
+            let Some(client) = self.client.clone() else {
+                local.exit = Some(not_started("no connection to fetch its working directory over".into()));
+                self.local.insert(job_id, local);
+                return;
+            };
+            let staging = self.ctx.sandbox.staging_dir(job_id, attempt);
+            let (task_a, fetched) = (a.clone(), self.fetched.clone());
+            let task = tokio::spawn(async move {
+                let result = super::upload::fetch(&client, &task_a, &staging).await;
+                if let Ok(bytes) = &result {
+                    tracing::info!(job = job_id, attempt, bytes, "fetched the job's working directory");
+                }
+                let result = result.map(|_| staging).map_err(|e| e.to_string());
+                let _ = fetched.send(Fetched { job_id, attempt, result });
+            });
+            local.fetching = Some((Box::new(a), task.abort_handle()));
+            self.local.insert(job_id, local);
+            return;
+        }
+        self.launch(local, &a, None, gpus);
+    }
+
+    /// A fetch ended: starts its attempt in the fetched directory, or fails it with the reason.
+    /// One for an attempt no longer waiting (stopped meanwhile) only has its directory removed.
+    pub fn fetched(&mut self, f: Fetched, gpus: &Gpus) {
+        let waiting = self.local.get_mut(&f.job_id).filter(|l| l.attempt == f.attempt);
+        let Some((a, _)) = waiting.and_then(|l| l.fetching.take()) else {
+            if let Ok(staging) = &f.result {
+                super::sandbox::remove_dir(staging);
+            }
+            return;
+        };
+        let Some(local) = self.local.remove(&f.job_id) else { return };
+        match f.result {
+            Ok(staging) => self.launch(local, &a, Some(&staging), gpus),
+            Err(e) => {
+                tracing::warn!(job = f.job_id, error = %e, "the job's working directory could not be fetched");
+                let mut local = local;
+                local.exit = Some(not_started(format!("fetching its working directory: {e}")));
+                self.local.insert(f.job_id, local);
+            }
+        }
+    }
+
+    fn launch(&mut self, mut local: Local, a: &Assignment, staged: Option<&std::path::Path>, gpus: &Gpus) {
+        let (job_id, attempt) = (a.job_id, a.attempt);
         let deadline =
             a.time_limit_s.map(|s| (unix_ms() + i64::try_from(s * 1000).unwrap_or(i64::MAX / 2), s));
-        match attempt::start(&a, &self.ctx, deadline, &self.exits, &mut self.tasks) {
+        let started = attempt::start(a, &self.ctx, deadline, staged, &self.exits, &mut self.tasks);
+        if let (Err(_), Some(staged)) = (&started, staged) {
+            super::sandbox::remove_dir(staged);
+        }
+        match started {
             Ok(started) => {
                 local.pgid = Some(started.pid);
                 local.cgroup = started.cgroup;
@@ -215,11 +307,7 @@ impl Jobs {
             }
             Err(e) => {
                 tracing::warn!(job = job_id, error = %e, "job could not start");
-                local.exit = Some(JobExit {
-                    exit_code: None,
-                    reason: Some(format!("could not start: {e}")),
-                    timed_out: false,
-                });
+                local.exit = Some(not_started(e.to_string()));
             }
         }
         self.local.insert(job_id, local);
@@ -235,6 +323,14 @@ impl Jobs {
         }
         l.stopping_since = Some(Instant::now());
         l.stop_reason = reason.or(l.stop_reason.take());
+        if let Some((_, task)) = l.fetching.take() {
+            // Nothing ran: it ends now, and its staging directory goes.
+            task.abort();
+            super::sandbox::remove_dir(&self.ctx.sandbox.staging_dir(id, l.attempt));
+            let reason = l.stop_reason.clone().unwrap_or_else(|| "stopped before it started".into());
+            l.exit = Some(JobExit { exit_code: None, reason: Some(reason), timed_out: l.timed_out });
+            return;
+        }
         l.signal(libc::SIGTERM);
     }
 
@@ -334,6 +430,9 @@ impl Jobs {
     /// Each attempt's task still ends the rest of it and cleans up.
     pub fn kill_all(&mut self, gpus: &Gpus) {
         for (id, l) in self.local.drain() {
+            if let Some((_, task)) = &l.fetching {
+                task.abort();
+            }
             if l.exit.is_none() {
                 l.signal(libc::SIGKILL);
             }
@@ -362,6 +461,11 @@ impl Jobs {
             tracing::warn!("some jobs were not cleaned up before the agent stopped");
         }
     }
+}
+
+/// How an attempt that never started ends.
+fn not_started(why: String) -> JobExit {
+    JobExit { exit_code: None, reason: Some(format!("could not start: {why}")), timed_out: false }
 }
 
 /// Milliseconds since the Unix epoch (time limits are kept in attempt records as such, so

@@ -41,6 +41,7 @@ pub mod sandbox;
 pub mod shim;
 pub mod ship;
 pub mod team_user;
+pub mod upload;
 pub mod users;
 
 use std::path::PathBuf;
@@ -104,6 +105,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     logs::private_dir(&config.logs_dir)?;
     process::kill_orphans(&config.state_dir);
     let (exit_tx, mut exits) = mpsc::unbounded_channel();
+    let (fetched_tx, mut fetched) = mpsc::unbounded_channel();
     let ctx = attempt::Context {
         sandbox: Arc::clone(&config.sandbox),
         logs: config.logs_dir.clone(),
@@ -111,7 +113,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         shim: config.shim.clone(),
         minors: Arc::new(gpus.minors()),
     };
-    let mut jobs = jobs::Jobs::new(exit_tx, ctx, config.grace);
+    let mut jobs = jobs::Jobs::new(exit_tx, fetched_tx, ctx, config.grace);
     let keep = jobs.recover(record::recover(&config.state_dir), &gpus);
     let sandbox = Arc::clone(&config.sandbox);
     let _ = tokio::task::spawn_blocking(move || sandbox.remove_orphans_except(&keep)).await;
@@ -135,6 +137,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         identity.client_cert.as_ref().or(config.client_cert.as_ref()).map(|(c, k)| (c.as_str(), k.as_str()));
     let client =
         Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
+    jobs.set_client(client.clone());
     let mut shipper = config.ship_logs.then(|| ship::Shipper::new(config.logs_dir.clone()));
     let capacity = config.sandbox.capacity(node_cpu_milli(), node_memory_mib());
     let mut register = RegisterRequest {
@@ -187,6 +190,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                     return Ok(());
                 }
                 Some(exit) = exits.recv() => jobs.exited(exit, &gpus),
+                Some(done) = fetched.recv() => jobs.fetched(done, &gpus),
                 _ = tick.tick() => {
                     jobs.enforce_time_limits();
                     jobs.enforce_grace();

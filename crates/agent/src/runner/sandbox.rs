@@ -304,17 +304,36 @@ impl Sandbox {
         self.work.join(format!("{job_id}-{attempt}"))
     }
 
-    /// Makes the attempt's work directory, mode 0700, owned by `user`.
-    pub fn make_workdir(&self, job_id: i64, attempt: u32, user: &Identity) -> Result<PathBuf, AgentError> {
+    /// Where the attempt's uploaded working directory is fetched to before it becomes the work
+    /// directory ([`super::upload`]); beside it, so that the rename is atomic.
+    pub fn staging_dir(&self, job_id: i64, attempt: u32) -> PathBuf {
+        self.work.join(format!("{job_id}-{attempt}.upload"))
+    }
+
+    /// Makes the attempt's work directory, mode 0700, owned by `user`: empty, or the `staged`
+    /// upload renamed into place (everything in it then given to `user` too).
+    pub fn make_workdir(
+        &self,
+        job_id: i64,
+        attempt: u32,
+        user: &Identity,
+        staged: Option<&Path>,
+    ) -> Result<PathBuf, AgentError> {
         let dir = self.workdir(job_id, attempt);
         let io = |source| AgentError::Io {
             what: format!("creating the work directory {}", dir.display()),
             source,
         };
         remove_dir(&dir);
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io)?;
+        match staged {
+            Some(staged) => std::fs::rename(staged, &dir).map_err(io)?,
+            None => std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io)?,
+        }
         if self.users.is_some() {
-            std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).map_err(io)?;
+            match staged {
+                Some(_) => super::upload::chown_tree(&dir, user.uid, user.gid).map_err(io)?,
+                None => std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).map_err(io)?,
+            }
         }
         Ok(dir)
     }

@@ -109,6 +109,13 @@ pub struct Job {
     /// controller when it ends, never `succeeded`); `None` for a batch job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// The working directory uploaded with it: the job starts in a private copy (`None`: in an
+    /// empty private directory, or in `chdir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<crate::upload::Upload>,
+    /// An absolute path on the node it starts in instead (Slurm's `--chdir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chdir: Option<String>,
 }
 
 impl Default for Job {
@@ -145,6 +152,8 @@ impl Default for Job {
             workdir: None,
             gang: None,
             service: None,
+            upload: None,
+            chdir: None,
         }
     }
 }

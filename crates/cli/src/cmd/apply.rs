@@ -47,6 +47,9 @@ pub struct ApplyArgs {
     /// (without it, a changed file for a started job is refused).
     #[arg(long)]
     replace: bool,
+    /// Do not upload the current directory (the job starts in an empty private directory).
+    #[arg(long)]
+    no_upload: bool,
 }
 
 /// A job file. Sizes in the units `submit` takes: cores, MiB.
@@ -105,9 +108,13 @@ pub struct JobFile {
     /// Labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// Work directory inside the job's own.
+    /// Work directory inside the job's own (the uploaded copy of the directory `apply` runs in).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// An absolute path on the node to start in instead; nothing is uploaded (`--chdir`).
+    /// Left out of the file's meaning when unset, so older files keep their digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chdir: Option<String>,
     /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
     #[serde(default)]
     pub replicas: Option<u32>,
@@ -133,7 +140,15 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
     // applying the same file from finding each other's job.
     let who: WhoAmI = block_on(api.get("/v1/whoami"))??;
     let scope = format!("{} {}", api.base(), who.user.unwrap_or_default());
-    let body = request(file, &base, &scope)?;
+    let upload = !args.no_upload && file.chdir.is_none();
+    let team = file.team.clone();
+    let mut body = request(file, &base, &scope)?;
+    if upload && let Some(up) = super::upload::current_dir(&api, team.as_deref(), false)? {
+        // The directory is part of the job: another one is a change of the file's job.
+        let hex = gantry_api::upload::manifest_hex(&up.digest).unwrap_or_default();
+        body.request_id = body.request_id.map(|id| format!("{id}-{}", &hex[..16.min(hex.len())]));
+        body.upload = Some(up);
+    }
     let what = if body.array.is_some() { "array" } else { "job" };
     if body.name.is_none() {
         let resp = super::submit::send(&api, &body)?;
@@ -195,6 +210,9 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
     if let Some(dir) = &file.workdir {
         workflow::check_workdir(dir).map_err(anyhow::Error::msg)?;
     }
+    if let Some(dir) = &file.chdir {
+        workflow::check_chdir(dir).map_err(anyhow::Error::msg)?;
+    }
     Ok(JobDraft {
         program,
         name: file.name,
@@ -215,6 +233,8 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         labels: file.labels,
         gpu_models: file.gpu_model,
         workdir: file.workdir,
+        upload: None,
+        chdir: file.chdir,
     })
 }
 

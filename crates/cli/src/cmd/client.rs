@@ -275,6 +275,22 @@ impl Api {
         self.send(self.http.put(self.url(path)).json(body)).await.map(drop)
     }
 
+    /// PUT JSON, read JSON.
+    pub async fn put_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> anyhow::Result<T> {
+        let resp = self.send(self.http.put(self.url(path)).json(body)).await?;
+        Ok(resp.json().await?)
+    }
+
+    /// PUT bytes (a file of an upload, given ten minutes).
+    pub async fn put_bytes(&self, path: &str, body: Vec<u8>) -> anyhow::Result<()> {
+        let req = self.http.put(self.url(path)).timeout(Duration::from_secs(600)).body(body);
+        self.send(req.header(reqwest::header::CONTENT_TYPE, "application/octet-stream")).await.map(drop)
+    }
+
     /// POST JSON, read JSON.
     pub async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
         let resp = self.send(self.http.post(self.url(path)).json(body)).await?;

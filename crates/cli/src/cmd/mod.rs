@@ -41,6 +41,7 @@ pub mod teams;
 pub mod token;
 pub mod top;
 pub mod up;
+pub mod upload;
 pub mod usage;
 pub mod users;
 pub mod watch;

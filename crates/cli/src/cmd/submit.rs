@@ -36,7 +36,8 @@ use super::watch::{self, Announcer};
   gantry submit --gpus 4 train.sh -- --epochs 3   # --gpus wins; script arguments after --
   gantry submit --array 0-99%8 --gpus 1 -- python sweep.py   # 100 jobs, at most 8 at once
   gantry submit --after ok:12,any:13 -- python report.py     # starts once 12 succeeded and 13 ended
-  gantry submit --gpu-model A100,H100 --gpus 8 --label exp=lr-sweep --workdir out -- ./train.sh")]
+  gantry submit --gpu-model A100,H100 --gpus 8 --label exp=lr-sweep --workdir out -- ./train.sh
+  gantry submit --chdir /shared/project -- python train.py   # start there, upload nothing")]
 pub struct SubmitArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -109,6 +110,15 @@ pub struct SubmitArgs {
     /// no `..`, not absolute). Example: `--workdir runs/out`.
     #[arg(long, value_name = "DIR", value_parser = parse_workdir)]
     pub(super) workdir: Option<String>,
+    /// Do not upload the current directory: the job starts in an empty private directory (by
+    /// default it starts in a private copy of the directory `gantry` runs in, `.gitignore` and
+    /// `.gantryignore` honoured, at most 100 MiB).
+    #[arg(long)]
+    pub(super) no_upload: bool,
+    /// Start in this absolute path on the node instead (storage every node mounts), as Slurm's
+    /// `--chdir`; nothing is uploaded. Example: `--chdir /shared/project`.
+    #[arg(long, value_name = "DIR", value_parser = parse_chdir, conflicts_with_all = ["workdir", "no_upload"])]
+    pub(super) chdir: Option<String>,
     /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
     /// Example: `--label exp=lr-sweep`.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
@@ -131,7 +141,8 @@ pub struct SubmitArgs {
 #[command(after_help = "Examples:
   gantry run --gpus 1 -- sh -c 'echo my GPU: $CUDA_VISIBLE_DEVICES'   # with the driver: -- nvidia-smi -L
   gantry run --gpus 2 -- python train.py || echo \"training failed with $?\"
-  gantry run eval.sh")]
+  gantry run eval.sh
+  gantry run --gpus 1 -- python3 eval.py   # eval.py from this directory: it travels with the job")]
 pub struct RunArgs {
     #[command(flatten)]
     pub(super) submit: SubmitArgs,
@@ -150,7 +161,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
     if wait && args.array.is_some() {
         bail!("--wait waits for one job; for an array, submit a job with `--after any:ARRAY_ID --wait`");
     }
-    let (api, id) = submit(args)?;
+    let (api, id) = submit(args, false)?;
     println!("{id}");
     if !wait {
         return Ok(());
@@ -169,7 +180,7 @@ pub fn run_attached(args: RunArgs) -> anyhow::Result<()> {
     if args.submit.array.is_some() {
         bail!("`gantry run` runs one job; use `gantry submit --array` for an array");
     }
-    let (api, id) = submit(args.submit)?;
+    let (api, id) = submit(args.submit, quiet)?;
     let mut announce = Announcer::new(quiet);
     let job = block_on(super::logs::follow(&api, id, &mut announce))??;
     watch::result_of(&job)
@@ -273,10 +284,14 @@ fn split_words(text: &str) -> anyhow::Result<Vec<String>> {
     Ok(words)
 }
 
-fn submit(args: SubmitArgs) -> anyhow::Result<(Api, i64)> {
-    let (server, draft) = draft(args)?;
-    let body = draft.resolve(request_id()?)?;
+fn submit(args: SubmitArgs, quiet: bool) -> anyhow::Result<(Api, i64)> {
+    let upload = !args.no_upload && args.chdir.is_none();
+    let (server, mut draft) = draft(args)?;
     let api = Api::connect(&server)?;
+    if upload {
+        draft.upload = super::upload::current_dir(&api, draft.team.as_deref(), quiet)?;
+    }
+    let body = draft.resolve(request_id()?)?;
     let id = send(&api, &body)?.id;
     Ok((api, id))
 }
@@ -313,6 +328,8 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         labels: args.labels.into_iter().collect(),
         gpu_models: args.gpu_model,
         workdir: args.workdir,
+        upload: None,
+        chdir: args.chdir,
     };
     Ok((args.server, draft))
 }
@@ -346,6 +363,8 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("after", "--after"),
         ("array", "--array"),
         ("workdir", "--workdir"),
+        ("chdir", "--chdir"),
+        ("upload", "the upload"),
         ("replicas", "--replicas"),
         ("priority", "--priority"),
         ("team", "--team"),
@@ -430,6 +449,10 @@ fn clock(text: &str, after_days: bool) -> Option<u64> {
 
 fn parse_after(text: &str) -> Result<String, String> {
     gantry_api::workflow::parse_dependencies(text).map(|_| text.to_owned())
+}
+
+fn parse_chdir(text: &str) -> Result<String, String> {
+    gantry_api::workflow::check_chdir(text).map(|()| text.to_owned())
 }
 
 fn parse_workdir(text: &str) -> Result<String, String> {

@@ -33,10 +33,15 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-/// A `Command` for the binary with an isolated environment.
+/// A `Command` for the binary with an isolated environment, run in an empty directory of
+/// `home` (`submit` and `run` upload the directory they run in; the test's own, `crates/cli`,
+/// is not the job's).
 pub fn command(home: &Path) -> Command {
     let mut cmd = Command::new(GANTRY);
-    cmd.env("HOME", home)
+    let cwd = home.join("cwd");
+    std::fs::create_dir_all(&cwd).expect("an empty working directory");
+    cmd.current_dir(cwd)
+        .env("HOME", home)
         .env_remove("XDG_CONFIG_HOME")
         .env_remove("XDG_DATA_HOME")
         .env_remove("GANTRY_CONFIG")

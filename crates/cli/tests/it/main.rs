@@ -31,6 +31,7 @@ mod transport;
 mod usage;
 mod walkthrough;
 mod whatif;
+mod workdir;
 mod workflow;
 
 use std::process::{Command, Output};

@@ -71,6 +71,17 @@ pub async fn apply(
 async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<NewJob, ApiError> {
     let job = new_job(req, who)?;
     disk_floor(app)?;
+    if let Some(upload) = job.spec.upload.clone() {
+        // The client's word for what it uploaded is checked against what the team holds.
+        let (app, team) = (Arc::clone(app), job.team.clone());
+        tokio::task::spawn_blocking(move || app.uploads.confirm(&team, &upload))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(|e| match e {
+                crate::uploads::UploadError::NotFound(m) => ApiError::Unprocessable(format!("upload: {m}")),
+                e => e.into(),
+            })?;
+    }
     for d in &job.spec.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
         visible_job(app, who, d.job).await.map_err(|_| {
@@ -92,7 +103,7 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
 
 /// Refuses submissions (507) while the data disk has less free space than the floor: a job
 /// accepted then could not keep its output, nor the store its state.
-fn disk_floor(app: &App) -> Result<(), ApiError> {
+pub(super) fn disk_floor(app: &App) -> Result<(), ApiError> {
     let floor = app.config.output.min_free_disk;
     if floor == 0 {
         return Ok(());
@@ -119,13 +130,7 @@ fn new_job(mut req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> 
     {
         return Err(ApiError::Unprocessable("time_limit_s: must be between 1 second and 31 days".into()));
     }
-    let team = match (&req.team, who.token.teams.as_slice()) {
-        (Some(team), _) => team.clone(),
-        (None, [only]) => only.clone(),
-        (None, []) => "default".into(),
-        (None, _) => return Err(ApiError::Unprocessable("team: you are in several teams; name one".into())),
-    };
-    validate::word("team", &team)?;
+    let team = super::uploads::team_of(req.team.as_deref(), who)?;
     // A name taken from the program is cut to what a name may be, rather than refused.
     let program = req.command.first().map(|p| {
         let base = p.rsplit('/').next().unwrap_or(p);

@@ -13,6 +13,7 @@ mod jobs;
 mod require;
 mod services;
 mod signin;
+mod uploads;
 pub use gantry_api::types;
 mod validate;
 pub mod watch;
@@ -44,6 +45,8 @@ use require::require_token;
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         services::apply, services::list, services::get, services::delete,
+        uploads::missing, uploads::put_blob, uploads::put_manifest, uploads::get_manifest,
+        uploads::agent_manifest, uploads::agent_blob,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
     ),
     modifiers(&BearerAuth, &Described)
@@ -98,6 +101,10 @@ impl utoipa::Modify for BearerAuth {
 /// its own tokens; any user's API token asks for a dashboard sign-in code); agent routes — the node's own credential; metrics — operators.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
+    // An upload's file may be as large as the cap; its manifest and digest list hold up to
+    // 100 000 entries.
+    const LISTS: usize = 32 << 20;
+    let blobs = usize::try_from(app.config.upload_limit_bytes).unwrap_or(usize::MAX).max(limit);
     let authed = Router::new()
         .route("/v1/jobs", post(jobs::submit).get(jobs::list))
         .route("/v1/jobs/apply", post(jobs::apply))
@@ -126,6 +133,12 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/watch", get(watch::watch))
         .route("/v1/findings", get(insight::findings))
         .route("/v1/queues", get(insight::queues))
+        .route("/v1/uploads/missing", post(uploads::missing).layer(DefaultBodyLimit::max(LISTS)))
+        .route("/v1/uploads/blobs/{sha256}", put(uploads::put_blob).layer(DefaultBodyLimit::max(blobs)))
+        .route("/v1/uploads/manifest", put(uploads::put_manifest).layer(DefaultBodyLimit::max(LISTS)))
+        .route("/v1/uploads/manifests/{digest}", get(uploads::get_manifest))
+        .route("/v1/agent/jobs/{id}/upload", get(uploads::agent_manifest))
+        .route("/v1/agent/jobs/{id}/upload/{sha256}", get(uploads::agent_blob))
         .route("/v1/agent/join", post(agent::join))
         .route("/v1/agent/register", post(agent::register))
         .route("/v1/agent/heartbeat", post(agent::heartbeat))

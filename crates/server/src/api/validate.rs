@@ -122,6 +122,12 @@ pub fn workflow(r: &SubmitRequest) -> Result<(), ApiError> {
     if let Some(dir) = &r.workdir {
         w::check_workdir(dir).map_err(ApiError::Unprocessable)?;
     }
+    if let Some(dir) = &r.chdir {
+        w::check_chdir(dir).map_err(ApiError::Unprocessable)?;
+        if r.workdir.is_some() || r.upload.is_some() {
+            return Err(bad("chdir", "starts the job in a path on the node: not with workdir or upload"));
+        }
+    }
     if r.array.is_some() && r.replicas.is_some_and(|n| n > 1) {
         return Err(bad("array", "an array of gangs is not supported: give array or replicas, not both"));
     }

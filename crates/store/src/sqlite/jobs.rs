@@ -45,9 +45,9 @@ pub(super) fn insert(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
          gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
          array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max, service, \
-         service_generation) \
+         service_generation, upload, chdir) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
     )?
     .execute(params![
         request_id,
@@ -74,7 +74,9 @@ pub(super) fn insert(
         job.replicas(),
         r.gpus_max,
         job.service.as_ref().map(|s| &s.0),
-        job.service.as_ref().map(|s| s.1)
+        job.service.as_ref().map(|s| s.1),
+        job.spec.upload.as_ref().map(rows::to_json).transpose()?,
+        job.spec.chdir
     ])?;
     let id = c.last_insert_rowid();
     if let Some((array_id, ..)) = array {

@@ -10,7 +10,7 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user, \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
-     replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service";
+     replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
@@ -67,6 +67,8 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
         workdir: r.get(31)?,
         gang: gang(r)?,
         service: r.get(39)?,
+        upload: r.get::<_, Option<String>>(40)?.map(|t| json("upload", &t)).transpose()?,
+        chdir: r.get(41)?,
     })
 }
 

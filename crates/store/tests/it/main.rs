@@ -61,3 +61,29 @@ pub fn whole(job_id: JobId, epoch: u64, uuids: &[&str]) -> Placement {
         at: 20,
     }
 }
+
+#[test]
+fn a_jobs_upload_and_chdir_are_kept() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(dir.path()).expect("store");
+    let upload =
+        gantry_api::upload::Upload { digest: format!("sha256:{}", "a".repeat(64)), files: 2, bytes: 57 };
+    let spec = SubmitRequest {
+        command: vec!["true".into()],
+        upload: Some(upload.clone()),
+        max_retries: Some(0),
+        ..SubmitRequest::default()
+    };
+    let job = NewJob { spec, team: "vision".into(), name: "j".into(), ..NewJob::default() };
+    let (id, _) = store.submit(&job).expect("submitted");
+    let kept = store.job(id).expect("read").expect("there");
+    assert_eq!((kept.upload, kept.chdir), (Some(upload), None));
+    let spec = SubmitRequest {
+        command: vec!["pwd".into()],
+        chdir: Some("/shared".into()),
+        ..SubmitRequest::default()
+    };
+    let (id, _) =
+        store.submit(&NewJob { spec, team: "vision".into(), ..NewJob::default() }).expect("submitted");
+    assert_eq!(store.job(id).expect("read").expect("there").chdir.as_deref(), Some("/shared"));
+}

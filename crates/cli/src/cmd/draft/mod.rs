@@ -81,6 +81,10 @@ pub struct JobDraft {
     pub gpu_models: Vec<String>,
     /// Work directory inside the job's own.
     pub workdir: Option<String>,
+    /// The working directory uploaded for it (the front ends upload before they resolve).
+    pub upload: Option<gantry_api::upload::Upload>,
+    /// A path on the node to start in instead (`--chdir`).
+    pub chdir: Option<String>,
 }
 
 impl JobDraft {
@@ -119,6 +123,8 @@ impl JobDraft {
             gpu_models: self.gpu_models,
             workdir: self.workdir,
             replicas: self.replicas,
+            upload: self.upload,
+            chdir: self.chdir,
         })
     }
 }

@@ -364,8 +364,20 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     if !j.gpu_models.is_empty() {
         println!("models    {}", j.gpu_models.join(","));
     }
+    if let Some(u) = &j.upload {
+        println!(
+            "upload    {} files, {} ({})",
+            u.files,
+            gantry_api::upload::human_bytes(u.bytes),
+            table::printable(&u.digest)
+        );
+    }
+    if let Some(dir) = &j.chdir {
+        println!("chdir     {} (on the node)", table::printable(dir));
+    }
     if let Some(dir) = &j.workdir {
-        println!("workdir   {} (inside the job's own directory)", table::printable(dir));
+        let inside = if j.upload.is_some() { "the uploaded directory" } else { "the job's own directory" };
+        println!("workdir   {} (inside {inside})", table::printable(dir));
     }
     if detail.log_limit_bytes > 0 {
         println!(

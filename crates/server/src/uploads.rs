@@ -1,0 +1,315 @@
+//! Uploaded working directories, kept per team under `<data>/uploads/<team>/`: `blobs/<sha256>`
+//! (one file's bytes, named by their digest) and `manifests/<sha256>.json` (a
+//! [`Manifest`], named by the digest of its canonical JSON).
+//!
+//! Storage is per team on purpose: a digest is a question anyone can ask ("do you hold the
+//! file with this hash?"), so a shared store would tell one team what another uploaded. Here a
+//! team's questions reach its own directory only, and another team's token finds nothing
+//! (404), the same answer as for a digest never uploaded.
+//!
+//! Nothing is trusted from the client: a blob is hashed as it is written and refused unless it
+//! has the digest it claims; a manifest is checked ([`Manifest::check`]: paths inside, links
+//! inside, under the cap) and refused unless the team holds every blob it names, with the size
+//! it says. Writes go to a temporary name and are renamed into place, so a reader never sees
+//! half a file.
+//!
+//! [`Uploads::sweep`] (every minute, with the output sweep) deletes what no kept job needs: a
+//! manifest is kept while a job refers to it whose output is kept (not ended, or ended within
+//! the retention window), or for [`GRACE`] after it was last written or confirmed (a client
+//! between posting it and submitting); a blob is kept while a kept manifest names it, or for
+//! [`GRACE`] after it was written (a client still uploading the rest).
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use gantry_api::upload::{self, Manifest, Upload};
+use gantry_store::Store;
+
+/// How long an upload no job refers to is kept.
+pub const GRACE: Duration = Duration::from_secs(3600);
+
+/// Why an upload was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The request is wrong (a bad digest, an unsafe manifest, a blob that is not what it says).
+    #[error("{0}")]
+    Refused(String),
+    /// The team holds no such upload.
+    #[error("{0}")]
+    NotFound(String),
+    /// Reading or writing the upload directory failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// The uploads directory.
+#[derive(Debug)]
+pub struct Uploads {
+    root: PathBuf,
+    limit: u64,
+    /// The file digests of recently read manifests, by team and manifest digest: an agent
+    /// fetching an upload's files asks for each one, and reading the manifest per file would
+    /// make a large upload quadratic.
+    names: std::sync::Mutex<HashMap<(String, String), Names>>,
+}
+
+/// The file digests one manifest names.
+type Names = std::sync::Arc<HashSet<String>>;
+
+/// Manifests whose file digests are kept in memory at most.
+const NAMES_KEPT: usize = 64;
+
+impl Uploads {
+    /// Uploads under `root` (`<data>/uploads`), manifests of at most `limit` bytes of files.
+    pub fn new(root: PathBuf, limit: u64) -> Self {
+        Self { root, limit, names: Default::default() }
+    }
+
+    /// Whether the team's manifest `digest` names the file `sha256`.
+    pub fn names(&self, team: &str, digest: &str, sha256: &str) -> Result<bool, UploadError> {
+        let key = (team.to_owned(), digest.to_owned());
+        let cached = self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
+        let names = match cached {
+            Some(names) => names,
+            None => {
+                let names = std::sync::Arc::new(self.manifest(team, digest)?.digests().into_iter().collect());
+                let mut kept = self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if kept.len() >= NAMES_KEPT {
+                    kept.clear();
+                }
+                kept.insert(key, std::sync::Arc::clone(&names));
+                names
+            }
+        };
+        Ok(names.contains(sha256))
+    }
+
+    /// Most bytes a manifest's files may add up to.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn team_dir(&self, team: &str) -> Result<PathBuf, UploadError> {
+        let safe = !team.is_empty()
+            && !team.starts_with('.')
+            && team.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !safe {
+            return Err(UploadError::Refused(format!("team: `{team}` is not a team name")));
+        }
+        Ok(self.root.join(team))
+    }
+
+    fn blob_path(&self, team: &str, sha256: &str) -> Result<PathBuf, UploadError> {
+        if !upload::is_hex_sha256(sha256) {
+            return Err(UploadError::Refused(format!(
+                "`{sha256}` is not a SHA-256 digest (64 lowercase hex digits)"
+            )));
+        }
+        Ok(self.team_dir(team)?.join("blobs").join(sha256))
+    }
+
+    fn manifest_path(&self, team: &str, digest: &str) -> Result<PathBuf, UploadError> {
+        let hex = upload::manifest_hex(digest).ok_or_else(|| {
+            UploadError::Refused(format!("`{digest}` is not a manifest digest (`sha256:` and 64 hex digits)"))
+        })?;
+        Ok(self.team_dir(team)?.join("manifests").join(format!("{hex}.json")))
+    }
+
+    /// The digests of `digests` the team does not hold; those it holds count as used now (so
+    /// the sweep keeps them for the client about to refer to them).
+    pub fn missing(&self, team: &str, digests: &[String]) -> Result<Vec<String>, UploadError> {
+        self.team_dir(team)?;
+        let mut out = Vec::new();
+        for d in digests {
+            let path = self.blob_path(team, d)?;
+            if !touch(&path) {
+                out.push(d.clone());
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Keeps `bytes` as the team's blob `sha256`, refused unless they hash to it.
+    pub fn put_blob(&self, team: &str, sha256: &str, bytes: &[u8]) -> Result<(), UploadError> {
+        let path = self.blob_path(team, sha256)?;
+        if (bytes.len() as u64) > self.limit {
+            return Err(UploadError::Refused(upload::over_limit(bytes.len() as u64, self.limit)));
+        }
+        let got = upload::hex_sha256(bytes);
+        if got != sha256 {
+            return Err(UploadError::Refused(format!("the body's SHA-256 is {got}, not {sha256}")));
+        }
+        write_atomically(&path, bytes)
+    }
+
+    /// Checks `manifest` and that the team holds each of its files with the size it says, then
+    /// keeps it; returns what a job records of it.
+    pub fn put_manifest(&self, team: &str, manifest: &Manifest) -> Result<Upload, UploadError> {
+        let summary = manifest.check(self.limit).map_err(UploadError::Refused)?;
+        for e in &manifest.entries {
+            let Some(d) = &e.sha256 else { continue };
+            let path = self.blob_path(team, d)?;
+            match std::fs::metadata(&path) {
+                Ok(m) if m.len() == e.size => {}
+                Ok(m) => {
+                    return Err(UploadError::Refused(format!(
+                        "`{}`: the manifest says {} bytes, the uploaded file has {}",
+                        e.path,
+                        e.size,
+                        m.len()
+                    )));
+                }
+                Err(_) => {
+                    return Err(UploadError::Refused(format!("`{}`: its file {d} was not uploaded", e.path)));
+                }
+            }
+        }
+        let path = self.manifest_path(team, &summary.digest)?;
+        let json = serde_json::to_vec(manifest).map_err(|e| io("encoding the manifest", e.into()))?;
+        write_atomically(&path, &json)?;
+        Ok(summary)
+    }
+
+    /// The team's manifest `digest`.
+    pub fn manifest(&self, team: &str, digest: &str) -> Result<Manifest, UploadError> {
+        let path = self.manifest_path(team, digest)?;
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(UploadError::NotFound(format!(
+                    "upload {digest} not found (an upload of your team)"
+                )));
+            }
+            Err(e) => return Err(io(&format!("reading {}", path.display()), e)),
+        };
+        let manifest: Manifest = serde_json::from_slice(&text)
+            .map_err(|e| io(&format!("reading {}", path.display()), std::io::Error::other(e)))?;
+        touch(&path);
+        Ok(manifest)
+    }
+
+    /// Checks that `upload` is what the team's manifest of that digest holds.
+    pub fn confirm(&self, team: &str, upload: &Upload) -> Result<(), UploadError> {
+        let manifest = self.manifest(team, &upload.digest)?;
+        let summary = manifest.check(u64::MAX).map_err(UploadError::Refused)?;
+        if (summary.files, summary.bytes) != (upload.files, upload.bytes) {
+            return Err(UploadError::Refused(format!(
+                "upload: {} holds {} files and {} bytes, not {} and {}",
+                upload.digest, summary.files, summary.bytes, upload.files, upload.bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The team's blob `sha256`, for an agent to fetch.
+    pub fn blob(&self, team: &str, sha256: &str) -> Result<std::fs::File, UploadError> {
+        let path = self.blob_path(team, sha256)?;
+        std::fs::File::open(&path).map_err(|_| UploadError::NotFound(format!("file {sha256} not found")))
+    }
+
+    /// Deletes what no kept job needs (module doc); returns the files deleted.
+    pub fn sweep(&self, store: &dyn Store, now_ms: i64, retention: Duration) -> usize {
+        let Ok(jobs) = store.jobs(&gantry_store::JobFilter::default()) else { return 0 };
+        let cutoff = now_ms.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        let mut kept: HashMap<String, HashSet<String>> = HashMap::new();
+        for j in jobs {
+            let expired = j.state.is_terminal() && j.finished_at.is_some_and(|t| t < cutoff);
+            if let (Some(u), false) = (j.upload, expired)
+                && let Some(hex) = upload::manifest_hex(&u.digest)
+            {
+                kept.entry(j.team).or_default().insert(hex.to_owned());
+            }
+        }
+        let Ok(teams) = std::fs::read_dir(&self.root) else { return 0 };
+        let mut removed = 0;
+        for team in teams.flatten() {
+            let name = team.file_name().to_string_lossy().into_owned();
+            removed += self.sweep_team(&team.path(), kept.get(&name).cloned().unwrap_or_default());
+        }
+        removed
+    }
+
+    fn sweep_team(&self, dir: &Path, referenced: HashSet<String>) -> usize {
+        let mut removed = 0;
+        let mut needed: HashSet<String> = HashSet::new();
+        for (path, name) in listing(&dir.join("manifests")) {
+            let hex = name.trim_end_matches(".json").to_owned();
+            if referenced.contains(&hex) || young(&path) {
+                let manifest =
+                    std::fs::read(&path).ok().and_then(|t| serde_json::from_slice::<Manifest>(&t).ok());
+                needed.extend(manifest.map(|m| m.digests()).unwrap_or_default());
+            } else if std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        for (path, name) in listing(&dir.join("blobs")) {
+            if !needed.contains(&name) && !young(&path) && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+fn io(what: &str, source: std::io::Error) -> UploadError {
+    UploadError::Io { what: what.to_owned(), source }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it there.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), UploadError> {
+    let dir = path.parent().expect("an upload path has a directory");
+    std::fs::create_dir_all(dir).map_err(|e| io(&format!("creating {}", dir.display()), e))?;
+    let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), unique()));
+    let written = std::fs::File::create_new(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    let result = written.and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(&format!("writing {}", path.display()), e));
+    }
+    Ok(())
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Sets the file's modification time to now; false when it does not exist.
+fn touch(path: &Path) -> bool {
+    std::fs::File::options().append(true).open(path).and_then(|f| f.set_modified(SystemTime::now())).is_ok()
+}
+
+/// Whether the file was written or confirmed within [`GRACE`].
+fn young(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < GRACE)
+}
+
+/// The plain files of `dir` (temporary ones too once they are old), with their names.
+fn listing(dir: &Path) -> Vec<(PathBuf, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| (e.path(), e.file_name().to_string_lossy().into_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
