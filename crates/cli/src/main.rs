@@ -56,6 +56,11 @@ enum Command {
     Events(cmd::events::EventsArgs),
     /// Pending and running jobs only, with why each waits or where it runs (as squeue).
     Queue(cmd::queue::QueueArgs),
+    /// Node pools: nodes, GPUs, placement (pack or spread) and teams.
+    Pools(cmd::pools::PoolsArgs),
+    /// Set a node pool's placement or teams (`pool set inference --placement spread`; admins).
+    #[command(subcommand)]
+    Pool(cmd::pools::PoolCommand),
     /// Teams: guarantee, limits, queue and output kept.
     Teams(cmd::teams::TeamsArgs),
     /// Change a team's guarantee or limits (`team set vision --guarantee 8`).
@@ -137,6 +142,8 @@ fn main() -> ExitCode {
         Command::Node(c) => cmd::nodes::set(c),
         Command::Events(a) => cmd::events::run(a),
         Command::Queue(a) => cmd::queue::run(a),
+        Command::Pools(a) => cmd::pools::list(a),
+        Command::Pool(c) => cmd::pools::run(c),
         Command::Teams(a) => cmd::teams::list(a),
         Command::Team(c) => cmd::teams::run(c),
         Command::Users(a) => cmd::users::list(a),

@@ -203,6 +203,7 @@ fn request_of(cluster: &Cluster, pod: &PodRow) -> Request {
         gpu_milli: pod.gpu_milli,
         gpu_memory_mib: 0,
         models,
+        ..Request::cpu_only(pod.cpu_milli, pod.memory_mib)
     }
 }
 

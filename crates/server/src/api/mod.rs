@@ -9,6 +9,7 @@ mod dashboard;
 mod extract;
 mod insight;
 mod jobs;
+mod pools;
 mod require;
 mod signin;
 pub use gantry_api::types;
@@ -38,7 +39,7 @@ use require::require_token;
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::apply, jobs::list, jobs::get, jobs::cancel, jobs::logs, jobs::log_times,
-        cluster::nodes, cluster::set_scheduling, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
+        cluster::nodes, cluster::set_scheduling, pools::list, pools::set, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
@@ -90,7 +91,7 @@ impl utoipa::Modify for BearerAuth {
 /// `/dashboard/*`, which hold no data) need a bearer token. Who may call each is checked in its
 /// handler (or, for mutations, by the dispatcher) through [`Principal`]'s `require_*` methods:
 /// jobs, logs, events, the watch stream, findings, queues — users, scoped to their teams (see
-/// `watch` and `insight`); cancel and submit — members of the job's team and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
+/// `watch` and `insight`); cancel and submit — members of the job's team and admins; quotas — operators; pools — users list, admins set; users, tokens, audit — admins (a user lists and revokes
 /// its own tokens; any user's API token asks for a dashboard sign-in code); agent routes — the node's own credential; metrics — operators.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
@@ -103,6 +104,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/jobs/{id}/logs/times", get(jobs::log_times))
         .route("/v1/nodes", get(cluster::nodes))
         .route("/v1/nodes/{id}/scheduling", put(cluster::set_scheduling))
+        .route("/v1/pools", get(pools::list))
+        .route("/v1/pools/{name}", put(pools::set))
         .route("/v1/gpus", get(cluster::gpus))
         .route("/v1/teams", get(cluster::teams))
         .route("/v1/teams/{name}", put(cluster::set_quota))

@@ -9,6 +9,7 @@ mod elastic;
 mod gang;
 mod gates;
 mod plan;
+mod pools;
 mod state;
 mod victims;
 

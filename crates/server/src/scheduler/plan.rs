@@ -51,6 +51,8 @@ pub struct Snapshot {
     pub active: Vec<Job>,
     /// Quotas.
     pub teams: Vec<Team>,
+    /// Node pools an admin set (placement, teams); see [`super::pools`].
+    pub pools: Vec<gantry_store::Pool>,
     /// Now, ms.
     pub at: i64,
     /// The queue's weights and the fair-share memory the loop keeps between passes.
@@ -97,6 +99,8 @@ pub(super) struct Layout<'a> {
     pub(super) nodes: Vec<&'a gantry_store::Node>,
     gpus: Vec<Vec<&'a Gpu>>,
     index: HashMap<&'a str, usize>,
+    /// Which nodes each job's pool and node selector allow, and how its pool places.
+    pub(super) pools: super::pools::Pools<'a>,
     pub(super) max_gpu_memory: u64,
     pub(super) next_id: u64,
 }
@@ -179,7 +183,9 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
             }
             Decision::Start { nodes, .. } => {
                 let Some(req) = layout.request(job) else { continue };
-                let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU).then(|| nodes[0].0);
+                // The queue's node is the fullest that holds the job: a packing choice.
+                let packs = req.placement == gantry_core::Preference::Pack;
+                let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU && packs).then(|| nodes[0].0);
                 let here = wanted.and_then(|node| {
                     let n = layout.cluster.node(node)?;
                     let gpus = n.lowest_idle_gpus(req.gpus)?;
@@ -301,24 +307,34 @@ impl Room {
 /// counting only the nodes whose GPU model it allows; `None` when it could.
 /// `usable` remembers, per (models, GPUs of a worker), how many workers the nodes of those
 /// models could hold: a pass asks for few combinations, not once per pending job.
-fn never_fits(layout: &Layout<'_>, job: &Job, usable: &mut HashMap<(ModelSet, u32), u32>) -> Option<String> {
-    if job.gpu_models.is_empty() {
+fn never_fits(
+    layout: &Layout<'_>,
+    job: &Job,
+    usable: &mut HashMap<(ModelSet, gantry_core::NodeSet, u32), u32>,
+) -> Option<String> {
+    let limited = layout.pools.limits(job);
+    if job.gpu_models.is_empty() && !limited {
         return None;
     }
-    // The queue's request knows no models; the ledger's does.
+    // The queue's request knows no models nor pools; the ledger's does.
     let req = layout.request(job)?;
     let per = whole_gpus(&req);
-    if per == 0 || matches!(req.models, ModelSet::Any) {
+    if per == 0 || (matches!(req.models, ModelSet::Any) && matches!(req.nodes, gantry_core::NodeSet::Any)) {
         return None;
     }
     let workers = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
-    let usable = *usable.entry((req.models, per)).or_insert_with(|| {
-        let nodes = layout.cluster.nodes().iter().filter(|n| req.models.allows(n.model));
+    let usable = *usable.entry((req.models, req.nodes, per)).or_insert_with(|| {
+        let nodes =
+            layout.cluster.nodes().iter().filter(|n| req.models.allows(n.model) && req.nodes.allows(n.tags));
         nodes.map(|n| n.gpu_free.len() as u32 / per).sum()
     });
     (usable < workers).then(|| {
         let need = per * workers;
-        format!("waiting: the nodes with a GPU model it allows hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
+        if limited {
+            format!("waiting: the nodes of its pool (and node selector) hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
+        } else {
+            format!("waiting: the nodes with a GPU model it allows hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
+        }
     })
 }
 
@@ -409,6 +425,10 @@ impl<'a> QueueView<'a> {
             // The queue counts GPUs, not models: a job no set of nodes of its GPU models could
             // ever hold would keep a reservation on GPUs it cannot use. It waits outside the queue.
             if let Some(why) = never_fits(layout, job, &mut usable) {
+                out.waiting.push((job.id, why));
+                continue;
+            }
+            if let Some(why) = layout.pools.refuses(job) {
                 out.waiting.push((job.id, why));
                 continue;
             }
@@ -515,6 +535,7 @@ impl<'a> Layout<'a> {
         if req.gpus > 0 {
             req.models = self.cluster.matching_models(&job.gpu_models);
         }
+        (req.nodes, req.placement) = self.pools.of(job);
         Some(req)
     }
 
@@ -524,6 +545,7 @@ impl<'a> Layout<'a> {
             nodes: Vec::new(),
             gpus: Vec::new(),
             index: HashMap::new(),
+            pools: Default::default(),
             max_gpu_memory: s.gpus.iter().map(|g| g.info.memory_mib).max().unwrap_or(0),
             next_id: 0,
         };
@@ -554,6 +576,7 @@ impl<'a> Layout<'a> {
             layout.nodes.push(node);
             layout.gpus.push(gpus);
         }
+        layout.pools = super::pools::Pools::build(s, &layout.nodes, &layout.gpus, &mut layout.cluster);
         layout.replay(s);
         layout.block_unhealthy();
         layout
@@ -644,8 +667,13 @@ impl<'a> Layout<'a> {
             let (asked, most) = (cores(req.cpu_milli), cores(most_cpu));
             return format!("waiting: no node has {asked} CPU cores (the largest has {most})");
         }
-        match nodes.iter().find_map(|n| n.why_not(req)) {
-            Some(why) if nodes.len() == 1 => format!("waiting: {why}"),
+        // A node outside the job's pool says nothing about what the job waits for.
+        let mine: Vec<&gantry_core::Node> = nodes.iter().filter(|n| req.nodes.allows(n.tags)).collect();
+        if mine.is_empty() {
+            return "waiting: no node is in its pool and matches its node selector".into();
+        }
+        match mine.iter().find_map(|n| n.why_not(req)) {
+            Some(why) if mine.len() == 1 => format!("waiting: {why}"),
             Some(why) => format!("waiting: no node fits (e.g. {why})"),
             None => "waiting for room".into(),
         }

@@ -129,7 +129,8 @@ fn update_spec(
             "UPDATE jobs SET request_id = COALESCE(?2, request_id), priority = ?3, command = ?4, gpus = ?5, \
              gpu_memory_mib = ?6, gpu_compute_pct = ?7, cpu_milli = ?8, memory_mib = ?9, max_retries = ?10, \
              env = ?11, time_limit_s = ?12, user = ?13, array_max_running = ?14, after = ?15, labels = ?16, \
-             gpu_models = ?17, workdir = ?18, gpus_max = ?19 WHERE id = ?1 AND state = 'pending'",
+             gpu_models = ?17, workdir = ?18, gpus_max = ?19, node_selector = ?20 \
+             WHERE id = ?1 AND state = 'pending'",
         )?
         .execute(params![
             id,
@@ -150,7 +151,8 @@ fn update_spec(
             rows::to_json(&job.spec.labels)?,
             rows::to_json(&job.spec.gpu_models)?,
             job.spec.workdir,
-            r.gpus_max
+            r.gpus_max,
+            rows::to_json(&job.spec.node_selector)?
         ])?;
     if n == 0 {
         return Err(StoreError::Conflict(format!("job {id} is no longer pending")));

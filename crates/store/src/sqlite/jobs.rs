@@ -44,9 +44,9 @@ pub(super) fn insert(
     c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
          gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
-         array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max) \
+         array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max, node_selector) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23)",
+         ?19, ?20, ?21, ?22, ?23, ?24)",
     )?
     .execute(params![
         request_id,
@@ -71,7 +71,8 @@ pub(super) fn insert(
         rows::to_json(&job.spec.gpu_models)?,
         job.spec.workdir,
         job.replicas(),
-        r.gpus_max
+        r.gpus_max,
+        rows::to_json(&job.spec.node_selector)?
     ])?;
     let id = c.last_insert_rowid();
     if let Some((array_id, ..)) = array {

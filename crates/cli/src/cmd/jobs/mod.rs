@@ -364,6 +364,10 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     if !j.gpu_models.is_empty() {
         println!("models    {}", j.gpu_models.join(","));
     }
+    if !j.node_selector.is_empty() {
+        let pairs: Vec<String> = j.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("nodes     {}", pairs.join(","));
+    }
     if let Some(dir) = &j.workdir {
         println!("workdir   {} (inside the job's own directory)", table::printable(dir));
     }
