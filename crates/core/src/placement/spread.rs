@@ -10,8 +10,8 @@
 //! ([`crate::resources::Request::placement`]), so every caller of a built policy gets it.
 //!
 //! The score is one term, lexicographic: the node's free GPU share as a fraction of its GPUs
-//! (the least allocated node first), then its free CPU as a fraction of its CPU (CPU-only
-//! requests, and ties between equally loaded nodes), then the caller's order. Inside the node a
+//! (the least allocated node first), then its free CPU as a fraction of its CPU (ties between
+//! equally loaded nodes), then the caller's order; a CPU-only request compares CPU first. Inside the node a
 //! slice takes the GPU with the most free share (the least used one), whole GPUs the
 //! lowest-index idle ones (an idle GPU carries nothing to balance).
 
@@ -33,7 +33,10 @@ pub fn spread_score(node: &Node, req: &Request) -> Score {
     let gpu_free = (node.gpu_free_total() * PPM).checked_div(gpu_capacity).unwrap_or(0);
     let cpu_free = (node.cpu_free * PPM).checked_div(node.spec.cpu_milli).unwrap_or(0);
     let gpu = req.is_slice().then(|| least_used_gpu(node, req)).flatten();
-    Score { value: (gpu_free * PPM + cpu_free) as i64, gpu }
+    // A CPU-only request balances CPU first: GPU-first would pile it onto the node with the
+    // most idle GPUs and take the CPU those GPUs' jobs need.
+    let value = if req.gpus == 0 { cpu_free * PPM + gpu_free } else { gpu_free * PPM + cpu_free };
+    Score { value: value as i64, gpu }
 }
 
 /// For a slice: the fitting GPU with the most free share (lowest index among equals).
