@@ -58,6 +58,10 @@ pub struct SubmitRequest {
     pub labels: BTreeMap<String, String>,
     /// Acceptable GPU models (empty: any).
     pub gpu_models: Vec<String>,
+    /// The node pool to run in (none: the selector's `pool`, else `default`).
+    pub pool: Option<String>,
+    /// Node labels every node it runs on must carry.
+    pub node_selector: BTreeMap<String, String>,
     /// Where the job starts, relative to its private directory.
     pub workdir: Option<String>,
     /// Workers of a gang (None or 1: a job of one worker).
@@ -110,6 +114,8 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             after: j.after,
             labels: j.labels,
             gpu_models: j.gpu_models,
+            pool: j.pool,
+            node_selector: j.node_selector,
             workdir: j.workdir,
             replicas: j.replicas,
             upload: j.upload,
@@ -140,6 +146,8 @@ impl From<SubmitRequest> for SubmitJson {
             after: r.after,
             labels: r.labels,
             gpu_models: r.gpu_models,
+            pool: r.pool,
+            node_selector: r.node_selector,
             workdir: r.workdir,
             replicas: r.replicas,
             upload: r.upload,
@@ -238,6 +246,16 @@ pub(crate) struct SubmitJson {
     /// node has one, unless `wait_for_capacity`.
     #[serde(default)]
     gpu_models: Vec<String>,
+    /// The node pool to run in (`gantry pools` lists them; a node's `pool` label names its
+    /// pool). None: the node selector's `pool`, else `default`. Refused (422) when the pool has
+    /// no node that could hold the job (unless `wait_for_capacity`), 403 when the job's team may
+    /// not use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pool: Option<String>,
+    /// Node labels every node the job runs on must carry (`gpu.model`, `gpu.count` and the
+    /// labels agents declare with `--label`), e.g. `{"rack": "r1"}`; within its pool.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    node_selector: BTreeMap<String, String>,
     /// Where the job starts: a relative path inside its private directory, created for it
     /// (no `..`, not absolute).
     workdir: Option<String>,

@@ -355,6 +355,10 @@ pub struct RegisterRequest {
     /// What the node holds a job to that does not say (its default memory and CPU, `pids.max`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_defaults: Option<crate::model::JobLimits>,
+    /// Labels the node declares (`gantry agent --label pool=inference`; a `pool` label puts it
+    /// in that pool); 422 for a bad one or a fact label (`gpu.model`, `gpu.count`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
     /// The attempts the agent still has from before (it restarted while they ran): the server
     /// keeps those placed on this node; every other attempt of an older epoch was lost.
     #[serde(default)]

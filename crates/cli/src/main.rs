@@ -61,6 +61,11 @@ enum Command {
     /// Apply, create, show or delete a service (`service apply -f svc.yaml`).
     #[command(subcommand)]
     Service(cmd::service::ServiceCommand),
+    /// Node pools: nodes, GPUs, placement (pack or spread) and teams.
+    Pools(cmd::pools::PoolsArgs),
+    /// Set a node pool's placement or teams (`pool set inference --placement spread`; admins).
+    #[command(subcommand)]
+    Pool(cmd::pools::PoolCommand),
     /// Teams: guarantee, limits, queue and output kept.
     Teams(cmd::teams::TeamsArgs),
     /// Change a team's guarantee or limits (`team set vision --guarantee 8`).
@@ -146,6 +151,8 @@ fn main() -> ExitCode {
         Command::Queue(a) => cmd::queue::run(a),
         Command::Services(a) => cmd::service::list(a),
         Command::Service(c) => cmd::service::run(c),
+        Command::Pools(a) => cmd::pools::list(a),
+        Command::Pool(c) => cmd::pools::run(c),
         Command::Teams(a) => cmd::teams::list(a),
         Command::Team(c) => cmd::teams::run(c),
         Command::Users(a) => cmd::users::list(a),

@@ -73,6 +73,9 @@ pub struct Node {
     pub allocations: u32,
     /// Whether new work may land here (false when cordoned, lost or unhealthy).
     pub schedulable: bool,
+    /// The caller's node filters this node passes (bit i: filter i; see
+    /// [`crate::resources::NodeSet`]); none until [`Cluster::set_tags`].
+    pub tags: u64,
     /// Changes whenever anything above changes; lets policies cache per-node scores.
     pub version: u64,
 }
@@ -116,6 +119,9 @@ impl Node {
     pub fn why_not(&self, req: &Request) -> Option<&'static str> {
         if !self.schedulable {
             return Some("node is not schedulable");
+        }
+        if !req.nodes.allows(self.tags) {
+            return Some("not in the job's pool or does not match its node selector");
         }
         if req.cpu_milli > self.cpu_free {
             return Some("not enough CPU");
@@ -223,6 +229,7 @@ impl Cluster {
             classes: 0,
             allocations: 0,
             schedulable: true,
+            tags: 0,
             version: self.clock,
             spec,
         });
@@ -320,6 +327,17 @@ impl Cluster {
         let clock = self.clock;
         let node = self.nodes.get_mut(id).ok_or(LedgerError::NoSuchNode(id))?;
         node.schedulable = schedulable;
+        node.version = clock;
+        self.journal.record(id, self.nodes.len());
+        Ok(())
+    }
+
+    /// Sets the node filters a node passes (see [`crate::resources::NodeSet`]).
+    pub fn set_tags(&mut self, id: NodeId, tags: u64) -> Result<(), LedgerError> {
+        self.clock += 1;
+        let clock = self.clock;
+        let node = self.nodes.get_mut(id).ok_or(LedgerError::NoSuchNode(id))?;
+        node.tags = tags;
         node.version = clock;
         self.journal.record(id, self.nodes.len());
         Ok(())

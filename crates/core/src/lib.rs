@@ -22,5 +22,5 @@ pub mod sched;
 
 pub use cluster::{AllocationId, Cluster, LedgerError, Node, NodeId};
 pub use placement::{Placement, Policy, PolicyKind};
-pub use resources::{ModelSet, NodeSpec, Request, RequestError};
+pub use resources::{ModelSet, NodeSet, NodeSpec, Preference, Request, RequestError};
 pub use rng::{RandomSource, SplitMix64};

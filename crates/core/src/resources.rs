@@ -49,6 +49,60 @@ impl ModelSet {
     }
 }
 
+/// The nodes a request may use, by the caller's node filters (a pool, a label selector): bit i
+/// stands for filter i, and a node passes the filters whose bits its
+/// [`crate::cluster::Node::tags`] carry. The caller resolves selectors against its nodes' labels
+/// and numbers the distinct filters of a pass; the ledger only checks the bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum NodeSet {
+    /// Any node.
+    #[default]
+    Any,
+    /// Only nodes tagged with one of these bits. An empty mask matches nothing.
+    Only(u64),
+}
+
+impl NodeSet {
+    /// Whether a node carrying `tags` is acceptable.
+    pub fn allows(self, tags: u64) -> bool {
+        match self {
+            NodeSet::Any => true,
+            NodeSet::Only(mask) => mask & tags != 0,
+        }
+    }
+}
+
+/// How to choose among the nodes (and GPUs) a request may use: a node pool's placement
+/// (`gantry pool set NAME --placement pack|spread`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preference {
+    /// The placement policy's choice: fragmentation-aware packing (Gantry's default).
+    #[default]
+    Pack,
+    /// The least allocated node, then its least used GPU ([`crate::placement::Spread`]).
+    Spread,
+}
+
+impl Preference {
+    /// The CLI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preference::Pack => "pack",
+            Preference::Spread => "spread",
+        }
+    }
+
+    /// Parses `pack` or `spread`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pack" => Some(Preference::Pack),
+            "spread" => Some(Preference::Spread),
+            _ => None,
+        }
+    }
+}
+
 /// Whether a GPU model name a user typed (`A100`) names `model` (`A100-80GB`, `NVIDIA
 /// A100-SXM4-80GB`): equal ignoring case, or a prefix of one of its words that ends where the
 /// word or a `-` does (so `A10` does not match `A100`, and `A100-80GB` matches only itself).
@@ -91,12 +145,25 @@ pub struct Request {
     pub gpu_memory_mib: u64,
     /// Acceptable GPU models.
     pub models: ModelSet,
+    /// Acceptable nodes (a pool, a label selector).
+    pub nodes: NodeSet,
+    /// How to choose among them.
+    pub placement: Preference,
 }
 
 impl Request {
     /// A CPU-only request.
     pub fn cpu_only(cpu_milli: u64, memory_mib: u64) -> Self {
-        Self { cpu_milli, memory_mib, gpus: 0, gpu_milli: 0, gpu_memory_mib: 0, models: ModelSet::Any }
+        Self {
+            cpu_milli,
+            memory_mib,
+            gpus: 0,
+            gpu_milli: 0,
+            gpu_memory_mib: 0,
+            models: ModelSet::Any,
+            nodes: NodeSet::Any,
+            placement: Preference::Pack,
+        }
     }
 
     /// A validated request; `gpu_milli` is ignored when `gpus == 0`.
@@ -120,7 +187,7 @@ impl Request {
         if gpus > 1 && gpu_milli != WHOLE_GPU {
             return Err(RequestError::FractionOfSeveral(gpus));
         }
-        Ok(Self { cpu_milli, memory_mib, gpus, gpu_milli, gpu_memory_mib, models })
+        Ok(Self { gpus, gpu_milli, gpu_memory_mib, models, ..Self::cpu_only(cpu_milli, memory_mib) })
     }
 
     /// Whether this asks for part of one GPU rather than whole GPUs.
@@ -186,6 +253,14 @@ mod tests {
         assert!(!ModelSet::Only(0).allows(Some(0)));
         assert!(ModelSet::Only(0b10).allows(Some(1)));
         assert!(ModelSet::Any.allows(None));
+    }
+
+    #[test]
+    fn a_node_set_allows_nodes_tagged_with_one_of_its_bits() {
+        assert!(NodeSet::Any.allows(0));
+        assert!(NodeSet::Only(0b110).allows(0b010));
+        assert!(!NodeSet::Only(0b110).allows(0b001));
+        assert!(!NodeSet::Only(0).allows(u64::MAX));
     }
 
     #[test]

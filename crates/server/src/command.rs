@@ -130,6 +130,13 @@ pub enum Command {
         /// Why, naming the dependency.
         reason: String,
     },
+    /// Set a node pool's placement and teams (admins).
+    SetPool {
+        /// The pool's settings.
+        pool: gantry_api::pools::Pool,
+        /// Who asks.
+        by: Principal,
+    },
     /// Cordon, uncordon or drain a node (operators).
     SetNodeScheduling {
         /// The node.
@@ -216,6 +223,7 @@ impl App {
                 | Command::SetTeam { .. }
                 | Command::SetNodeScheduling { .. }
                 | Command::DeleteService { .. }
+                | Command::SetPool { .. }
         );
         // A job ending or a GPU changing health frees (or takes) room.
         let frees = match &command {
@@ -339,6 +347,10 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         }
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
+        }
+        Command::SetPool { pool, by } => {
+            let entry = entry(&by, "pool.set", format!("pool/{}", pool.name), None, now);
+            audited(store, by.require_admin(), Change::SetPool(pool), entry)
         }
         Command::SetNodeScheduling { node, scheduling, grace_ms, by } => {
             let action = match scheduling {

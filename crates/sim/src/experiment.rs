@@ -25,9 +25,9 @@ pub const TYPICAL_COVERAGE: f64 = 0.95;
 /// A cluster and a workload, ready to be run with any policy and seed.
 #[derive(Debug)]
 pub struct Experiment {
-    requests: Vec<Request>,
-    typical: Arc<TypicalPods>,
-    template: Cluster,
+    pub(crate) requests: Vec<Request>,
+    pub(crate) typical: Arc<TypicalPods>,
+    pub(crate) template: Cluster,
     tune: f64,
 }
 
@@ -101,7 +101,7 @@ impl Experiment {
     }
 
     /// The pod order of one seed: shuffled, then tuned to `tune` × capacity.
-    fn arrivals(&self, rng: &mut dyn RandomSource) -> Vec<usize> {
+    pub(crate) fn arrivals(&self, rng: &mut dyn RandomSource) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.requests.len()).collect();
         shuffle(&mut order, rng);
         let target = self.tune * self.template.capacity_milli() as f64;
@@ -203,6 +203,7 @@ fn request_of(cluster: &Cluster, pod: &PodRow) -> Request {
         gpu_milli: pod.gpu_milli,
         gpu_memory_mib: 0,
         models,
+        ..Request::cpu_only(pod.cpu_milli, pod.memory_mib)
     }
 }
 

@@ -2,6 +2,8 @@
 //!
 //! - [`trace`] reads the Alibaba openb node and pod lists, with errors that name file and line;
 //! - [`experiment`] is the FGD fragmentation experiment (fill the cluster, one attempt per pod);
+//! - [`balance`]: how evenly `pack` and `spread` (a node pool's placement) load the nodes of
+//!   a half-full cluster (`gantry sim spread`);
 //! - [`runner`] runs policies × seeds in parallel and aggregates over seeds;
 //! - [`report`] turns results into the JSON contract, a text table, CSV curves and an SVG chart;
 //! - [`jobs`] is the job-completion simulator (`gantry sim jobs`): Pollux's job model on a
@@ -11,6 +13,7 @@
 //!
 //! The simulator places pods through the same [`gantry_core::Policy::place`] the server calls.
 
+pub mod balance;
 pub mod experiment;
 pub mod jobs;
 pub mod report;
@@ -20,6 +23,7 @@ mod svg;
 pub mod trace;
 pub mod whatif;
 
+pub use balance::Balance;
 pub use experiment::{Experiment, Refused, Replay, RunCurve};
 pub use runner::{PolicyResult, Stat, paired, run_all};
 pub use trace::{PodRow, TraceError, read_nodes, read_pods};

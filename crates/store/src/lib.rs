@@ -51,6 +51,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn set_team(&self, team: &Team) -> Result<()>;
     /// All teams.
     fn teams(&self) -> Result<Vec<Team>>;
+    /// The node pools an admin set (`Change::SetPool`), by name; others pack and admit every
+    /// team.
+    fn pools(&self) -> Result<Vec<Pool>>;
 
     /// Records a submission; returns the id and whether it is new (false: same `request_id`
     /// seen before in the same team).

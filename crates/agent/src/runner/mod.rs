@@ -91,6 +91,9 @@ pub struct AgentConfig {
     /// The address this node's peers reach it at, when not its host name (validated by the
     /// caller with [`gantry_api::types::address_problem`]; the server checks it again).
     pub advertise_addr: Option<String>,
+    /// Labels the node declares (`--label pool=inference`): its pool and what node selectors
+    /// match.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// The running executable, which serves as the shim when run with [`shim::ARG`].
@@ -150,6 +153,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         gpus: gpus.inventory(),
         job_defaults: Some(config.sandbox.job_defaults()),
         attempts: Vec::new(),
+        labels: config.labels.clone(),
     };
     let mut registering = backoff::Backoff::new(Duration::from_secs(1));
     'register: loop {

@@ -187,6 +187,7 @@ impl Harness {
             shim: SHIM.into(),
             stop_jobs_on_exit,
             advertise_addr: None,
+            labels: Default::default(),
         };
         tokio::spawn(runner::run(config, gpus, stop))
     }

@@ -59,6 +59,7 @@ fn registration() -> RegisterRequest {
         advertise_addr: None,
         network: Default::default(),
         job_defaults: None,
+        labels: Default::default(),
         cpu_milli: 1000,
         memory_mib: 1024,
         gpus: vec![],

@@ -98,6 +98,10 @@ pub struct Job {
     /// of, ignoring case: `A100` matches `A100-80GB` and `NVIDIA A100-SXM4-80GB`.
     #[serde(default)]
     pub gpu_models: Vec<String>,
+    /// The nodes it may use: its pool as `pool=NAME` (none: pool `default`) and label pairs
+    /// every node must match (`--pool`, `--node-selector`; see [`crate::pools`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub node_selector: std::collections::BTreeMap<String, String>,
     /// Where the job starts, relative to its private directory (`None`: that directory).
     #[serde(default)]
     pub workdir: Option<String>,
@@ -149,6 +153,7 @@ impl Default for Job {
             after: Vec::new(),
             labels: Default::default(),
             gpu_models: Vec::new(),
+            node_selector: Default::default(),
             workdir: None,
             gang: None,
             service: None,

@@ -79,6 +79,10 @@ pub struct Node {
     /// What it holds a job to that does not say (`None`: an agent that does not tell).
     #[serde(default)]
     pub job_defaults: Option<JobLimits>,
+    /// The labels its agent declares (`gantry agent --label pool=inference`); with its facts
+    /// (GPU model, count) and pool they select it ([`crate::pools::node_labels`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A GPU as stored, with its latest health and sample.

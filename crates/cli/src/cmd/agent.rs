@@ -76,6 +76,18 @@ pub struct AgentArgs {
     /// name is not: gang workers whose rank 0 runs here get it as `MASTER_ADDR`.
     #[arg(long, value_name = "ADDR", value_parser = advertise_addr)]
     advertise_addr: Option<String>,
+    /// A label of this node, `KEY=VALUE` (repeatable): `pool=inference` puts it in that pool
+    /// (without one it is in `default`); jobs select nodes by labels (`--node-selector`).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = node_label)]
+    labels: Vec<(String, String)>,
+}
+
+/// `--label KEY=VALUE`, by the rules of node labels.
+pub(super) fn node_label(value: &str) -> Result<(String, String), String> {
+    let pair = gantry_api::workflow::parse_label(value)?;
+    let one = std::collections::BTreeMap::from([pair.clone()]);
+    gantry_api::pools::check_node_labels(&one)?;
+    Ok(pair)
 }
 
 /// The simulated fleet's seed for a node: FNV-1a of its id, stable across runs and versions
@@ -135,6 +147,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         shim: runner::default_shim()?,
         stop_jobs_on_exit: args.stop_jobs_on_exit,
         advertise_addr: args.advertise_addr,
+        labels: args.labels.into_iter().collect(),
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -29,6 +29,8 @@ use super::draft::{JobDraft, Program};
   command: [python, sweep.py, --epochs, \"3\"]   # or `script: train.sh` (beside this file)
   gpus: 1                # or a range for an elastic job: gpus: 2..8
   gpu_model: [A100, H100]
+  pool: inference        # a node pool (default: default)
+  node_selector: {rack: r1}
   time: 2h
   array: 0-99%8
   after: ok:12
@@ -78,6 +80,12 @@ pub struct JobFile {
     /// GPU models.
     #[serde(default)]
     pub gpu_model: Vec<String>,
+    /// The node pool (left out of the digest when absent, so files from before keep theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Node labels its nodes must carry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
     /// CPU cores.
     #[serde(default)]
     pub cpu: Option<f64>,
@@ -232,6 +240,8 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         after: after.unwrap_or_default(),
         labels: file.labels,
         gpu_models: file.gpu_model,
+        pool: file.pool,
+        node_selector: file.node_selector,
         workdir: file.workdir,
         upload: None,
         chdir: file.chdir,

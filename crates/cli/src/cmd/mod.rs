@@ -29,6 +29,7 @@ pub mod logging;
 pub mod logs;
 pub mod nodes;
 pub mod pipe;
+pub mod pools;
 pub mod queue;
 pub mod sandbox;
 pub mod sbatch;

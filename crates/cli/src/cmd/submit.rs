@@ -106,6 +106,14 @@ pub struct SubmitArgs {
     /// has one, unless --wait-for-capacity. Example: `--gpu-model A100,H100`.
     #[arg(long, value_name = "MODELS", value_delimiter = ',')]
     pub(super) gpu_model: Vec<String>,
+    /// Run in this node pool (`gantry pools` lists them; default: `default`); its placement
+    /// (pack or spread) decides where. Example: `--pool inference`.
+    #[arg(long, value_name = "NAME")]
+    pub(super) pool: Option<String>,
+    /// Only on nodes with this label, `KEY=VALUE` (repeatable; every one must match): labels
+    /// agents declare (`--label`) and `gpu.model`, `gpu.count`. Example: `--node-selector rack=r1`.
+    #[arg(long = "node-selector", value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
+    pub(super) node_selector: Vec<(String, String)>,
     /// Start in this directory, relative to the job's private work directory (made for it;
     /// no `..`, not absolute). Example: `--workdir runs/out`.
     #[arg(long, value_name = "DIR", value_parser = parse_workdir)]
@@ -327,6 +335,8 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         after,
         labels: args.labels.into_iter().collect(),
         gpu_models: args.gpu_model,
+        pool: args.pool,
+        node_selector: args.node_selector.into_iter().collect(),
         workdir: args.workdir,
         upload: None,
         chdir: args.chdir,
@@ -356,6 +366,8 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("memory_mib", "--memory"),
         ("cpu_milli", "--cpu"),
         ("gpu_models", "--gpu-model"),
+        ("pool", "--pool"),
+        ("node_selector", "--node-selector"),
         ("gpus_max", "--gpus"),
         ("max_retries", "--max-retries"),
         ("labels", "--label"),

@@ -56,6 +56,10 @@ pub struct UpArgs {
     /// name is not: gang workers whose rank 0 runs on the local agent get it as `MASTER_ADDR`.
     #[arg(long, value_name = "ADDR", value_parser = super::agent::advertise_addr, conflicts_with = "no_agent")]
     advertise_addr: Option<String>,
+    /// A label of the local node, `KEY=VALUE` (repeatable): `pool=inference` puts it in that
+    /// pool (without one it is in `default`).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = super::agent::node_label, conflicts_with = "no_agent")]
+    labels: Vec<(String, String)>,
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
@@ -104,6 +108,7 @@ async fn serve(
             shim: runner::default_shim()?,
             stop_jobs_on_exit: args.stop_jobs_on_exit,
             advertise_addr: args.advertise_addr.clone(),
+            labels: args.labels.iter().cloned().collect(),
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     } else {

@@ -285,6 +285,7 @@ fn populate(store: &dyn gantry_store::Store) -> Vec<SimNode> {
                 advertise_addr: None,
                 network: Default::default(),
                 job_defaults: None,
+                labels: Default::default(),
                 cpu_milli: 192_000,
                 memory_mib: 2_000_000,
                 gpus,

@@ -18,6 +18,7 @@ mod gang;
 mod gpus;
 mod harness;
 mod network;
+mod pools;
 mod preemption;
 mod restart;
 mod sandbox;

@@ -31,6 +31,7 @@ use crate::resources::{ModelId, Request};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ClassKey {
     schedulable: bool,
+    tags: u64,
     model: Option<ModelId>,
     cpu_free: u64,
     memory_free: u64,
@@ -43,6 +44,7 @@ impl ClassKey {
     fn of(node: &Node) -> Self {
         Self {
             schedulable: node.schedulable,
+            tags: node.tags,
             model: node.model,
             cpu_free: node.cpu_free,
             memory_free: node.memory_free,
@@ -56,6 +58,7 @@ impl ClassKey {
         self.cpu_free == node.cpu_free
             && self.gpu_free == node.gpu_free
             && self.schedulable == node.schedulable
+            && self.tags == node.tags
             && self.model == node.model
             && self.memory_free == node.memory_free
             && self.gpu_memory_total == node.spec.gpu_memory_mib

@@ -11,6 +11,7 @@ mod classes;
 mod fgd;
 mod gantry;
 pub mod gpus;
+mod spread;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::rng::RandomSource;
 pub use baselines::{BestFit, Clustering, DotProduct, Packing, RandomPolicy};
 pub use fgd::Fgd;
 pub use gantry::{Gantry, GantryParams};
+pub use spread::{Preferring, Spread, spread_score};
 
 /// Where a request goes (the ledger's type, beside it: policies produce it, the ledger takes it).
 pub use crate::cluster::Placement;
@@ -104,8 +106,14 @@ impl PolicyKind {
         matches!(self, PolicyKind::Fgd | PolicyKind::Gantry)
     }
 
-    /// Builds the policy. `typical` is used by FGD and Gantry; the others ignore it.
+    /// Builds the policy, honouring each request's [`crate::resources::Preference`] (a spread
+    /// pool's requests are spread, see [`Spread`]). `typical` is used by FGD and Gantry; the
+    /// others ignore it.
     pub fn build(self, typical: Arc<TypicalPods>) -> Box<dyn Policy> {
+        Box::new(Preferring::new(self.build_packing(typical)))
+    }
+
+    fn build_packing(self, typical: Arc<TypicalPods>) -> Box<dyn Policy> {
         match self {
             PolicyKind::Random => Box::new(RandomPolicy),
             PolicyKind::Dotprod => Box::new(DotProduct),

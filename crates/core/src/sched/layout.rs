@@ -18,6 +18,8 @@ pub(super) struct Layout<'a> {
     pub(super) nodes: Vec<&'a gantry_api::model::Node>,
     gpus: Vec<Vec<&'a Gpu>>,
     pub(super) index: HashMap<&'a str, usize>,
+    /// Which nodes each job's pool and node selector allow, and how its pool places.
+    pub(super) pools: super::pools::Pools<'a>,
     pub(super) max_gpu_memory: u64,
     pub(super) next_id: u64,
 }
@@ -67,6 +69,7 @@ impl<'a> Layout<'a> {
         if req.gpus > 0 {
             req.models = self.cluster.matching_models(&job.gpu_models);
         }
+        (req.nodes, req.placement) = self.pools.of(job);
         Some(req)
     }
 
@@ -76,6 +79,7 @@ impl<'a> Layout<'a> {
             nodes: Vec::new(),
             gpus: Vec::new(),
             index: HashMap::new(),
+            pools: Default::default(),
             max_gpu_memory: s.gpus.iter().map(|g| g.info.memory_mib).max().unwrap_or(0),
             next_id: 0,
         };
@@ -107,6 +111,7 @@ impl<'a> Layout<'a> {
             layout.nodes.push(node);
             layout.gpus.push(gpus);
         }
+        layout.pools = super::pools::Pools::build(s, &layout.nodes, &layout.gpus, &mut layout.cluster);
         layout.replay(s);
         layout.block_unhealthy();
         layout
@@ -197,8 +202,13 @@ impl<'a> Layout<'a> {
             let (asked, most) = (cores(req.cpu_milli), cores(most_cpu));
             return format!("waiting: no node has {asked} CPU cores (the largest has {most})");
         }
-        match nodes.iter().find_map(|n| n.why_not(req)) {
-            Some(why) if nodes.len() == 1 => format!("waiting: {why}"),
+        // A node outside the job's pool says nothing about what the job waits for.
+        let mine: Vec<&crate::Node> = nodes.iter().filter(|n| req.nodes.allows(n.tags)).collect();
+        if mine.is_empty() {
+            return "waiting: no node is in its pool and matches its node selector".into();
+        }
+        match mine.iter().find_map(|n| n.why_not(req)) {
+            Some(why) if mine.len() == 1 => format!("waiting: {why}"),
             Some(why) => format!("waiting: no node fits (e.g. {why})"),
             None => "waiting for room".into(),
         }

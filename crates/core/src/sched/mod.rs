@@ -16,6 +16,8 @@
 //!   [`TeamsNow::judged_priority`] (priority within a team, guarantees across teams);
 //! - `elastic`: elastic jobs shrink for a waiting job at once and grow onto idle GPUs;
 //! - `service`: replicas of one service spread over nodes, and a pass stops at most one;
+//! - `pools`: a job's pool and node selector filter the nodes it may use, and its pool's
+//!   placement (`pack` or `spread`) is a scoring term of its request;
 //! - `reasons`: why each job waits, in the words `gantry jobs` shows;
 //! - [`Memory`]: what the loop remembers between passes (decayed usage, resize widths,
 //!   who each preempted job was stopped for).
@@ -30,6 +32,7 @@ pub mod gates;
 mod layout;
 mod memory;
 mod plan;
+mod pools;
 mod reasons;
 mod room;
 mod rules;

@@ -110,7 +110,9 @@ fn pass(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
                 // siblings (`super::service`); the queue's node is kept when it is one of them.
                 let service = s.service(job.id);
                 let few = service.and_then(|svc| spread.nodes_for(svc, &layout.cluster, &req));
-                let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU)
+                // The queue's node is the fullest that holds the job: a packing choice.
+                let packs = req.placement == crate::Preference::Pack;
+                let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU && packs)
                     .then(|| nodes[0].0)
                     .filter(|n| few.as_ref().is_none_or(|few| few.contains(n)));
                 let here = wanted.and_then(|node| {

@@ -79,25 +79,31 @@ impl Room {
 pub(super) fn never_fits(
     layout: &Layout<'_>,
     job: &Job,
-    usable: &mut HashMap<(ModelSet, u32), u32>,
+    usable: &mut HashMap<(ModelSet, crate::NodeSet, u32), u32>,
 ) -> Option<String> {
-    if job.gpu_models.is_empty() {
+    let limited = layout.pools.limits(job);
+    if job.gpu_models.is_empty() && !limited {
         return None;
     }
-    // The queue's request knows no models; the ledger's does.
+    // The queue's request knows no models nor pools; the ledger's does.
     let req = layout.request(job)?;
     let per = whole_gpus(&req);
-    if per == 0 || matches!(req.models, ModelSet::Any) {
+    if per == 0 || (matches!(req.models, ModelSet::Any) && matches!(req.nodes, crate::NodeSet::Any)) {
         return None;
     }
     let workers = job.gang.as_ref().map_or(1, |g| g.replicas.max(1));
-    let usable = *usable.entry((req.models, per)).or_insert_with(|| {
-        let nodes = layout.cluster.nodes().iter().filter(|n| req.models.allows(n.model));
+    let usable = *usable.entry((req.models, req.nodes, per)).or_insert_with(|| {
+        let nodes =
+            layout.cluster.nodes().iter().filter(|n| req.models.allows(n.model) && req.nodes.allows(n.tags));
         nodes.map(|n| n.gpu_free.len() as u32 / per).sum()
     });
     (usable < workers).then(|| {
         let need = per * workers;
-        format!("waiting: the nodes with a GPU model it allows hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
+        if limited {
+            format!("waiting: the nodes of its pool (and node selector) hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
+        } else {
+            format!("waiting: the nodes with a GPU model it allows hold fewer than the {need} GPUs it needs; it runs once such GPUs join")
+        }
     })
 }
 

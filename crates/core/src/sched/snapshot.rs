@@ -38,6 +38,8 @@ pub struct Snapshot {
     pub active: Vec<Job>,
     /// Quotas.
     pub teams: Vec<Team>,
+    /// Node pools an admin set (placement, teams); see `pools`.
+    pub pools: Vec<gantry_api::pools::Pool>,
     /// Now, ms.
     pub at: i64,
     /// The queue's weights and the fair-share memory the loop keeps between passes.

@@ -226,7 +226,10 @@ impl<'v, 'a> Victims<'v, 'a> {
             .iter()
             .enumerate()
             .map(|(i, n)| NodeRoom {
-                eligible: n.schedulable && req.models.allows(n.model) && n.gpu_free.len() >= per,
+                eligible: n.schedulable
+                    && req.models.allows(n.model)
+                    && req.nodes.allows(n.tags)
+                    && n.gpu_free.len() >= per,
                 idle: idle_gpus(layout, i),
                 freeing: self.freeing[i],
                 cpu_free: n.cpu_free + self.freeing_host[i].0,
@@ -239,8 +242,11 @@ impl<'v, 'a> Victims<'v, 'a> {
     /// the queue says lost their place; for a job limited to some GPU models (which the queue
     /// does not see), every running job ranked below it.
     fn holders(&self, k: usize, req: &Request, layout: &Layout<'_>) -> Vec<Holder> {
+        // The queue counts GPUs blind to models and pools.
         let limited =
-            layout.cluster.nodes().iter().any(|n| !n.gpu_free.is_empty() && !req.models.allows(n.model));
+            layout.cluster.nodes().iter().any(|n| {
+                !n.gpu_free.is_empty() && (!req.models.allows(n.model) || !req.nodes.allows(n.tags))
+            });
         let below = |c: &usize| self.rank.get(*c).is_some_and(|r| *r > self.rank[k]);
         let mut pool: Vec<usize> = self.candidates.clone();
         if limited {

@@ -62,6 +62,10 @@ impl<'a> QueueView<'a> {
                 out.waiting.push((job.id, why));
                 continue;
             }
+            if let Some(why) = layout.pools.refuses(job) {
+                out.waiting.push((job.id, why));
+                continue;
+            }
             view.push(job, index_of(&job.team), &req, Vec::new(), secs(s.at - job.submitted_at));
         }
         // A gang holds what its workers hold.

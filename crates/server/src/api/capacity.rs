@@ -3,7 +3,39 @@
 //! GPUs) unless the caller asks to wait for capacity. A cluster without nodes refuses nothing
 //! (the first agent may not have joined yet); a node reporting 0 CPU or memory is not limited there.
 
+use std::collections::BTreeMap;
+
+use gantry_api::pools;
 use gantry_store::{Gpu, JobRequest, Node};
+
+/// The nodes a job with `selector` may use (its pool, its label pairs); `Err(reason)` when
+/// nodes are registered but none is selected.
+pub fn selected(
+    selector: &BTreeMap<String, String>,
+    nodes: &[Node],
+    gpus: &[Gpu],
+) -> Result<Vec<Node>, String> {
+    let chosen: Vec<Node> = nodes
+        .iter()
+        .filter(|n| {
+            let mine: Vec<&gantry_store::GpuInfo> =
+                gpus.iter().filter(|g| g.node_id == n.id).map(|g| &g.info).collect();
+            pools::selects(selector, &pools::node_labels(&n.labels, &mine))
+        })
+        .cloned()
+        .collect();
+    if chosen.is_empty() && !nodes.is_empty() {
+        let pairs: Vec<String> =
+            selector.iter().filter(|(k, _)| *k != pools::POOL).map(|(k, v)| format!("{k}={v}")).collect();
+        let matching = if pairs.is_empty() { String::new() } else { format!(" with {}", pairs.join(", ")) };
+        return Err(format!(
+            "no registered node is in pool {}{matching} (`gantry pools` lists the pools); submit with \
+             --wait-for-capacity (wait_for_capacity) to queue it for a node that may join",
+            pools::pool_of(selector)
+        ));
+    }
+    Ok(chosen)
+}
 
 /// `Err(reason)` when no node in `nodes` (with `gpus`) could hold `req` even when idle.
 pub fn check(req: &JobRequest, nodes: &[Node], gpus: &[Gpu]) -> Result<(), String> {
@@ -158,6 +190,7 @@ mod tests {
             advertise_addr: None,
             network: Default::default(),
             job_defaults: None,
+            labels: Default::default(),
             state: NodeState::Ready,
             scheduling: Default::default(),
             drain_at: None,

@@ -22,7 +22,8 @@ const LOG_CHUNK: u64 = 1 << 20;
 
 /// Submit a job.
 #[utoipa::path(post, path = "/v1/jobs", request_body = SubmitRequest, security(("bearer" = [])),
-    responses((status = 201, body = SubmitResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody),
+    responses((status = 201, body = SubmitResponse), (status = 400, body = ErrorBody),
+        (status = 403, body = ErrorBody, description = "the job's team may not use its pool"), (status = 422, body = ErrorBody),
         (status = 429, body = ErrorBody, description = "the team's pending limit is reached"),
         (status = 507, body = ErrorBody, description = "the server's data disk is below its free-space floor")))]
 pub async fn submit(
@@ -88,8 +89,20 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
             ApiError::NotFound(format!("after: job {} not found (a job of a team you are in)", d.job))
         })?;
     }
+    let pool_name = gantry_api::pools::pool_of(&job.spec.node_selector).to_owned();
+    let pools = blocking(app, |s| s.pools()).await?;
+    if let Some(pool) = pools.iter().find(|p| p.name == pool_name).filter(|p| !p.admits(&job.team)) {
+        return Err(ApiError::Forbidden(format!(
+            "team {} may not use pool {} (its teams: {}; an admin sets them with `gantry pool set`)",
+            job.team,
+            pool.name,
+            pool.teams.join(", ")
+        )));
+    }
     if !job.spec.wait_for_capacity {
         let (nodes, gpus) = blocking(app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
+        let nodes = super::capacity::selected(&job.spec.node_selector, &nodes, &gpus)
+            .map_err(ApiError::Unprocessable)?;
         let request = job.request();
         super::capacity::check(&request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
         super::capacity::check_models(&job.spec.gpu_models, &nodes, &gpus)
@@ -125,6 +138,9 @@ fn new_job(mut req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> 
     validate::env(&req.env)?;
     validate::resources(&req)?;
     validate::workflow(&req)?;
+    // The pool is one pair of the node selector from here on (`pool=NAME`).
+    req.node_selector = gantry_api::pools::job_selector(req.pool.take().as_deref(), &req.node_selector)
+        .map_err(ApiError::Unprocessable)?;
     if let Some(limit) = req.time_limit_s
         && !(1..=validate::MAX_TIME_LIMIT_S).contains(&limit)
     {

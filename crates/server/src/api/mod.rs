@@ -10,6 +10,7 @@ mod extract;
 mod history;
 mod insight;
 mod jobs;
+mod pools;
 mod require;
 mod services;
 mod signin;
@@ -41,7 +42,7 @@ use require::require_token;
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::apply, jobs::list, jobs::get, jobs::cancel, jobs::logs, jobs::log_times,
-        cluster::nodes, cluster::set_scheduling, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, history::history, watch::watch, insight::findings, insight::queues,
+        cluster::nodes, cluster::set_scheduling, pools::list, pools::set, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, history::history, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         services::apply, services::list, services::get, services::delete,
@@ -97,7 +98,7 @@ impl utoipa::Modify for BearerAuth {
 /// handler (or, for mutations, by the dispatcher) through [`Principal`]'s `require_*` methods:
 /// jobs, logs, events, the watch stream, findings, queues — users, scoped to their teams (see
 /// `watch` and `insight`); cancel and submit — members of the job's team and admins; services — read by
-/// those who see their team, applied and deleted by its members and admins; quotas — operators; users, tokens, audit — admins (a user lists and revokes
+/// those who see their team, applied and deleted by its members and admins; quotas — operators; pools — users list, admins set; users, tokens, audit — admins (a user lists and revokes
 /// its own tokens; any user's API token asks for a dashboard sign-in code); agent routes — the node's own credential; metrics — operators.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.body_limit;
@@ -116,6 +117,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/services/{name}", get(services::get).delete(services::delete))
         .route("/v1/nodes", get(cluster::nodes))
         .route("/v1/nodes/{id}/scheduling", put(cluster::set_scheduling))
+        .route("/v1/pools", get(pools::list))
+        .route("/v1/pools/{name}", put(pools::set))
         .route("/v1/gpus", get(cluster::gpus))
         .route("/v1/teams", get(cluster::teams))
         .route("/v1/teams/{name}", put(cluster::set_quota))

@@ -141,7 +141,8 @@ pub fn inventory(r: &RegisterRequest) -> Result<(), ApiError> {
     if r.gpus.len() > 1024 {
         return Err(bad("gpus", "at most 1024 per node"));
     }
-    r.gpus.iter().try_for_each(|g| at_most("gpus[].memory_mib", g.memory_mib, MAX_GPU_MEMORY_MIB))
+    r.gpus.iter().try_for_each(|g| at_most("gpus[].memory_mib", g.memory_mib, MAX_GPU_MEMORY_MIB))?;
+    gantry_api::pools::check_node_labels(&r.labels).map_err(ApiError::Unprocessable)
 }
 
 /// An address a node's peers reach it at: a host name or an IP address.

@@ -41,8 +41,8 @@ impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         let (a, b) = (&self.snap, &other.snap);
         self.position == other.position
-            && (&a.nodes, &a.gpus, &a.held, &a.pending, &a.active, &a.teams)
-                == (&b.nodes, &b.gpus, &b.held, &b.pending, &b.active, &b.teams)
+            && (&a.nodes, &a.gpus, &a.held, &a.pending, &a.active, &a.teams, &a.pools)
+                == (&b.nodes, &b.gpus, &b.held, &b.pending, &b.active, &b.teams, &b.pools)
     }
 }
 
@@ -73,6 +73,7 @@ impl State {
             pending: by_state(JobState::Pending)?,
             active,
             teams: store.teams()?,
+            pools: store.pools()?,
             at: 0,
             queue: QueueInput::default(),
             ..Snapshot::default()
@@ -102,6 +103,7 @@ impl State {
         if changes.cluster {
             (self.snap.nodes, self.snap.gpus) = cluster(store)?;
             self.snap.teams = store.teams()?;
+            self.snap.pools = store.pools()?;
         }
         self.apply(changes);
         Ok(Synced::Applied)

@@ -155,6 +155,7 @@ impl World {
                         advertise_addr: (*n == 1).then(|| "10.0.0.1".to_owned()),
                         network: Default::default(),
                         job_defaults: None,
+                        labels: Default::default(),
                         cpu_milli: 8000,
                         memory_mib: 64_000,
                         gpus,

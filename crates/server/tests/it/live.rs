@@ -43,6 +43,7 @@ fn node(s: &TestServer) -> u64 {
             advertise_addr: None,
             network: Default::default(),
             job_defaults: None,
+            labels: Default::default(),
             cpu_milli: 64_000,
             memory_mib: 512_000,
             gpus: gpus.clone(),

@@ -9,6 +9,7 @@ pub fn node(gpus: u32) -> (gantry_store::Node, Vec<Gpu>) {
         advertise_addr: None,
         network: Default::default(),
         job_defaults: None,
+        labels: Default::default(),
         state: NodeState::Ready,
         scheduling: Default::default(),
         drain_at: None,

@@ -43,6 +43,8 @@ pub enum Change {
         /// Whether a started job may be replaced.
         replace: bool,
     },
+    /// Create or replace a node pool's settings (placement, teams).
+    SetPool(gantry_api::pools::Pool),
     /// Cordon, uncordon or drain a node (`NotFound` for an unknown one); a drain stops its
     /// running jobs at `drain_at` ([`crate::Store::drain_due`]). Registering again keeps it.
     SetNodeScheduling {

@@ -14,6 +14,7 @@ pub use allocations::*;
 pub use auth::*;
 pub use changes::*;
 pub use gantry_api::model::*;
+pub use gantry_api::pools::{Pool, PoolPlacement};
 pub use jobs::*;
 pub use nodes::*;
 pub use services::*;

@@ -129,7 +129,7 @@ fn update_spec(
             "UPDATE jobs SET request_id = COALESCE(?2, request_id), priority = ?3, command = ?4, gpus = ?5, \
              gpu_memory_mib = ?6, gpu_compute_pct = ?7, cpu_milli = ?8, memory_mib = ?9, max_retries = ?10, \
              env = ?11, time_limit_s = ?12, user = ?13, array_max_running = ?14, after = ?15, labels = ?16, \
-             gpu_models = ?17, workdir = ?18, gpus_max = ?19, upload = ?20, chdir = ?21 \
+             gpu_models = ?17, workdir = ?18, gpus_max = ?19, upload = ?20, chdir = ?21, node_selector = ?22 \
              WHERE id = ?1 AND state = 'pending'",
         )?
         .execute(params![
@@ -153,7 +153,8 @@ fn update_spec(
             job.spec.workdir,
             r.gpus_max,
             job.spec.upload.as_ref().map(rows::to_json).transpose()?,
-            job.spec.chdir
+            job.spec.chdir,
+            rows::to_json(&job.spec.node_selector)?
         ])?;
     if n == 0 {
         return Err(StoreError::Conflict(format!("job {id} is no longer pending")));

@@ -45,9 +45,9 @@ pub(super) fn insert_workers(c: &Connection, gang: JobId, job: &NewJob) -> Resul
         c.prepare_cached(
             "INSERT INTO jobs (team, name, priority, command, gpus, gpu_memory_mib, gpu_compute_pct, cpu_milli, \
              memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, replicas, gang_id, rank, labels, \
-             gpu_models, workdir, upload, chdir) \
+             gpu_models, workdir, upload, chdir, node_selector) \
              VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, ?6, ?7, 'pending', 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18, ?19)",
+             ?18, ?19, ?20)",
         )?
         .execute(params![
             job.team,
@@ -68,7 +68,8 @@ pub(super) fn insert_workers(c: &Connection, gang: JobId, job: &NewJob) -> Resul
             rows::to_json(&job.spec.gpu_models)?,
             job.spec.workdir,
             job.spec.upload.as_ref().map(rows::to_json).transpose()?,
-            job.spec.chdir
+            job.spec.chdir,
+            rows::to_json(&job.spec.node_selector)?
         ])?;
         jobs::record_transition(c, c.last_insert_rowid(), None, JobState::Pending, None, job.submitted_at)?;
     }

@@ -45,9 +45,9 @@ pub(super) fn insert(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
          gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
          array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max, service, \
-         service_generation, upload, chdir) \
+         service_generation, upload, chdir, node_selector) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
     )?
     .execute(params![
         request_id,
@@ -76,7 +76,8 @@ pub(super) fn insert(
         job.service.as_ref().map(|s| &s.0),
         job.service.as_ref().map(|s| s.1),
         job.spec.upload.as_ref().map(rows::to_json).transpose()?,
-        job.spec.chdir
+        job.spec.chdir,
+        rows::to_json(&job.spec.node_selector)?
     ])?;
     let id = c.last_insert_rowid();
     if let Some((array_id, ..)) = array {

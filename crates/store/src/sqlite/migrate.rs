@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (16, include_str!("../../migrations/0016_node_scheduling.sql")),
     (17, include_str!("../../migrations/0017_services.sql")),
     (18, include_str!("../../migrations/0018_job_upload.sql")),
+    (19, include_str!("../../migrations/0019_pools.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

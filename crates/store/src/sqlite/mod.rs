@@ -15,6 +15,7 @@ mod gangs;
 mod jobs;
 mod migrate;
 mod nodes;
+mod pools;
 mod rows;
 mod scheduler;
 mod services;
@@ -163,6 +164,9 @@ impl Store for SqliteStore {
     }
     fn teams(&self) -> Result<Vec<Team>> {
         self.read(tokens::teams)
+    }
+    fn pools(&self) -> Result<Vec<Pool>> {
+        self.read(pools::list)
     }
     fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
         let job = job.clone();

@@ -33,10 +33,10 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
     let defaults = reg.request.job_defaults.as_ref().map(rows::to_json).transpose()?;
     c.prepare_cached(
         "INSERT INTO nodes (id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, registered_at, \
-         advertise_addr, network, job_defaults) VALUES (?1, ?2, 'ready', ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9) \
+         advertise_addr, network, job_defaults, labels) VALUES (?1, ?2, 'ready', ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10) \
          ON CONFLICT(id) DO UPDATE SET hostname = ?2, state = 'ready', epoch = ?3, cpu_milli = ?4, \
          memory_mib = ?5, last_heartbeat = ?6, registered_at = ?6, advertise_addr = ?7, network = ?8, \
-         job_defaults = ?9",
+         job_defaults = ?9, labels = ?10",
     )?
     .execute(params![
         reg.request.node_id,
@@ -47,7 +47,8 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
         reg.at,
         reg.request.advertise_addr,
         reg.request.network.as_str(),
-        defaults
+        defaults,
+        rows::to_json(&reg.request.labels)?
     ])?;
     for g in &reg.request.gpus {
         c.prepare_cached(

@@ -10,13 +10,13 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user, \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
-     replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir";
+     replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector";
 
 fn corrupt(what: &str, value: &str) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
 }
 
-fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> rusqlite::Result<T> {
+pub(super) fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> rusqlite::Result<T> {
     serde_json::from_str(text).map_err(|_| corrupt(what, text))
 }
 
@@ -64,6 +64,7 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
         after: json("after", &r.get::<_, String>(28)?)?,
         labels: json("labels", &r.get::<_, String>(29)?)?,
         gpu_models: json("gpu models", &r.get::<_, String>(30)?)?,
+        node_selector: json("node selector", &r.get::<_, String>(42)?)?,
         workdir: r.get(31)?,
         gang: gang(r)?,
         service: r.get(39)?,
@@ -110,7 +111,7 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
 }
 
 pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, network, job_defaults, \
-     scheduling, drain_at";
+     scheduling, drain_at, labels";
 
 pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
     let state: String = r.get(2)?;
@@ -130,6 +131,7 @@ pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
         job_defaults: defaults.map(|d| json("node job defaults", &d)).transpose()?,
         scheduling: parse_enum("node scheduling", &scheduling, NodeScheduling::parse)?,
         drain_at: r.get(11)?,
+        labels: json("node labels", &r.get::<_, String>(12)?)?,
     })
 }
 

@@ -152,6 +152,7 @@ fn a_node_keeps_the_network_mode_it_registered_last() {
             advertise_addr: None,
             network: NodeNetwork::Cni,
             job_defaults: None,
+            labels: Default::default(),
             cpu_milli: 8000,
             memory_mib: 1000,
             gpus: Vec::new(),

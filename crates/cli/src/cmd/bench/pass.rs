@@ -137,6 +137,7 @@ fn fill(store: &SqliteStore, args: &PassBenchArgs) -> anyhow::Result<()> {
                 advertise_addr: None,
                 network: Default::default(),
                 job_defaults: None,
+                labels: Default::default(),
                 cpu_milli: 192_000,
                 memory_mib: 2_000_000,
                 gpus,

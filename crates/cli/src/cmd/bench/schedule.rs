@@ -89,6 +89,7 @@ fn snapshot(args: &ScheduleBenchArgs) -> Snapshot {
             advertise_addr: None,
             network: Default::default(),
             job_defaults: None,
+            labels: Default::default(),
             state: NodeState::Ready,
             scheduling: Default::default(),
             drain_at: None,

@@ -132,6 +132,7 @@ async fn start(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<
         shim: runner::default_shim()?,
         stop_jobs_on_exit: true,
         advertise_addr: None,
+        labels: Default::default(),
     };
     let agent = tokio::spawn(runner::run(agent_config, gpus, stop_rx));
     let api = Api::new(&url, &token)?;

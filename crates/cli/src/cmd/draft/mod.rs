@@ -79,6 +79,10 @@ pub struct JobDraft {
     pub labels: BTreeMap<String, String>,
     /// GPU models.
     pub gpu_models: Vec<String>,
+    /// The node pool.
+    pub pool: Option<String>,
+    /// Node labels its nodes must carry.
+    pub node_selector: BTreeMap<String, String>,
     /// Work directory inside the job's own.
     pub workdir: Option<String>,
     /// The working directory uploaded for it (the front ends upload before they resolve).
@@ -121,6 +125,8 @@ impl JobDraft {
             after: self.after,
             labels: self.labels,
             gpu_models: self.gpu_models,
+            pool: self.pool,
+            node_selector: self.node_selector,
             workdir: self.workdir,
             replicas: self.replicas,
             upload: self.upload,

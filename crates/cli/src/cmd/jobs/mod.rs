@@ -375,6 +375,10 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     if let Some(dir) = &j.chdir {
         println!("chdir     {} (on the node)", table::printable(dir));
     }
+    if !j.node_selector.is_empty() {
+        let pairs: Vec<String> = j.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("nodes     {}", pairs.join(","));
+    }
     if let Some(dir) = &j.workdir {
         let inside = if j.upload.is_some() { "the uploaded directory" } else { "the job's own directory" };
         println!("workdir   {} (inside {inside})", table::printable(dir));

@@ -2,6 +2,7 @@
 
 pub mod jobs;
 pub mod serve;
+pub mod spread;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,6 +22,8 @@ pub enum SimCommand {
     Jobs(jobs::JobsArgs),
     /// Autoscaling policies on an LLM request trace (gantry, hpa, kpa, rayserve, fixed).
     Serve(serve::ServeArgs),
+    /// How evenly a node pool's placement (pack or spread) loads the nodes of a half-full cluster.
+    Spread(spread::SpreadArgs),
 }
 
 /// Arguments of `gantry sim fgd`.
@@ -54,9 +57,9 @@ pub struct FgdArgs {
 
 /// A list of seeds.
 #[derive(Debug, Clone)]
-pub struct Seeds(Vec<u64>);
+pub struct Seeds(pub(crate) Vec<u64>);
 
-fn parse_seeds(s: &str) -> Result<Seeds, String> {
+pub(crate) fn parse_seeds(s: &str) -> Result<Seeds, String> {
     let bad = || format!("`{s}` is not a seed list; use e.g. 42-51, 42,43 or 42");
     let mut seeds = Vec::new();
     for part in s.split(',') {
@@ -84,6 +87,7 @@ pub fn run(command: SimCommand) -> anyhow::Result<()> {
         SimCommand::Fgd(args) => fgd(args),
         SimCommand::Jobs(args) => jobs::run(args),
         SimCommand::Serve(args) => serve::run(args),
+        SimCommand::Spread(args) => spread::run(args),
     }
 }
 

@@ -1,0 +1,97 @@
+//! Spreading: a node pool's `spread` placement, the opposite of packing.
+//!
+//! Packing (every shipped policy, Gantry's by default) fills partly used nodes first, which keeps
+//! whole nodes free for wide jobs and gangs: the right default for training. A pool of
+//! inference or interactive work wants the opposite, Kubernetes' `LeastAllocated` rather than
+//! `MostAllocated`, Determined's `fitting_policy: worst` rather than `best`: load balanced so
+//! that no node (its PCIe links, host memory bandwidth, power and thermal budget) and no GPU
+//! becomes the bottleneck while others idle. A pool says which it wants
+//! (`gantry pool set NAME --placement pack|spread`), and the request carries it
+//! ([`crate::resources::Request::placement`]), so every caller of a built policy gets it.
+//!
+//! The score is one term, lexicographic: the node's free GPU share as a fraction of its GPUs
+//! (the least allocated node first), then its free CPU as a fraction of its CPU (ties between
+//! equally loaded nodes), then the caller's order; a CPU-only request compares CPU first. Inside the node a
+//! slice takes the GPU with the most free share (the least used one), whole GPUs the
+//! lowest-index idle ones (an idle GPU carries nothing to balance).
+
+use super::{Placement, Policy, Score, pick};
+use crate::cluster::{Cluster, Node, NodeId};
+use crate::resources::{Preference, Request};
+use crate::rng::RandomSource;
+
+/// The least allocated node, then its least used GPU.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spread;
+
+/// Parts per million, so that the two fractions fit one integer score.
+const PPM: u64 = 1_000_000;
+
+/// The spread score of a node that passed the filter (higher: less allocated).
+pub fn spread_score(node: &Node, req: &Request) -> Score {
+    let gpu_capacity = node.gpu_free.len() as u64 * u64::from(crate::resources::WHOLE_GPU);
+    let gpu_free = (node.gpu_free_total() * PPM).checked_div(gpu_capacity).unwrap_or(0);
+    let cpu_free = (node.cpu_free * PPM).checked_div(node.spec.cpu_milli).unwrap_or(0);
+    let gpu = req.is_slice().then(|| least_used_gpu(node, req)).flatten();
+    // A CPU-only request balances CPU first: GPU-first would pile it onto the node with the
+    // most idle GPUs and take the CPU those GPUs' jobs need.
+    let value = if req.gpus == 0 { cpu_free * PPM + gpu_free } else { gpu_free * PPM + cpu_free };
+    Score { value: value as i64, gpu }
+}
+
+/// For a slice: the fitting GPU with the most free share (lowest index among equals).
+fn least_used_gpu(node: &Node, req: &Request) -> Option<u32> {
+    (0..node.gpu_free.len())
+        .filter(|i| node.gpu_fits(*i, req.gpu_milli, req.gpu_memory_mib))
+        .max_by_key(|i| (node.gpu_free[*i], std::cmp::Reverse(*i)))
+        .map(|i| i as u32)
+}
+
+impl Policy for Spread {
+    fn name(&self) -> &'static str {
+        "spread"
+    }
+
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        req: &Request,
+        order: &[NodeId],
+        _: &mut dyn RandomSource,
+    ) -> Option<Placement> {
+        pick(cluster, req, order, false, |_, node| Some(spread_score(node, req)))
+    }
+}
+
+/// A built policy that honours each request's [`Preference`]: `pack` asks the policy, `spread`
+/// asks [`Spread`]. What [`super::PolicyKind::build`] returns.
+#[derive(Debug)]
+pub struct Preferring {
+    inner: Box<dyn Policy>,
+}
+
+impl Preferring {
+    /// Wraps a policy.
+    pub fn new(inner: Box<dyn Policy>) -> Self {
+        Self { inner }
+    }
+}
+
+impl Policy for Preferring {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        req: &Request,
+        order: &[NodeId],
+        rng: &mut dyn RandomSource,
+    ) -> Option<Placement> {
+        match req.placement {
+            Preference::Pack => self.inner.place(cluster, req, order, rng),
+            Preference::Spread => Spread.place(cluster, req, order, rng),
+        }
+    }
+}
