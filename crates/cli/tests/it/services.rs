@@ -405,3 +405,27 @@ fn a_replica_that_exits_is_never_succeeded_and_is_restarted_with_back_off() {
         ended[0]
     );
 }
+
+#[test]
+fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() {
+    let s = Serving::start(&[]);
+    s.apply(&s.file("inv", "replicas: 1\n"));
+    s.apply(&s.file("other", "replicas: 1\n"));
+    s.until("inv", "a ready replica", 30, |v| ready(v) == 1);
+    s.until("other", "a ready replica", 30, |v| ready(v) == 1);
+    // A member of the team makes it (not only an admin).
+    let out = s.cluster.gantry(&["token", "create", "--service", "inv", "--team", "ml", "--token", &s.token]);
+    let invoke = out.lines().next().expect("the secret").trim().to_owned();
+    assert_eq!(s.get("/ml/inv/", &invoke).map(|r| r.0), Ok(200));
+    assert_eq!(s.get("/ml/other/", &invoke).map(|r| r.0), Ok(404), "another service of the same team");
+    let api = s.cluster.try_gantry(&["services", "--token", &invoke]);
+    assert!(!api.status.success(), "the API refuses an invoke token");
+    assert!(String::from_utf8_lossy(&api.stderr).contains("invoke token"), "{api:?}");
+    let foreign = s.cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
+    let refused =
+        s.cluster.try_gantry(&["token", "create", "--service", "inv", "--team", "ml", "--token", &foreign]);
+    assert!(
+        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("not found"),
+        "{refused:?}"
+    );
+}
