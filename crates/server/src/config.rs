@@ -65,6 +65,10 @@ pub struct ServerConfig {
     /// The ports replicas get as `$PORT`, both ends included (one per live replica, unique in
     /// the cluster).
     pub service_ports: (u16, u16),
+    /// Run the service controller (the default). Off, the gateway's table is whatever the
+    /// embedder hands [`crate::gateway::Gateway::set_routes`] (the controller would replace it
+    /// every tick).
+    pub service_controller: bool,
 }
 
 impl ServerConfig {
@@ -96,6 +100,7 @@ impl ServerConfig {
             hold_heartbeats: true,
             service_tick: Duration::from_millis(250),
             service_ports: (30000, 32767),
+            service_controller: true,
         }
     }
 
