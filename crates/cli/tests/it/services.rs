@@ -2,9 +2,10 @@
 //! sleeps per request, streams, fails its probe on demand) behind the gateway. Each test keeps
 //! its windows short (`sync_s: 1`, a probe every 0.2 s). Traffic goes only to loopback.
 //!
-//! The local agent runs with `--job-network shared`: the gateway in the server reaches a
-//! replica at the node's address and `$PORT` (with namespaces, the agent publishes the port,
-//! reached through the node's own address; see `docs/security.md`).
+//! The local agent gives jobs network namespaces where this machine can (root, the CNI
+//! plugins): the agent publishes `$PORT` with `portmap` and the gateway reaches it through one of
+//! the machine's own non-loopback addresses. One test runs with `--job-network shared`, where
+//! the gateway reaches a replica at the node's loopback.
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -27,8 +28,22 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
+/// Namespaces where this machine can give them (root and the CNI plugins), else shared.
+fn network() -> &'static str {
+    if gantry_agent::runner::network::available_for_tests("services in network namespaces") {
+        "cni"
+    } else {
+        "shared"
+    }
+}
+
 impl Serving {
     fn start(extra: &[&str]) -> Self {
+        Self::start_in(network(), extra)
+    }
+
+    /// A cluster whose agent runs jobs with `--job-network network`.
+    fn start_in(network: &str, extra: &[&str]) -> Self {
         let gateway = free_port();
         let listen = format!("127.0.0.1:{gateway}");
         // Clusters of parallel tests share this machine's ports: each gets its own 100.
@@ -41,7 +56,7 @@ impl Serving {
             "--service-ports",
             &ports,
             "--job-network",
-            "shared",
+            network,
             "--grace",
             "1",
         ];
@@ -262,7 +277,7 @@ fn a_service_scales_up_to_its_max_under_concurrent_clients_and_back_down_after_i
     let reasons: Vec<&str> =
         up["decisions"].as_array().expect("decisions").iter().filter_map(|d| d["reason"].as_str()).collect();
     assert!(
-        reasons.iter().any(|r| r.starts_with("scaled 1 → 3") && r.contains("over target 1")),
+        reasons.iter().any(|r| r.starts_with("scaled ") && r.contains("→ 3") && r.contains("over target 1")),
         "{reasons:?}"
     );
     let down =
@@ -374,7 +389,8 @@ fn killing_a_replica_under_load_fails_only_the_requests_it_had_in_flight_and_it_
         ready(v) == 2 && v["replica_list"].as_array().is_some_and(|l| l.iter().all(|r| r["job"] != victim))
     });
     let old = s.cluster.jobs().into_iter().find(|j| j["id"].as_i64() == Some(victim)).expect("the victim");
-    assert_eq!(old["state"], "failed", "{old} {v}");
+    // Its exit (failed) or its probe (stopped: cancelled), whichever the controller saw first.
+    assert!(["failed", "cancelled"].contains(&old["state"].as_str().unwrap_or("")), "{old} {v}");
 }
 
 #[test]
@@ -408,7 +424,8 @@ fn a_replica_that_exits_is_never_succeeded_and_is_restarted_with_back_off() {
 
 #[test]
 fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() {
-    let s = Serving::start(&[]);
+    // Jobs sharing the node's network: the gateway reaches replicas on the node's loopback.
+    let s = Serving::start_in("shared", &[]);
     s.apply(&s.file("inv", "replicas: 1\n"));
     s.apply(&s.file("other", "replicas: 1\n"));
     s.until("inv", "a ready replica", 30, |v| ready(v) == 1);
