@@ -446,3 +446,41 @@ fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() 
         "{refused:?}"
     );
 }
+
+#[test]
+fn in_a_browser_the_services_page_shows_a_service_its_replicas_and_decisions() {
+    let s = Serving::start(&[]);
+    let Some(browser) = crate::browser::Browser::start(s.cluster.ca_spki().as_deref()) else { return };
+    s.apply(
+        &s.file("web", "replicas: 1..2\nautoscale: {sync_s: 1, metrics: [{type: in_flight, target: 4}]}\n"),
+    );
+    let v = s.until("web", "a ready replica", 30, |v| ready(v) == 1);
+    let job = v["replica_list"][0]["job"].as_i64().expect("a replica");
+    let url = s.cluster.url();
+    browser.goto(&format!("{url}/"));
+    browser.goto(&format!("{url}/#/services"));
+    let wait = Duration::from_secs(30);
+    browser.wait_for("the sign-in form", "!document.getElementById('login').hidden", wait);
+    browser.type_into("#token", &s.token);
+    browser.click("#login-form button[type=submit]");
+    let text = browser.wait_for(
+        "the service on the page",
+        &format!(
+            "document.querySelector('[data-service=\"ml/web\"] tr[data-job=\"{job}\"]') && \
+             document.querySelector('[data-service=\"ml/web\"]').innerText"
+        ),
+        wait,
+    );
+    let text = text.as_str().unwrap_or_default();
+    assert!(text.contains("1/1") && text.contains("ready") && text.contains("/ml/web/"), "{text}");
+    browser.screenshot(&crate::browser::screenshot_dir(), "services");
+    // Another team's member sees no service.
+    let other = s.cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
+    browser.js("sessionStorage.clear(); return true;", serde_json::json!([]));
+    browser.goto(&format!("{url}/"));
+    browser.goto(&format!("{url}/#/services"));
+    browser.wait_for("the sign-in form", "!document.getElementById('login').hidden", wait);
+    browser.type_into("#token", &other);
+    browser.click("#login-form button[type=submit]");
+    browser.wait_for("no services", "document.querySelector('#services-body .empty')", wait);
+}
