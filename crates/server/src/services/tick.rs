@@ -390,7 +390,12 @@ fn load(store: &dyn Store) -> Result<(Vec<Loaded>, Vec<Node>), StoreError> {
     let mut out = Vec::new();
     for service in store.services(None)? {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
-        let guarantee = teams.iter().find(|t| t.name == service.team).and_then(|t| t.gpu_quota);
+        // The team's jobs are read only for a service whose replicas ask for whole GPUs.
+        let guarantee = teams
+            .iter()
+            .find(|t| t.name == service.team)
+            .and_then(|t| t.gpu_quota)
+            .filter(|_| service.spec.gpus > 0);
         let gpus = match (guarantee, team_gpus.get(&service.team)) {
             (None, _) => None,
             (Some(_), Some(known)) => *known,
