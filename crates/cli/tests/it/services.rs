@@ -427,7 +427,27 @@ fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() 
     // Jobs sharing the node's network: the gateway reaches replicas on the node's loopback.
     let s = Serving::start_in("shared", &[]);
     s.apply(&s.file("inv", "replicas: 1\n"));
-    s.apply(&s.file("other", "replicas: 1\n"));
+    // The second one from flags instead of a file.
+    let script = s.cluster.shared().join("replica.py").display().to_string();
+    let created = s.cluster.gantry(&[
+        "service",
+        "create",
+        "other",
+        "--team",
+        "ml",
+        "--replicas",
+        "1..2",
+        "--port",
+        "8000",
+        "--readiness-path",
+        "/health",
+        "--target-in-flight",
+        "4",
+        "--",
+        "python3",
+        &script,
+    ]);
+    assert_eq!(created.trim(), "service ml/other created (generation 1)");
     s.until("inv", "a ready replica", 30, |v| ready(v) == 1);
     s.until("other", "a ready replica", 30, |v| ready(v) == 1);
     // A member of the team makes it (not only an admin).
