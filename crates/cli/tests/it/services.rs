@@ -504,3 +504,17 @@ fn in_a_browser_the_services_page_shows_a_service_its_replicas_and_decisions() {
     browser.click("#login-form button[type=submit]");
     browser.wait_for("no services", "document.querySelector('#services-body .empty')", wait);
 }
+
+#[test]
+fn after_gantry_up_restarts_the_same_replica_is_probed_again_and_answers_through_the_gateway() {
+    let mut s = Serving::start(&[]);
+    s.apply(&s.file("steady", "replicas: 1\n"));
+    let v = s.until("steady", "a ready replica", 30, |v| ready(v) == 1);
+    let job = v["replica_list"][0]["job"].as_i64().expect("a replica");
+    s.cluster.interrupt();
+    s.cluster.restart();
+    let v = s.until("steady", "the replica ready again", 30, |v| ready(v) == 1);
+    assert_eq!(v["replica_list"][0]["job"].as_i64(), Some(job), "the replica outlived the restart: {v}");
+    let (code, body) = s.get("/ml/steady/", &s.token).expect("through the gateway");
+    assert_eq!((code, body), (200, format!("{job} 1\n")));
+}
