@@ -114,6 +114,12 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
             resp.token,
             reachable(api.base())
         );
+    } else if resp.kind == TokenKind::Invoke {
+        eprintln!(
+            "invoke token {} (expires {expires}): send it to the gateway as `Authorization: Bearer <the token above>`; \
+             it calls that service only",
+            resp.id
+        );
     } else {
         eprintln!(
             "token {} (expires {expires}); use it with GANTRY_TOKEN=<the token above> or --token",

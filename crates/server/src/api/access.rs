@@ -81,7 +81,10 @@ async fn invoke_token(
     let team = match (&req.team, who.token.teams.as_slice()) {
         (Some(team), _) => team.clone(),
         (None, [only]) => only.clone(),
-        _ => return Err(ApiError::Unprocessable("team: name the service's team".into())),
+        (None, []) => "default".into(),
+        _ => {
+            return Err(ApiError::Unprocessable("team: you are in several teams; name the service's".into()));
+        }
     };
     validate::word("team", &team)?;
     let missing = || ApiError::NotFound(format!("service {service} not found in team {team}"));
