@@ -199,6 +199,10 @@ pub struct TokenRequest {
     pub node: Option<String>,
     /// Lifetime in seconds (default 90 days for users, 1 hour for join tokens; at most 400 days).
     pub ttl_seconds: Option<u64>,
+    /// An invoke token for this service of `team` (default: the caller's only team): it calls
+    /// the service through the gateway and nothing else. Members of the team may create one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
 }
 
 /// A created token: the secret is shown once.

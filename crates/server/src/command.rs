@@ -306,7 +306,15 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         }
         Command::CreateToken { token, by } => {
             let entry = entry(&by, "token.create", String::new(), None, now);
-            audited(store, by.require_admin(), Change::CreateToken(token), entry)
+            // An invoke token reaches one service: its team's members may make one.
+            let check = match (&token.kind, &token.service) {
+                (TokenKind::Invoke, Some(key)) => {
+                    let team = key.split_once('/').map_or(key.as_str(), |(team, _)| team);
+                    by.require_member_of(team)
+                }
+                _ => by.require_admin(),
+            };
+            audited(store, check, Change::CreateToken(token), entry)
         }
         Command::StartSession { token, by } => {
             let entry = entry(&by, "token.session", String::new(), None, now);

@@ -69,6 +69,10 @@ pub struct ServerConfig {
     pub uploads_dir: PathBuf,
     /// Most bytes an uploaded working directory's files may add up to.
     pub upload_limit_bytes: u64,
+    /// Run the service controller (the default). Off, the gateway's table is whatever the
+    /// embedder hands [`crate::gateway::Gateway::set_routes`] (the controller would replace it
+    /// whenever its own table changes).
+    pub service_controller: bool,
 }
 
 impl ServerConfig {
@@ -102,6 +106,7 @@ impl ServerConfig {
             hold_heartbeats: true,
             service_tick: Duration::from_millis(250),
             service_ports: (30000, 32767),
+            service_controller: true,
         }
     }
 

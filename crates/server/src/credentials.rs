@@ -49,6 +49,7 @@ pub fn new_token(secret: &str, kind: TokenKind, name: &str, ttl: Option<Duration
         created_at: now_ms(),
         expires_at: ttl.map(expiry),
         cert_sha256: None,
+        service: None,
     }
 }
 

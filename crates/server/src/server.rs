@@ -166,7 +166,11 @@ impl Server {
             tokio::spawn(Arc::clone(&self.app.gateway).serve(g.listeners, g.tls, stopped))
         });
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx.clone()));
-        let controller = tokio::spawn(crate::services::run(Arc::clone(&self.app), stop_rx.clone()));
+        let controller = self
+            .app
+            .config
+            .service_controller
+            .then(|| tokio::spawn(crate::services::run(Arc::clone(&self.app), stop_rx.clone())));
         let sweeper = tokio::spawn(sweep_output(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
         let limits = self.app.config.limits();
@@ -180,7 +184,9 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         let _ = sweeper.await;
-        let _ = controller.await;
+        if let Some(controller) = controller {
+            let _ = controller.await;
+        }
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

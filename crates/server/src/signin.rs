@@ -97,6 +97,7 @@ mod tests {
             revoked_at: None,
             used_at: None,
             cert_sha256: None,
+            service: None,
         };
         Principal { token, peer: None, cert_name: None, cert_sha256: None }
     }

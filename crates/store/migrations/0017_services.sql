@@ -30,3 +30,6 @@ CREATE INDEX service_decisions_by_service ON service_decisions (service_id, id);
 ALTER TABLE jobs ADD COLUMN service TEXT;
 ALTER TABLE jobs ADD COLUMN service_generation INTEGER;
 CREATE INDEX jobs_by_service ON jobs (team, service) WHERE service IS NOT NULL;
+
+-- An invoke token (`kind = 'invoke'`) calls one service, `TEAM/NAME`, through the gateway.
+ALTER TABLE tokens ADD COLUMN service TEXT;

@@ -46,6 +46,9 @@ pub struct TokenRecord {
     /// with it, the only one it is accepted with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_sha256: Option<String>,
+    /// The one service an `invoke` token may call, `TEAM/NAME`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
 }
 
 impl TokenRecord {

@@ -175,5 +175,8 @@ string_enum!(
         Join => "join",
         /// An agent's credential, bound to one node.
         Node => "node",
+        /// Calls one service through the gateway and nothing else (`gantry token create
+        /// --service NAME`); the API refuses it.
+        Invoke => "invoke",
     }
 );

@@ -43,6 +43,10 @@ pub struct CreateArgs {
     /// Label.
     #[arg(long)]
     name: Option<String>,
+    /// An invoke token for this service (of `--team`, default yours): it calls the service
+    /// through the gateway and nothing else. Members of the service's team may create one.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["user", "node"])]
+    service: Option<String>,
 }
 
 /// Arguments of `gantry token list`.
@@ -85,7 +89,8 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
         anyhow::anyhow!("--role must be member, viewer, operator, admin or agent, not `{}`", args.role)
     })?;
     let body = TokenRequest {
-        role: Some(role),
+        role: args.service.is_none().then_some(role),
+        service: args.service,
         team: args.team,
         user: args.user,
         name: args.name,
@@ -108,6 +113,12 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
             "  GANTRY_JOIN_TOKEN={} gantry agent --server {} --node-id {node}{pin}",
             resp.token,
             reachable(api.base())
+        );
+    } else if resp.kind == TokenKind::Invoke {
+        eprintln!(
+            "invoke token {} (expires {expires}): send it to the gateway as `Authorization: Bearer <the token above>`; \
+             it calls that service only",
+            resp.id
         );
     } else {
         eprintln!(

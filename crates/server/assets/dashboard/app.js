@@ -18,8 +18,9 @@ import * as job from './job.js';
 import * as nodes from './nodes.js';
 import * as teams from './teams.js';
 import * as findings from './findings.js';
+import * as services from './services.js';
 
-const PAGES = { fleet, jobs, job, nodes, node: nodes, teams, findings };
+const PAGES = { fleet, jobs, job, nodes, node: nodes, teams, findings, services };
 const EVERY_MS = 2000;
 /// Least time between two reloads a pushed change asks for.
 const RELOAD_GAP_MS = 2000;

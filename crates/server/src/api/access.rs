@@ -17,8 +17,9 @@ use crate::command::{Command, Outcome};
 use crate::credentials::{self, JOIN_TOKEN_TTL, MAX_TTL, USER_TOKEN_TTL};
 use crate::error::{ApiError, ErrorBody};
 
-/// Create a token (admin): a user's token, or with role `agent` a one-time join token. The
-/// secret is returned once.
+/// Create a token (admin): a user's token, or with role `agent` a one-time join token; with
+/// `service`, an invoke token for that service (members of its team too), which calls the
+/// service through the gateway and nothing else. The secret is returned once.
 #[utoipa::path(post, path = "/v1/tokens", request_body = TokenRequest, security(("bearer" = [])),
     responses((status = 201, body = TokenResponse), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_token(
@@ -26,7 +27,9 @@ pub async fn create_token(
     Extension(who): Extension<Principal>,
     Body(req): Body<TokenRequest>,
 ) -> Result<(StatusCode, Json<TokenResponse>), ApiError> {
-    who.require_admin()?;
+    if req.service.is_none() {
+        who.require_admin()?;
+    }
     let ttl = match req.ttl_seconds {
         Some(0) => return Err(ApiError::Unprocessable("ttl_seconds: must be at least 1".into())),
         Some(s) if s > MAX_TTL.as_secs() => {
@@ -40,7 +43,9 @@ pub async fn create_token(
     };
     let role = req.role.unwrap_or(Role::Member);
     let secret = auth::new_secret().map_err(|e| ApiError::Internal(e.to_string()))?;
-    let token = if role == Role::Agent {
+    let token = if let Some(service) = &req.service {
+        invoke_token(&app, &who, &req, service, &secret, ttl.unwrap_or(USER_TOKEN_TTL)).await?
+    } else if role == Role::Agent {
         join_token(&req, &secret, ttl.unwrap_or(JOIN_TOKEN_TTL))?
     } else {
         let user = ensure_user(&app, &who, &req, role).await?;
@@ -56,6 +61,42 @@ pub async fn create_token(
         }
         other => Err(ApiError::Internal(format!("token creation produced {other:?}"))),
     }
+}
+
+/// An invoke token for one service the caller sees (else the 404 of a service that does not
+/// exist); whether the caller may create it (a member of its team) is the dispatcher's check.
+async fn invoke_token(
+    app: &Arc<App>,
+    who: &Principal,
+    req: &TokenRequest,
+    service: &str,
+    secret: &str,
+    ttl: Duration,
+) -> Result<NewToken, ApiError> {
+    if req.user.is_some() || req.node.is_some() || req.role.is_some_and(|r| r != Role::Member) {
+        return Err(ApiError::Unprocessable(
+            "service: an invoke token belongs to its service, not to a user, role or node".into(),
+        ));
+    }
+    let team = match (&req.team, who.token.teams.as_slice()) {
+        (Some(team), _) => team.clone(),
+        (None, [only]) => only.clone(),
+        (None, []) => "default".into(),
+        _ => {
+            return Err(ApiError::Unprocessable("team: you are in several teams; name the service's".into()));
+        }
+    };
+    validate::word("team", &team)?;
+    let missing = || ApiError::NotFound(format!("service {service} not found in team {team}"));
+    if !who.sees_team(&team) {
+        return Err(missing());
+    }
+    let (t, n) = (team.clone(), service.to_owned());
+    blocking(app, move |s| s.service(&t, &n)).await?.ok_or_else(missing)?;
+    let key = format!("{team}/{service}");
+    let name = req.name.clone().unwrap_or_else(|| format!("invoke {key}"));
+    validate::label("name", &name)?;
+    Ok(NewToken { service: Some(key), ..credentials::new_token(secret, TokenKind::Invoke, &name, Some(ttl)) })
 }
 
 fn join_token(req: &TokenRequest, secret: &str, ttl: Duration) -> Result<NewToken, ApiError> {

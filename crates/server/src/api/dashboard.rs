@@ -50,6 +50,7 @@ const ASSETS: &[Asset] = &[
     asset!("nodes.js", JS),
     asset!("teams.js", JS),
     asset!("findings.js", JS),
+    asset!("services.js", JS),
     asset!("live.js", JS),
 ];
 

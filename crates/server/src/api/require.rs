@@ -46,6 +46,11 @@ pub async fn require_token(
         }
         Err(e) => return Err(e),
     };
+    if token.kind == gantry_store::TokenKind::Invoke {
+        return Err(ApiError::TokenRefused(
+            "an invoke token calls its service through the gateway, not the API",
+        ));
+    }
     let cert = req.extensions().get::<crate::tls::PeerCert>();
     let (cert_name, cert_sha256) = (cert.map(|p| p.common_name.clone()), cert.map(|p| p.sha256.clone()));
     req.extensions_mut().insert(Principal { token, peer, cert_name, cert_sha256 });

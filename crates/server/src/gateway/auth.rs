@@ -7,8 +7,8 @@
 //! tells a caller to send a token without telling it whether the service exists.
 //!
 //! [`TeamMembers`] is the control plane's answer: an API token whose owner is a member of the
-//! service's team. Per-service invoke tokens (`gantry token create --service NAME`) are the other
-//! "yes" the issue asks for; they need a token kind in the store and plug in here.
+//! service's team, or an invoke token made for that very service (`gantry token create
+//! --service NAME`), which the API itself refuses.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -73,7 +73,11 @@ impl Authorizer for TeamMembers {
         Box::pin(async move {
             let Some(app) = self.app.upgrade() else { return false };
             let Ok(record) = app.tokens.lookup(&app.store, token).await else { return false };
-            record.kind == gantry_store::TokenKind::Api && record.teams.iter().any(|t| t == &service.team)
+            match record.kind {
+                gantry_store::TokenKind::Api => record.teams.iter().any(|t| t == &service.team),
+                gantry_store::TokenKind::Invoke => record.service.as_deref() == Some(&service.to_string()),
+                _ => false,
+            }
         })
     }
 }

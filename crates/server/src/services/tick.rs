@@ -396,7 +396,12 @@ fn load(store: &dyn Store) -> Result<(Vec<Loaded>, Vec<Node>), StoreError> {
     let mut out = Vec::new();
     for service in store.services(None)? {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
-        let guarantee = teams.iter().find(|t| t.name == service.team).and_then(|t| t.gpu_quota);
+        // The team's jobs are read only for a service whose replicas ask for whole GPUs.
+        let guarantee = teams
+            .iter()
+            .find(|t| t.name == service.team)
+            .and_then(|t| t.gpu_quota)
+            .filter(|_| service.spec.gpus > 0);
         let gpus = match (guarantee, team_gpus.get(&service.team)) {
             (None, _) => None,
             (Some(_), Some(known)) => *known,
@@ -482,6 +487,12 @@ fn address(job: &gantry_store::Job, addrs: &HashMap<String, Option<IpAddr>>) -> 
 }
 
 /// Each node's address: its advertised address, else its host name, resolved.
+///
+/// A node whose jobs have network namespaces publishes a replica's port with `portmap`, whose
+/// rule catches connections to the node's own addresses but, with `route_localnet` off (the
+/// agent keeps it off so that jobs never reach the node's loopback), not to `127.0.0.0/8`. A node
+/// that names itself by a loopback address is this machine: the gateway reaches its replicas
+/// through one of this machine's other addresses instead.
 async fn resolve(nodes: &[Node]) -> HashMap<String, Option<IpAddr>> {
     let mut out = HashMap::new();
     for n in nodes {
@@ -494,7 +505,21 @@ async fn resolve(nodes: &[Node]) -> HashMap<String, Option<IpAddr>> {
                 .and_then(|mut a| a.next())
                 .map(|a| a.ip()),
         };
+        let ip = match ip {
+            Some(ip) if ip.is_loopback() && n.network == gantry_store::NodeNetwork::Cni => {
+                Some(own_address().unwrap_or(ip))
+            }
+            other => other,
+        };
         out.insert(n.id.clone(), ip);
     }
     out
+}
+
+/// A non-loopback address of this machine: the source of its route toward a private address
+/// (a UDP "connection" sends nothing).
+fn own_address() -> Option<IpAddr> {
+    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0)).ok()?;
+    socket.connect(("10.255.255.254", 9)).ok()?;
+    Some(socket.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
 }

@@ -507,6 +507,8 @@ async fn the_servers_gateway_speaks_tls_off_loopback_and_admits_only_a_member_of
     config.pki = Some(Arc::new(pki));
     // The wildcard is reachable from other machines: TLS.
     config.gateway_listen = Some(([0, 0, 0, 0], 0).into());
+    // This test hands the gateway its own table.
+    config.service_controller = false;
     let server = gantry_server::Server::bind(config, Arc::clone(&store)).await.expect("bind");
     assert!(server.gateway_is_tls());
     let port = server.gateway_addrs()[0].port();

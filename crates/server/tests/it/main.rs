@@ -20,6 +20,7 @@ mod queue;
 mod quotas;
 mod scheduling;
 mod security;
+mod services;
 mod signin;
 mod tls;
 mod transport;

@@ -23,6 +23,8 @@ pub struct NewToken {
     pub expires_at: Option<i64>,
     /// A node credential's client certificate (hex SHA-256 of its DER), which must come with it.
     pub cert_sha256: Option<String>,
+    /// The service (`TEAM/NAME`) an `invoke` token may call.
+    pub service: Option<String>,
 }
 
 /// Who did something, for the audit log.

@@ -2,8 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::{apply, audit, jobs, nodes, services, tokens, workflow};
-use super::{apply, audit, jobs, nodes, pools, tokens, workflow};
+use super::{apply, audit, jobs, nodes, pools, services, tokens, workflow};
 use crate::Result;
 use crate::model::*;
 

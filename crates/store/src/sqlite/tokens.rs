@@ -14,8 +14,8 @@ pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
     }
     let role = if t.kind == TokenKind::Api { "user" } else { "agent" };
     c.prepare_cached(
-        "INSERT INTO tokens (hash, role, team, name, created_at, kind, user, node, expires_at, cert_sha256) \
-         VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO tokens (hash, role, team, name, created_at, kind, user, node, expires_at, cert_sha256, service) \
+         VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         t.hash,
@@ -26,17 +26,18 @@ pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
         t.user,
         t.node,
         t.expires_at,
-        t.cert_sha256
+        t.cert_sha256,
+        t.service
     ])?;
     let id = c.last_insert_rowid();
-    let owner = t.user.as_deref().or(t.node.as_deref()).unwrap_or("any node");
+    let owner = t.user.as_deref().or(t.node.as_deref()).or(t.service.as_deref()).unwrap_or("any node");
     let message = format!("{} token {id} ({}) created for {owner}", t.kind, t.name);
     event(c, t.created_at, "token.created", &format!("token/{id}"), &message, None)?;
     Ok(id)
 }
 
 const TOKEN_COLUMNS: &str = "t.id, t.kind, t.user, COALESCE(u.role, 'agent'), t.node, t.name, t.created_at, \
-     t.expires_at, t.revoked_at, t.used_at, t.cert_sha256";
+     t.expires_at, t.revoked_at, t.used_at, t.cert_sha256, t.service";
 
 fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
     let kind: String = r.get(1)?;
@@ -54,6 +55,7 @@ fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
         revoked_at: r.get(8)?,
         used_at: r.get(9)?,
         cert_sha256: r.get(10)?,
+        service: r.get(11)?,
     })
 }
 
