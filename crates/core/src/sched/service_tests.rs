@@ -21,6 +21,7 @@ fn node(id: &str, gpus: u32) -> (Node, Vec<Gpu>) {
         memory_mib: 512_000,
         last_heartbeat: 0,
         job_defaults: None,
+        labels: Default::default(),
     };
     let gpus = (0..gpus)
         .map(|i| Gpu {

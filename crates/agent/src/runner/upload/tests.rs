@@ -42,6 +42,7 @@ fn assignment(manifest: &Manifest) -> Assignment {
         elastic: false,
         upload: Some(upload),
         chdir: None,
+        port: None,
     }
 }
 
