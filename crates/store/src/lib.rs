@@ -9,13 +9,17 @@
 //! under `migrations/`).
 
 pub mod audit;
+pub mod db;
 pub mod error;
 pub mod history;
 pub mod model;
+pub mod postgres;
 pub mod sqlite;
+mod writer;
 
 pub use error::StoreError;
 pub use model::*;
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// Result of a store call.
