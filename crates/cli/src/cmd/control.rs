@@ -20,7 +20,7 @@ use clap::Args;
 use gantry_core::PolicyKind;
 use gantry_server::tls::{self, Pki};
 use gantry_server::{Server, ServerConfig};
-use gantry_store::{SqliteStore, Store};
+use gantry_store::{PgStore, SqliteStore, Store};
 
 use super::client::{self, ClientConfig, home};
 
@@ -31,6 +31,11 @@ pub struct ControlArgs {
     /// `$XDG_DATA_HOME/gantry` or `~/.local/share/gantry`).
     #[arg(long, env = "GANTRY_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Where the cluster's state lives: `sqlite` (`gantry.db` in the data directory) or a
+    /// PostgreSQL database, `postgres://USER@HOST:PORT/DB` (a password from `PGPASSWORD` when the
+    /// URL has none). Job output and certificates stay in the data directory either way.
+    #[arg(long, env = "GANTRY_DB", value_name = "sqlite|postgres://…", default_value = "sqlite", value_parser = Database::parse)]
+    pub db: Database,
     /// Listen address, served over TLS. `127.0.0.1:P` and `[::1]:P` are bound together, so that
     /// no other process can answer `localhost:P`.
     #[arg(long, default_value = "127.0.0.1:7070")]
@@ -133,10 +138,43 @@ pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
     };
     let lock = lock_data_dir(&data)?;
     super::logging::init(&data)?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
-    );
+    let store = args.db.open(&data)?;
     Ok(Prepared { data, store, _lock: lock })
+}
+
+/// Which database holds the store (`--db`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// `gantry.db` in the data directory.
+    Sqlite,
+    /// A PostgreSQL URL.
+    Postgres(String),
+}
+
+impl Database {
+    /// `sqlite`, or a `postgres://` (`postgresql://`) URL.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "sqlite" {
+            return Ok(Self::Sqlite);
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Self::Postgres(text.to_owned()));
+        }
+        Err(format!("`{text}` is neither `sqlite` nor a URL like postgres://gantry@db:5432/gantry"))
+    }
+
+    /// Opens the store (the SQLite one in `data`), migrating it.
+    pub fn open(&self, data: &Path) -> anyhow::Result<Arc<dyn Store>> {
+        Ok(match self {
+            Self::Sqlite => Arc::new(
+                SqliteStore::open(data)
+                    .with_context(|| format!("cannot open the store in {}", data.display()))?,
+            ),
+            Self::Postgres(url) => Arc::new(PgStore::open(url).with_context(|| {
+                format!("cannot open the store at {}", gantry_store::postgres::redacted(url))
+            })?),
+        })
+    }
 }
 
 /// The runtime of a long-running control plane. Store calls run on the blocking pool; its idle

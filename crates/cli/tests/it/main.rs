@@ -18,6 +18,9 @@ mod gang;
 mod gpus;
 mod harness;
 mod network;
+#[path = "../../../store/tests/postgres/harness.rs"]
+mod pg_harness;
+mod postgres;
 mod preemption;
 mod restart;
 mod sandbox;

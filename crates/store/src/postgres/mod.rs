@@ -54,10 +54,16 @@ impl PgStore {
     /// Connects to the database at `url` (a `postgres://` URL or `key=value` pairs) and applies
     /// pending migrations (one replica at a time: they hold an advisory lock).
     pub fn open(url: &str) -> Result<Self> {
-        let config = Config::from_str(url).map_err(|e| StoreError::Open {
+        let mut config = Config::from_str(url).map_err(|e| StoreError::Open {
             path: redacted(url),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
         })?;
+        // libpq's variable, so that the password need not be in the URL (and a process list).
+        if config.get_password().is_none()
+            && let Some(password) = std::env::var_os("PGPASSWORD")
+        {
+            config.password(password.as_encoded_bytes());
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("gantry-postgres")
