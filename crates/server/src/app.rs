@@ -50,6 +50,8 @@ pub struct App {
     pub gateway: Arc<crate::gateway::Gateway>,
     /// Signals held heartbeats that their node's work changed.
     pub assigned: crate::assigned::Assigned,
+    /// Whether this replica leads (runs the scheduler and reconcilers), and under which epoch.
+    pub leadership: crate::leader::Leadership,
 }
 
 impl App {

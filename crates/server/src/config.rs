@@ -59,6 +59,9 @@ pub struct ServerConfig {
     /// Hold an agent's heartbeat that asks for it (`wait_ms`) until its node's work changes
     /// (see [`crate::assigned`]); false answers at once, as servers before the hold did.
     pub hold_heartbeats: bool,
+    /// Leadership among replicas on one database (`None`: this server is the only one and
+    /// leads without an election).
+    pub lease: Option<crate::leader::LeaseConfig>,
 }
 
 impl ServerConfig {
@@ -88,6 +91,7 @@ impl ServerConfig {
             gateway_listen: None,
             gateway: crate::gateway::GatewayConfig::default(),
             hold_heartbeats: true,
+            lease: None,
         }
     }
 

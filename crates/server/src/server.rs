@@ -83,6 +83,7 @@ impl Server {
                 Box::new(gantry_core::rng::SplitMix64::new(seed())),
             )),
             store,
+            leadership: crate::leader::Leadership::new(config.lease.is_some()),
             config,
             metrics,
             wake: Notify::new(),
@@ -163,6 +164,14 @@ impl Server {
             };
             tokio::spawn(Arc::clone(&self.app.gateway).serve(g.listeners, g.tls, stopped))
         });
+        // The first campaign before the scheduler starts: a lone replica leads at once.
+        let campaigning = match self.app.config.lease.clone() {
+            Some(lease) => {
+                crate::leader::campaign(&self.app, &lease).await;
+                Some(tokio::spawn(crate::leader::run(Arc::clone(&self.app), lease, stop_rx.clone())))
+            }
+            None => None,
+        };
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx.clone()));
         let sweeper = tokio::spawn(sweep_output(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
@@ -177,6 +186,9 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         let _ = sweeper.await;
+        if let Some(campaigning) = campaigning {
+            let _ = campaigning.await;
+        }
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

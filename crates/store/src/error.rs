@@ -39,6 +39,9 @@ pub enum StoreError {
         /// The node's current epoch.
         current: u64,
     },
+    /// A leader's write refused: this replica does not lead, or no longer under its epoch.
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// The writer thread is gone (the store is shutting down).
     #[error("store is closed")]
     Closed,

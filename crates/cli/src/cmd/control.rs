@@ -36,6 +36,11 @@ pub struct ControlArgs {
     /// URL has none). Job output and certificates stay in the data directory either way.
     #[arg(long, env = "GANTRY_DB", value_name = "sqlite|postgres://…", default_value = "sqlite", value_parser = Database::parse)]
     pub db: Database,
+    /// How long the leader's lease lasts unless renewed (with `--db postgres://…`, where several
+    /// servers may share one database: one leads, the others serve the API and take over once
+    /// its lease lapses): `15s`, `1m`.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = super::submit::parse_time)]
+    pub lease_ttl: u64,
     /// Listen address, served over TLS. `127.0.0.1:P` and `[::1]:P` are bound together, so that
     /// no other process can answer `localhost:P`.
     #[arg(long, default_value = "127.0.0.1:7070")]
@@ -140,6 +145,24 @@ pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
     super::logging::init(&data)?;
     let store = args.db.open(&data)?;
     Ok(Prepared { data, store, _lock: lock })
+}
+
+/// This replica's id in the leader lease: made once per data directory, so that a restarted
+/// replica renews its own lease instead of waiting for it to lapse.
+fn replica_id(data: &Path) -> anyhow::Result<String> {
+    let path = data.join("replica-id");
+    if let Ok(id) = std::fs::read_to_string(&path)
+        && !id.trim().is_empty()
+    {
+        return Ok(id.trim().to_owned());
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = Some(host.trim()).filter(|h| !h.is_empty()).unwrap_or("replica");
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let id = format!("{host}-{:x}", nanos ^ u128::from(std::process::id()));
+    std::fs::write(&path, &id).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(id)
 }
 
 /// Which database holds the store (`--db`).
@@ -276,6 +299,11 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     };
     config.pki = pki.clone();
     config.gateway_listen = args.gateway_listen.0;
+    if matches!(args.db, Database::Postgres(_)) {
+        let replica = replica_id(&prepared.data)?;
+        config.lease =
+            Some(gantry_server::leader::LeaseConfig { replica, ttl: Duration::from_secs(args.lease_ttl) });
+    }
     let server = Server::bind(config, Arc::clone(&prepared.store)).await.map_err(listen_hint)?;
     if let Some(missing) = server.gateway_missing() {
         eprintln!("warning: {missing} (see --gateway-listen)");

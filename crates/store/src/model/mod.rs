@@ -6,6 +6,7 @@ mod allocations;
 mod auth;
 mod changes;
 mod jobs;
+mod lease;
 mod nodes;
 
 pub use allocations::*;
@@ -13,4 +14,5 @@ pub use auth::*;
 pub use changes::*;
 pub use gantry_api::model::*;
 pub use jobs::*;
+pub use lease::*;
 pub use nodes::*;

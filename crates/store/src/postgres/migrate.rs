@@ -25,6 +25,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (15, include_str!("../../migrations/postgres/0015_job_limits.sql")),
     (16, include_str!("../../migrations/postgres/0016_node_scheduling.sql")),
     (17, include_str!("../../migrations/postgres/0017_invariants.sql")),
+    (18, include_str!("../../migrations/postgres/0018_leader_lease.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

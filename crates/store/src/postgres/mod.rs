@@ -47,6 +47,7 @@ pub struct PgStore {
     writer: Writer,
     readers: Vec<Mutex<PgConn>>,
     url: String,
+    pub(crate) fence: Mutex<crate::model::Fence>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -79,6 +80,7 @@ impl PgStore {
             writer: Writer::start(writer, "BEGIN")?,
             readers,
             url: redacted(url),
+            fence: Mutex::default(),
             runtime: Some(runtime),
         })
     }
@@ -86,6 +88,10 @@ impl PgStore {
     /// The database's URL without its password.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    pub(crate) fn fence(&self) -> crate::model::Fence {
+        self.fence.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     pub(crate) fn write<T, F>(&self, f: F) -> Result<T>

@@ -24,6 +24,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (15, include_str!("../../migrations/0015_job_limits.sql")),
     (16, include_str!("../../migrations/0016_node_scheduling.sql")),
     (17, include_str!("../../migrations/0017_invariants.sql")),
+    (18, include_str!("../../migrations/0018_leader_lease.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -6,6 +6,10 @@
 //! `synchronous = FULL` the commit is on disk (WAL fsynced) before any caller hears "ok", so an
 //! acknowledged write survives `kill -9` and power loss; grouping makes that one fsync per batch
 //! instead of per request. Reads use separate connections, which WAL lets run beside the writer.
+//!
+//! The modules here (`jobs`, `nodes`, `gangs`, …) hold the store's rules as SQL over
+//! [`crate::db::Conn`], so they run unchanged on PostgreSQL as well: [`crate::PgStore`] gets
+//! the same [`Store`] implementation (`impl_store!` below) over its own connections.
 
 mod apply;
 mod audit;
@@ -14,6 +18,7 @@ mod conn;
 mod counts;
 mod gangs;
 mod jobs;
+mod lease;
 mod migrate;
 mod nodes;
 mod rows;
@@ -36,6 +41,7 @@ use crate::{Result, Store, StoreError};
 pub struct SqliteStore {
     writer: Writer,
     readers: Vec<Mutex<Connection>>,
+    fence: Mutex<Fence>,
 }
 
 const READERS: usize = 2;
@@ -51,7 +57,7 @@ impl SqliteStore {
         let mut conn = connect(&path)?;
         migrate::apply(&mut conn)?;
         let readers = (0..READERS).map(|_| connect(&path).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { writer: Writer::start(conn, "BEGIN IMMEDIATE")?, readers })
+        Ok(Self { writer: Writer::start(conn, "BEGIN IMMEDIATE")?, readers, fence: Mutex::default() })
     }
 
     /// The job gauges' counts as `job_counts` gave them before migration 11: a `GROUP BY` over
@@ -59,6 +65,10 @@ impl SqliteStore {
     /// compare them with).
     pub fn job_counts_by_scan(&self) -> Result<Vec<(String, JobState, u64)>> {
         self.read(counts::scan)
+    }
+
+    fn fence(&self) -> Fence {
+        self.fence.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     fn write<T, F>(&self, f: F) -> Result<T>
@@ -129,6 +139,21 @@ fn connect(path: &Path) -> Result<Connection> {
 /// connection). The backend gives the two methods; [`crate::postgres::PgStore`] is the other.
 macro_rules! impl_store {
     ($store:ty) => {
+        impl $store {
+            /// A write of the leader's: checked against the fence first, in its transaction.
+            fn fenced<T, F>(&self, f: F) -> Result<T>
+            where
+                T: Send + 'static,
+                F: FnOnce(&dyn Conn) -> Result<T> + Send + 'static,
+            {
+                let fence = self.fence();
+                self.write(move |c| {
+                    lease::check(c, &fence)?;
+                    f(c)
+                })
+            }
+        }
+
         impl Store for $store {
             fn apply(&self, change: Change, audit: AuditEntry) -> Result<Changed> {
                 let entry = audit.clone();
@@ -212,23 +237,23 @@ macro_rules! impl_store {
             }
             fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
                 let reason = reason.to_owned();
-                self.write(move |c| workflow::dependency_failed(c, id, &reason, at))
+                self.fenced(move |c| workflow::dependency_failed(c, id, &reason, at))
             }
             fn place(&self, placement: &Placement) -> Result<()> {
                 let placement = placement.clone();
-                self.write(move |c| jobs::place(c, &placement))
+                self.fenced(move |c| jobs::place(c, &placement))
             }
             fn place_gang(&self, placement: &GangPlacement) -> Result<()> {
                 let placement = placement.clone();
-                self.write(move |c| gangs::place(c, &placement))
+                self.fenced(move |c| gangs::place(c, &placement))
             }
             fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
                 let reason = reason.to_owned();
-                self.write(move |c| jobs::preempt(c, id, &reason, at))
+                self.fenced(move |c| jobs::preempt(c, id, &reason, at))
             }
             fn resize(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
                 let reason = reason.to_owned();
-                self.write(move |c| jobs::resize(c, id, &reason, at))
+                self.fenced(move |c| jobs::resize(c, id, &reason, at))
             }
             fn register_node(&self, registration: &NodeRegistration) -> Result<u64> {
                 let registration = registration.clone();
@@ -242,13 +267,13 @@ macro_rules! impl_store {
                 self.read(|c| nodes::current_assignments(c, node_id, epoch))
             }
             fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
-                self.write(move |c| nodes::expire(c, deadline, at))
+                self.fenced(move |c| nodes::expire(c, deadline, at))
             }
             fn mark_not_responding(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
-                self.write(move |c| nodes::mark_not_responding(c, deadline, at))
+                self.fenced(move |c| nodes::mark_not_responding(c, deadline, at))
             }
             fn drain_due(&self, at: i64) -> Result<Vec<JobId>> {
-                self.write(move |c| nodes::drain_due(c, at))
+                self.fenced(move |c| nodes::drain_due(c, at))
             }
             fn nodes(&self) -> Result<Vec<Node>> {
                 self.read(nodes::list)
@@ -276,6 +301,16 @@ macro_rules! impl_store {
             }
             fn scheduler_changes(&self, after: i64, limit: u32) -> Result<Option<SchedulerChanges>> {
                 self.read(|c| scheduler::changes(c, after, limit))
+            }
+            fn campaign(&self, holder: &str, ttl_ms: i64, at: i64) -> Result<Lease> {
+                let holder = holder.to_owned();
+                self.write(move |c| lease::campaign(c, &holder, ttl_ms, at))
+            }
+            fn lease(&self) -> Result<Option<Lease>> {
+                self.read(lease::current)
+            }
+            fn set_fence(&self, fence: Fence) {
+                *self.fence.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fence;
             }
         }
     };

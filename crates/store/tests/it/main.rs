@@ -7,6 +7,7 @@ mod gangs;
 mod helpers;
 mod invariants;
 mod jobs;
+mod leader;
 mod nodes;
 mod props;
 mod sqlite;

@@ -14,6 +14,8 @@ mod helpers;
 mod invariants;
 #[path = "../it/jobs.rs"]
 mod jobs;
+#[path = "../it/leader.rs"]
+mod leader;
 #[path = "../it/nodes.rs"]
 mod nodes;
 mod postgres;
