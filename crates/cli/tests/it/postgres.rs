@@ -1,7 +1,8 @@
 //! `gantry up --db postgres://…`: the cluster's state in PostgreSQL, through the real binary
 //! and a throwaway server ([`crate::pg_harness`]). A job runs to success on the simulated
 //! fleet, the server is killed (`kill -9`) and started again, and everything it acknowledged is
-//! still there; the data directory holds no store of its own.
+//! still there; the data directory holds no store of its own. Two replicas on one database: one
+//! leads, and a leader stopped past its lease hands over to the other.
 
 use std::time::Duration;
 
@@ -74,4 +75,51 @@ fn bench_submit_measures_durable_submissions_on_postgres() {
     assert!(said.contains("200 durable submissions from 4 clients"), "{said}");
     let store = PgStore::open(&url).expect("open the database");
     assert_eq!(store.jobs(&JobFilter::default()).expect("jobs").len(), 200, "every one is in the database");
+}
+
+/// `/healthz` of a plain-HTTP server: (role, epoch).
+fn health(cluster: &Cluster) -> (String, u64) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", cluster.port)).expect("connect");
+    conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("ask");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("answer");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(v["status"], "ok", "{v}");
+    (v["role"].as_str().unwrap_or_default().to_owned(), v["epoch"].as_u64().unwrap_or_default())
+}
+
+#[test]
+fn a_leader_stopped_past_its_lease_hands_over_and_the_new_leaders_placements_stand() {
+    let Some(server) = pg_harness::shared() else { return };
+    let url = server.create_database();
+    let lease = ["--db", &url, "--lease-ttl", "2s", "--no-tls", "--gateway-listen", "none"];
+    let a = Cluster::start_as("server", "127.0.0.1", &lease);
+    let mut with_gpus = lease.to_vec();
+    with_gpus.extend(["--simulated-gpus", "1xA100-80GB"]);
+    let b = Cluster::start(&with_gpus);
+    assert_eq!(health(&a), ("leader".to_owned(), 1), "the first replica leads");
+    assert_eq!(health(&b), ("follower".to_owned(), 1), "the second serves the API only");
+    // The leader places what the follower was given; the follower's agent runs it.
+    let first = run_to_success(&b);
+    a.send("STOP");
+    let elected = eventually(Duration::from_secs(20), "the follower to be elected", || {
+        Some(health(&b)).filter(|(role, _)| role == "leader")
+    });
+    assert_eq!(elected.1, 2, "an election is a new epoch");
+    let second = run_to_success(&b);
+    a.send("CONT");
+    eventually(Duration::from_secs(20), "the old leader to learn it follows", || {
+        (health(&a) == ("follower".to_owned(), 2)).then_some(())
+    });
+    let third = run_to_success(&b);
+    let store = PgStore::open(&url).expect("open the database");
+    for id in [&first, &second, &third] {
+        let attempts = store.attempts(id.parse().expect("id")).expect("attempts");
+        assert_eq!(attempts.len(), 1, "job {id} placed once: {attempts:?}");
+    }
+    let conflicts = history::conflicts(&store.allocations(false).expect("history"), &store.gpus().expect("gpus"));
+    assert!(conflicts.is_empty(), "{conflicts:?}");
+    assert_eq!(store.lease().expect("lease").map(|l| l.epoch), Some(2));
 }
