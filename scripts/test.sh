@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command (README): installs what the tests need (prometheus, chromium, certutil,
-# grpcio, and as root the CNI plugins and iptables),
+# grpcio, postgresql, and as root the CNI plugins and iptables),
 # then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,16 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
     echo "installing Debian's chromium, chromium-driver and libnss3-tools (certutil, for gantry ca install) for the dashboard's browser tests" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver libnss3-tools >/dev/null) \
       || echo "warning: could not install chromium; the browser test will fail in CI" >&2
+  fi
+fi
+# The store's suite on PostgreSQL and `gantry up --db postgres://…`: a throwaway server from
+# Debian's postgresql package (initdb + postgres under /usr/lib/postgresql/*/bin). Without it
+# those tests fail, loudly; GANTRY_TEST_NO_POSTGRES=1 skips them (locally only).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's postgresql package for the PostgreSQL store tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null) \
+      || echo "warning: could not install postgresql; the PostgreSQL store tests will fail" >&2
   fi
 fi
 # The device plugin's independent-peer test: a fake kubelet in Python grpcio, generated from the

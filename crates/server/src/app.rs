@@ -54,6 +54,8 @@ pub struct App {
     pub service_status: crate::services::Status,
     /// Uploaded working directories, per team.
     pub uploads: crate::uploads::Uploads,
+    /// Whether this replica leads (runs the scheduler and reconcilers), and under which epoch.
+    pub leadership: crate::leader::Leadership,
 }
 
 impl App {

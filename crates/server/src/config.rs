@@ -73,6 +73,9 @@ pub struct ServerConfig {
     /// embedder hands [`crate::gateway::Gateway::set_routes`] (the controller would replace it
     /// whenever its own table changes).
     pub service_controller: bool,
+    /// Leadership among replicas on one database (`None`: this server is the only one and
+    /// leads without an election).
+    pub lease: Option<crate::leader::LeaseConfig>,
 }
 
 impl ServerConfig {
@@ -107,6 +110,7 @@ impl ServerConfig {
             service_tick: Duration::from_millis(250),
             service_ports: (30000, 32767),
             service_controller: true,
+            lease: None,
         }
     }
 

@@ -84,6 +84,7 @@ impl Server {
             )),
             uploads: crate::uploads::Uploads::new(config.uploads_dir.clone(), config.upload_limit_bytes),
             store,
+            leadership: crate::leader::Leadership::new(config.lease.is_some()),
             config,
             metrics,
             wake: Notify::new(),
@@ -165,6 +166,14 @@ impl Server {
             };
             tokio::spawn(Arc::clone(&self.app.gateway).serve(g.listeners, g.tls, stopped))
         });
+        // The first campaign before the scheduler starts: a lone replica leads at once.
+        let campaigning = match self.app.config.lease.clone() {
+            Some(lease) => {
+                crate::leader::campaign(&self.app, &lease).await;
+                Some(tokio::spawn(crate::leader::run(Arc::clone(&self.app), lease, stop_rx.clone())))
+            }
+            None => None,
+        };
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx.clone()));
         let controller = self
             .app
@@ -186,6 +195,8 @@ impl Server {
         let _ = sweeper.await;
         if let Some(controller) = controller {
             let _ = controller.await;
+        if let Some(campaigning) = campaigning {
+            let _ = campaigning.await;
         }
         if let Some(gateway) = gateway {
             let _ = gateway.await;

@@ -1,4 +1,4 @@
--- Gantry store schema, version 17 (branch `svc`, issue 19: services; the merger renumbers):
+-- Gantry store schema, version 17 (issue 19: services):
 -- a service is a team's named file of replicas behind the gateway. `spec` is the file as JSON,
 -- `digest` what makes applying it again a no-op, `generation` counts changed applies (a rolling
 -- update replaces replicas of older generations), `desired` is the count the controller keeps

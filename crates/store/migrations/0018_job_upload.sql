@@ -1,4 +1,4 @@
--- Gantry store schema, version 17 (branch workdir, issue 22): the working directory uploaded
+-- Gantry store schema, version 18 (issue 22): the working directory uploaded
 -- with a job (JSON: digest, files, bytes) and the path on the node a job starts in instead
 -- (`--chdir`).
 ALTER TABLE jobs ADD COLUMN upload TEXT;

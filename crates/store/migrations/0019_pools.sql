@@ -1,5 +1,5 @@
--- Gantry store schema, version 17 (branch `capacity`, issue 23.3: node pools; the merger
--- renumbers): the labels a node's agent declares (`gantry agent --label pool=inference`), the
+-- Gantry store schema, version 19 (issue 23.3: node pools):
+-- the labels a node's agent declares (`gantry agent --label pool=inference`), the
 -- node selector of a job (its pool folded in as `pool=NAME`), and each pool's placement
 -- (`pack` or `spread`) and the teams that may use it (a JSON list; empty: every team). A
 -- change of a node's labels or of a pool is a change for the scheduler.

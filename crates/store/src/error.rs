@@ -6,6 +6,12 @@ pub enum StoreError {
     /// The database engine failed (I/O, corruption, constraint).
     #[error("database error: {0}")]
     Database(#[from] rusqlite::Error),
+    /// PostgreSQL failed (connection, I/O, constraint, a trigger refusing a write).
+    #[error("database error: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// A query for a row that must exist found none.
+    #[error("database error: the query returned no row")]
+    NoRow,
     /// Opening the store's directory or file failed.
     #[error("cannot open store at {path}: {source}")]
     Open {
@@ -33,6 +39,9 @@ pub enum StoreError {
         /// The node's current epoch.
         current: u64,
     },
+    /// A leader's write refused: this replica does not lead, or no longer under its epoch.
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// The writer thread is gone (the store is shutting down).
     #[error("store is closed")]
     Closed,

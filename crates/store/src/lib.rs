@@ -1,21 +1,28 @@
 //! Gantry's durable state.
 //!
 //! [`Store`] is the seam: every read and write the control plane makes goes through it, and each
-//! method is one transaction, so a PostgreSQL implementation can sit beside [`SqliteStore`] later.
-//! The store decides nothing about scheduling; it only refuses writes that would break an
-//! invariant (a GPU over-allocated, a stale agent epoch, a job in the wrong state).
+//! method is one transaction. Two backends implement it with the same SQL: [`SqliteStore`]
+//! (embedded, the default) and [`PgStore`] (PostgreSQL, `--db postgres://…`). The store decides
+//! nothing about scheduling; it only refuses writes that would break an invariant (a GPU
+//! over-allocated, a stale agent epoch, a job in the wrong state), and the database refuses them
+//! too (migration 17), whoever writes.
 //!
-//! Start reading at [`Store`], then [`sqlite`] (writer thread with group commit, WAL, migrations
-//! under `migrations/`).
+//! Start reading at [`Store`], then [`db`] (the SQL seam both backends run), [`sqlite`] (the
+//! SQL itself, one module per concern, and the embedded store: WAL, migrations under
+//! `migrations/`) and [`postgres`] (the same on PostgreSQL, `migrations/postgres/`).
 
 pub mod audit;
+pub mod db;
 pub mod error;
 pub mod history;
 pub mod model;
+pub mod postgres;
 pub mod sqlite;
+mod writer;
 
 pub use error::StoreError;
 pub use model::*;
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// Result of a store call.
@@ -157,4 +164,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// cluster changed). `None` when the log cannot say (pruned past `after`, or more than
     /// `limit` changes): the caller reloads everything.
     fn scheduler_changes(&self, after: i64, limit: u32) -> Result<Option<SchedulerChanges>>;
+
+    /// Campaigns for leadership as `holder` at `at` (ms): renews its living lease for `ttl_ms`,
+    /// takes over a lapsed one (a new election: the epoch grows), or names the living leader.
+    fn campaign(&self, holder: &str, ttl_ms: i64, at: i64) -> Result<Lease>;
+    /// The lease as it is (`None` before the first campaign).
+    fn lease(&self) -> Result<Option<Lease>>;
+    /// What the leader's writes through this store must prove from now on: [`Store::place`],
+    /// [`Store::place_gang`], [`Store::preempt`], [`Store::resize`], [`Store::expire_nodes`],
+    /// [`Store::mark_not_responding`], [`Store::drain_due`] and [`Store::dependency_failed`]
+    /// check it in their own transaction and fail with `Fenced` when the lease no longer names
+    /// this replica under its epoch. Unfenced (the default) checks nothing.
+    fn set_fence(&self, fence: Fence);
 }

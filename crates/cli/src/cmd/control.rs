@@ -20,7 +20,7 @@ use clap::Args;
 use gantry_core::PolicyKind;
 use gantry_server::tls::{self, Pki};
 use gantry_server::{Server, ServerConfig};
-use gantry_store::{SqliteStore, Store};
+use gantry_store::{PgStore, SqliteStore, Store};
 
 use super::client::{self, ClientConfig, home};
 
@@ -31,6 +31,16 @@ pub struct ControlArgs {
     /// `$XDG_DATA_HOME/gantry` or `~/.local/share/gantry`).
     #[arg(long, env = "GANTRY_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Where the cluster's state lives: `sqlite` (`gantry.db` in the data directory) or a
+    /// PostgreSQL database, `postgres://USER@HOST:PORT/DB` (a password from `PGPASSWORD` when the
+    /// URL has none). Job output and certificates stay in the data directory either way.
+    #[arg(long, env = "GANTRY_DB", value_name = "sqlite|postgres://…", default_value = "sqlite", value_parser = Database::parse)]
+    pub db: Database,
+    /// How long the leader's lease lasts unless renewed (with `--db postgres://…`, where several
+    /// servers may share one database: one leads, the others serve the API and take over once
+    /// its lease lapses): `15s`, `1m`.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = super::submit::parse_time)]
+    pub lease_ttl: u64,
     /// Listen address, served over TLS. `127.0.0.1:P` and `[::1]:P` are bound together, so that
     /// no other process can answer `localhost:P`.
     #[arg(long, default_value = "127.0.0.1:7070")]
@@ -137,10 +147,61 @@ pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
     };
     let lock = lock_data_dir(&data)?;
     super::logging::init(&data)?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&data).with_context(|| format!("cannot open the store in {}", data.display()))?,
-    );
+    let store = args.db.open(&data)?;
     Ok(Prepared { data, store, _lock: lock })
+}
+
+/// This replica's id in the leader lease: made once per data directory, so that a restarted
+/// replica renews its own lease instead of waiting for it to lapse.
+fn replica_id(data: &Path) -> anyhow::Result<String> {
+    let path = data.join("replica-id");
+    if let Ok(id) = std::fs::read_to_string(&path)
+        && !id.trim().is_empty()
+    {
+        return Ok(id.trim().to_owned());
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = Some(host.trim()).filter(|h| !h.is_empty()).unwrap_or("replica");
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let id = format!("{host}-{:x}", nanos ^ u128::from(std::process::id()));
+    std::fs::write(&path, &id).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(id)
+}
+
+/// Which database holds the store (`--db`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// `gantry.db` in the data directory.
+    Sqlite,
+    /// A PostgreSQL URL.
+    Postgres(String),
+}
+
+impl Database {
+    /// `sqlite`, or a `postgres://` (`postgresql://`) URL.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "sqlite" {
+            return Ok(Self::Sqlite);
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Self::Postgres(text.to_owned()));
+        }
+        Err(format!("`{text}` is neither `sqlite` nor a URL like postgres://gantry@db:5432/gantry"))
+    }
+
+    /// Opens the store (the SQLite one in `data`), migrating it.
+    pub fn open(&self, data: &Path) -> anyhow::Result<Arc<dyn Store>> {
+        Ok(match self {
+            Self::Sqlite => Arc::new(
+                SqliteStore::open(data)
+                    .with_context(|| format!("cannot open the store in {}", data.display()))?,
+            ),
+            Self::Postgres(url) => Arc::new(PgStore::open(url).with_context(|| {
+                format!("cannot open the store at {}", gantry_store::postgres::redacted(url))
+            })?),
+        })
+    }
 }
 
 /// The runtime of a long-running control plane. Store calls run on the blocking pool; its idle
@@ -243,6 +304,11 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.pki = pki.clone();
     config.gateway_listen = args.gateway_listen.0;
     config.service_ports = args.service_ports;
+    if matches!(args.db, Database::Postgres(_)) {
+        let replica = replica_id(&prepared.data)?;
+        config.lease =
+            Some(gantry_server::leader::LeaseConfig { replica, ttl: Duration::from_secs(args.lease_ttl) });
+    }
     let server = Server::bind(config, Arc::clone(&prepared.store)).await.map_err(listen_hint)?;
     if let Some(missing) = server.gateway_missing() {
         eprintln!("warning: {missing} (see --gateway-listen)");

@@ -159,6 +159,13 @@ impl Cluster {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the process without waiting for anything.
+    pub fn send(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// SIGKILLs the process.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

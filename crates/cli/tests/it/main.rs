@@ -19,6 +19,9 @@ mod gpus;
 mod harness;
 mod network;
 mod pools;
+#[path = "../../../store/tests/postgres/harness.rs"]
+mod pg_harness;
+mod postgres;
 mod preemption;
 mod restart;
 mod sandbox;

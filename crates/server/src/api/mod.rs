@@ -158,10 +158,26 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Liveness: answers `ok` without a token.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, body = String)))]
-async fn healthz() -> &'static str {
-    "ok"
+/// What `/healthz` answers.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok`: the server answers.
+    pub status: &'static str,
+    /// `leader` (runs the scheduler and reconcilers) or `follower` (serves the API only).
+    pub role: &'static str,
+    /// The leader epoch this replica last saw (0: a single server, no election).
+    pub epoch: u64,
+}
+
+/// Liveness and role, without a token: `{"status":"ok","role":"leader","epoch":3}`.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
+async fn healthz(State(app): State<Arc<App>>) -> axum::Json<Health> {
+    let (role, epoch) = app.leadership.get();
+    let role = match role {
+        crate::leader::Role::Leader => "leader",
+        crate::leader::Role::Follower => "follower",
+    };
+    axum::Json(Health { status: "ok", role, epoch })
 }
 
 /// The cluster CA certificate (public, no token), for clients that pin it by SHA-256 before they

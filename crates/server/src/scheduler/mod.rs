@@ -104,6 +104,11 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
 /// One pass: expire silent nodes (once the control plane has run for a heartbeat timeout: its
 /// agents may not have had the time to report since it started), place what fits.
 pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usize, ApiError> {
+    if !app.leadership.leads() {
+        // A follower's copy of the queue would go stale: the next leadership starts afresh.
+        *housekeeping = Housekeeping::default();
+        return Ok(0);
+    }
     let started = *housekeeping.started.get_or_insert_with(Instant::now);
     if started.elapsed() >= app.config.heartbeat_timeout && due(&mut housekeeping.expired) {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);

@@ -7,6 +7,7 @@ mod allocations;
 mod auth;
 mod changes;
 mod jobs;
+mod lease;
 mod nodes;
 mod services;
 
@@ -16,5 +17,6 @@ pub use changes::*;
 pub use gantry_api::model::*;
 pub use gantry_api::pools::{Pool, PoolPlacement};
 pub use jobs::*;
+pub use lease::*;
 pub use nodes::*;
 pub use services::*;

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Conn, OptionalExtension, params};
 
 use super::jobs;
 use super::rows;
@@ -19,7 +19,7 @@ use crate::model::*;
 use crate::{Result, StoreError};
 
 /// Applies `job` (which has a name and a request id).
-pub(super) fn apply(c: &Connection, job: &NewJob, replace: bool, at: i64) -> Result<Applied> {
+pub(super) fn apply(c: &dyn Conn, job: &NewJob, replace: bool, at: i64) -> Result<Applied> {
     let key = job.spec.request_id.clone().unwrap_or_default();
     let existing: Option<(JobId, Option<String>)> = c
         .prepare_cached(
@@ -28,7 +28,7 @@ pub(super) fn apply(c: &Connection, job: &NewJob, replace: bool, at: i64) -> Res
         )?
         .query_row(params![job.team, job.name], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    let created = |c: &Connection, replaced: Option<JobId>| -> Result<Applied> {
+    let created = |c: &dyn Conn, replaced: Option<JobId>| -> Result<Applied> {
         let (id, new) = jobs::submit(c, job)?;
         // An older job of the team was made from this very file (applied again after an edit
         // was undone): that one is the file's job.
@@ -78,7 +78,7 @@ pub(super) fn apply(c: &Connection, job: &NewJob, replace: bool, at: i64) -> Res
 
 /// Rewrites the spec of an array's (or a job's) pending members in place; indices the file no
 /// longer has are cancelled, new ones added to the array.
-fn configure(c: &Connection, head: &Job, members: &[Job], job: &NewJob, at: i64) -> Result<()> {
+fn configure(c: &dyn Conn, head: &Job, members: &[Job], job: &NewJob, at: i64) -> Result<()> {
     let wanted: BTreeSet<u32> =
         job.spec.array.as_ref().map(|a| a.indices.iter().copied().collect()).unwrap_or_default();
     let max_running = job.spec.array.as_ref().and_then(|a| a.max_running);
@@ -117,7 +117,7 @@ fn configure(c: &Connection, head: &Job, members: &[Job], job: &NewJob, at: i64)
 }
 
 fn update_spec(
-    c: &Connection,
+    c: &dyn Conn,
     id: JobId,
     job: &NewJob,
     key: Option<&str>,
@@ -128,7 +128,7 @@ fn update_spec(
         .prepare_cached(
             "UPDATE jobs SET request_id = COALESCE(?2, request_id), priority = ?3, command = ?4, gpus = ?5, \
              gpu_memory_mib = ?6, gpu_compute_pct = ?7, cpu_milli = ?8, memory_mib = ?9, max_retries = ?10, \
-             env = ?11, time_limit_s = ?12, user = ?13, array_max_running = ?14, after = ?15, labels = ?16, \
+             env = ?11, time_limit_s = ?12, \"user\" = ?13, array_max_running = ?14, after = ?15, labels = ?16, \
              gpu_models = ?17, workdir = ?18, gpus_max = ?19, upload = ?20, chdir = ?21, node_selector = ?22 \
              WHERE id = ?1 AND state = 'pending'",
         )?

@@ -1,13 +1,13 @@
 //! Appending to and reading the audit log (the chain itself is in [`crate::audit`]).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Conn, OptionalExtension, params};
 
 use crate::Result;
 use crate::audit::{GENESIS, row_hash};
 use crate::model::*;
 
 /// Appends one row after the current head and moves the head, in the caller's transaction.
-pub(super) fn append(c: &Connection, entry: &AuditEntry, outcome: &str) -> Result<()> {
+pub(super) fn append(c: &dyn Conn, entry: &AuditEntry, outcome: &str) -> Result<()> {
     let (last_id, last_hash) = head(c)?.unwrap_or((0, GENESIS.to_owned()));
     let mut row = AuditRecord {
         id: last_id + 1,
@@ -51,7 +51,7 @@ pub(super) fn append(c: &Connection, entry: &AuditEntry, outcome: &str) -> Resul
 
 /// Records a refusal or a failed change: on the row of the same caller's refusal for the same action and reason
 /// within the same minute when there is one (its `count` grows), else as a new row.
-pub(super) fn refusal(c: &Connection, entry: &AuditEntry, outcome: &str) -> Result<()> {
+pub(super) fn refusal(c: &dyn Conn, entry: &AuditEntry, outcome: &str) -> Result<()> {
     let minute = entry.at - entry.at.rem_euclid(60_000);
     let same: Option<i64> = c
         .prepare_cached(
@@ -62,7 +62,7 @@ pub(super) fn refusal(c: &Connection, entry: &AuditEntry, outcome: &str) -> Resu
         .optional()?;
     match same {
         Some(id) => {
-            c.prepare_cached("UPDATE audit SET count = count + 1 WHERE id = ?1")?.execute([id])?;
+            c.prepare_cached("UPDATE audit SET count = count + 1 WHERE id = ?1")?.execute(params![id])?;
             Ok(())
         }
         None => append(c, entry, outcome),
@@ -70,17 +70,17 @@ pub(super) fn refusal(c: &Connection, entry: &AuditEntry, outcome: &str) -> Resu
 }
 
 /// The last row's id and hash.
-pub(super) fn head(c: &Connection) -> Result<Option<(i64, String)>> {
-    Ok(c.prepare_cached("SELECT last_id, last_hash FROM audit_head WHERE one = 1")?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?)
+pub(super) fn head(c: &dyn Conn) -> Result<Option<(i64, String)>> {
+    c.prepare_cached("SELECT last_id, last_hash FROM audit_head WHERE one = 1")?
+        .query_row(params![], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
 }
 
 /// Rows with ids above `after`, oldest first, at most `limit`; only those at or after `since`.
-pub(super) fn rows(c: &Connection, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
+pub(super) fn rows(c: &dyn Conn, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
     let mut stmt = c.prepare_cached(
         "SELECT id, at, actor, role, team, action, target, outcome, peer, prev_hash, hash, count FROM audit \
-         WHERE id > ?1 AND (?2 IS NULL OR at >= ?2) ORDER BY id LIMIT ?3",
+         WHERE id > ?1 AND (at >= ?2 OR ?2 IS NULL) ORDER BY id LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![after, since, limit], |r| {
         Ok(AuditRecord {
@@ -98,5 +98,5 @@ pub(super) fn rows(c: &Connection, after: i64, since: Option<i64>, limit: u32) -
             count: r.get(11)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }

@@ -1,12 +1,12 @@
 //! Audited changes: each is applied and appended to the audit log in one savepoint.
 
-use rusqlite::Connection;
+use crate::db::Conn;
 
 use super::{apply, audit, jobs, nodes, pools, services, tokens, workflow};
 use crate::Result;
 use crate::model::*;
 
-pub(super) fn apply(c: &Connection, change: Change, mut entry: AuditEntry) -> Result<Changed> {
+pub(super) fn apply(c: &dyn Conn, change: Change, mut entry: AuditEntry) -> Result<Changed> {
     let changed = match change {
         Change::Submit(job) => {
             let (id, created) = jobs::submit(c, &job)?;

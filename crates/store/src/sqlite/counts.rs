@@ -2,19 +2,19 @@
 //! 11) keep them in `job_counts` in the transaction of every write to `jobs`, so that reading
 //! them costs a handful of rows however many jobs there are, instead of a count over every job.
 
-use rusqlite::Connection;
+use crate::db::{Conn, params};
 
 use super::rows;
 use crate::Result;
 use crate::model::*;
 
 /// The counts kept by the triggers, ordered by team and state.
-pub(super) fn maintained(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
+pub(super) fn maintained(c: &dyn Conn) -> Result<Vec<(String, JobState, u64)>> {
     query(c, "SELECT team, state, n FROM job_counts WHERE n > 0 ORDER BY team, state")
 }
 
 /// The same counts from every job (the reference the maintained ones must equal).
-pub(super) fn scan(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
+pub(super) fn scan(c: &dyn Conn) -> Result<Vec<(String, JobState, u64)>> {
     // A gang counts once, not once per worker.
     query(
         c,
@@ -22,13 +22,13 @@ pub(super) fn scan(c: &Connection) -> Result<Vec<(String, JobState, u64)>> {
     )
 }
 
-fn query(c: &Connection, sql: &str) -> Result<Vec<(String, JobState, u64)>> {
+fn query(c: &dyn Conn, sql: &str) -> Result<Vec<(String, JobState, u64)>> {
     let mut stmt = c.prepare_cached(sql)?;
-    let rows = stmt.query_map([], |r| {
+    let rows = stmt.query_map(params![], |r| {
         let state: String = r.get(1)?;
         Ok((r.get(0)?, rows::parse_enum("job state", &state, JobState::parse)?, r.get(2)?))
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
 #[cfg(test)]
@@ -63,8 +63,8 @@ mod tests {
 
     /// A database at schema version 10 (before the counts table), then migrated: the counts
     /// must be backfilled from the jobs already there.
-    fn migrated_with(jobs: &[(usize, usize, Option<usize>)]) -> Connection {
-        let mut c = Connection::open_in_memory().expect("open");
+    fn migrated_with(jobs: &[(usize, usize, Option<usize>)]) -> rusqlite::Connection {
+        let mut c = rusqlite::Connection::open_in_memory().expect("open");
         super::super::migrate::apply_up_to(&mut c, 10).expect("migrate to 10");
         for &(team, state, worker_of) in jobs {
             insert(&c, team, state, worker_of);
@@ -76,7 +76,7 @@ mod tests {
         c
     }
 
-    fn insert(c: &Connection, team: usize, state: usize, worker_of: Option<usize>) {
+    fn insert(c: &rusqlite::Connection, team: usize, state: usize, worker_of: Option<usize>) {
         let gang = worker_of.and_then(|i| nth_id(c, i));
         c.execute(
             "INSERT INTO jobs (team, name, priority, command, gpus, gpu_memory_mib, gpu_compute_pct,
@@ -88,18 +88,18 @@ mod tests {
     }
 
     /// The id of the `i`-th job still there (modulo their number), if any.
-    fn nth_id(c: &Connection, i: usize) -> Option<i64> {
+    fn nth_id(c: &rusqlite::Connection, i: usize) -> Option<i64> {
         let ids: Vec<i64> = c
             .prepare("SELECT id FROM jobs ORDER BY id")
             .expect("prepare")
-            .query_map([], |r| r.get(0))
+            .query_map(params![], |r| r.get(0))
             .expect("ids")
             .collect::<rusqlite::Result<_>>()
             .expect("ids");
         (!ids.is_empty()).then(|| ids[i % ids.len()])
     }
 
-    fn apply(c: &Connection, op: &Op) {
+    fn apply(c: &rusqlite::Connection, op: &Op) {
         match *op {
             Op::Insert { team, state, worker_of } => insert(c, team, state, worker_of),
             Op::SetState { job, state } => {

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Conn, OptionalExtension, params};
 
 use super::jobs::{self, require, transition};
 use super::rows::{self, JOB_COLUMNS};
@@ -39,17 +39,17 @@ pub(super) fn is_gang(job: &Job) -> bool {
 }
 
 /// Creates the workers of a gang just submitted, ranks 0..replicas, pending.
-pub(super) fn insert_workers(c: &Connection, gang: JobId, job: &NewJob) -> Result<()> {
+pub(super) fn insert_workers(c: &dyn Conn, gang: JobId, job: &NewJob) -> Result<()> {
     let r = job.request();
     for rank in 0..job.replicas() {
-        c.prepare_cached(
+        let id: JobId = c.prepare_cached(
             "INSERT INTO jobs (team, name, priority, command, gpus, gpu_memory_mib, gpu_compute_pct, cpu_milli, \
-             memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, replicas, gang_id, rank, labels, \
+             memory_mib, state, max_retries, submitted_at, env, time_limit_s, \"user\", replicas, gang_id, rank, labels, \
              gpu_models, workdir, upload, chdir, node_selector) \
              VALUES (?1, ?2, ?3, ?4, ?5, 0, 0, ?6, ?7, 'pending', 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-             ?18, ?19, ?20)",
+             ?18, ?19, ?20) RETURNING id",
         )?
-        .execute(params![
+        .query_row(params![
             job.team,
             format!("{}-{rank}", job.name),
             job.spec.priority,
@@ -70,22 +70,22 @@ pub(super) fn insert_workers(c: &Connection, gang: JobId, job: &NewJob) -> Resul
             job.spec.upload.as_ref().map(rows::to_json).transpose()?,
             job.spec.chdir,
             rows::to_json(&job.spec.node_selector)?
-        ])?;
-        jobs::record_transition(c, c.last_insert_rowid(), None, JobState::Pending, None, job.submitted_at)?;
+        ], |r| r.get(0))?;
+        jobs::record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
     }
     Ok(())
 }
 
 /// A gang's workers, by rank.
-pub(super) fn workers(c: &Connection, gang: JobId) -> Result<Vec<Job>> {
+pub(super) fn workers(c: &dyn Conn, gang: JobId) -> Result<Vec<Job>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE gang_id = ?1 ORDER BY rank");
     let mut stmt = c.prepare_cached(&sql)?;
-    let rows = stmt.query_map([gang], rows::job)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let rows = stmt.query_map(params![gang], rows::job)?;
+    rows.collect::<Result<_>>()
 }
 
 /// Places every worker of a pending gang, or none (one transaction).
-pub(super) fn place(c: &Connection, gp: &GangPlacement) -> Result<()> {
+pub(super) fn place(c: &dyn Conn, gp: &GangPlacement) -> Result<()> {
     let gang = require(c, gp.gang_id)?;
     if !is_gang(&gang) {
         return Err(StoreError::Conflict(format!("job {} is not a gang", gang.id)));
@@ -110,7 +110,7 @@ pub(super) fn place(c: &Connection, gp: &GangPlacement) -> Result<()> {
     };
     let addr: String = c
         .prepare_cached("SELECT COALESCE(advertise_addr, hostname) FROM nodes WHERE id = ?1")?
-        .query_row([&first.node_id], |r| r.get(0))?;
+        .query_row(params![&first.node_id], |r| r.get(0))?;
     let port = free_port(c, gang.id, &addr)?;
     let mut per_node: HashMap<&str, u32> = HashMap::new();
     for p in &gp.workers {
@@ -130,14 +130,14 @@ pub(super) fn place(c: &Connection, gp: &GangPlacement) -> Result<()> {
 }
 
 /// A rendezvous port no other active gang uses on the same master address.
-fn free_port(c: &Connection, gang: JobId, addr: &str) -> Result<u16> {
+fn free_port(c: &dyn Conn, gang: JobId, addr: &str) -> Result<u16> {
     let used: Vec<u16> = c
         .prepare_cached(
             "SELECT master_port FROM jobs WHERE gang_id IS NULL AND replicas > 1 AND master_addr = ?1 \
              AND state IN ('scheduled', 'running') AND master_port IS NOT NULL",
         )?
-        .query_map([addr], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .query_map(params![addr], |r| r.get(0))?
+        .collect::<Result<_>>()?;
     let start = (gang.rem_euclid(i64::from(PORTS))) as u16;
     (0..PORTS)
         .map(|i| FIRST_PORT + (start + i) % PORTS)
@@ -146,7 +146,7 @@ fn free_port(c: &Connection, gang: JobId, addr: &str) -> Result<u16> {
 }
 
 /// A worker's process started: the gang runs once its first worker does.
-pub(super) fn worker_started(c: &Connection, gang: JobId, at: i64) -> Result<()> {
+pub(super) fn worker_started(c: &dyn Conn, gang: JobId, at: i64) -> Result<()> {
     let changed = c
         .prepare_cached(
             "UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1 AND state = 'scheduled'",
@@ -159,13 +159,7 @@ pub(super) fn worker_started(c: &Connection, gang: JobId, at: i64) -> Result<()>
 }
 
 /// A worker's process ended (the worker is active and the report is for its attempt).
-pub(super) fn worker_exited(
-    c: &Connection,
-    worker: &Job,
-    gang: JobId,
-    exit: &JobExit,
-    at: i64,
-) -> Result<()> {
+pub(super) fn worker_exited(c: &dyn Conn, worker: &Job, gang: JobId, exit: &JobExit, at: i64) -> Result<()> {
     let rank = worker.gang.as_ref().and_then(|g| g.rank).unwrap_or(0);
     let plain = match exit.exit_code {
         Some(code) => format!("exited with status {code}"),
@@ -196,7 +190,7 @@ pub(super) fn worker_exited(
 }
 
 /// A worker's placement was lost (its node was lost or registered again).
-pub(super) fn worker_lost(c: &Connection, worker: &Job, gang: JobId, reason: &str, at: i64) -> Result<()> {
+pub(super) fn worker_lost(c: &dyn Conn, worker: &Job, gang: JobId, reason: &str, at: i64) -> Result<()> {
     let rank = worker.gang.as_ref().and_then(|g| g.rank).unwrap_or(0);
     if worker.stop.as_deref() == Some("cancel") {
         transition(c, worker, JobState::Cancelled, Some("cancelled"), at)?;
@@ -210,7 +204,7 @@ pub(super) fn worker_lost(c: &Connection, worker: &Job, gang: JobId, reason: &st
 /// Ends the gang's current attempt: records why (the first reason wins; a cancel overrides any)
 /// and asks every active worker to stop.
 pub(super) fn stop(
-    c: &Connection,
+    c: &dyn Conn,
     gang: JobId,
     kind: &str,
     reason: &str,
@@ -242,7 +236,7 @@ pub(super) fn stop(
 }
 
 /// Cancels a gang: now when it waits, else through its workers.
-pub(super) fn cancel(c: &Connection, gang: &Job, at: i64) -> Result<()> {
+pub(super) fn cancel(c: &dyn Conn, gang: &Job, at: i64) -> Result<()> {
     match gang.state {
         JobState::Pending => {
             transition(c, gang, JobState::Cancelled, Some("cancelled"), at)?;
@@ -257,13 +251,13 @@ pub(super) fn cancel(c: &Connection, gang: &Job, at: i64) -> Result<()> {
 }
 
 /// Preempts a running gang as a unit.
-pub(super) fn preempt(c: &Connection, gang: &Job, reason: &str, at: i64) -> Result<()> {
+pub(super) fn preempt(c: &dyn Conn, gang: &Job, reason: &str, at: i64) -> Result<()> {
     stop(c, gang.id, "preempt", reason, None, at)?;
     super::tokens::event(c, at, "job.preempted", &format!("job/{}", gang.id), reason, Some(&gang.team))
 }
 
 /// Once no worker is active, the gang's attempt ends as one job.
-pub(super) fn settle(c: &Connection, gang: JobId, at: i64) -> Result<()> {
+pub(super) fn settle(c: &dyn Conn, gang: JobId, at: i64) -> Result<()> {
     let job = require(c, gang)?;
     if !job.state.is_active() || workers(c, gang)?.iter().any(|w| w.state.is_active()) {
         return Ok(());
@@ -295,7 +289,7 @@ pub(super) fn settle(c: &Connection, gang: JobId, at: i64) -> Result<()> {
 }
 
 /// Every worker back to `pending` for the gang's next attempt.
-fn requeue_workers(c: &Connection, gang: JobId, at: i64) -> Result<()> {
+fn requeue_workers(c: &dyn Conn, gang: JobId, at: i64) -> Result<()> {
     for w in workers(c, gang)? {
         if w.state != JobState::Pending {
             transition(c, &w, JobState::Pending, Some("requeued with its gang"), at)?;
@@ -305,7 +299,7 @@ fn requeue_workers(c: &Connection, gang: JobId, at: i64) -> Result<()> {
 }
 
 /// Workers still waiting end with the gang.
-fn end_waiting_workers(c: &Connection, gang: JobId, to: JobState, reason: &str, at: i64) -> Result<()> {
+fn end_waiting_workers(c: &dyn Conn, gang: JobId, to: JobState, reason: &str, at: i64) -> Result<()> {
     for w in workers(c, gang)? {
         if w.state == JobState::Pending {
             transition(c, &w, to, Some(reason), at)?;
@@ -315,9 +309,9 @@ fn end_waiting_workers(c: &Connection, gang: JobId, to: JobState, reason: &str, 
 }
 
 /// The gang id of a job id, if it is a worker (for redirecting a cancel or a preemption).
-pub(super) fn gang_of(c: &Connection, id: JobId) -> Result<Option<JobId>> {
+pub(super) fn gang_of(c: &dyn Conn, id: JobId) -> Result<Option<JobId>> {
     Ok(c.prepare_cached("SELECT gang_id FROM jobs WHERE id = ?1")?
-        .query_row([id], |r| r.get::<_, Option<JobId>>(0))
+        .query_row(params![id], |r| r.get::<_, Option<JobId>>(0))
         .optional()?
         .flatten())
 }

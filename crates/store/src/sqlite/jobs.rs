@@ -1,17 +1,17 @@
 //! Jobs, their transitions and allocations.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Conn, Dialect, OptionalExtension, params};
 
 use super::gangs;
 use super::rows::{self, ALLOCATION_COLUMNS, JOB_COLUMNS};
 use crate::model::*;
 use crate::{Result, StoreError};
 
-pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
+pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
     if let Some(key) = &job.spec.request_id {
         let existing = c
             .prepare_cached("SELECT id FROM jobs WHERE team = ?1 AND request_id = ?2")?
-            .query_row([&job.team, key], |r| r.get(0))
+            .query_row(params![&job.team, key], |r| r.get(0))
             .optional()?;
         if let Some(id) = existing {
             return Ok((id, false));
@@ -35,21 +35,21 @@ pub(super) fn submit(c: &Connection, job: &NewJob) -> Result<(JobId, bool)> {
 /// Inserts one job (one array member when `array` is `(array id, index, limit)`; no array id:
 /// this member's own id is the array's).
 pub(super) fn insert(
-    c: &Connection,
+    c: &dyn Conn,
     job: &NewJob,
     array: Option<(Option<JobId>, u32, Option<u32>)>,
     request_id: Option<&str>,
 ) -> Result<JobId> {
     let r = job.request();
-    c.prepare_cached(
+    let id: JobId = c.prepare_cached(
         "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
-         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, user, \
+         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, \"user\", \
          array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max, service, \
          service_generation, upload, chdir, node_selector) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) RETURNING id",
     )?
-    .execute(params![
+    .query_row(params![
         request_id,
         job.team,
         job.name,
@@ -78,8 +78,7 @@ pub(super) fn insert(
         job.spec.upload.as_ref().map(rows::to_json).transpose()?,
         job.spec.chdir,
         rows::to_json(&job.spec.node_selector)?
-    ])?;
-    let id = c.last_insert_rowid();
+    ], |r| r.get(0))?;
     if let Some((array_id, ..)) = array {
         c.prepare_cached("UPDATE jobs SET array_id = ?2 WHERE id = ?1")?
             .execute(params![id, array_id.unwrap_or(id)])?;
@@ -91,26 +90,32 @@ pub(super) fn insert(
     Ok(id)
 }
 
-pub(super) fn get(c: &Connection, id: JobId) -> Result<Option<Job>> {
+pub(super) fn get(c: &dyn Conn, id: JobId) -> Result<Option<Job>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
-    Ok(c.prepare_cached(&sql)?.query_row([id], rows::job).optional()?)
+    c.prepare_cached(&sql)?.query_row(params![id], rows::job).optional()
 }
 
-pub(super) fn require(c: &Connection, id: JobId) -> Result<Job> {
+pub(super) fn require(c: &dyn Conn, id: JobId) -> Result<Job> {
     get(c, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))
 }
 
-pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
+pub(super) fn list(c: &dyn Conn, filter: &JobFilter) -> Result<Vec<Job>> {
     let order = if filter.limit.is_some() { "DESC" } else { "ASC" };
+    // Every label asked for, with its value: a JSON object containing another.
+    let labelled = match c.dialect() {
+        Dialect::Sqlite => {
+            "NOT EXISTS (SELECT 1 FROM json_each(?7) s WHERE NOT EXISTS \
+             (SELECT 1 FROM json_each(jobs.labels) l WHERE l.key = s.key AND l.value = s.value))"
+        }
+        Dialect::Postgres => "CAST(jobs.labels AS jsonb) @> CAST(CAST(?7 AS TEXT) AS jsonb)",
+    };
     let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR team = ?2) \
-         AND (?4 IS NULL OR team IN (SELECT value FROM json_each(?4))) AND (?5 IS NULL OR id < ?5) \
-         AND (?6 IS NULL OR array_id = ?6) \
-         AND NOT EXISTS (SELECT 1 FROM json_each(?7) s WHERE NOT EXISTS \
-             (SELECT 1 FROM json_each(jobs.labels) l WHERE l.key = s.key AND l.value = s.value)) \
-         ORDER BY id {order} LIMIT ?3"
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE (state = ?1 OR ?1 IS NULL) AND (team = ?2 OR ?2 IS NULL) \
+         AND (team IN (SELECT value FROM json_each(?4)) OR ?4 IS NULL) AND (id < ?5 OR ?5 IS NULL) \
+         AND (array_id = ?6 OR ?6 IS NULL) \
+         AND {labelled} ORDER BY id {order} LIMIT ?3"
     );
-    let limit = filter.limit.map_or(-1, i64::from);
+    let limit = filter.limit.map_or(i64::MAX, i64::from);
     let teams = filter.teams.as_ref().map(rows::to_json).transpose()?;
     let mut stmt = c.prepare_cached(&sql)?;
     let state = filter.state.map(JobState::as_str);
@@ -119,14 +124,14 @@ pub(super) fn list(c: &Connection, filter: &JobFilter) -> Result<Vec<Job>> {
         params![state, filter.team, limit, teams, filter.before, filter.array, labels],
         rows::job,
     )?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
-pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> {
+pub(super) fn transitions(c: &dyn Conn, id: JobId) -> Result<Vec<Transition>> {
     let mut stmt = c.prepare_cached(
         "SELECT from_state, to_state, reason, at, attempt FROM job_transitions WHERE job_id = ?1 ORDER BY id",
     )?;
-    let rows = stmt.query_map([id], |r| {
+    let rows = stmt.query_map(params![id], |r| {
         let from: Option<String> = r.get(0)?;
         let to: String = r.get(1)?;
         Ok(Transition {
@@ -137,15 +142,15 @@ pub(super) fn transitions(c: &Connection, id: JobId) -> Result<Vec<Transition>> 
             attempt: r.get(4)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
-pub(super) fn attempts(c: &Connection, id: JobId) -> Result<Vec<Attempt>> {
+pub(super) fn attempts(c: &dyn Conn, id: JobId) -> Result<Vec<Attempt>> {
     let mut stmt = c.prepare_cached(
         "SELECT attempt, node_id, gpu_uuids, placed_at, started_at, finished_at, outcome, exit_code, reason \
          FROM job_attempts WHERE job_id = ?1 ORDER BY attempt",
     )?;
-    let rows = stmt.query_map([id], |r| {
+    let rows = stmt.query_map(params![id], |r| {
         let uuids: String = r.get(2)?;
         let outcome: Option<String> = r.get(6)?;
         Ok(Attempt {
@@ -160,11 +165,11 @@ pub(super) fn attempts(c: &Connection, id: JobId) -> Result<Vec<Attempt>> {
             reason: r.get(8)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
 pub(super) fn changed(
-    c: &Connection,
+    c: &dyn Conn,
     after: Option<i64>,
     limit: u32,
     teams: Option<&[String]>,
@@ -172,14 +177,14 @@ pub(super) fn changed(
     let Some(after) = after else {
         let last = c
             .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM job_transitions")?
-            .query_row([], |r| r.get(0))?;
+            .query_row(params![], |r| r.get(0))?;
         return Ok((last, Vec::new()));
     };
     let mut stmt =
         c.prepare_cached("SELECT id, job_id FROM job_transitions WHERE id > ?1 ORDER BY id LIMIT ?2")?;
     let changes =
         stmt.query_map(params![after, limit], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, JobId>(1)?)))?;
-    let changes: Vec<(i64, JobId)> = changes.collect::<rusqlite::Result<_>>()?;
+    let changes: Vec<(i64, JobId)> = changes.collect::<Result<_>>()?;
     let reached = changes.last().map_or(after, |(id, _)| *id);
     let mut ids: Vec<JobId> = changes.into_iter().map(|(_, job)| job).collect();
     ids.sort_unstable();
@@ -188,17 +193,17 @@ pub(super) fn changed(
         return Ok((reached, Vec::new()));
     }
     let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN (SELECT value FROM json_each(?1)) \
-         AND (?2 IS NULL OR team IN (SELECT value FROM json_each(?2))) ORDER BY id"
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each(?1)) \
+         AND (team IN (SELECT value FROM json_each(?2)) OR ?2 IS NULL) ORDER BY id"
     );
     let teams = teams.map(|t| rows::to_json(&t)).transpose()?;
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![rows::to_json(&ids)?, teams], rows::job)?;
-    Ok((reached, rows.collect::<rusqlite::Result<_>>()?))
+    Ok((reached, rows.collect::<Result<_>>()?))
 }
 
 pub(super) fn record_transition(
-    c: &Connection,
+    c: &dyn Conn,
     id: JobId,
     from: Option<JobState>,
     to: JobState,
@@ -215,13 +220,7 @@ pub(super) fn record_transition(
 
 /// Moves a job to `to`, recording the transition; a job leaving `scheduled`/`running` gives
 /// back its allocations in the same transaction.
-pub(super) fn transition(
-    c: &Connection,
-    job: &Job,
-    to: JobState,
-    reason: Option<&str>,
-    at: i64,
-) -> Result<()> {
+pub(super) fn transition(c: &dyn Conn, job: &Job, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
     if job.state.is_active() && !to.is_active() {
         release(c, job.id, at)?;
         c.prepare_cached(
@@ -240,7 +239,7 @@ pub(super) fn transition(
     record_transition(c, job.id, Some(job.state), to, reason, at)
 }
 
-fn release(c: &Connection, id: JobId, at: i64) -> Result<()> {
+fn release(c: &dyn Conn, id: JobId, at: i64) -> Result<()> {
     c.prepare_cached(
         "UPDATE allocations SET released_at = ?2, released_after = (SELECT MAX(id) FROM allocations) \
          WHERE job_id = ?1 AND released_at IS NULL",
@@ -252,7 +251,7 @@ fn release(c: &Connection, id: JobId, at: i64) -> Result<()> {
 /// An active job lost its placement: back to `pending`, or `failed` once retries are spent
 /// (`cancelled` if a cancel was pending). Only a lost *run* spends the budget: a placement whose
 /// process never started (say, `gantry up` restarted before its agent picked it up) does not.
-pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) -> Result<()> {
+pub(super) fn requeue_or_fail(c: &dyn Conn, job: &Job, reason: &str, at: i64) -> Result<()> {
     if let Some(gang) = gangs::parent(job) {
         return gangs::worker_lost(c, job, gang, reason, at);
     }
@@ -261,9 +260,10 @@ pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) 
     }
     let spent: u32 = if job.state == JobState::Running {
         c.prepare_cached("UPDATE jobs SET lost_runs = lost_runs + 1 WHERE id = ?1 RETURNING lost_runs")?
-            .query_row([job.id], |r| r.get(0))?
+            .query_row(params![job.id], |r| r.get(0))?
     } else {
-        c.prepare_cached("SELECT lost_runs FROM jobs WHERE id = ?1")?.query_row([job.id], |r| r.get(0))?
+        c.prepare_cached("SELECT lost_runs FROM jobs WHERE id = ?1")?
+            .query_row(params![job.id], |r| r.get(0))?
     };
     if spent > job.max_retries {
         let reason = format!("{reason}; retry budget of {} spent", job.max_retries);
@@ -272,7 +272,7 @@ pub(super) fn requeue_or_fail(c: &Connection, job: &Job, reason: &str, at: i64) 
     transition(c, job, JobState::Pending, Some(reason), at)
 }
 
-pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
+pub(super) fn cancel(c: &dyn Conn, id: JobId, at: i64) -> Result<Job> {
     // Cancelling a worker cancels its gang: the gang runs as one job.
     let target = gangs::gang_of(c, id)?.unwrap_or(id);
     let job = require(c, target)?;
@@ -283,14 +283,14 @@ pub(super) fn cancel(c: &Connection, id: JobId, at: i64) -> Result<Job> {
     match job.state {
         JobState::Pending => transition(c, &job, JobState::Cancelled, Some("cancelled"), at)?,
         s if s.is_active() => {
-            c.prepare_cached("UPDATE jobs SET stop = 'cancel' WHERE id = ?1")?.execute([id])?;
+            c.prepare_cached("UPDATE jobs SET stop = 'cancel' WHERE id = ?1")?.execute(params![id])?;
         }
         s => return Err(StoreError::Conflict(format!("job {id} already {s}"))),
     }
     require(c, id)
 }
 
-pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
+pub(super) fn preempt(c: &dyn Conn, id: JobId, reason: &str, at: i64) -> Result<()> {
     // Preempting a worker preempts its whole gang.
     let job = require(c, gangs::gang_of(c, id)?.unwrap_or(id))?;
     if job.state != JobState::Running || job.stop.is_some() {
@@ -308,7 +308,7 @@ pub(super) fn preempt(c: &Connection, id: JobId, reason: &str, at: i64) -> Resul
 /// Stops a running elastic job to restart it at another width: the preemption path (SIGTERM,
 /// the grace period, back to `pending` with `reason`, no retry spent) with a `job.resized`
 /// event. The next placement decides the new width.
-pub(super) fn resize(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
+pub(super) fn resize(c: &dyn Conn, id: JobId, reason: &str, at: i64) -> Result<()> {
     let job = require(c, id)?;
     if !job.request.is_elastic() || job.gang.is_some() {
         return Err(StoreError::Conflict(format!("job {id} is not elastic")));
@@ -322,7 +322,7 @@ pub(super) fn resize(c: &Connection, id: JobId, reason: &str, at: i64) -> Result
     super::tokens::event(c, at, "job.resized", &format!("job/{id}"), reason, Some(&job.team))
 }
 
-pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
+pub(super) fn place(c: &dyn Conn, p: &Placement) -> Result<()> {
     if require(c, p.job_id)?.gang.is_some() {
         return Err(StoreError::Conflict(format!("job {} belongs to a gang: place the gang", p.job_id)));
     }
@@ -330,14 +330,14 @@ pub(super) fn place(c: &Connection, p: &Placement) -> Result<()> {
 }
 
 /// Places one job (a plain job, or one worker of a gang being placed).
-pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
+pub(super) fn place_one(c: &dyn Conn, p: &Placement) -> Result<()> {
     let job = require(c, p.job_id)?;
     if job.state != JobState::Pending {
         return Err(StoreError::Conflict(format!("job {} is {}, not pending", job.id, job.state)));
     }
     let node: Option<(String, u64)> = c
         .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
-        .query_row([&p.node_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![&p.node_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     match node {
         Some((state, epoch)) if state == "ready" && epoch == p.epoch => {}
@@ -374,8 +374,9 @@ pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
     )?
     .execute(params![job.id, attempt, p.node_id, p.epoch, rows::to_json(&uuids)?])?;
     c.prepare_cached(
-        "INSERT OR REPLACE INTO job_attempts (job_id, attempt, node_id, gpu_uuids, placed_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO job_attempts (job_id, attempt, node_id, gpu_uuids, placed_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (job_id, attempt) DO UPDATE SET node_id = ?3, gpu_uuids = ?4, placed_at = ?5, started_at = NULL, \
+         finished_at = NULL, outcome = NULL, exit_code = NULL, reason = NULL",
     )?
     .execute(params![job.id, attempt, p.node_id, rows::to_json(&uuids)?, p.at])?;
     // An elastic job placed above its minimum says why (idle GPUs at admission) and what then.
@@ -396,10 +397,10 @@ pub(super) fn place_one(c: &Connection, p: &Placement) -> Result<()> {
 }
 
 /// The last line of defence against double allocation: the grant must fit beside what is held.
-fn check_fits(c: &Connection, node_id: &str, g: &Grant) -> Result<()> {
+fn check_fits(c: &dyn Conn, node_id: &str, g: &Grant) -> Result<()> {
     let gpu: Option<(String, String, u64)> = c
         .prepare_cached("SELECT node_id, health, memory_mib FROM gpus WHERE uuid = ?1")?
-        .query_row([&g.uuid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row(params![&g.uuid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     let Some((gpu_node, health, capacity)) = gpu else {
         return Err(StoreError::NotFound(format!("gpu {}", g.uuid)));
@@ -409,10 +410,11 @@ fn check_fits(c: &Connection, node_id: &str, g: &Grant) -> Result<()> {
     }
     let (share, memory): (u32, u64) = c
         .prepare_cached(
-            "SELECT COALESCE(SUM(share_milli), 0), COALESCE(SUM(memory_mib), 0) FROM allocations \
+            "SELECT CAST(COALESCE(SUM(share_milli), 0) AS BIGINT), CAST(COALESCE(SUM(memory_mib), 0) AS BIGINT) \
+             FROM allocations \
              WHERE gpu_uuid = ?1 AND released_at IS NULL",
         )?
-        .query_row([&g.uuid], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        .query_row(params![&g.uuid], |r| Ok((r.get(0)?, r.get(1)?)))?;
     if share + g.share_milli > 1000 || memory + g.memory_mib > capacity {
         return Err(StoreError::Conflict(format!("gpu {} has no room left", g.uuid)));
     }
@@ -420,7 +422,7 @@ fn check_fits(c: &Connection, node_id: &str, g: &Grant) -> Result<()> {
 }
 
 /// An agent reports the process of `attempt` started.
-pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Result<()> {
+pub(super) fn started(c: &dyn Conn, id: JobId, attempt: u32, at: i64) -> Result<()> {
     let job = require(c, id)?;
     if job.state == JobState::Scheduled && job.attempt == attempt {
         c.prepare_cached("UPDATE jobs SET state = 'running', started_at = ?2 WHERE id = ?1")?
@@ -436,7 +438,7 @@ pub(super) fn started(c: &Connection, id: JobId, attempt: u32, at: i64) -> Resul
 }
 
 /// An agent reports the process of `attempt` ended. Reports of older attempts are ignored.
-pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at: i64) -> Result<()> {
+pub(super) fn exited(c: &dyn Conn, id: JobId, attempt: u32, exit: &JobExit, at: i64) -> Result<()> {
     // A process that started and ended between two heartbeats still ran: record that first.
     if exit.exit_code.is_some() {
         started(c, id, attempt, at)?;
@@ -482,49 +484,50 @@ pub(super) fn exited(c: &Connection, id: JobId, attempt: u32, exit: &JobExit, at
 
 /// A job whose agent restarted while it ran, and still has it: it stays placed, under the
 /// node's new epoch; its allocations stay held (their rows keep the epoch that placed them).
-pub(super) fn keep_on_new_epoch(c: &Connection, job: &Job, epoch: u64) -> Result<()> {
+pub(super) fn keep_on_new_epoch(c: &dyn Conn, job: &Job, epoch: u64) -> Result<()> {
     c.prepare_cached("UPDATE jobs SET epoch = ?2 WHERE id = ?1")?.execute(params![job.id, epoch])?;
     Ok(())
 }
 
 /// Active jobs on a node (optionally only those of older epochs).
-pub(super) fn active_on_node(c: &Connection, node_id: &str, before_epoch: Option<u64>) -> Result<Vec<Job>> {
+pub(super) fn active_on_node(c: &dyn Conn, node_id: &str, before_epoch: Option<u64>) -> Result<Vec<Job>> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE node_id = ?1 AND state IN ('scheduled', 'running') \
-         AND (?2 IS NULL OR epoch < ?2) ORDER BY id"
+         AND (epoch < ?2 OR ?2 IS NULL) ORDER BY id"
     );
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![node_id, before_epoch], rows::job)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
-pub(super) fn allocations(c: &Connection, held_only: bool) -> Result<Vec<Allocation>> {
+pub(super) fn allocations(c: &dyn Conn, held_only: bool) -> Result<Vec<Allocation>> {
     let sql = format!(
         "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE (?1 = 0 OR released_at IS NULL) ORDER BY id"
     );
     let mut stmt = c.prepare_cached(&sql)?;
-    let rows = stmt.query_map([held_only], rows::allocation)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let rows = stmt.query_map(params![held_only], rows::allocation)?;
+    rows.collect::<Result<_>>()
 }
 
 /// Allocated GPU time per team (and user) in `[since, until)`: each allocation row counts the
 /// part of its lifetime inside the window, times its share (milli-GPU).
 pub(super) fn usage(
-    c: &Connection,
+    c: &dyn Conn,
     since: i64,
     until: i64,
     by_user: bool,
     teams: Option<&[String]>,
 ) -> Result<Vec<Usage>> {
     let teams = teams.map(|t| rows::to_json(&t)).transpose()?;
-    let user = if by_user { "j.user" } else { "NULL" };
+    let user = if by_user { "j.\"user\"" } else { "NULL" };
     let sql = format!(
         "SELECT j.team, {user}, \
-         SUM((MIN(COALESCE(a.released_at, ?2), ?2) - MAX(a.created_at, ?1)) * a.share_milli), \
+         CAST(SUM((CASE WHEN a.released_at IS NOT NULL AND a.released_at < ?2 THEN a.released_at ELSE ?2 END \
+           - CASE WHEN a.created_at > ?1 THEN a.created_at ELSE ?1 END) * a.share_milli) AS BIGINT), \
          COUNT(DISTINCT a.job_id) \
          FROM allocations a JOIN jobs j ON j.id = a.job_id \
          WHERE a.created_at < ?2 AND COALESCE(a.released_at, ?2) > ?1 \
-         AND (?3 IS NULL OR j.team IN (SELECT value FROM json_each(?3))) \
+         AND (j.team IN (SELECT value FROM json_each(?3)) OR ?3 IS NULL) \
          GROUP BY 1, 2 ORDER BY 1, 2"
     );
     let hours = |milli_ms: i64| milli_ms as f64 / 1000.0 / 3_600_000.0;
@@ -539,7 +542,7 @@ pub(super) fn usage(
             jobs: r.get(3)?,
         })
     })?;
-    let mut out: Vec<Usage> = rows.collect::<rusqlite::Result<_>>()?;
+    let mut out: Vec<Usage> = rows.collect::<Result<_>>()?;
     for (team, user, used) in super::workflow::used(c, since, until, by_user, teams.as_deref())? {
         if let Some(u) = out.iter_mut().find(|u| u.team == team && u.user == user) {
             u.used_gpu_hours = hours(used);

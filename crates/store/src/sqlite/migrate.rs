@@ -6,7 +6,7 @@ use rusqlite::Connection;
 use crate::{Result, StoreError};
 
 /// (version, SQL). Append only; never edit a released file.
-const MIGRATIONS: &[(i64, &str)] = &[
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/0001_init.sql")),
     (2, include_str!("../../migrations/0002_identity.sql")),
     (3, include_str!("../../migrations/0003_job_env.sql")),
@@ -26,6 +26,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (17, include_str!("../../migrations/0017_services.sql")),
     (18, include_str!("../../migrations/0018_job_upload.sql")),
     (19, include_str!("../../migrations/0019_pools.sql")),
+    (20, include_str!("../../migrations/0020_invariants.sql")),
+    (21, include_str!("../../migrations/0021_leader_lease.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.
@@ -57,4 +59,33 @@ pub(super) fn apply_up_to(conn: &mut Connection, last: i64) -> Result<()> {
     });
     conn.pragma_update(None, "foreign_keys", "ON")?;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+
+    /// The numbers in a migrations directory, from the file names (`0007_workflow.sql`).
+    fn numbers_in(dir: &str) -> Vec<i64> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let mut found: Vec<i64> = std::fs::read_dir(&path)
+            .expect("migrations directory")
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".sql")?.split('_').next()?.parse().ok()
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
+    #[test]
+    fn both_dialects_have_the_same_numbered_migrations_and_apply_every_file() {
+        let sqlite: Vec<i64> = MIGRATIONS.iter().map(|(v, _)| *v).collect();
+        let postgres: Vec<i64> = crate::postgres::migrate::MIGRATIONS.iter().map(|(v, _)| *v).collect();
+        assert_eq!(sqlite, (1..=sqlite.len() as i64).collect::<Vec<_>>(), "numbered 1, 2, … without gaps");
+        assert_eq!(postgres, sqlite, "every SQLite migration has its PostgreSQL twin, and no other");
+        assert_eq!(numbers_in("migrations"), sqlite, "every SQLite file is applied");
+        assert_eq!(numbers_in("migrations/postgres"), sqlite, "every PostgreSQL file is applied");
+    }
 }

@@ -6,13 +6,19 @@
 //! `synchronous = FULL` the commit is on disk (WAL fsynced) before any caller hears "ok", so an
 //! acknowledged write survives `kill -9` and power loss; grouping makes that one fsync per batch
 //! instead of per request. Reads use separate connections, which WAL lets run beside the writer.
+//!
+//! The modules here (`jobs`, `nodes`, `gangs`, …) hold the store's rules as SQL over
+//! [`crate::db::Conn`], so they run unchanged on PostgreSQL as well: [`crate::PgStore`] gets
+//! the same [`Store`] implementation (`impl_store!` below) over its own connections.
 
 mod apply;
 mod audit;
 mod changes;
+mod conn;
 mod counts;
 mod gangs;
 mod jobs;
+mod lease;
 mod migrate;
 mod nodes;
 mod pools;
@@ -21,22 +27,23 @@ mod scheduler;
 mod services;
 mod tokens;
 mod workflow;
-mod writer;
 
 use std::path::Path;
 use std::sync::Mutex;
 
 use rusqlite::Connection;
 
+use crate::db::Conn;
 use crate::model::*;
+use crate::writer::Writer;
 use crate::{Result, Store, StoreError};
-use writer::Writer;
 
 /// The SQLite store: a file `gantry.db` (+ WAL) in a directory.
 #[derive(Debug)]
 pub struct SqliteStore {
     writer: Writer,
     readers: Vec<Mutex<Connection>>,
+    fence: Mutex<Fence>,
 }
 
 const READERS: usize = 2;
@@ -52,7 +59,7 @@ impl SqliteStore {
         let mut conn = connect(&path)?;
         migrate::apply(&mut conn)?;
         let readers = (0..READERS).map(|_| connect(&path).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { writer: Writer::start(conn)?, readers })
+        Ok(Self { writer: Writer::start(conn, "BEGIN IMMEDIATE")?, readers, fence: Mutex::default() })
     }
 
     /// The job gauges' counts as `job_counts` gave them before migration 11: a `GROUP BY` over
@@ -62,7 +69,19 @@ impl SqliteStore {
         self.read(counts::scan)
     }
 
-    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    fn fence(&self) -> Fence {
+        self.fence.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    fn write<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Conn) -> Result<T> + Send + 'static,
+    {
+        self.writer.write(f)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&dyn Conn) -> Result<T>) -> Result<T> {
         use std::sync::TryLockError;
         let slot = self.readers.iter().find_map(|m| match m.try_lock() {
             Ok(guard) => Some(guard),
@@ -73,7 +92,7 @@ impl SqliteStore {
             Some(guard) => guard,
             None => self.readers[0].lock().unwrap_or_else(|p| recovered(&self.readers[0], p.into_inner())),
         };
-        f(&guard)
+        f(&*guard)
     }
 }
 
@@ -117,174 +136,215 @@ fn connect(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
-impl Store for SqliteStore {
-    fn apply(&self, change: Change, audit: AuditEntry) -> Result<Changed> {
-        let entry = audit.clone();
-        let result = self.writer.write(move |c| changes::apply(c, change, entry));
-        if let Err(e) = &result
-            && !matches!(e, StoreError::Closed)
-        {
-            // Counted like a refusal: the same caller failing the same way in a loop adds a
-            // row a minute, not a row a request.
-            let outcome = format!("error: {e}");
-            self.writer.write(move |c| audit::refusal(c, &audit, &outcome))?;
+/// The [`Store`] both backends share: each method one call of the SQL in this module's files,
+/// as a write (`self.write`: the next group commit) or a read (`self.read`: a reading
+/// connection). The backend gives the two methods; [`crate::postgres::PgStore`] is the other.
+macro_rules! impl_store {
+    ($store:ty) => {
+        impl $store {
+            /// A write of the leader's: checked against the fence first, in its transaction.
+            fn fenced<T, F>(&self, f: F) -> Result<T>
+            where
+                T: Send + 'static,
+                F: FnOnce(&dyn Conn) -> Result<T> + Send + 'static,
+            {
+                let fence = self.fence();
+                self.write(move |c| {
+                    lease::check(c, &fence)?;
+                    f(c)
+                })
+            }
         }
-        result
-    }
-    fn audit_refusal(&self, audit: AuditEntry, outcome: String) -> Result<()> {
-        self.writer.write(move |c| audit::refusal(c, &audit, &outcome))
-    }
-    fn audit_rows(&self, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
-        self.read(|c| audit::rows(c, after, since, limit))
-    }
-    fn audit_head(&self) -> Result<Option<(i64, String)>> {
-        self.read(audit::head)
-    }
-    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
-        self.read(|c| tokens::by_hash(c, hash))
-    }
-    fn token(&self, id: i64) -> Result<Option<TokenRecord>> {
-        self.read(|c| tokens::get(c, id))
-    }
-    fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>> {
-        self.read(|c| tokens::list(c, user))
-    }
-    fn admin_token_count(&self, now: i64) -> Result<u64> {
-        self.read(|c| tokens::admin_count(c, now))
-    }
-    fn user(&self, name: &str) -> Result<Option<User>> {
-        self.read(|c| tokens::user(c, name))
-    }
-    fn users(&self) -> Result<Vec<User>> {
-        self.read(tokens::users)
-    }
-    fn set_team(&self, team: &Team) -> Result<()> {
-        let team = team.clone();
-        self.writer.write(move |c| tokens::set_team(c, &team))
-    }
-    fn teams(&self) -> Result<Vec<Team>> {
-        self.read(tokens::teams)
-    }
-    fn pools(&self) -> Result<Vec<Pool>> {
-        self.read(pools::list)
-    }
-    fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
-        let job = job.clone();
-        self.writer.write(move |c| jobs::submit(c, &job))
-    }
-    fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.read(|c| jobs::get(c, id))
-    }
-    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.read(|c| jobs::list(c, filter))
-    }
-    fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>> {
-        self.read(counts::maintained)
-    }
-    fn workers(&self, gang: JobId) -> Result<Vec<Job>> {
-        self.read(|c| gangs::workers(c, gang))
-    }
-    fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
-        self.read(|c| jobs::transitions(c, id))
-    }
-    fn changed_jobs(
-        &self,
-        after: Option<i64>,
-        limit: u32,
-        teams: Option<Vec<String>>,
-    ) -> Result<(i64, Vec<Job>)> {
-        self.read(|c| jobs::changed(c, after, limit, teams.as_deref()))
-    }
-    fn attempts(&self, id: JobId) -> Result<Vec<Attempt>> {
-        self.read(|c| jobs::attempts(c, id))
-    }
-    fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
-        self.writer.write(move |c| jobs::cancel(c, id, at))
-    }
-    fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
-        let reason = reason.to_owned();
-        self.writer.write(move |c| workflow::dependency_failed(c, id, &reason, at))
-    }
-    fn place(&self, placement: &Placement) -> Result<()> {
-        let placement = placement.clone();
-        self.writer.write(move |c| jobs::place(c, &placement))
-    }
-    fn place_gang(&self, placement: &GangPlacement) -> Result<()> {
-        let placement = placement.clone();
-        self.writer.write(move |c| gangs::place(c, &placement))
-    }
-    fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
-        let reason = reason.to_owned();
-        self.writer.write(move |c| jobs::preempt(c, id, &reason, at))
-    }
-    fn resize(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
-        let reason = reason.to_owned();
-        self.writer.write(move |c| jobs::resize(c, id, &reason, at))
-    }
-    fn register_node(&self, registration: &NodeRegistration) -> Result<u64> {
-        let registration = registration.clone();
-        self.writer.write(move |c| nodes::register(c, &registration))
-    }
-    fn heartbeat(&self, heartbeat: &Heartbeat, at: i64) -> Result<Vec<Job>> {
-        let heartbeat = heartbeat.clone();
-        self.writer.write(move |c| nodes::heartbeat(c, &heartbeat, at))
-    }
-    fn assignments(&self, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
-        self.read(|c| nodes::current_assignments(c, node_id, epoch))
-    }
-    fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
-        self.writer.write(move |c| nodes::expire(c, deadline, at))
-    }
-    fn mark_not_responding(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
-        self.writer.write(move |c| nodes::mark_not_responding(c, deadline, at))
-    }
-    fn drain_due(&self, at: i64) -> Result<Vec<JobId>> {
-        self.writer.write(move |c| nodes::drain_due(c, at))
-    }
-    fn nodes(&self) -> Result<Vec<Node>> {
-        self.read(nodes::list)
-    }
-    fn gpus(&self) -> Result<Vec<Gpu>> {
-        self.read(nodes::gpus)
-    }
-    fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>> {
-        self.read(|c| jobs::allocations(c, held_only))
-    }
-    fn usage(&self, since: i64, until: i64, by_user: bool, teams: Option<Vec<String>>) -> Result<Vec<Usage>> {
-        self.read(|c| jobs::usage(c, since, until, by_user, teams.as_deref()))
-    }
-    fn gpu_use_by_job(&self, since: i64) -> Result<Vec<(JobId, i64)>> {
-        self.read(|c| workflow::used_by_job(c, since))
-    }
-    fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
-        self.read(|c| tokens::events(c, filter))
-    }
-    fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>> {
-        self.read(|c| services::list(c, teams.as_deref()))
-    }
-    fn service(&self, team: &str, name: &str) -> Result<Option<Service>> {
-        self.read(|c| services::get(c, team, name))
-    }
-    fn service_replicas(&self, team: &str, name: &str, ended: u32) -> Result<Vec<Replica>> {
-        self.read(|c| services::replicas(c, team, name, ended))
-    }
-    fn service_decisions(&self, id: i64, limit: u32) -> Result<Vec<ServiceDecision>> {
-        self.read(|c| services::decisions(c, id, limit))
-    }
-    fn scale_service(&self, id: i64, desired: u32, decision: Option<ServiceDecision>) -> Result<()> {
-        self.writer.write(move |c| services::scale(c, id, desired, decision.as_ref()))
-    }
-    fn stop_replica(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
-        let reason = reason.to_owned();
-        self.writer.write(move |c| services::stop_replica(c, id, &reason, at))
-    }
-    fn scheduler_position(&self) -> Result<i64> {
-        self.read(scheduler::position)
-    }
-    fn scheduler_changes(&self, after: i64, limit: u32) -> Result<Option<SchedulerChanges>> {
-        self.read(|c| scheduler::changes(c, after, limit))
-    }
+
+        impl Store for $store {
+            fn apply(&self, change: Change, audit: AuditEntry) -> Result<Changed> {
+                let entry = audit.clone();
+                let result = self.write(move |c| changes::apply(c, change, entry));
+                if let Err(e) = &result
+                    && !matches!(e, StoreError::Closed)
+                {
+                    // Counted like a refusal: the same caller failing the same way in a loop adds a
+                    // row a minute, not a row a request.
+                    let outcome = format!("error: {e}");
+                    self.write(move |c| audit::refusal(c, &audit, &outcome))?;
+                }
+                result
+            }
+            fn audit_refusal(&self, audit: AuditEntry, outcome: String) -> Result<()> {
+                self.write(move |c| audit::refusal(c, &audit, &outcome))
+            }
+            fn audit_rows(&self, after: i64, since: Option<i64>, limit: u32) -> Result<Vec<AuditRecord>> {
+                self.read(|c| audit::rows(c, after, since, limit))
+            }
+            fn audit_head(&self) -> Result<Option<(i64, String)>> {
+                self.read(audit::head)
+            }
+            fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+                self.read(|c| tokens::by_hash(c, hash))
+            }
+            fn token(&self, id: i64) -> Result<Option<TokenRecord>> {
+                self.read(|c| tokens::get(c, id))
+            }
+            fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>> {
+                self.read(|c| tokens::list(c, user))
+            }
+            fn admin_token_count(&self, now: i64) -> Result<u64> {
+                self.read(|c| tokens::admin_count(c, now))
+            }
+            fn user(&self, name: &str) -> Result<Option<User>> {
+                self.read(|c| tokens::user(c, name))
+            }
+            fn users(&self) -> Result<Vec<User>> {
+                self.read(tokens::users)
+            }
+            fn set_team(&self, team: &Team) -> Result<()> {
+                let team = team.clone();
+                self.write(move |c| tokens::set_team(c, &team))
+            }
+            fn teams(&self) -> Result<Vec<Team>> {
+                self.read(tokens::teams)
+            }
+            fn pools(&self) -> Result<Vec<Pool>> {
+                self.read(pools::list)
+            }
+            fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
+                let job = job.clone();
+                self.write(move |c| jobs::submit(c, &job))
+            }
+            fn job(&self, id: JobId) -> Result<Option<Job>> {
+                self.read(|c| jobs::get(c, id))
+            }
+            fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+                self.read(|c| jobs::list(c, filter))
+            }
+            fn job_counts(&self) -> Result<Vec<(String, JobState, u64)>> {
+                self.read(counts::maintained)
+            }
+            fn workers(&self, gang: JobId) -> Result<Vec<Job>> {
+                self.read(|c| gangs::workers(c, gang))
+            }
+            fn transitions(&self, id: JobId) -> Result<Vec<Transition>> {
+                self.read(|c| jobs::transitions(c, id))
+            }
+            fn changed_jobs(
+                &self,
+                after: Option<i64>,
+                limit: u32,
+                teams: Option<Vec<String>>,
+            ) -> Result<(i64, Vec<Job>)> {
+                self.read(|c| jobs::changed(c, after, limit, teams.as_deref()))
+            }
+            fn attempts(&self, id: JobId) -> Result<Vec<Attempt>> {
+                self.read(|c| jobs::attempts(c, id))
+            }
+            fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
+                self.write(move |c| jobs::cancel(c, id, at))
+            }
+            fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+                let reason = reason.to_owned();
+                self.fenced(move |c| workflow::dependency_failed(c, id, &reason, at))
+            }
+            fn place(&self, placement: &Placement) -> Result<()> {
+                let placement = placement.clone();
+                self.fenced(move |c| jobs::place(c, &placement))
+            }
+            fn place_gang(&self, placement: &GangPlacement) -> Result<()> {
+                let placement = placement.clone();
+                self.fenced(move |c| gangs::place(c, &placement))
+            }
+            fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+                let reason = reason.to_owned();
+                self.fenced(move |c| jobs::preempt(c, id, &reason, at))
+            }
+            fn resize(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+                let reason = reason.to_owned();
+                self.fenced(move |c| jobs::resize(c, id, &reason, at))
+            }
+            fn register_node(&self, registration: &NodeRegistration) -> Result<u64> {
+                let registration = registration.clone();
+                self.write(move |c| nodes::register(c, &registration))
+            }
+            fn heartbeat(&self, heartbeat: &Heartbeat, at: i64) -> Result<Vec<Job>> {
+                let heartbeat = heartbeat.clone();
+                self.write(move |c| nodes::heartbeat(c, &heartbeat, at))
+            }
+            fn assignments(&self, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
+                self.read(|c| nodes::current_assignments(c, node_id, epoch))
+            }
+            fn expire_nodes(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
+                self.fenced(move |c| nodes::expire(c, deadline, at))
+            }
+            fn mark_not_responding(&self, deadline: i64, at: i64) -> Result<Vec<String>> {
+                self.fenced(move |c| nodes::mark_not_responding(c, deadline, at))
+            }
+            fn drain_due(&self, at: i64) -> Result<Vec<JobId>> {
+                self.fenced(move |c| nodes::drain_due(c, at))
+            }
+            fn nodes(&self) -> Result<Vec<Node>> {
+                self.read(nodes::list)
+            }
+            fn gpus(&self) -> Result<Vec<Gpu>> {
+                self.read(nodes::gpus)
+            }
+            fn allocations(&self, held_only: bool) -> Result<Vec<Allocation>> {
+                self.read(|c| jobs::allocations(c, held_only))
+            }
+            fn usage(
+                &self,
+                since: i64,
+                until: i64,
+                by_user: bool,
+                teams: Option<Vec<String>>,
+            ) -> Result<Vec<Usage>> {
+                self.read(|c| jobs::usage(c, since, until, by_user, teams.as_deref()))
+            }
+            fn gpu_use_by_job(&self, since: i64) -> Result<Vec<(JobId, i64)>> {
+                self.read(|c| workflow::used_by_job(c, since))
+            }
+            fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
+                self.read(|c| tokens::events(c, filter))
+            }
+            fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>> {
+                self.read(|c| services::list(c, teams.as_deref()))
+            }
+            fn service(&self, team: &str, name: &str) -> Result<Option<Service>> {
+                self.read(|c| services::get(c, team, name))
+            }
+            fn service_replicas(&self, team: &str, name: &str, ended: u32) -> Result<Vec<Replica>> {
+                self.read(|c| services::replicas(c, team, name, ended))
+            }
+            fn service_decisions(&self, id: i64, limit: u32) -> Result<Vec<ServiceDecision>> {
+                self.read(|c| services::decisions(c, id, limit))
+            }
+            fn scale_service(&self, id: i64, desired: u32, decision: Option<ServiceDecision>) -> Result<()> {
+                self.fenced(move |c| services::scale(c, id, desired, decision.as_ref()))
+            }
+            fn stop_replica(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
+                let reason = reason.to_owned();
+                self.fenced(move |c| services::stop_replica(c, id, &reason, at))
+            }
+            fn scheduler_position(&self) -> Result<i64> {
+                self.read(scheduler::position)
+            }
+            fn scheduler_changes(&self, after: i64, limit: u32) -> Result<Option<SchedulerChanges>> {
+                self.read(|c| scheduler::changes(c, after, limit))
+            }
+            fn campaign(&self, holder: &str, ttl_ms: i64, at: i64) -> Result<Lease> {
+                let holder = holder.to_owned();
+                self.write(move |c| lease::campaign(c, &holder, ttl_ms, at))
+            }
+            fn lease(&self) -> Result<Option<Lease>> {
+                self.read(lease::current)
+            }
+            fn set_fence(&self, fence: Fence) {
+                *self.fence.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fence;
+            }
+        }
+    };
 }
+
+impl_store!(SqliteStore);
+impl_store!(crate::postgres::PgStore);
 
 #[cfg(test)]
 mod tests {
@@ -302,7 +362,8 @@ mod tests {
         }));
         assert!(panicked.is_err());
         let _busy = store.readers[1].lock();
-        let read = store.read(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(Into::into));
+        let read = store
+            .read(|c| c.prepare_cached("SELECT 1")?.query_row(crate::db::params![], |r| r.get::<_, i64>(0)));
         assert_eq!(read.expect("the first connection still reads"), 1);
     }
 }

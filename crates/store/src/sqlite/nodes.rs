@@ -2,17 +2,17 @@
 
 use std::collections::HashSet;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Conn, OptionalExtension, params};
 
 use super::rows::{self, GPU_COLUMNS, JOB_COLUMNS, NODE_COLUMNS};
 use super::{jobs, tokens};
 use crate::model::*;
 use crate::{Result, StoreError};
 
-pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
+pub(super) fn register(c: &dyn Conn, reg: &NodeRegistration) -> Result<u64> {
     let old: Option<u64> = c
         .prepare_cached("SELECT epoch FROM nodes WHERE id = ?1")?
-        .query_row([&reg.request.node_id], |r| r.get(0))
+        .query_row(params![&reg.request.node_id], |r| r.get(0))
         .optional()?;
     for g in &reg.request.gpus {
         let holder: Option<String> = c
@@ -20,7 +20,7 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
                 "SELECT g.node_id FROM gpus g JOIN nodes n ON n.id = g.node_id \
                  WHERE g.uuid = ?1 AND g.node_id != ?2 AND n.state IN ('ready', 'not-responding')",
             )?
-            .query_row([&g.uuid, &reg.request.node_id], |r| r.get(0))
+            .query_row(params![&g.uuid, &reg.request.node_id], |r| r.get(0))
             .optional()?;
         if let Some(holder) = holder {
             return Err(StoreError::Conflict(format!(
@@ -79,10 +79,10 @@ pub(super) fn register(c: &Connection, reg: &NodeRegistration) -> Result<u64> {
     Ok(epoch)
 }
 
-pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat, at: i64) -> Result<Vec<Job>> {
+pub(super) fn heartbeat(c: &dyn Conn, hb: &Heartbeat, at: i64) -> Result<Vec<Job>> {
     let state = up_under(c, &hb.node_id, hb.epoch)?;
     if state == "not-responding" {
-        c.prepare_cached("UPDATE nodes SET state = 'ready' WHERE id = ?1")?.execute([&hb.node_id])?;
+        c.prepare_cached("UPDATE nodes SET state = 'ready' WHERE id = ?1")?.execute(params![&hb.node_id])?;
         tokens::event(c, at, "node.ready", &hb.node_id, "heartbeats resumed; its jobs went on", None)?;
     }
     c.prepare_cached("UPDATE nodes SET last_heartbeat = ?2 WHERE id = ?1")?
@@ -108,10 +108,10 @@ pub(super) fn heartbeat(c: &Connection, hb: &Heartbeat, at: i64) -> Result<Vec<J
 
 /// The node's state when it is up (ready or not responding) under `epoch`; else `NotFound` or
 /// `StaleEpoch`, which fence its agent off.
-fn up_under(c: &Connection, node_id: &str, epoch: u64) -> Result<String> {
+fn up_under(c: &dyn Conn, node_id: &str, epoch: u64) -> Result<String> {
     let node: Option<(String, u64)> = c
         .prepare_cached("SELECT state, epoch FROM nodes WHERE id = ?1")?
-        .query_row([node_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![node_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let Some((state, current)) = node else {
         return Err(StoreError::NotFound(format!("node {node_id}")));
@@ -123,14 +123,14 @@ fn up_under(c: &Connection, node_id: &str, epoch: u64) -> Result<String> {
 }
 
 /// The jobs a node up under `epoch` must run, read without a report.
-pub(super) fn current_assignments(c: &Connection, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
+pub(super) fn current_assignments(c: &dyn Conn, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
     up_under(c, node_id, epoch)?;
     assignments(c, node_id, epoch)
 }
 
 /// A job told to stop that the agent no longer reports never started there (the assignment and
 /// the stop crossed): it ends without a process to wait for.
-fn finish_unreported_stops(c: &Connection, hb: &Heartbeat, at: i64) -> Result<()> {
+fn finish_unreported_stops(c: &dyn Conn, hb: &Heartbeat, at: i64) -> Result<()> {
     let reported: HashSet<JobId> = hb.jobs.iter().map(|r| r.job_id).collect();
     for job in jobs::active_on_node(c, &hb.node_id, None)? {
         if job.stop.is_some() && !reported.contains(&job.id) {
@@ -145,10 +145,10 @@ fn finish_unreported_stops(c: &Connection, hb: &Heartbeat, at: i64) -> Result<()
     Ok(())
 }
 
-fn update_gpu(c: &Connection, node_id: &str, g: &GpuReport, at: i64) -> Result<()> {
+fn update_gpu(c: &dyn Conn, node_id: &str, g: &GpuReport, at: i64) -> Result<()> {
     let old: Option<(String, Option<i64>)> = c
         .prepare_cached("SELECT health, used_sampled_at FROM gpus WHERE uuid = ?1 AND node_id = ?2")?
-        .query_row([&g.uuid, node_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![&g.uuid, node_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let Some((old, sampled_at)) = old else { return Ok(()) };
     let used_at = super::workflow::record_use(c, &g.uuid, g.sample.as_ref(), sampled_at, at)?;
@@ -173,39 +173,40 @@ fn update_gpu(c: &Connection, node_id: &str, g: &GpuReport, at: i64) -> Result<(
 }
 
 /// Jobs the node must run: active, placed under this epoch, not asked to stop.
-fn assignments(c: &Connection, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
+fn assignments(c: &dyn Conn, node_id: &str, epoch: u64) -> Result<Vec<Job>> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM jobs WHERE node_id = ?1 AND epoch = ?2 AND stop IS NULL \
          AND state IN ('scheduled', 'running') ORDER BY id"
     );
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![node_id, epoch], rows::job)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
 /// Ready nodes silent since before `deadline` stop getting work; nothing of theirs is requeued.
-pub(super) fn mark_not_responding(c: &Connection, deadline: i64, at: i64) -> Result<Vec<String>> {
+pub(super) fn mark_not_responding(c: &dyn Conn, deadline: i64, at: i64) -> Result<Vec<String>> {
     let silent: Vec<String> = c
         .prepare_cached("SELECT id FROM nodes WHERE state = 'ready' AND last_heartbeat < ?1")?
-        .query_map([deadline], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .query_map(params![deadline], |r| r.get(0))?
+        .collect::<Result<_>>()?;
     for node in &silent {
-        c.prepare_cached("UPDATE nodes SET state = 'not-responding' WHERE id = ?1")?.execute([node])?;
+        c.prepare_cached("UPDATE nodes SET state = 'not-responding' WHERE id = ?1")?
+            .execute(params![node])?;
         let message = "missed heartbeats; no new work until it reports, its jobs keep their place";
         tokens::event(c, at, "node.not-responding", node, message, None)?;
     }
     Ok(silent)
 }
 
-pub(super) fn expire(c: &Connection, deadline: i64, at: i64) -> Result<Vec<String>> {
+pub(super) fn expire(c: &dyn Conn, deadline: i64, at: i64) -> Result<Vec<String>> {
     let lost: Vec<String> = c
         .prepare_cached(
             "SELECT id FROM nodes WHERE state IN ('ready', 'not-responding') AND last_heartbeat < ?1",
         )?
-        .query_map([deadline], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .query_map(params![deadline], |r| r.get(0))?
+        .collect::<Result<_>>()?;
     for node in &lost {
-        c.prepare_cached("UPDATE nodes SET state = 'lost' WHERE id = ?1")?.execute([node])?;
+        c.prepare_cached("UPDATE nodes SET state = 'lost' WHERE id = ?1")?.execute(params![node])?;
         for job in jobs::active_on_node(c, node, None)? {
             jobs::requeue_or_fail(c, &job, &format!("node {node} was lost"), at)?;
         }
@@ -216,7 +217,7 @@ pub(super) fn expire(c: &Connection, deadline: i64, at: i64) -> Result<Vec<Strin
 
 /// Sets whether `node` takes new work; a drain stops its running jobs at `drain_at`.
 pub(super) fn set_scheduling(
-    c: &Connection,
+    c: &dyn Conn,
     node: &str,
     scheduling: NodeScheduling,
     drain_at: Option<i64>,
@@ -242,11 +243,11 @@ pub(super) fn set_scheduling(
 
 /// Stops the running jobs of draining nodes whose grace period ended by `at` (each requeued as
 /// a preemption, its retries not spent); returns the jobs stopped.
-pub(super) fn drain_due(c: &Connection, at: i64) -> Result<Vec<JobId>> {
+pub(super) fn drain_due(c: &dyn Conn, at: i64) -> Result<Vec<JobId>> {
     let due: Vec<String> = c
         .prepare_cached("SELECT id FROM nodes WHERE scheduling = 'draining' AND drain_at <= ?1")?
-        .query_map([at], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .query_map(params![at], |r| r.get(0))?
+        .collect::<Result<_>>()?;
     let mut stopped = Vec::new();
     for node in &due {
         for job in jobs::active_on_node(c, node, None)? {
@@ -264,14 +265,16 @@ pub(super) fn drain_due(c: &Connection, at: i64) -> Result<Vec<JobId>> {
     Ok(stopped)
 }
 
-pub(super) fn list(c: &Connection) -> Result<Vec<Node>> {
-    let mut stmt = c.prepare_cached(&format!("SELECT {NODE_COLUMNS} FROM nodes ORDER BY id"))?;
-    let rows = stmt.query_map([], rows::node)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+pub(super) fn list(c: &dyn Conn) -> Result<Vec<Node>> {
+    let sql = format!("SELECT {NODE_COLUMNS} FROM nodes ORDER BY id");
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![], rows::node)?;
+    rows.collect::<Result<_>>()
 }
 
-pub(super) fn gpus(c: &Connection) -> Result<Vec<Gpu>> {
-    let mut stmt = c.prepare_cached(&format!("SELECT {GPU_COLUMNS} FROM gpus ORDER BY node_id, idx"))?;
-    let rows = stmt.query_map([], rows::gpu)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+pub(super) fn gpus(c: &dyn Conn) -> Result<Vec<Gpu>> {
+    let sql = format!("SELECT {GPU_COLUMNS} FROM gpus ORDER BY node_id, idx");
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![], rows::gpu)?;
+    rows.collect::<Result<_>>()
 }

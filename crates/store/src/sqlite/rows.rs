@@ -1,30 +1,30 @@
 //! Mapping rows to model types.
 
-use rusqlite::Row;
+use crate::db::Row;
 
-use crate::StoreError;
 use crate::model::*;
+use crate::{Result, StoreError};
 
 /// Columns read by [`job`], in order.
 pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, gpu_memory_mib, \
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
-     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, user, \
+     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, \"user\", \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
      replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector";
 
-fn corrupt(what: &str, value: &str) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(Box::new(StoreError::Corrupt(format!("{what}: {value:?}"))))
+fn corrupt(what: &str, value: &str) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {value:?}"))
 }
 
-pub(super) fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> rusqlite::Result<T> {
+fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|_| corrupt(what, text))
 }
 
-pub(super) fn parse_enum<T>(what: &str, text: &str, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+pub(super) fn parse_enum<T>(what: &str, text: &str, parse: fn(&str) -> Option<T>) -> Result<T> {
     parse(text).ok_or_else(|| corrupt(what, text))
 }
 
-pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
+pub(super) fn job(r: &Row) -> Result<Job> {
     let command: String = r.get(4)?;
     let state: String = r.get(10)?;
     let gpu_uuids: String = r.get(16)?;
@@ -74,7 +74,7 @@ pub(super) fn job(r: &Row<'_>) -> rusqlite::Result<Job> {
 }
 
 /// The gang columns (25..=30): a gang (replicas > 1, no parent), a worker (a parent), or neither.
-fn gang(r: &Row<'_>) -> rusqlite::Result<Option<Gang>> {
+fn gang(r: &Row) -> Result<Option<Gang>> {
     let replicas: u32 = r.get(32)?;
     let parent: Option<JobId> = r.get(33)?;
     if replicas <= 1 && parent.is_none() {
@@ -96,7 +96,7 @@ fn gang(r: &Row<'_>) -> rusqlite::Result<Option<Gang>> {
 pub(super) const ALLOCATION_COLUMNS: &str =
     "id, job_id, attempt, node_id, epoch, gpu_uuid, share_milli, memory_mib, released_after";
 
-pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
+pub(super) fn allocation(r: &Row) -> Result<Allocation> {
     Ok(Allocation {
         id: r.get(0)?,
         job_id: r.get(1)?,
@@ -113,7 +113,7 @@ pub(super) fn allocation(r: &Row<'_>) -> rusqlite::Result<Allocation> {
 pub(super) const NODE_COLUMNS: &str = "id, hostname, state, epoch, cpu_milli, memory_mib, last_heartbeat, advertise_addr, network, job_defaults, \
      scheduling, drain_at, labels";
 
-pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
+pub(super) fn node(r: &Row) -> Result<Node> {
     let state: String = r.get(2)?;
     let network: String = r.get(8)?;
     let defaults: Option<String> = r.get(9)?;
@@ -137,7 +137,7 @@ pub(super) fn node(r: &Row<'_>) -> rusqlite::Result<Node> {
 
 pub(super) const GPU_COLUMNS: &str = "uuid, idx, model, memory_mib, node_id, health, sample";
 
-pub(super) fn gpu(r: &Row<'_>) -> rusqlite::Result<Gpu> {
+pub(super) fn gpu(r: &Row) -> Result<Gpu> {
     let health: String = r.get(5)?;
     let sample: Option<String> = r.get(6)?;
     Ok(Gpu {

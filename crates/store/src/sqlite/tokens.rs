@@ -1,23 +1,23 @@
 //! Users, API tokens (hashes only), teams and the event log.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Conn, OptionalExtension, Row, params};
 
 use super::rows;
 use crate::model::*;
 use crate::{Result, StoreError};
 
-pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
+pub(super) fn create(c: &dyn Conn, t: &NewToken) -> Result<i64> {
     if let Some(user) = &t.user
         && user_role(c, user)?.is_none()
     {
         return Err(StoreError::NotFound(format!("user {user}")));
     }
     let role = if t.kind == TokenKind::Api { "user" } else { "agent" };
-    c.prepare_cached(
-        "INSERT INTO tokens (hash, role, team, name, created_at, kind, user, node, expires_at, cert_sha256, service) \
-         VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    let id: i64 = c.prepare_cached(
+        "INSERT INTO tokens (hash, role, team, name, created_at, kind, \"user\", node, expires_at, cert_sha256, service) \
+         VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
     )?
-    .execute(params![
+    .query_row(params![
         t.hash,
         role,
         t.name,
@@ -28,18 +28,17 @@ pub(super) fn create(c: &Connection, t: &NewToken) -> Result<i64> {
         t.expires_at,
         t.cert_sha256,
         t.service
-    ])?;
-    let id = c.last_insert_rowid();
+    ], |r| r.get(0))?;
     let owner = t.user.as_deref().or(t.node.as_deref()).or(t.service.as_deref()).unwrap_or("any node");
     let message = format!("{} token {id} ({}) created for {owner}", t.kind, t.name);
     event(c, t.created_at, "token.created", &format!("token/{id}"), &message, None)?;
     Ok(id)
 }
 
-const TOKEN_COLUMNS: &str = "t.id, t.kind, t.user, COALESCE(u.role, 'agent'), t.node, t.name, t.created_at, \
+const TOKEN_COLUMNS: &str = "t.id, t.kind, t.\"user\", COALESCE(u.role, 'agent'), t.node, t.name, t.created_at, \
      t.expires_at, t.revoked_at, t.used_at, t.cert_sha256, t.service";
 
-fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
+fn token_row(r: &Row) -> Result<TokenRecord> {
     let kind: String = r.get(1)?;
     let role: String = r.get(3)?;
     Ok(TokenRecord {
@@ -59,49 +58,50 @@ fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
     })
 }
 
-fn with_teams(c: &Connection, mut t: TokenRecord) -> Result<TokenRecord> {
+fn with_teams(c: &dyn Conn, mut t: TokenRecord) -> Result<TokenRecord> {
     if let Some(user) = &t.user {
         t.teams = user_teams(c, user)?;
     }
     Ok(t)
 }
 
-pub(super) fn by_hash(c: &Connection, hash: &str) -> Result<Option<TokenRecord>> {
+pub(super) fn by_hash(c: &dyn Conn, hash: &str) -> Result<Option<TokenRecord>> {
     let sql = format!(
-        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.user WHERE t.hash = ?1"
+        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.\"user\" WHERE t.hash = ?1"
     );
-    let row = c.prepare_cached(&sql)?.query_row([hash], token_row).optional()?;
+    let row = c.prepare_cached(&sql)?.query_row(params![hash], token_row).optional()?;
     row.map(|t| with_teams(c, t)).transpose()
 }
 
-pub(super) fn get(c: &Connection, id: i64) -> Result<Option<TokenRecord>> {
-    let sql =
-        format!("SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.user WHERE t.id = ?1");
-    let row = c.prepare_cached(&sql)?.query_row([id], token_row).optional()?;
+pub(super) fn get(c: &dyn Conn, id: i64) -> Result<Option<TokenRecord>> {
+    let sql = format!(
+        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.\"user\" WHERE t.id = ?1"
+    );
+    let row = c.prepare_cached(&sql)?.query_row(params![id], token_row).optional()?;
     row.map(|t| with_teams(c, t)).transpose()
 }
 
 /// Tokens, newest first; only `user`'s when given.
-pub(super) fn list(c: &Connection, user: Option<&str>) -> Result<Vec<TokenRecord>> {
+pub(super) fn list(c: &dyn Conn, user: Option<&str>) -> Result<Vec<TokenRecord>> {
     let sql = format!(
-        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.user \
-         WHERE (?1 IS NULL OR t.user = ?1) ORDER BY t.id DESC"
+        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.\"user\" \
+         WHERE (t.\"user\" = ?1 OR ?1 IS NULL) ORDER BY t.id DESC"
     );
     let mut stmt = c.prepare_cached(&sql)?;
-    let rows = stmt.query_map([user], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+    let rows = stmt.query_map(params![user], token_row)?.collect::<Result<Vec<_>>>()?;
     rows.into_iter().map(|t| with_teams(c, t)).collect()
 }
 
 /// Number of usable admin tokens at `now`.
-pub(super) fn admin_count(c: &Connection, now: i64) -> Result<u64> {
-    Ok(c.prepare_cached(
-        "SELECT COUNT(*) FROM tokens t JOIN users u ON u.name = t.user WHERE u.role = 'admin' \
+pub(super) fn admin_count(c: &dyn Conn, now: i64) -> Result<u64> {
+    c.prepare_cached(
+        "SELECT COUNT(*) FROM tokens t JOIN users u ON u.name = t.\"user\" WHERE u.role = 'admin' \
          AND t.kind = 'api' AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?1)",
     )?
-    .query_row([now], |r| r.get(0))?)
+    .query_row(params![now], |r| r.get(0))
 }
 
-pub(super) fn revoke(c: &Connection, id: i64, at: i64) -> Result<()> {
+pub(super) fn revoke(c: &dyn Conn, id: i64, at: i64) -> Result<()> {
     let changed = c
         .prepare_cached("UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1")?
         .execute(params![id, at])?;
@@ -112,7 +112,7 @@ pub(super) fn revoke(c: &Connection, id: i64, at: i64) -> Result<()> {
 }
 
 /// Trades an unused join token for a node credential, in one transaction.
-pub(super) fn join(c: &Connection, join_id: i64, credential: &NewToken) -> Result<i64> {
+pub(super) fn join(c: &dyn Conn, join_id: i64, credential: &NewToken) -> Result<i64> {
     let Some(node) = credential.node.as_deref() else {
         return Err(StoreError::Conflict("a node credential names its node".into()));
     };
@@ -130,52 +130,53 @@ pub(super) fn join(c: &Connection, join_id: i64, credential: &NewToken) -> Resul
     create(c, credential)
 }
 
-fn user_role(c: &Connection, name: &str) -> Result<Option<Role>> {
+fn user_role(c: &dyn Conn, name: &str) -> Result<Option<Role>> {
     let role: Option<String> = c
         .prepare_cached("SELECT role FROM users WHERE name = ?1")?
-        .query_row([name], |r| r.get(0))
+        .query_row(params![name], |r| r.get(0))
         .optional()?;
-    role.map(|r| rows::parse_enum("role", &r, Role::parse).map_err(Into::into)).transpose()
+    role.map(|r| rows::parse_enum("role", &r, Role::parse)).transpose()
 }
 
-fn user_teams(c: &Connection, name: &str) -> Result<Vec<String>> {
-    let mut stmt = c.prepare_cached("SELECT team FROM user_teams WHERE user = ?1 ORDER BY team")?;
-    Ok(stmt.query_map([name], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?)
+fn user_teams(c: &dyn Conn, name: &str) -> Result<Vec<String>> {
+    let mut stmt = c.prepare_cached("SELECT team FROM user_teams WHERE \"user\" = ?1 ORDER BY team")?;
+    stmt.query_map(params![name], |r| r.get(0))?.collect::<Result<_>>()
 }
 
 /// Creates or replaces a user (its role and its whole team list).
-pub(super) fn set_user(c: &Connection, user: &User, at: i64) -> Result<()> {
+pub(super) fn set_user(c: &dyn Conn, user: &User, at: i64) -> Result<()> {
     c.prepare_cached(
         "INSERT INTO users (name, role, created_at) VALUES (?1, ?2, ?3) ON CONFLICT(name) DO UPDATE SET role = ?2",
     )?
     .execute(params![user.name, user.role.as_str(), at])?;
-    c.prepare_cached("DELETE FROM user_teams WHERE user = ?1")?.execute([&user.name])?;
+    c.prepare_cached("DELETE FROM user_teams WHERE \"user\" = ?1")?.execute(params![&user.name])?;
     for team in &user.teams {
-        c.prepare_cached("INSERT OR IGNORE INTO user_teams (user, team) VALUES (?1, ?2)")?
-            .execute([&user.name, team])?;
+        c.prepare_cached("INSERT INTO user_teams (\"user\", team) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
+            .execute(params![&user.name, team])?;
     }
     Ok(())
 }
 
-pub(super) fn user(c: &Connection, name: &str) -> Result<Option<User>> {
+pub(super) fn user(c: &dyn Conn, name: &str) -> Result<Option<User>> {
     let Some(role) = user_role(c, name)? else { return Ok(None) };
     Ok(Some(User { name: name.to_owned(), role, teams: user_teams(c, name)? }))
 }
 
-pub(super) fn users(c: &Connection) -> Result<Vec<User>> {
+pub(super) fn users(c: &dyn Conn) -> Result<Vec<User>> {
     let names: Vec<String> = c
         .prepare_cached("SELECT name FROM users ORDER BY name")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .query_map(params![], |r| r.get(0))?
+        .collect::<Result<_>>()?;
     names.iter().filter_map(|n| user(c, n).transpose()).collect()
 }
 
-pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
+pub(super) fn set_team(c: &dyn Conn, team: &Team) -> Result<()> {
     c.prepare_cached(
         "INSERT INTO teams (name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, \
          pids_limit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
-         log_quota_bytes = COALESCE(?3, log_quota_bytes), pending_limit = COALESCE(?4, pending_limit), \
-         max_priority = COALESCE(?5, max_priority), preempt_other_teams = COALESCE(?6, preempt_other_teams), \
+         log_quota_bytes = COALESCE(?3, teams.log_quota_bytes), pending_limit = COALESCE(?4, teams.pending_limit), \
+         max_priority = COALESCE(?5, teams.max_priority), \
+         preempt_other_teams = COALESCE(?6, teams.preempt_other_teams), \
          pids_limit = ?7",
     )?
     .execute(params![
@@ -190,12 +191,12 @@ pub(super) fn set_team(c: &Connection, team: &Team) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
+pub(super) fn teams(c: &dyn Conn) -> Result<Vec<Team>> {
     let mut stmt = c.prepare_cached(
         "SELECT name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, pids_limit \
              FROM teams ORDER BY name",
     )?;
-    let rows = stmt.query_map([], |r| {
+    let rows = stmt.query_map(params![], |r| {
         Ok(Team {
             name: r.get(0)?,
             gpu_quota: r.get(1)?,
@@ -206,11 +207,11 @@ pub(super) fn teams(c: &Connection) -> Result<Vec<Team>> {
             pids_limit: r.get(6)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
 pub(super) fn event(
-    c: &Connection,
+    c: &dyn Conn,
     at: i64,
     kind: &str,
     subject: &str,
@@ -223,12 +224,12 @@ pub(super) fn event(
 }
 
 /// Events newest first, before the id `before` when given; only those of `teams` when given.
-pub(super) fn events(c: &Connection, filter: &EventFilter) -> Result<Vec<Event>> {
+pub(super) fn events(c: &dyn Conn, filter: &EventFilter) -> Result<Vec<Event>> {
     let teams = filter.teams.as_ref().map(rows::to_json).transpose()?;
     let mut stmt = c.prepare_cached(
-        "SELECT id, at, kind, subject, message, team FROM events WHERE (?2 IS NULL OR id < ?2) \
-         AND (?3 IS NULL OR team IN (SELECT value FROM json_each(?3))) AND (?4 IS NULL OR at >= ?4) \
-         AND (?5 IS NULL OR id > ?5) AND (?6 IS NULL OR subject = ?6) ORDER BY id DESC LIMIT ?1",
+        "SELECT id, at, kind, subject, message, team FROM events WHERE (id < ?2 OR ?2 IS NULL) \
+         AND (team IN (SELECT value FROM json_each(?3)) OR ?3 IS NULL) AND (at >= ?4 OR ?4 IS NULL) \
+         AND (id > ?5 OR ?5 IS NULL) AND (subject = ?6 OR ?6 IS NULL) ORDER BY id DESC LIMIT ?1",
     )?;
     let args = params![filter.limit, filter.before, teams, filter.since, filter.after, filter.subject];
     let rows = stmt.query_map(args, |r| {
@@ -241,5 +242,5 @@ pub(super) fn events(c: &Connection, filter: &EventFilter) -> Result<Vec<Event>>
             team: r.get(5)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }

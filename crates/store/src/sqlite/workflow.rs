@@ -10,7 +10,7 @@
 //! GPU-hour used; two slices on one GPU each get the GPU's utilisation times their share. Used
 //! never exceeds allocated for an allocation: it is charged only while held, at most its share.
 
-use rusqlite::{Connection, params};
+use crate::db::{Conn, params};
 
 use super::jobs;
 use crate::model::*;
@@ -21,7 +21,7 @@ pub const MAX_GAP_MS: i64 = 60_000;
 const HOUR_MS: i64 = 3_600_000;
 
 /// Cancels every unfinished member of the array `id` belongs to; returns the member `id`.
-pub(super) fn cancel_array(c: &Connection, id: JobId, at: i64) -> Result<Job> {
+pub(super) fn cancel_array(c: &dyn Conn, id: JobId, at: i64) -> Result<Job> {
     let job = jobs::require(c, id)?;
     let Some(array) = job.array else {
         return jobs::cancel(c, id, at);
@@ -40,7 +40,7 @@ pub(super) fn cancel_array(c: &Connection, id: JobId, at: i64) -> Result<Job> {
 }
 
 /// Ends a pending job whose dependency can no longer be met: `cancelled`, with the reason.
-pub(super) fn dependency_failed(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
+pub(super) fn dependency_failed(c: &dyn Conn, id: JobId, reason: &str, at: i64) -> Result<()> {
     let job = jobs::require(c, id)?;
     if job.state != JobState::Pending {
         return Err(StoreError::Conflict(format!("job {id} is {}, not pending", job.state)));
@@ -58,7 +58,7 @@ fn utilisation(sample: &serde_json::Value) -> Option<f64> {
 /// Charges the GPU time used since the GPU's last sample (`last`) to the allocations held on it;
 /// returns the new sample time when the sample had a utilisation (the caller stores it).
 pub(super) fn record_use(
-    c: &Connection,
+    c: &dyn Conn,
     gpu: &str,
     sample: Option<&serde_json::Value>,
     last: Option<i64>,
@@ -78,8 +78,8 @@ pub(super) fn record_use(
         .prepare_cached(
             "SELECT id, share_milli, created_at FROM allocations WHERE gpu_uuid = ?1 AND released_at IS NULL",
         )?
-        .query_map([gpu], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+        .query_map(params![gpu], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_>>()?;
     for (allocation, share, created) in held {
         let start = from.max(created);
         let mut t = start;
@@ -89,7 +89,7 @@ pub(super) fn record_use(
             let used = ((end - t) as f64 * share as f64 * pct / 100.0).round() as i64;
             c.prepare_cached(
                 "INSERT INTO gpu_use (allocation_id, hour, used_milli_ms) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT(allocation_id, hour) DO UPDATE SET used_milli_ms = used_milli_ms + ?3",
+                 ON CONFLICT(allocation_id, hour) DO UPDATE SET used_milli_ms = gpu_use.used_milli_ms + ?3",
             )?
             .execute(params![allocation, hour, used])?;
             t = end;
@@ -100,24 +100,24 @@ pub(super) fn record_use(
 
 /// GPU time used per team (and user) in the hours starting in `[since, until)`, milli-GPU-ms.
 pub(super) fn used(
-    c: &Connection,
+    c: &dyn Conn,
     since: i64,
     until: i64,
     by_user: bool,
     teams: Option<&str>,
 ) -> Result<Vec<(String, Option<String>, i64)>> {
-    let user = if by_user { "j.user" } else { "NULL" };
+    let user = if by_user { "j.\"user\"" } else { "NULL" };
     let sql = format!(
-        "SELECT j.team, {user}, SUM(u.used_milli_ms) FROM gpu_use u \
+        "SELECT j.team, {user}, CAST(SUM(u.used_milli_ms) AS BIGINT) FROM gpu_use u \
          JOIN allocations a ON a.id = u.allocation_id JOIN jobs j ON j.id = a.job_id \
          WHERE u.hour * {HOUR_MS} >= ?1 AND u.hour * {HOUR_MS} < ?2 \
-         AND (?3 IS NULL OR j.team IN (SELECT value FROM json_each(?3))) GROUP BY 1, 2"
+         AND (j.team IN (SELECT value FROM json_each(?3)) OR ?3 IS NULL) GROUP BY 1, 2"
     );
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![since.div_euclid(HOUR_MS) * HOUR_MS, until, teams], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
 /// GPU time used per job submitted at or after `since`, milli-GPU-ms.

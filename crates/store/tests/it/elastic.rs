@@ -2,7 +2,7 @@
 
 use gantry_store::*;
 
-use super::{new_job, open, register, whole};
+use super::{new_job, open, register, reopen, whole};
 
 fn elastic(key: &str, min: u32, max: u32) -> NewJob {
     let mut job = new_job(key, min, 0);
@@ -16,7 +16,7 @@ fn an_elastic_range_survives_a_round_trip_and_a_rigid_job_has_none() {
     let (id, _) = store.submit(&elastic("e", 2, 8)).expect("submit");
     let (rigid, _) = store.submit(&new_job("r", 2, 0)).expect("submit");
     drop(store);
-    let store = SqliteStore::open(dir.path()).expect("reopen");
+    let store = reopen(&dir);
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!((job.request.gpus, job.request.gpus_max), (2, Some(8)));
     assert_eq!(job.request.gpu_range().to_string(), "2..8");
@@ -28,7 +28,7 @@ fn an_elastic_range_survives_a_round_trip_and_a_rigid_job_has_none() {
 #[test]
 fn an_elastic_job_is_placed_only_within_its_range() {
     let (_dir, store) = open();
-    let epoch = register(&store, 4);
+    let epoch = register(&*store, 4);
     let (id, _) = store.submit(&elastic("e", 2, 3)).expect("submit");
     assert!(store.place(&whole(id, epoch, &["GPU-0"])).is_err(), "below the minimum");
     assert!(
@@ -51,7 +51,7 @@ fn an_elastic_job_is_placed_only_within_its_range() {
 #[test]
 fn a_resize_stops_the_job_and_requeues_it_without_spending_a_retry_with_an_event() {
     let (_dir, store) = open();
-    let epoch = register(&store, 4);
+    let epoch = register(&*store, 4);
     let mut job = elastic("e", 1, 4);
     job.spec.max_retries = Some(0);
     let (id, _) = store.submit(&job).expect("submit");

@@ -6,7 +6,7 @@ use gantry_store::*;
 use crate::{new_job, open};
 
 /// Registers node `id` (hostname `host-<id>`) with `gpus` GPUs named `GPU-<id>-<i>`.
-fn register(store: &SqliteStore, id: &str, gpus: u32) -> u64 {
+fn register(store: &dyn Store, id: &str, gpus: u32) -> u64 {
     let gpus = (0..gpus)
         .map(|i| GpuInfo { uuid: format!("GPU-{id}-{i}"), index: i, model: "A100".into(), memory_mib: 81920 })
         .collect();
@@ -40,7 +40,7 @@ fn hb(node: &str, epoch: u64, jobs: Vec<JobReport>) -> Heartbeat {
     Heartbeat { logs: vec![], node_id: node.into(), epoch, gpus: vec![], jobs }
 }
 
-fn state(store: &SqliteStore, id: JobId) -> JobState {
+fn state(store: &dyn Store, id: JobId) -> JobState {
     store.job(id).expect("get").expect("exists").state
 }
 
@@ -49,7 +49,7 @@ fn exit(code: i32) -> Option<JobExit> {
 }
 
 /// A 2 × 2-GPU gang on nodes a and b (2 GPUs each), placed: (gang, worker 0, worker 1, epoch).
-fn placed_gang(store: &SqliteStore) -> (JobId, JobId, JobId, u64) {
+fn placed_gang(store: &dyn Store) -> (JobId, JobId, JobId, u64) {
     let epoch = register(store, "a", 2);
     assert_eq!(register(store, "b", 2), epoch);
     let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
@@ -63,7 +63,7 @@ fn placed_gang(store: &SqliteStore) -> (JobId, JobId, JobId, u64) {
     (gang, w0, w1, epoch)
 }
 
-fn start(store: &SqliteStore, w0: JobId, w1: JobId, epoch: u64, attempt: u32) {
+fn start(store: &dyn Store, w0: JobId, w1: JobId, epoch: u64, attempt: u32) {
     store.heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt, exit: None }]), 30).expect("hb a");
     store.heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt, exit: None }]), 30).expect("hb b");
 }
@@ -71,7 +71,7 @@ fn start(store: &SqliteStore, w0: JobId, w1: JobId, epoch: u64, attempt: u32) {
 #[test]
 fn a_gang_is_one_job_with_one_worker_per_replica_each_knowing_its_rank() {
     let (_dir, store) = open();
-    let (gang, w0, w1, epoch) = placed_gang(&store);
+    let (gang, w0, w1, epoch) = placed_gang(&*store);
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!(g.gang.as_ref().map(|x| (x.id, x.replicas, x.rank)), Some((gang, 2, None)));
     assert_eq!(g.state, JobState::Scheduled);
@@ -90,7 +90,7 @@ fn a_gang_is_one_job_with_one_worker_per_replica_each_knowing_its_rank() {
 #[test]
 fn a_gang_placement_with_one_bad_worker_places_nothing() {
     let (_dir, store) = open();
-    let epoch = register(&store, "a", 2);
+    let epoch = register(&*store, "a", 2);
     let (gang, _) = store.submit(&gang("g", 2, 2)).expect("submit");
     let bad = GangPlacement {
         gang_id: gang,
@@ -99,7 +99,7 @@ fn a_gang_placement_with_one_bad_worker_places_nothing() {
     };
     assert!(matches!(store.place_gang(&bad), Err(StoreError::Conflict(_))), "the same GPUs twice");
     assert!(store.allocations(true).expect("held").is_empty());
-    assert_eq!([state(&store, gang), state(&store, gang + 1)], [JobState::Pending; 2]);
+    assert_eq!([state(&*store, gang), state(&*store, gang + 1)], [JobState::Pending; 2]);
     assert!(store.place(&on(gang + 1, "a", epoch, &[0])).is_err(), "a worker is never placed alone");
     let short = GangPlacement { gang_id: gang, workers: vec![on(gang + 1, "a", epoch, &[0, 1])], at: 20 };
     assert!(store.place_gang(&short).is_err(), "every worker or none");
@@ -108,21 +108,21 @@ fn a_gang_placement_with_one_bad_worker_places_nothing() {
 #[test]
 fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_retries_are_spent() {
     let (_dir, store) = open();
-    let (gang, w0, w1, epoch) = placed_gang(&store);
-    start(&store, w0, w1, epoch, 1);
-    assert_eq!(state(&store, gang), JobState::Running);
+    let (gang, w0, w1, epoch) = placed_gang(&*store);
+    start(&*store, w0, w1, epoch, 1);
+    assert_eq!(state(&*store, gang), JobState::Running);
     // Node a reports worker 0 failed; node b is then told to stop worker 1 (no longer assigned).
     store
         .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(1) }]), 40)
         .expect("hb");
-    assert_eq!(state(&store, w0), JobState::Failed);
+    assert_eq!(state(&*store, w0), JobState::Failed);
     assert!(
         store
             .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: None }]), 41)
             .expect("hb")
             .is_empty()
     );
-    assert_eq!(state(&store, gang), JobState::Running, "the gang waits for its last worker to stop");
+    assert_eq!(state(&*store, gang), JobState::Running, "the gang waits for its last worker to stop");
     let killed =
         Some(JobExit { exit_code: None, reason: Some("killed by signal 15".into()), timed_out: false });
     store
@@ -131,7 +131,7 @@ fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_r
     let g = store.job(gang).expect("get").expect("gang");
     assert_eq!(g.state, JobState::Pending, "{g:?}");
     assert!(g.reason.unwrap_or_default().contains("worker 0"), "says which worker ended it");
-    assert_eq!([state(&store, w0), state(&store, w1)], [JobState::Pending; 2]);
+    assert_eq!([state(&*store, w0), state(&*store, w1)], [JobState::Pending; 2]);
     assert!(store.allocations(true).expect("held").is_empty());
     // Second attempt (max_retries = 1): the failure spends the budget.
     let gp = GangPlacement {
@@ -140,7 +140,7 @@ fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_r
         at: 50,
     };
     store.place_gang(&gp).expect("place again");
-    start(&store, w0, w1, epoch, 2);
+    start(&*store, w0, w1, epoch, 2);
     store
         .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 2, exit: exit(3) }]), 60)
         .expect("hb");
@@ -155,37 +155,37 @@ fn one_failed_worker_stops_the_others_and_the_gang_is_requeued_then_fails_when_r
 #[test]
 fn a_node_reports_only_its_own_workers() {
     let (_dir, store) = open();
-    let (gang, w0, w1, epoch) = placed_gang(&store);
-    start(&store, w0, w1, epoch, 1);
+    let (gang, w0, w1, epoch) = placed_gang(&*store);
+    start(&*store, w0, w1, epoch, 1);
     // Node a claims node b's worker failed, and the gang itself succeeded: both ignored.
     let forged = vec![
         JobReport { job_id: w1, attempt: 1, exit: exit(1) },
         JobReport { job_id: gang, attempt: 1, exit: exit(0) },
     ];
     store.heartbeat(&hb("a", epoch, forged), 40).expect("hb");
-    assert_eq!([state(&store, gang), state(&store, w1)], [JobState::Running; 2]);
+    assert_eq!([state(&*store, gang), state(&*store, w1)], [JobState::Running; 2]);
 }
 
 #[test]
 fn every_worker_succeeding_is_the_gang_succeeding() {
     let (_dir, store) = open();
-    let (gang, w0, w1, epoch) = placed_gang(&store);
-    start(&store, w0, w1, epoch, 1);
+    let (gang, w0, w1, epoch) = placed_gang(&*store);
+    start(&*store, w0, w1, epoch, 1);
     store
         .heartbeat(&hb("a", epoch, vec![JobReport { job_id: w0, attempt: 1, exit: exit(0) }]), 40)
         .expect("hb");
-    assert_eq!(state(&store, gang), JobState::Running);
+    assert_eq!(state(&*store, gang), JobState::Running);
     store
         .heartbeat(&hb("b", epoch, vec![JobReport { job_id: w1, attempt: 1, exit: exit(0) }]), 41)
         .expect("hb");
-    assert_eq!(state(&store, gang), JobState::Succeeded);
+    assert_eq!(state(&*store, gang), JobState::Succeeded);
 }
 
 #[test]
 fn cancelling_a_worker_cancels_the_whole_gang() {
     let (_dir, store) = open();
-    let (gang, w0, w1, epoch) = placed_gang(&store);
-    start(&store, w0, w1, epoch, 1);
+    let (gang, w0, w1, epoch) = placed_gang(&*store);
+    start(&*store, w0, w1, epoch, 1);
     store.cancel(w1, 40).expect("cancel");
     assert!(
         store
@@ -196,14 +196,14 @@ fn cancelling_a_worker_cancels_the_whole_gang() {
     // Neither node reports its worker any more: the agents stopped them.
     store.heartbeat(&hb("a", epoch, vec![]), 42).expect("hb");
     store.heartbeat(&hb("b", epoch, vec![]), 42).expect("hb");
-    assert_eq!([state(&store, gang), state(&store, w0), state(&store, w1)], [JobState::Cancelled; 3]);
+    assert_eq!([state(&*store, gang), state(&*store, w0), state(&*store, w1)], [JobState::Cancelled; 3]);
 }
 
 #[test]
 fn a_preempted_gang_is_requeued_whole_without_spending_a_retry_and_a_lost_node_spends_one() {
     let (_dir, store) = open();
-    let (gang, w0, w1, epoch) = placed_gang(&store);
-    start(&store, w0, w1, epoch, 1);
+    let (gang, w0, w1, epoch) = placed_gang(&*store);
+    start(&*store, w0, w1, epoch, 1);
     store.preempt(w0, "preempted by job 99 (priority 100 over 0)", 40).expect("preempt via a worker");
     store.heartbeat(&hb("a", epoch, vec![]), 41).expect("hb");
     store.heartbeat(&hb("b", epoch, vec![]), 41).expect("hb");
@@ -212,7 +212,7 @@ fn a_preempted_gang_is_requeued_whole_without_spending_a_retry_and_a_lost_node_s
     assert!(g.reason.unwrap_or_default().contains("priority 100 over 0"));
     // Placed again; node b is lost: the gang is requeued (one retry spent), then fails on the next.
     for (attempt, expected) in [(2, JobState::Pending), (3, JobState::Failed)] {
-        let epoch_b = register(&store, "b", 2);
+        let epoch_b = register(&*store, "b", 2);
         let epoch_a = store.nodes().expect("nodes").iter().find(|n| n.id == "a").expect("a").epoch;
         let gp = GangPlacement {
             gang_id: gang,
@@ -226,17 +226,17 @@ fn a_preempted_gang_is_requeued_whole_without_spending_a_retry_and_a_lost_node_s
         store
             .heartbeat(&hb("b", epoch_b, vec![JobReport { job_id: w1, attempt, exit: None }]), 60)
             .expect("hb");
-        register(&store, "b", 2);
-        assert_eq!(state(&store, gang), JobState::Running, "worker 0 still has to stop");
+        register(&*store, "b", 2);
+        assert_eq!(state(&*store, gang), JobState::Running, "worker 0 still has to stop");
         store.heartbeat(&hb("a", epoch_a, vec![]), 70).expect("hb");
-        assert_eq!(state(&store, gang), expected);
+        assert_eq!(state(&*store, gang), expected);
     }
 }
 
 #[test]
 fn a_gangs_master_addr_is_the_address_rank_zeros_node_advertises() {
     let (_dir, store) = open();
-    let epoch = register(&store, "a", 2);
+    let epoch = register(&*store, "a", 2);
     let gpus = (0..2)
         .map(|i| GpuInfo { uuid: format!("GPU-b-{i}"), index: i, model: "A100".into(), memory_mib: 81920 })
         .collect();

@@ -1,6 +1,6 @@
 use gantry_store::*;
 
-use crate::{new_job, open, register, whole};
+use crate::{new_job, open, register, reopen, whole};
 
 #[test]
 fn a_retried_submission_with_the_same_key_is_one_job() {
@@ -13,12 +13,10 @@ fn a_retried_submission_with_the_same_key_is_one_job() {
 
 #[test]
 fn submissions_survive_reopening_the_store() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    {
-        let store = SqliteStore::open(dir.path()).expect("open");
-        store.submit(&new_job("k1", 1, 0)).expect("submit");
-    }
-    let store = SqliteStore::open(dir.path()).expect("reopen");
+    let (dir, store) = open();
+    store.submit(&new_job("k1", 1, 0)).expect("submit");
+    drop(store);
+    let store = reopen(&dir);
     let jobs = store.jobs(&JobFilter::default()).expect("list");
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].state, JobState::Pending);
@@ -27,7 +25,7 @@ fn submissions_survive_reopening_the_store() {
 #[test]
 fn a_gpu_held_by_one_job_cannot_be_placed_for_another() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let (a, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     let (b, _) = store.submit(&new_job("b", 1, 0)).expect("submit");
     store.place(&whole(a, epoch, &["GPU-0"])).expect("first placement fits");
@@ -39,7 +37,7 @@ fn a_gpu_held_by_one_job_cannot_be_placed_for_another() {
 #[test]
 fn four_slices_of_twenty_gigabytes_share_one_eighty_gigabyte_gpu_and_a_fifth_does_not_fit() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let slice = |id| Placement {
         job_id: id,
         node_id: "n1".into(),
@@ -60,7 +58,7 @@ fn four_slices_of_twenty_gigabytes_share_one_eighty_gigabyte_gpu_and_a_fifth_doe
 #[test]
 fn a_job_runs_and_succeeds_through_agent_reports_and_releases_its_gpu() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![] };
@@ -115,7 +113,7 @@ fn the_history_check_flags_two_whole_gpu_holders_at_once_but_not_one_after_the_o
 #[test]
 fn a_job_that_ends_between_two_heartbeats_is_recorded_as_having_run() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     let exit = Some(JobExit { exit_code: Some(0), reason: None, timed_out: false });
@@ -157,14 +155,14 @@ fn changed_jobs_returns_each_job_that_moved_after_the_cursor_once_and_only_of_th
 #[test]
 fn each_attempt_is_kept_with_its_node_times_and_end_and_its_transitions_are_tagged() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     let mut hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![] };
     hb.jobs = vec![JobReport { job_id: id, attempt: 1, exit: None }];
     store.heartbeat(&hb, 30).expect("heartbeat");
     // The agent comes back without the attempt: it was lost, and the job is requeued.
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     store.place(&Placement { at: 40, ..whole(id, epoch, &["GPU-0"]) }).expect("place again");
     let exit = Some(JobExit { exit_code: Some(4), reason: None, timed_out: false });
     hb = Heartbeat { epoch, jobs: vec![JobReport { job_id: id, attempt: 2, exit }], ..hb };

@@ -5,7 +5,7 @@ use crate::{new_job, open, register, whole};
 #[test]
 fn a_lost_node_requeues_its_jobs_and_fails_them_once_retries_are_spent() {
     let (_dir, store) = open();
-    let mut epoch = register(&store, 1);
+    let mut epoch = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     // max_retries = 1: the first loss requeues, the second spends the budget.
     for attempt in 1..=2 {
@@ -14,7 +14,7 @@ fn a_lost_node_requeues_its_jobs_and_fails_them_once_retries_are_spent() {
         let hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch, gpus: vec![], jobs: vec![running] };
         store.heartbeat(&hb, 20).expect("heartbeat");
         assert_eq!(store.expire_nodes(1_000, 1_000).expect("expire"), vec!["n1".to_owned()]);
-        epoch = register(&store, 1);
+        epoch = register(&*store, 1);
     }
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!(job.state, JobState::Failed);
@@ -26,10 +26,10 @@ fn a_placement_that_never_started_does_not_spend_the_retry_budget() {
     let (_dir, store) = open();
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     for _ in 0..5 {
-        let epoch = register(&store, 1);
+        let epoch = register(&*store, 1);
         store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     }
-    register(&store, 1);
+    register(&*store, 1);
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!((job.state, job.attempt), (JobState::Pending, 5));
 }
@@ -37,10 +37,10 @@ fn a_placement_that_never_started_does_not_spend_the_retry_budget() {
 #[test]
 fn a_stale_epoch_heartbeat_is_refused_and_registering_again_requeues_old_work() {
     let (_dir, store) = open();
-    let old = register(&store, 1);
+    let old = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, old, &["GPU-0"])).expect("place");
-    let new = register(&store, 1);
+    let new = register(&*store, 1);
     assert_eq!(new, old + 1);
     let hb = Heartbeat { logs: vec![], node_id: "n1".into(), epoch: old, gpus: vec![], jobs: vec![] };
     assert!(matches!(store.heartbeat(&hb, 50), Err(StoreError::StaleEpoch { .. })));
@@ -51,7 +51,7 @@ fn a_stale_epoch_heartbeat_is_refused_and_registering_again_requeues_old_work() 
 #[test]
 fn an_unhealthy_gpu_asks_its_jobs_to_stop_and_requeues_them_when_they_end() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     let report = GpuReport { uuid: "GPU-0".into(), health: GpuHealth::Unhealthy, sample: None };
@@ -73,7 +73,7 @@ fn an_unhealthy_gpu_asks_its_jobs_to_stop_and_requeues_them_when_they_end() {
 #[test]
 fn a_preempted_job_is_stopped_and_requeued_without_spending_its_retry_budget() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let mut job = new_job("a", 1, 0);
     job.spec.max_retries = Some(0);
     let (id, _) = store.submit(&job).expect("submit");
@@ -101,7 +101,7 @@ fn a_preempted_job_is_stopped_and_requeued_without_spending_its_retry_budget() {
 #[test]
 fn a_silent_node_is_not_responding_keeps_its_jobs_and_is_ready_again_at_its_next_heartbeat() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     let beat = || Heartbeat {
@@ -114,14 +114,14 @@ fn a_silent_node_is_not_responding_keeps_its_jobs_and_is_ready_again_at_its_next
     store.heartbeat(&beat(), 20).expect("heartbeat");
     assert_eq!(store.mark_not_responding(1_000, 1_000).expect("mark"), vec!["n1".to_owned()]);
     let state = |store: &dyn Store| store.nodes().expect("nodes")[0].state;
-    assert_eq!(state(&store), NodeState::NotResponding);
+    assert_eq!(state(&*store), NodeState::NotResponding);
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!((job.state, job.attempt), (JobState::Running, 1), "nothing requeued while not responding");
     assert_eq!(store.allocations(true).expect("held").len(), 1, "its GPU stays held");
     // A second mark finds nothing new; the heartbeat of the same epoch is taken.
     assert!(store.mark_not_responding(2_000, 2_000).expect("mark").is_empty());
     store.heartbeat(&beat(), 2_100).expect("a not-responding node's heartbeat is accepted");
-    assert_eq!(state(&store), NodeState::Ready);
+    assert_eq!(state(&*store), NodeState::Ready);
     let job = store.job(id).expect("get").expect("exists");
     assert_eq!((job.state, job.attempt), (JobState::Running, 1));
 }
@@ -129,7 +129,7 @@ fn a_silent_node_is_not_responding_keeps_its_jobs_and_is_ready_again_at_its_next
 #[test]
 fn a_node_silent_past_the_lost_deadline_is_lost_from_not_responding_too() {
     let (_dir, store) = open();
-    let epoch = register(&store, 1);
+    let epoch = register(&*store, 1);
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("place");
     store.mark_not_responding(i64::MAX, 10).expect("mark");
@@ -141,9 +141,9 @@ fn a_node_silent_past_the_lost_deadline_is_lost_from_not_responding_too() {
 #[test]
 fn a_node_keeps_the_network_mode_it_registered_last() {
     let (_dir, store) = open();
-    register(&store, 1);
-    let network = |store: &SqliteStore| store.nodes().expect("nodes")[0].network;
-    assert_eq!(network(&store), NodeNetwork::Shared, "an agent that does not say shares the node's network");
+    register(&*store, 1);
+    let network = |store: &dyn Store| store.nodes().expect("nodes")[0].network;
+    assert_eq!(network(&*store), NodeNetwork::Shared, "an agent that does not say shares the node's network");
     let reg = NodeRegistration {
         request: RegisterRequest {
             attempts: Vec::new(),
@@ -160,5 +160,5 @@ fn a_node_keeps_the_network_mode_it_registered_last() {
         at: 20,
     };
     store.register_node(&reg).expect("register again");
-    assert_eq!(network(&store), NodeNetwork::Cni);
+    assert_eq!(network(&*store), NodeNetwork::Cni);
 }

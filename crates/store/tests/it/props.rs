@@ -34,7 +34,7 @@ proptest! {
     #[test]
     fn no_sequence_of_operations_over_allocates_a_gpu(ops in proptest::collection::vec(op(), 1..40)) {
         let (_dir, store) = open();
-        let mut epoch = register(&store, 3);
+        let mut epoch = register(&*store, 3);
         let mut jobs: Vec<JobId> = Vec::new();
         for (i, op) in ops.into_iter().enumerate() {
             match op {
@@ -64,7 +64,7 @@ proptest! {
                 }
                 Op::LoseNode => {
                     store.expire_nodes(i64::MAX, 3).expect("expire");
-                    epoch = register(&store, 3);
+                    epoch = register(&*store, 3);
                 }
             }
         }

@@ -94,7 +94,7 @@ type Beat = (i64, f64, f64, Option<JobId>);
 #[test]
 fn gpu_time_used_equals_the_samples_replayed_independently() {
     let (_dir, store) = open();
-    let epoch = register(&store, 2);
+    let epoch = register(&*store, 2);
     let submit = |key: &str, team: &str, gpus, mib| {
         let job = NewJob { team: team.into(), ..new_job(key, gpus, mib) };
         store.submit(&job).expect("submit").0
@@ -187,7 +187,7 @@ fn replay(plan: &[(JobId, &str, u32, i64)], beats: &[Beat], since: i64) -> BTree
 #[ignore = "benchmark: cargo test -p gantry-store --test it -- --ignored heartbeat_cost --nocapture"]
 fn heartbeat_cost_of_the_used_gpu_time_ledger() {
     let (_dir, store) = open();
-    let epoch = register(&store, 8);
+    let epoch = register(&*store, 8);
     for i in 0..8u32 {
         let id = store.submit(&new_job(&format!("j{i}"), 1, 0)).expect("submit").0;
         let grant = Grant { uuid: format!("GPU-{i}"), share_milli: 1000, memory_mib: 1000 };

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use gantry_server::{Server, ServerConfig};
-use gantry_store::{SqliteStore, Store};
+use gantry_store::Store;
 
 use crate::cmd::client::Api;
 
@@ -62,6 +62,10 @@ pub struct SubmitBenchArgs {
     /// Store directory (default: a fresh directory under the system temp dir, removed after).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// The store: `sqlite` (in the data directory) or an empty PostgreSQL database,
+    /// `postgres://USER@HOST:PORT/DB`.
+    #[arg(long, value_name = "sqlite|postgres://…", default_value = "sqlite", value_parser = crate::cmd::control::Database::parse)]
+    db: crate::cmd::control::Database,
 }
 
 /// Runs a benchmark.
@@ -88,7 +92,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
 }
 
 async fn bench(args: &SubmitBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> {
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir).context("opening the store")?);
+    std::fs::create_dir_all(dir)?;
+    let store: Arc<dyn Store> = args.db.open(dir)?;
     let token =
         gantry_server::ensure_admin_token(&*store)?.context("the bench store already has an admin token")?;
     let mut config = ServerConfig::local(dir.join("logs"));

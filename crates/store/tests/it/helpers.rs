@@ -1,0 +1,49 @@
+//! What every store test builds: jobs, a node, placements (on either backend).
+
+use gantry_store::*;
+
+pub fn new_job(key: &str, gpus: u32, memory: u64) -> NewJob {
+    let spec = SubmitRequest {
+        request_id: Some(key.to_owned()),
+        command: vec!["true".into()],
+        gpus: GpuRange::count(gpus),
+        gpu_memory_mib: memory,
+        max_retries: Some(1),
+        ..SubmitRequest::default()
+    };
+    NewJob { spec, team: "default".into(), name: key.into(), submitted_at: 1, ..NewJob::default() }
+}
+
+pub fn register(store: &dyn Store, gpus: u32) -> u64 {
+    let gpus = (0..gpus)
+        .map(|i| GpuInfo { uuid: format!("GPU-{i}"), index: i, model: "A100-80GB".into(), memory_mib: 81920 })
+        .collect();
+    let reg = NodeRegistration {
+        request: RegisterRequest {
+            attempts: Vec::new(),
+            node_id: "n1".into(),
+            hostname: "h".into(),
+            advertise_addr: None,
+            network: Default::default(),
+            job_defaults: None,
+            cpu_milli: 8000,
+            memory_mib: 1000,
+            gpus,
+        },
+        at: 10,
+    };
+    store.register_node(&reg).expect("register")
+}
+
+pub fn whole(job_id: JobId, epoch: u64, uuids: &[&str]) -> Placement {
+    Placement {
+        job_id,
+        node_id: "n1".into(),
+        epoch,
+        grants: uuids
+            .iter()
+            .map(|u| Grant { uuid: (*u).into(), share_milli: 1000, memory_mib: 81920 })
+            .collect(),
+        at: 20,
+    }
+}
