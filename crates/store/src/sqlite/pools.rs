@@ -1,13 +1,13 @@
 //! Node pools' settings: placement and the teams that may use them (`gantry pool set`).
 
-use rusqlite::{Connection, params};
 
 use super::{rows, tokens};
 use crate::Result;
+use crate::db::{Conn, params};
 use crate::model::{Pool, PoolPlacement};
 
 /// Creates or replaces a pool's settings.
-pub(super) fn set(c: &Connection, pool: &Pool, at: i64) -> Result<()> {
+pub(super) fn set(c: &dyn Conn, pool: &Pool, at: i64) -> Result<()> {
     c.prepare_cached(
         "INSERT INTO pools (name, placement, teams, updated_at) VALUES (?1, ?2, ?3, ?4) \
          ON CONFLICT(name) DO UPDATE SET placement = ?2, teams = ?3, updated_at = ?4",
@@ -19,9 +19,9 @@ pub(super) fn set(c: &Connection, pool: &Pool, at: i64) -> Result<()> {
 }
 
 /// Every pool an admin set, by name.
-pub(super) fn list(c: &Connection) -> Result<Vec<Pool>> {
+pub(super) fn list(c: &dyn Conn) -> Result<Vec<Pool>> {
     let mut stmt = c.prepare_cached("SELECT name, placement, teams FROM pools ORDER BY name")?;
-    let rows = stmt.query_map([], |r| {
+    let rows = stmt.query_map(params![], |r| {
         let placement: String = r.get(1)?;
         let teams: String = r.get(2)?;
         Ok(Pool {
@@ -30,5 +30,5 @@ pub(super) fn list(c: &Connection) -> Result<Vec<Pool>> {
             teams: rows::json("pool teams", &teams)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }

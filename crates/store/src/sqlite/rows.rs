@@ -12,11 +12,15 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
      replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector";
 
+/// How many columns [`JOB_COLUMNS`] names: a query selecting more after them reads those from
+/// this index on.
+pub(super) const JOB_COLUMN_COUNT: usize = 43;
+
 fn corrupt(what: &str, value: &str) -> StoreError {
     StoreError::Corrupt(format!("{what}: {value:?}"))
 }
 
-fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
+pub(super) fn json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|_| corrupt(what, text))
 }
 

@@ -6,7 +6,7 @@
 //! an older generation and replaces them one at a time. Deleting a service cancels its replicas
 //! in the same transaction, so no replica outlives its service.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::db::{Conn, OptionalExtension, Row, params};
 
 use super::{jobs, rows};
 use crate::model::*;
@@ -17,15 +17,13 @@ const SERVICE_COLUMNS: &str = "id, team, name, spec, digest, generation, desired
 /// Decisions kept per service; older ones are removed as new ones come.
 const KEPT_DECISIONS: i64 = 200;
 
-fn service(r: &rusqlite::Row<'_>) -> rusqlite::Result<Service> {
+fn service(r: &Row) -> Result<Service> {
     let spec: String = r.get(3)?;
     Ok(Service {
         id: r.get(0)?,
         team: r.get(1)?,
         name: r.get(2)?,
-        spec: serde_json::from_str(&spec).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, Box::new(e))
-        })?,
+        spec: rows::json("service file", &spec)?,
         digest: r.get(4)?,
         generation: r.get(5)?,
         desired: r.get(6)?,
@@ -35,7 +33,7 @@ fn service(r: &rusqlite::Row<'_>) -> rusqlite::Result<Service> {
 }
 
 pub(super) fn apply(
-    c: &Connection,
+    c: &dyn Conn,
     team: &str,
     spec: &ServiceSpec,
     digest: &str,
@@ -68,7 +66,7 @@ pub(super) fn apply(
     Ok((ServiceAction::Configured, generation))
 }
 
-pub(super) fn delete(c: &Connection, team: &str, name: &str, at: i64) -> Result<()> {
+pub(super) fn delete(c: &dyn Conn, team: &str, name: &str, at: i64) -> Result<()> {
     let Some(old) = get(c, team, name)? else {
         return Err(StoreError::NotFound(format!("service {name} of team {team}")));
     };
@@ -77,17 +75,17 @@ pub(super) fn delete(c: &Connection, team: &str, name: &str, at: i64) -> Result<
             stop_replica(c, r.job.id, "its service was deleted", at)?;
         }
     }
-    c.prepare_cached("DELETE FROM services WHERE id = ?1")?.execute([old.id])?;
+    c.prepare_cached("DELETE FROM services WHERE id = ?1")?.execute(params![old.id])?;
     let subject = format!("service/{team}/{name}");
     super::tokens::event(c, at, "service.deleted", &subject, "service deleted", Some(team))
 }
 
-pub(super) fn get(c: &Connection, team: &str, name: &str) -> Result<Option<Service>> {
+pub(super) fn get(c: &dyn Conn, team: &str, name: &str) -> Result<Option<Service>> {
     let sql = format!("SELECT {SERVICE_COLUMNS} FROM services WHERE team = ?1 AND name = ?2");
-    Ok(c.prepare_cached(&sql)?.query_row(params![team, name], service).optional()?)
+    c.prepare_cached(&sql)?.query_row(params![team, name], service).optional()
 }
 
-pub(super) fn list(c: &Connection, teams: Option<&[String]>) -> Result<Vec<Service>> {
+pub(super) fn list(c: &dyn Conn, teams: Option<&[String]>) -> Result<Vec<Service>> {
     let teams = teams.map(|t| rows::to_json(&t)).transpose()?;
     let sql = format!(
         "SELECT {SERVICE_COLUMNS} FROM services WHERE (?1 IS NULL OR team IN (SELECT value FROM json_each(?1))) \
@@ -95,11 +93,11 @@ pub(super) fn list(c: &Connection, teams: Option<&[String]>) -> Result<Vec<Servi
     );
     let mut stmt = c.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![teams], service)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
 
 /// A service's replicas that have not ended, and the `ended` most recent that have, by id.
-pub(super) fn replicas(c: &Connection, team: &str, name: &str, ended: u32) -> Result<Vec<Replica>> {
+pub(super) fn replicas(c: &dyn Conn, team: &str, name: &str, ended: u32) -> Result<Vec<Replica>> {
     let sql = format!(
         "SELECT {}, service_generation FROM jobs WHERE team = ?1 AND service = ?2 AND (\
          state IN ('pending', 'scheduled', 'running') OR id IN (SELECT id FROM jobs WHERE team = ?1 \
@@ -109,14 +107,14 @@ pub(super) fn replicas(c: &Connection, team: &str, name: &str, ended: u32) -> Re
     );
     let mut stmt = c.prepare_cached(&sql)?;
     let out = stmt.query_map(params![team, name, ended], |r| {
-        Ok(Replica { job: rows::job(r)?, generation: r.get::<_, Option<u64>>(40)?.unwrap_or(0) })
+        Ok(Replica { job: rows::job(r)?, generation: r.get::<_, Option<u64>>(rows::JOB_COLUMN_COUNT)?.unwrap_or(0) })
     })?;
-    Ok(out.collect::<rusqlite::Result<_>>()?)
+    out.collect::<Result<_>>()
 }
 
 /// Stops a replica: a pending one is cancelled now, an active one is asked to stop (the agent
 /// sends SIGTERM), with `reason` on the job and in an event.
-pub(super) fn stop_replica(c: &Connection, id: JobId, reason: &str, at: i64) -> Result<()> {
+pub(super) fn stop_replica(c: &dyn Conn, id: JobId, reason: &str, at: i64) -> Result<()> {
     let job = jobs::require(c, id)?;
     if job.service.is_none() {
         return Err(StoreError::Conflict(format!("job {id} is not a service replica")));
@@ -132,7 +130,7 @@ pub(super) fn stop_replica(c: &Connection, id: JobId, reason: &str, at: i64) -> 
     super::tokens::event(c, at, "service.replica_stopped", &format!("job/{id}"), reason, Some(&job.team))
 }
 
-pub(super) fn scale(c: &Connection, id: i64, desired: u32, decision: Option<&ServiceDecision>) -> Result<()> {
+pub(super) fn scale(c: &dyn Conn, id: i64, desired: u32, decision: Option<&ServiceDecision>) -> Result<()> {
     c.prepare_cached("UPDATE services SET desired = ?2 WHERE id = ?1")?.execute(params![id, desired])?;
     if let Some(d) = decision {
         c.prepare_cached(
@@ -149,7 +147,7 @@ pub(super) fn scale(c: &Connection, id: i64, desired: u32, decision: Option<&Ser
 }
 
 /// The last `limit` decisions, newest first.
-pub(super) fn decisions(c: &Connection, id: i64, limit: u32) -> Result<Vec<ServiceDecision>> {
+pub(super) fn decisions(c: &dyn Conn, id: i64, limit: u32) -> Result<Vec<ServiceDecision>> {
     let mut stmt = c.prepare_cached(
         "SELECT at, from_count, to_count, reason FROM service_decisions WHERE service_id = ?1 \
          ORDER BY id DESC LIMIT ?2",
@@ -157,5 +155,5 @@ pub(super) fn decisions(c: &Connection, id: i64, limit: u32) -> Result<Vec<Servi
     let rows = stmt.query_map(params![id, limit], |r| {
         Ok(ServiceDecision { at: r.get(0)?, from: r.get(1)?, to: r.get(2)?, reason: r.get(3)? })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }

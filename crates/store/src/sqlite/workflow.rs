@@ -121,12 +121,12 @@ pub(super) fn used(
 }
 
 /// GPU time used per job submitted at or after `since`, milli-GPU-ms.
-pub(super) fn used_by_job(c: &Connection, since: i64) -> Result<Vec<(i64, i64)>> {
+pub(super) fn used_by_job(c: &dyn Conn, since: i64) -> Result<Vec<(i64, i64)>> {
     let mut stmt = c.prepare_cached(
-        "SELECT a.job_id, SUM(u.used_milli_ms) FROM gpu_use u \
+        "SELECT a.job_id, CAST(SUM(u.used_milli_ms) AS BIGINT) FROM gpu_use u \
          JOIN allocations a ON a.id = u.allocation_id JOIN jobs j ON j.id = a.job_id \
          WHERE j.submitted_at >= ?1 GROUP BY 1",
     )?;
     let rows = stmt.query_map(params![since], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    rows.collect::<Result<_>>()
 }
