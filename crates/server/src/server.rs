@@ -195,6 +195,7 @@ impl Server {
         let _ = sweeper.await;
         if let Some(controller) = controller {
             let _ = controller.await;
+        }
         if let Some(campaigning) = campaigning {
             let _ = campaigning.await;
         }

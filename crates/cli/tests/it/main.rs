@@ -18,9 +18,9 @@ mod gang;
 mod gpus;
 mod harness;
 mod network;
-mod pools;
 #[path = "../../../store/tests/postgres/harness.rs"]
 mod pg_harness;
+mod pools;
 mod postgres;
 mod preemption;
 mod restart;

@@ -1,6 +1,5 @@
 //! Node pools' settings: placement and the teams that may use them (`gantry pool set`).
 
-
 use super::{rows, tokens};
 use crate::Result;
 use crate::db::{Conn, params};

@@ -107,7 +107,10 @@ pub(super) fn replicas(c: &dyn Conn, team: &str, name: &str, ended: u32) -> Resu
     );
     let mut stmt = c.prepare_cached(&sql)?;
     let out = stmt.query_map(params![team, name, ended], |r| {
-        Ok(Replica { job: rows::job(r)?, generation: r.get::<_, Option<u64>>(rows::JOB_COLUMN_COUNT)?.unwrap_or(0) })
+        Ok(Replica {
+            job: rows::job(r)?,
+            generation: r.get::<_, Option<u64>>(rows::JOB_COLUMN_COUNT)?.unwrap_or(0),
+        })
     })?;
     out.collect::<Result<_>>()
 }

@@ -26,6 +26,7 @@ pub fn register(store: &dyn Store, gpus: u32) -> u64 {
             advertise_addr: None,
             network: Default::default(),
             job_defaults: None,
+            labels: Default::default(),
             cpu_milli: 8000,
             memory_mib: 1000,
             gpus,
