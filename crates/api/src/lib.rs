@@ -6,6 +6,7 @@
 //! - [`submit`]: a job submission with typed fields (GPU range, array, dependencies), read from
 //!   and written as the JSON the API has always taken;
 //! - [`elastic`]: a GPU count given as a range (`--gpus 2..8`, an elastic job);
+//! - [`idle`]: a team's idle policy per job kind (warn, then requeue or cancel);
 //! - [`pools`]: node labels, pools and how a pool places jobs (`pack` or `spread`);
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
@@ -17,6 +18,7 @@
 //! server's OpenAPI document.
 
 pub mod elastic;
+pub mod idle;
 pub mod job_env;
 pub mod job_log_times;
 pub mod job_logs;

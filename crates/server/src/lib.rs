@@ -29,6 +29,7 @@ pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod gateway;
+pub mod idle;
 pub mod listen;
 pub mod memory;
 pub mod metrics;

@@ -164,6 +164,7 @@ impl Server {
             tokio::spawn(Arc::clone(&self.app.gateway).serve(g.listeners, g.tls, stopped))
         });
         let scheduler = tokio::spawn(crate::scheduler::run(Arc::clone(&self.app), stop_rx.clone()));
+        let idle = tokio::spawn(crate::idle::run(Arc::clone(&self.app), stop_rx.clone()));
         let sweeper = tokio::spawn(sweep_output(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
         let limits = self.app.config.limits();
@@ -177,6 +178,7 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         let _ = sweeper.await;
+        let _ = idle.await;
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

@@ -17,6 +17,7 @@ mod fake_nvml;
 mod gang;
 mod gpus;
 mod harness;
+mod idle;
 mod network;
 mod pools;
 mod preemption;

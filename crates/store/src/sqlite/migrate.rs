@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (15, include_str!("../../migrations/0015_job_limits.sql")),
     (16, include_str!("../../migrations/0016_node_scheduling.sql")),
     (17, include_str!("../../migrations/0017_pools.sql")),
+    (18, include_str!("../../migrations/0018_idle_policies.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

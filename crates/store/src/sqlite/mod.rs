@@ -12,6 +12,7 @@ mod audit;
 mod changes;
 mod counts;
 mod gangs;
+mod idle;
 mod jobs;
 mod migrate;
 mod nodes;
@@ -166,6 +167,9 @@ impl Store for SqliteStore {
     }
     fn pools(&self) -> Result<Vec<Pool>> {
         self.read(pools::list)
+    }
+    fn idle_policies(&self) -> Result<Vec<gantry_api::idle::IdlePolicyView>> {
+        self.read(idle::list)
     }
     fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
         let job = job.clone();
