@@ -77,7 +77,10 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
     let now = now_ms();
     let fresh_after = now - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
     let max_gap = i64::try_from((POLL * 5 + app.config.heartbeat_timeout).as_millis()).unwrap_or(i64::MAX);
-    tracks.retain(|id, _| input.running.iter().any(|j| j.id == *id));
+    let running: std::collections::HashSet<JobId> = input.running.iter().map(|j| j.id).collect();
+    tracks.retain(|id, _| running.contains(id));
+    let nodes: HashMap<&str, &Node> = input.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    let gpus: HashMap<&str, &Gpu> = input.gpus.iter().map(|g| (g.info.uuid.as_str(), g)).collect();
     for job in
         input.running.iter().filter(|j| j.gang.is_none() && j.stop.is_none() && !j.gpu_uuids.is_empty())
     {
@@ -86,7 +89,7 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
             *track = Track { attempt: job.attempt, ..Track::default() };
         }
         let policy = policy_of(&input.policies, &job.team);
-        if let Some(percent) = utilisation(job, &input, fresh_after) {
+        if let Some(percent) = utilisation(job, &nodes, &gpus, fresh_after) {
             track.samples.push(UtilSample { at_ms: now, percent });
         }
         let verdict = idle::decide(&policy, &track.samples, track.warned, now, max_gap);
@@ -140,14 +143,19 @@ fn policy_of(policies: &[gantry_api::idle::IdlePolicyView], team: &str) -> IdleP
 
 /// The busiest of the job's GPUs now, from their latest samples; none when its node is not
 /// reporting or a GPU has no reading.
-fn utilisation(job: &Job, input: &Input, fresh_after: i64) -> Option<f64> {
-    let node = input.nodes.iter().find(|n| Some(&n.id) == job.node_id.as_ref())?;
+fn utilisation(
+    job: &Job,
+    nodes: &HashMap<&str, &Node>,
+    gpus: &HashMap<&str, &Gpu>,
+    fresh_after: i64,
+) -> Option<f64> {
+    let node = nodes.get(job.node_id.as_deref()?)?;
     if node.state != NodeState::Ready || node.last_heartbeat < fresh_after {
         return None;
     }
     let mut busiest = 0.0f64;
     for uuid in &job.gpu_uuids {
-        let gpu = input.gpus.iter().find(|g| &g.info.uuid == uuid)?;
+        let gpu = gpus.get(uuid.as_str())?;
         let percent = gpu.sample.as_ref()?.get("sample")?.get("gpu_util_percent")?.as_f64()?;
         busiest = busiest.max(percent);
     }
