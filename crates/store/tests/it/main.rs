@@ -3,6 +3,7 @@
 mod audit;
 mod elastic;
 mod gangs;
+mod idle;
 mod jobs;
 mod nodes;
 mod props;
