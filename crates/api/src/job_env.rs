@@ -17,6 +17,10 @@ const RESERVED: &[&str] =
 /// Prefixes a job may not declare: the agent's own variables and the MPS share limits.
 const RESERVED_PREFIXES: &[&str] = &["GANTRY_", "CUDA_MPS_"];
 
+/// Names under a reserved prefix a job may declare: the simulated fleet's utilisation profile
+/// (`idle`, `steady`, `bursty`), which only the simulated GPU backend reads.
+const ALLOWED: &[&str] = &["GANTRY_SIM_PROFILE"];
+
 /// Checks one declared variable; the error is a sentence naming the variable.
 pub fn check(name: &str, value: &str) -> Result<(), String> {
     let mut chars = name.chars();
@@ -25,7 +29,8 @@ pub fn check(name: &str, value: &str) -> Result<(), String> {
     if !well_formed {
         return Err(format!("env: `{name}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"));
     }
-    if RESERVED.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+    let reserved = RESERVED.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p));
+    if reserved && !ALLOWED.contains(&name) {
         return Err(format!("env: `{name}` is set by Gantry and cannot be declared by a job"));
     }
     if value.contains('\0') {
@@ -68,6 +73,11 @@ mod tests {
             let err = check(name, "v").expect_err(name);
             assert!(err.contains("set by Gantry"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_simulated_fleets_profile_may_be_declared() {
+        assert_eq!(check("GANTRY_SIM_PROFILE", "idle"), Ok(()));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`history`]: the recorded history `gantry whatif` replays (`GET /v1/history`);
 //! - [`elastic`]: a GPU count given as a range (`--gpus 2..8`, an elastic job);
 //! - [`service`]: the service file (replicas behind the gateway) and what `service get` shows;
+//! - [`idle`]: a team's idle policy per job kind (warn, then requeue or cancel);
 //! - [`pools`]: node labels, pools and how a pool places jobs (`pack` or `spread`);
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
@@ -22,6 +23,7 @@
 
 pub mod elastic;
 pub mod history;
+pub mod idle;
 pub mod job_env;
 pub mod job_log_times;
 pub mod job_logs;

@@ -9,11 +9,13 @@
 //! - [`cluster`]: the allocation ledger, which never over-commits a node or a GPU;
 //! - [`frag`]: FGD's fragmentation measure over the typical-pod distribution;
 //! - [`placement`]: filter → score → pick, with the published policies and Gantry's own;
+//! - [`idle`]: which idle allocated job to warn, requeue or cancel, from its utilisation;
 //! - [`autoscale`]: how many replicas a service should have (HPA, KPA, Ray Serve, Gantry's own).
 
 pub mod autoscale;
 pub mod cluster;
 pub mod frag;
+pub mod idle;
 pub mod placement;
 pub mod queue;
 pub mod resources;

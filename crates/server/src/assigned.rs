@@ -77,7 +77,9 @@ pub fn touches(command: &Command) -> Touches {
         Command::Place(p) => Touches::Nodes(vec![p.node_id.clone()]),
         Command::PlaceGang(g) => Touches::Nodes(g.workers.iter().map(|w| w.node_id.clone()).collect()),
         Command::Cancel { id, array, .. } => Touches::Job { id: *id, array: *array },
-        Command::Preempt { job, .. } | Command::Resize { job, .. } => Touches::Job { id: *job, array: false },
+        Command::Preempt { job, .. } | Command::Resize { job, .. } | Command::Idle { job, .. } => {
+            Touches::Job { id: *job, array: false }
+        }
         _ => Touches::Nothing,
     }
 }

@@ -130,6 +130,23 @@ pub enum Command {
         /// Why, naming the dependency.
         reason: String,
     },
+    /// Set a team's idle policy for a job kind (admins).
+    SetIdlePolicy {
+        /// The policy.
+        policy: gantry_api::idle::IdlePolicyView,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Warn the owner of a job that left its GPUs idle, or requeue or cancel it (the idle
+    /// reconciler, [`crate::idle`]); audited as the system with the samples.
+    Idle {
+        /// The job.
+        job: i64,
+        /// `warn`, `requeue` or `cancel`.
+        action: String,
+        /// The samples that justified it, in words.
+        evidence: String,
+    },
     /// Set a node pool's placement and teams (admins).
     SetPool {
         /// The pool's settings.
@@ -355,6 +372,18 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         }
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
+        }
+        Command::SetIdlePolicy { policy, by } => {
+            let target = format!("team/{}/idle/{}", policy.team, policy.kind);
+            let entry = entry(&by, "team.idle", target, Some(&policy.team.clone()), now);
+            audited(store, by.require_admin(), Change::SetIdlePolicy(policy), entry)
+        }
+        Command::Idle { job, action, evidence } => {
+            let actor =
+                gantry_store::Actor { name: "gantry".into(), role: "system".into(), team: None, peer: None };
+            let target = truncate(format!("job/{job} ({evidence})"), MAX_TARGET);
+            let entry = AuditEntry { actor, action: format!("job.idle-{action}"), target, at: now };
+            audited(store, Ok(()), Change::IdleAction { job, action, evidence }, entry)
         }
         Command::SetPool { pool, by } => {
             let entry = entry(&by, "pool.set", format!("pool/{}", pool.name), None, now);

@@ -30,6 +30,7 @@ pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod gateway;
+pub mod idle;
 pub mod leader;
 pub mod listen;
 pub mod memory;

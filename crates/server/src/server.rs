@@ -180,6 +180,7 @@ impl Server {
             .config
             .service_controller
             .then(|| tokio::spawn(crate::services::run(Arc::clone(&self.app), stop_rx.clone())));
+        let idle = tokio::spawn(crate::idle::run(Arc::clone(&self.app), stop_rx.clone()));
         let sweeper = tokio::spawn(sweep_output(Arc::clone(&self.app), stop_rx));
         let router = crate::api::router(Arc::clone(&self.app));
         let limits = self.app.config.limits();
@@ -199,6 +200,7 @@ impl Server {
         if let Some(campaigning) = campaigning {
             let _ = campaigning.await;
         }
+        let _ = idle.await;
         if let Some(gateway) = gateway {
             let _ = gateway.await;
         }

@@ -4,6 +4,8 @@
 //! - [`experiment`] is the FGD fragmentation experiment (fill the cluster, one attempt per pod);
 //! - [`balance`]: how evenly `pack` and `spread` (a node pool's placement) load the nodes of
 //!   a half-full cluster (`gantry sim spread`);
+//! - [`idle`]: the idle policy on a model of idle jobs (`gantry sim idle`): GPU-hours
+//!   recovered, wrong reclaims;
 //! - [`runner`] runs policies × seeds in parallel and aggregates over seeds;
 //! - [`report`] turns results into the JSON contract, a text table, CSV curves and an SVG chart;
 //! - [`jobs`] is the job-completion simulator (`gantry sim jobs`): Pollux's job model on a
@@ -15,6 +17,7 @@
 
 pub mod balance;
 pub mod experiment;
+pub mod idle;
 pub mod jobs;
 pub mod report;
 pub mod runner;

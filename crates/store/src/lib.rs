@@ -61,6 +61,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The node pools an admin set (`Change::SetPool`), by name; others pack and admit every
     /// team.
     fn pools(&self) -> Result<Vec<Pool>>;
+    /// Every team's idle policy an admin set, by team and kind.
+    fn idle_policies(&self) -> Result<Vec<gantry_api::idle::IdlePolicyView>>;
 
     /// Records a submission; returns the id and whether it is new (false: same `request_id`
     /// seen before in the same team).

@@ -148,8 +148,17 @@ impl Gpus {
         }
     }
 
-    /// On a simulated fleet, loads each GPU of a job with a process; returns the simulated pids.
-    pub fn load(&self, job_id: i64, pid: u32, uuids: &[String], memory_mib: u64) -> Vec<u32> {
+    /// On a simulated fleet, loads each GPU of a job with a process whose utilisation its
+    /// environment picks (`GANTRY_SIM_PROFILE`, see [`UtilProfile::for_job`]); returns the
+    /// simulated pids.
+    pub fn load(
+        &self,
+        job_id: i64,
+        pid: u32,
+        uuids: &[String],
+        memory_mib: u64,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Vec<u32> {
         let Some(sim) = &self.sim else {
             return Vec::new();
         };
@@ -157,7 +166,7 @@ impl Gpus {
         for (i, uuid) in uuids.iter().enumerate() {
             // Pids stay below 2^22 on Linux, so the GPU's position above that keeps them distinct.
             let sim_pid = pid + ((i as u32) << 22);
-            let profile = UtilProfile::Steady { percent: 90.0 };
+            let profile = UtilProfile::for_job(env);
             match sim.start_process(uuid.as_str(), sim_pid, Some(job_id.to_string()), memory_mib, profile) {
                 Ok(()) => pids.push(sim_pid),
                 Err(e) => {

@@ -209,7 +209,7 @@ impl Jobs {
             cgroup: r.cgroup.as_ref().map(|c| Arc::new(c.open())),
             grant_mib: r.grant_mib,
             memory_mib: r.memory_mib,
-            sim_pids: gpus.load(r.job_id, r.pid, &r.gpu_uuids, memory),
+            sim_pids: gpus.load(r.job_id, r.pid, &r.gpu_uuids, memory, &Default::default()),
             stopping_since: None,
             stop_reason: None,
             exit: None,
@@ -302,7 +302,7 @@ impl Jobs {
                 local.pgid = Some(started.pid);
                 local.cgroup = started.cgroup;
                 let memory = if a.gpu_memory_mib > 0 { a.gpu_memory_mib } else { 4096 };
-                local.sim_pids = gpus.load(job_id, started.pid, &a.gpu_uuids, memory);
+                local.sim_pids = gpus.load(job_id, started.pid, &a.gpu_uuids, memory, &a.env);
                 tracing::info!(job = job_id, attempt, gpus = ?a.gpu_uuids, "job started");
             }
             Err(e) => {

@@ -25,6 +25,35 @@ pub struct TeamsArgs {
 pub enum TeamCommand {
     /// Change a team's guarantee (operator) or limits (admin); what is not named stays.
     Set(SetArgs),
+    /// Set a team's idle policy (admin): warn, then requeue or cancel jobs whose GPUs stay idle.
+    Idle(IdleArgs),
+}
+
+/// Arguments of `gantry team idle`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  gantry team idle vision --act-after 2h --warn-after 1h --below 1 --action requeue   # the defaults
+  gantry team idle vision --act-after 30m --action cancel")]
+pub struct IdleArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The team.
+    name: String,
+    /// The job kind.
+    #[arg(long, default_value = "batch")]
+    kind: String,
+    /// Idle this long before the owner is warned (default: half of --act-after): `90s`, `1h`.
+    #[arg(long, value_name = "DURATION", value_parser = super::submit::parse_time)]
+    warn_after: Option<u64>,
+    /// Idle this long before the action: `20s`, `2h`.
+    #[arg(long, value_name = "DURATION", value_parser = super::submit::parse_time)]
+    act_after: u64,
+    /// A GPU below this utilisation (percent) is idle.
+    #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
+    below: f64,
+    /// `requeue` (stopped and queued again, retries unspent) or `cancel`.
+    #[arg(long, default_value = "requeue")]
+    action: String,
 }
 
 /// Arguments of `gantry team set`.
@@ -119,7 +148,25 @@ fn mib(bytes: u64) -> String {
 pub fn run(command: TeamCommand) -> anyhow::Result<()> {
     match command {
         TeamCommand::Set(args) => set(args),
+        TeamCommand::Idle(args) => idle(args),
     }
+}
+
+fn idle(args: IdleArgs) -> anyhow::Result<()> {
+    let api = Api::connect(&args.server)?;
+    let body = gantry_api::idle::IdlePolicyRequest {
+        kind: args.kind,
+        warn_after_s: args.warn_after.unwrap_or(args.act_after / 2),
+        act_after_s: args.act_after,
+        below_percent: args.below,
+        action: args.action,
+    };
+    block_on(api.put(&format!("/v1/teams/{}/idle", args.name), &body))??;
+    println!(
+        "team {}: {} jobs idle below {}% are warned after {}s and {} after {}s",
+        args.name, body.kind, body.below_percent, body.warn_after_s, body.action, body.act_after_s
+    );
+    Ok(())
 }
 
 fn set(args: SetArgs) -> anyhow::Result<()> {

@@ -17,6 +17,7 @@ mod fake_nvml;
 mod gang;
 mod gpus;
 mod harness;
+mod idle;
 mod network;
 #[path = "../../../store/tests/postgres/harness.rs"]
 mod pg_harness;

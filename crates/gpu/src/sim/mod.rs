@@ -13,7 +13,7 @@ mod spec;
 
 pub use fault::{Fault, FaultKind};
 pub use models::{MODELS, ModelSpec, find_model};
-pub use process::UtilProfile;
+pub use process::{SIM_PROFILE_VAR, UtilProfile};
 pub use spec::{FleetSpec, ProcessSpec};
 
 use self::fleet::Fleet;

@@ -25,7 +25,21 @@ pub enum UtilProfile {
     },
 }
 
+/// The job environment variable that picks a job's profile on a simulated fleet (`idle`,
+/// `steady`, `bursty`); NVML ignores it.
+pub const SIM_PROFILE_VAR: &str = "GANTRY_SIM_PROFILE";
+
 impl UtilProfile {
+    /// The profile a job's environment asks for with [`SIM_PROFILE_VAR`]: `idle` (0 %),
+    /// `bursty` (95 % for 10 s, then 0 % for 10 s), else `steady` (90 %).
+    pub fn for_job(env: &std::collections::BTreeMap<String, String>) -> Self {
+        match env.get(SIM_PROFILE_VAR).map(String::as_str) {
+            Some("idle") => UtilProfile::Idle,
+            Some("bursty") => UtilProfile::Bursty { low: 0.0, high: 95.0, period_s: 20.0 },
+            _ => UtilProfile::Steady { percent: 90.0 },
+        }
+    }
+
     /// Utilisation in percent `elapsed` after the process started.
     pub fn percent_at(&self, elapsed: Duration) -> f64 {
         let p = match *self {

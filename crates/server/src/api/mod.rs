@@ -8,6 +8,7 @@ mod cluster;
 mod dashboard;
 mod extract;
 mod history;
+mod idle;
 mod insight;
 mod jobs;
 mod pools;
@@ -42,7 +43,7 @@ use require::require_token;
     info(title = "Gantry control plane", description = "Jobs, nodes, GPUs, teams and the agent protocol."),
     paths(
         jobs::submit, jobs::apply, jobs::list, jobs::get, jobs::cancel, jobs::logs, jobs::log_times,
-        cluster::nodes, cluster::set_scheduling, pools::list, pools::set, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, history::history, watch::watch, insight::findings, insight::queues,
+        cluster::nodes, cluster::set_scheduling, pools::list, pools::set, idle::list, idle::set, cluster::gpus, cluster::teams, cluster::set_quota, cluster::events, cluster::usage, history::history, watch::watch, insight::findings, insight::queues,
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         services::apply, services::list, services::get, services::delete,
@@ -122,6 +123,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/gpus", get(cluster::gpus))
         .route("/v1/teams", get(cluster::teams))
         .route("/v1/teams/{name}", put(cluster::set_quota))
+        .route("/v1/teams/{name}/idle", put(idle::set))
+        .route("/v1/idle-policies", get(idle::list))
         .route("/v1/tokens", post(access::create_token).get(access::list_tokens))
         .route("/v1/tokens/{id}", delete(access::revoke_token))
         .route("/v1/users", get(access::users))

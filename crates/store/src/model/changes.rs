@@ -43,6 +43,19 @@ pub enum Change {
         /// Whether a started job may be replaced.
         replace: bool,
     },
+    /// Create or replace a team's idle policy for a job kind.
+    SetIdlePolicy(gantry_api::idle::IdlePolicyView),
+    /// A job left its GPUs idle: warn its owner (`action` `warn`, an event), or stop it and
+    /// queue it again (`requeue`, its retries unspent) or for good (`cancel`); `evidence` names
+    /// the samples (the event's message and the job's reason).
+    IdleAction {
+        /// The job.
+        job: JobId,
+        /// `warn`, `requeue` or `cancel`.
+        action: String,
+        /// The samples that justified it, in words.
+        evidence: String,
+    },
     /// Create or replace a node pool's settings (placement, teams).
     SetPool(gantry_api::pools::Pool),
     /// Cordon, uncordon or drain a node (`NotFound` for an unknown one); a drain stops its

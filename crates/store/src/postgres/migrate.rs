@@ -29,6 +29,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (19, include_str!("../../migrations/postgres/0019_pools.sql")),
     (20, include_str!("../../migrations/postgres/0020_invariants.sql")),
     (21, include_str!("../../migrations/postgres/0021_leader_lease.sql")),
+    (22, include_str!("../../migrations/postgres/0022_idle_policies.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

@@ -2,7 +2,7 @@
 
 use crate::db::Conn;
 
-use super::{apply, audit, jobs, nodes, pools, services, tokens, workflow};
+use super::{apply, audit, idle, jobs, nodes, pools, services, tokens, workflow};
 use crate::Result;
 use crate::model::*;
 
@@ -31,6 +31,10 @@ pub(super) fn apply(c: &dyn Conn, change: Change, mut entry: AuditEntry) -> Resu
         Change::Join { join_token, credential } => Changed::Token(tokens::join(c, join_token, &credential)?),
         Change::RegisterNode(registration) => Changed::Registered(nodes::register(c, &registration)?),
         Change::SetPool(pool) => pools::set(c, &pool, entry.at).map(|()| Changed::Done)?,
+        Change::SetIdlePolicy(policy) => idle::set(c, &policy, entry.at).map(|()| Changed::Done)?,
+        Change::IdleAction { job, action, evidence } => {
+            idle::act(c, job, &action, &evidence, entry.at).map(|()| Changed::Done)?
+        }
         Change::SetNodeScheduling { node, scheduling, drain_at } => {
             nodes::set_scheduling(c, &node, scheduling, drain_at, entry.at).map(|()| Changed::Done)?
         }

@@ -17,6 +17,7 @@ mod changes;
 mod conn;
 mod counts;
 mod gangs;
+mod idle;
 mod jobs;
 mod lease;
 mod migrate;
@@ -206,6 +207,9 @@ macro_rules! impl_store {
             }
             fn pools(&self) -> Result<Vec<Pool>> {
                 self.read(pools::list)
+            }
+            fn idle_policies(&self) -> Result<Vec<gantry_api::idle::IdlePolicyView>> {
+                self.read(idle::list)
             }
             fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
                 let job = job.clone();

@@ -5,6 +5,7 @@ mod audit;
 mod elastic;
 mod gangs;
 mod helpers;
+mod idle;
 mod invariants;
 mod jobs;
 mod leader;

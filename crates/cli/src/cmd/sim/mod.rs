@@ -1,5 +1,6 @@
 //! `gantry sim fgd`: the FGD fragmentation benchmark on a node list and pod list(s).
 
+pub mod idle;
 pub mod jobs;
 pub mod serve;
 pub mod spread;
@@ -22,6 +23,8 @@ pub enum SimCommand {
     Jobs(jobs::JobsArgs),
     /// Autoscaling policies on an LLM request trace (gantry, hpa, kpa, rayserve, fixed).
     Serve(serve::ServeArgs),
+    /// The idle policy on a model of idle jobs: GPU-hours recovered and wrong reclaims.
+    Idle(idle::IdleArgs),
     /// How evenly a node pool's placement (pack or spread) loads the nodes of a half-full cluster.
     Spread(spread::SpreadArgs),
 }
@@ -88,6 +91,7 @@ pub fn run(command: SimCommand) -> anyhow::Result<()> {
         SimCommand::Jobs(args) => jobs::run(args),
         SimCommand::Serve(args) => serve::run(args),
         SimCommand::Spread(args) => spread::run(args),
+        SimCommand::Idle(args) => idle::run(args),
     }
 }
 

@@ -1,0 +1,51 @@
+//! Idle policies on the wire: a team's rule for allocated GPUs its jobs leave idle (see
+//! `gantry_core::idle` for the decision).
+
+use serde::{Deserialize, Serialize};
+
+/// The job kinds an idle policy is set for (`batch`: jobs that run to completion).
+pub const KINDS: &[&str] = &["batch"];
+
+/// A team's idle policy for one job kind, as stored and listed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct IdlePolicyView {
+    /// The team.
+    pub team: String,
+    /// The job kind (`batch`).
+    pub kind: String,
+    /// Seconds below `below_percent` on every GPU before the owner is warned.
+    pub warn_after_s: u64,
+    /// Seconds below `below_percent` before the action is taken.
+    pub act_after_s: u64,
+    /// Utilisation (percent) under which a sample counts as idle.
+    pub below_percent: f64,
+    /// `requeue` (stopped and queued again, retries unspent) or `cancel`.
+    pub action: String,
+}
+
+/// Set a team's idle policy for a job kind (`PUT /v1/teams/{name}/idle`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct IdlePolicyRequest {
+    /// The job kind (default `batch`).
+    #[serde(default = "batch")]
+    pub kind: String,
+    /// Seconds idle before the owner is warned (at most `act_after_s`).
+    pub warn_after_s: u64,
+    /// Seconds idle before the action (1 s to 31 days).
+    pub act_after_s: u64,
+    /// Utilisation (percent, 0 to 100) under which a sample counts as idle.
+    pub below_percent: f64,
+    /// `requeue` or `cancel` (`lend` is not available yet: 422).
+    pub action: String,
+}
+
+fn batch() -> String {
+    "batch".into()
+}
+
+// `below_percent` is checked to be a number from 0 to 100 before a policy is built (never NaN),
+// so equality is total.
+impl Eq for IdlePolicyView {}
