@@ -8,6 +8,7 @@
 //! - [`history`]: the recorded history `gantry whatif` replays (`GET /v1/history`);
 //! - [`elastic`]: a GPU count given as a range (`--gpus 2..8`, an elastic job);
 //! - [`service`]: the service file (replicas behind the gateway) and what `service get` shows;
+//! - [`failover`]: which failed requests a client may send to another replica;
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
 //!   reads (capped, rotated segments addressed by stream position); [`job_log_times`] when
@@ -18,6 +19,7 @@
 //! server's OpenAPI document.
 
 pub mod elastic;
+pub mod failover;
 pub mod history;
 pub mod job_env;
 pub mod job_log_times;
