@@ -471,3 +471,7 @@ pub enum Output {
     /// JSON for programs.
     Json,
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;
