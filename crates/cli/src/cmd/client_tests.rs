@@ -133,3 +133,19 @@ fn when_no_server_answers_the_error_says_why_for_each() {
     assert!(text.contains(&format!("cannot reach the Gantry server at {first}")), "{text}");
     assert!(text.contains(&format!("; then cannot reach the Gantry server at {second}")), "{text}");
 }
+
+#[test]
+fn a_context_lists_its_server_then_its_servers_and_server_alone_still_works() {
+    let config = super::parse_config(
+        "current-context = \"prod\"\n[contexts.prod]\nserver = \"https://a:7070\"\n\
+         servers = [\"https://b:7070\", \"https://c:7070\"]\n[contexts.old]\nserver = \"https://h:7070\"\n\
+         [contexts.list]\nservers = [\"https://x:7070\"]\n",
+    )
+    .expect("config");
+    let list = |name| config.context(Some(name)).expect("context").server_list();
+    assert_eq!(list("prod").as_deref(), Some("https://a:7070,https://b:7070,https://c:7070"));
+    assert_eq!(list("old").as_deref(), Some("https://h:7070"));
+    assert_eq!(list("list").as_deref(), Some("https://x:7070"));
+    let api = Api::new(&list("prod").expect("list"), "gty_x").expect("client");
+    assert_eq!(api.base(), "https://a:7070", "the first address before any answered");
+}

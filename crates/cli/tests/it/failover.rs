@@ -110,6 +110,16 @@ fn every_command_works_when_the_first_server_of_the_context_is_down() {
         cluster.gantry(&["logs", &id]).contains("hello").then_some(())
     });
     assert!(cluster.gantry(&["cancel", &id]).contains(&id));
+    // GANTRY_SERVER takes the same list as --server.
+    let by_env = command(cluster.home.path())
+        .args(["jobs", "-o", "json"])
+        .env("GANTRY_SERVER", format!("{},{}", dead_url(true), cluster.url()))
+        .env("GANTRY_CA", cluster.ca_path())
+        .output()
+        .expect("gantry jobs");
+    assert!(by_env.status.success(), "{}", String::from_utf8_lossy(&by_env.stderr));
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&by_env.stdout).expect("jobs json");
+    assert!(listed.iter().any(|j| j["id"].as_i64().map(|n| n.to_string()) == Some(id.clone())));
     let listed = cluster.gantry(&["config", "get-contexts"]);
     assert!(listed.contains(&format!(",{}", cluster.url())), "both addresses are listed: {listed}");
 }
