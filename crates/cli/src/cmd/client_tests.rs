@@ -149,3 +149,24 @@ fn a_context_lists_its_server_then_its_servers_and_server_alone_still_works() {
     let api = Api::new(&list("prod").expect("list"), "gty_x").expect("client");
     assert_eq!(api.base(), "https://a:7070", "the first address before any answered");
 }
+
+/// A port that accepts connections and then says nothing: a TLS handshake to it never ends.
+fn silent() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("https://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let held: Vec<TcpStream> = listener.incoming().filter_map(Result::ok).collect();
+        drop(held);
+    });
+    url
+}
+
+#[test]
+fn a_tls_handshake_that_never_ends_counts_as_nothing_sent_and_even_a_cancel_goes_on() {
+    let (live, hits) = fake(Some(OK));
+    let started = std::time::Instant::now();
+    block_on(post(&api(&[&silent(), &live]))).expect("runtime").expect("the second answers");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let waited = started.elapsed();
+    assert!(waited < gantry_agent::runner::client::CONNECT_TIMEOUT * 2, "gave up on connecting: {waited:?}");
+}
