@@ -17,9 +17,9 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "warning: kubernetes-validate unavailable; Kubernetes manifests NOT validated" >&2
   exit 0
 fi
-# Every manifest is named by its directory's kustomization (deploy/kubernetes/ and the
-# monitoring/ overlay, which adds what needs the Prometheus Operator).
-for d in "$dir" "$dir/monitoring"; do
+# Every manifest is named by its directory's kustomization (deploy/kubernetes/, the monitoring/
+# overlay, which adds what needs the Prometheus Operator, and the ha/ overlay: replicated servers).
+for d in "$dir" "$dir/monitoring" "$dir/ha"; do
   for f in "$d"/*.yaml; do
     name=$(basename "$f")
     [ "$name" = kustomization.yaml ] && continue
@@ -29,7 +29,7 @@ done
 # Custom resources (here the Prometheus Operator's ServiceMonitor) are not in the Kubernetes
 # schemas: they are skipped by the validator, said so here, and checked for what matters instead
 # (the ServiceMonitor selects the exporter Service by its labels and names one of its ports).
-mapfile -t crds < <(grep -l '^apiVersion: monitoring.coreos.com/' "$dir"/*.yaml "$dir"/monitoring/*.yaml || true)
+mapfile -t crds < <(grep -l '^apiVersion: monitoring.coreos.com/' "$dir"/*.yaml "$dir"/monitoring/*.yaml "$dir"/ha/*.yaml || true)
 for f in "${crds[@]}"; do
   echo "skipping $f: a CRD (monitoring.coreos.com) the Kubernetes $K8S_VERSION schemas do not describe; checking its selector and port instead" >&2
 done
@@ -49,6 +49,6 @@ for f in crds:
                 sys.exit(f"{f}: endpoint port {e.get('port')!r} is not a port of the selected Service ({sorted(ports)})")
 PY
 # The Kustomization kind has no Kubernetes schema; validate the rest strictly.
-mapfile -t files < <(ls "$dir"/*.yaml "$dir"/monitoring/*.yaml | grep -v '/kustomization.yaml$' | grep -vxF -f <(printf '%s\n' "${crds[@]}"))
+mapfile -t files < <(ls "$dir"/*.yaml "$dir"/monitoring/*.yaml "$dir"/ha/*.yaml | grep -v '/kustomization.yaml$' | grep -vxF -f <(printf '%s\n' "${crds[@]}"))
 kubernetes-validate --strict --quiet -k "$K8S_VERSION" "${files[@]}"
 echo "Kubernetes manifests valid for $K8S_VERSION (${#files[@]} files; ${#crds[@]} CRD manifest(s) checked structurally, not against schemas)"

@@ -10,6 +10,7 @@
 //! - [`service`]: the service file (replicas behind the gateway) and what `service get` shows;
 //! - [`idle`]: a team's idle policy per job kind (warn, then requeue or cancel);
 //! - [`pools`]: node labels, pools and how a pool places jobs (`pack` or `spread`);
+//! - [`failover`]: which failed requests a client may send to another replica;
 //! - [`job_env`]: which environment variables a job may declare (checked on both sides);
 //! - [`job_logs`]: the on-disk layout of a job's output that the agent writes and the server
 //!   reads (capped, rotated segments addressed by stream position); [`job_log_times`] when
@@ -22,6 +23,7 @@
 //! server's OpenAPI document.
 
 pub mod elastic;
+pub mod failover;
 pub mod history;
 pub mod idle;
 pub mod job_env;

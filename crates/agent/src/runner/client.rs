@@ -1,7 +1,15 @@
 //! The agent side of the v1 agent protocol (HTTP/JSON), and the TLS settings every Gantry
 //! client shares: a pinned cluster CA instead of the system's roots, an optional client
 //! certificate for mutual TLS, and [`fetch_ca`] for joining with only the CA's SHA-256.
+//!
+//! The server may be several addresses (`https://a:7070,https://b:7070`: replicas of one control
+//! plane). Each request goes to the one that answered last; on a failure that
+//! [`gantry_api::failover`] allows to repeat it goes to the next, so an agent that loses its
+//! server keeps reporting its jobs to another. Registering and heartbeats are safe to repeat (a
+//! heartbeat's reports stand until acknowledged; a repeated registration only takes a newer
+//! epoch); a join spends a one-time token, so it moves on only when nothing was sent.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -9,6 +17,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use sha2::{Digest, Sha256};
 
+use gantry_api::failover::{self, Failure, NOT_SERVING_HEADER, Repeat, Rotation};
 use gantry_api::model::Heartbeat;
 use gantry_api::types::{HeartbeatResponse, JoinRequest, JoinResponse, RegisterRequest, RegisterResponse};
 use serde::Serialize;
@@ -19,16 +28,22 @@ use super::error::AgentError;
 /// How long a request may take (a held heartbeat: this beyond its hold).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long connecting (TCP and the TLS handshake) may take: a dead host is given up on this
+/// soon, with nothing sent, and the next address tried.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A client for `/v1/agent/*`.
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
-    base: String,
+    servers: Arc<[String]>,
+    rotation: Arc<Rotation>,
     token: String,
 }
 
 impl Client {
-    /// A client for the server at `base` (e.g. `http://127.0.0.1:7070`) with a join token.
+    /// A client for the server at `base` (e.g. `http://127.0.0.1:7070`, or several separated by
+    /// commas) with a join token.
     pub fn new(base: &str, token: &str) -> Result<Self, AgentError> {
         Self::with_tls(base, token, None, None)
     }
@@ -42,17 +57,24 @@ impl Client {
         client_cert: Option<(&str, &str)>,
     ) -> Result<Self, AgentError> {
         let http = builder(ca_pem, client_cert)?.timeout(REQUEST_TIMEOUT).build()?;
-        Ok(Self { http, base: base.trim_end_matches('/').to_owned(), token: token.to_owned() })
+        let servers = failover::parse_servers(base).map_err(AgentError::Servers)?.into();
+        Ok(Self { http, servers, rotation: Arc::default(), token: token.to_owned() })
+    }
+
+    /// The address requests go to first: the one that answered last.
+    pub fn server(&self) -> &str {
+        &self.servers[self.rotation.current()]
     }
 
     /// Trades the join token this client holds for the node's credential.
     pub async fn join(&self, node_id: &str) -> Result<JoinResponse, AgentError> {
-        self.post("/v1/agent/join", &JoinRequest { node_id: node_id.to_owned() }).await
+        let body = JoinRequest { node_id: node_id.to_owned() };
+        self.send("/v1/agent/join", &body, REQUEST_TIMEOUT, Repeat::Unsafe).await
     }
 
     /// Registers the node; returns its epoch.
     pub async fn register(&self, req: &RegisterRequest) -> Result<RegisterResponse, AgentError> {
-        self.post("/v1/agent/register", req).await
+        self.send("/v1/agent/register", req, REQUEST_TIMEOUT, Repeat::Safe).await
     }
 
     /// Sends a heartbeat, answered at once; a 409 (stale epoch) or 404 (unknown node) means
@@ -77,7 +99,7 @@ impl Client {
                 path.push_str(&format!("&known={known}"));
             }
         }
-        match self.send(&path, hb, wait + REQUEST_TIMEOUT).await {
+        match self.send(&path, hb, wait + REQUEST_TIMEOUT, Repeat::Safe).await {
             Err(AgentError::Status { status: 404 | 409, body }) => Err(AgentError::Fenced(body)),
             other => other,
         }
@@ -93,55 +115,111 @@ impl Client {
         Ok(self.get(path, timeout).await?.bytes().await?)
     }
 
+    /// GETs `path` from the address that answered last, then from the others while
+    /// [`failover::try_next`] allows (a read is always safe to repeat).
     async fn get(&self, path: &str, timeout: Duration) -> Result<reqwest::Response, AgentError> {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(with_tls_cause)?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(resp);
+        let mut last = None;
+        for index in self.rotation.order(self.servers.len()) {
+            let url = format!("{}{path}", self.servers[index]);
+            let failure = match self.http.get(url).bearer_auth(&self.token).timeout(timeout).send().await {
+                Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                    let failure = if resp.headers().contains_key(NOT_SERVING_HEADER) {
+                        Failure::NotServing
+                    } else {
+                        Failure::Unavailable
+                    };
+                    last =
+                        Some(AgentError::Status { status: 503, body: resp.text().await.unwrap_or_default() });
+                    failure
+                }
+                Ok(resp) => {
+                    self.rotation.worked(index);
+                    let status = resp.status();
+                    if status.is_success() {
+                        return Ok(resp);
+                    }
+                    let body = resp.text().await.unwrap_or_default();
+                    return Err(AgentError::Status { status: status.as_u16(), body });
+                }
+                Err(e) => {
+                    let failure = failure_of(&e);
+                    last = Some(with_tls_cause(e));
+                    failure
+                }
+            };
+            if !failover::try_next(failure, Repeat::Safe) {
+                break;
+            }
         }
-        let body = resp.text().await.unwrap_or_default();
-        Err(AgentError::Status { status: status.as_u16(), body })
+        Err(last.expect("the list of servers is never empty (parse_servers)"))
     }
 
-    async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R, AgentError> {
-        self.send(path, body, REQUEST_TIMEOUT).await
-    }
-
+    /// POSTs `body` to the address that answered last, then to the others while
+    /// [`failover::try_next`] allows; the last failure when none answered.
     async fn send<B: Serialize, R: DeserializeOwned>(
         &self,
         path: &str,
         body: &B,
         timeout: Duration,
+        repeat: Repeat,
     ) -> Result<R, AgentError> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .timeout(timeout)
-            .json(body)
-            .send()
-            .await
-            .map_err(with_tls_cause)?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(resp.json().await?);
+        let mut last = None;
+        for index in self.rotation.order(self.servers.len()) {
+            let url = format!("{}{path}", self.servers[index]);
+            let sent = self.http.post(url).bearer_auth(&self.token).timeout(timeout).json(body).send().await;
+            let failure = match sent {
+                Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                    let failure = if resp.headers().contains_key(NOT_SERVING_HEADER) {
+                        Failure::NotServing
+                    } else {
+                        Failure::Unavailable
+                    };
+                    let body = resp.text().await.unwrap_or_default();
+                    last = Some(AgentError::Status { status: 503, body });
+                    failure
+                }
+                Ok(resp) => {
+                    self.rotation.worked(index);
+                    return answer(resp).await;
+                }
+                Err(e) => {
+                    let failure = failure_of(&e);
+                    last = Some(with_tls_cause(e));
+                    failure
+                }
+            };
+            if !failover::try_next(failure, repeat) {
+                break;
+            }
+            if self.servers.len() > 1 {
+                tracing::debug!(server = %self.servers[index], ?failure, "trying the next server");
+            }
         }
-        let body = resp.text().await.unwrap_or_default();
-        Err(AgentError::Status { status: status.as_u16(), body })
+        Err(last.expect("the list of servers is never empty (parse_servers)"))
     }
+}
+
+/// A server's answer: the body of a success, else its status and text.
+async fn answer<R: DeserializeOwned>(resp: reqwest::Response) -> Result<R, AgentError> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp.json().await?);
+    }
+    let body = resp.text().await.unwrap_or_default();
+    Err(AgentError::Status { status: status.as_u16(), body })
+}
+
+/// What a request error proves: a connect error (refused, no such host, the TCP connect or the
+/// TLS handshake failed or ran past [`CONNECT_TIMEOUT`]) happened before the request was
+/// written; any other may have reached the server.
+pub fn failure_of(e: &reqwest::Error) -> Failure {
+    if e.is_connect() { Failure::NotSent } else { Failure::MaybeSent }
 }
 
 /// A reqwest builder with Gantry's TLS settings: `ca_pem` pinned as the only root when given
 /// (else the system's roots), `client_cert` (certificate PEM, key PEM) presented when given, and
 /// idle connections dropped after 5 s, before the server's 10 s idle timeout can close one
-/// under a request.
+/// under a request, and connecting given up after [`CONNECT_TIMEOUT`].
 pub fn builder(
     ca_pem: Option<&str>,
     client_cert: Option<(&str, &str)>,
@@ -149,7 +227,8 @@ pub fn builder(
     // reqwest is built without a default crypto provider; ring is the workspace's choice.
     // Installing twice fails harmlessly.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5));
+    let mut builder =
+        reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5)).connect_timeout(CONNECT_TIMEOUT);
     if let Some(pem) = ca_pem {
         let roots = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
             .map_err(|e| AgentError::Tls(format!("the CA is not a PEM certificate: {e}")))?;
@@ -171,6 +250,8 @@ pub fn builder(
 /// prefixed `sha256:`): kubeadm's discovery-token-ca-cert-hash. The hash is what makes this
 /// safe; whoever answered, only the one CA with that hash is returned, re-encoded from the
 /// checked bytes so nothing else in the answer can ride along.
+///
+/// Of several addresses (comma-separated), the first that answers with that CA.
 pub async fn fetch_ca(server: &str, expected_sha256: &str) -> Result<String, AgentError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let expected = expected_sha256.trim().trim_start_matches("sha256:").to_ascii_lowercase();
@@ -179,9 +260,21 @@ pub async fn fetch_ca(server: &str, expected_sha256: &str) -> Result<String, Age
     }
     let http = reqwest::Client::builder()
         .tls_danger_accept_invalid_certs(true)
+        .connect_timeout(CONNECT_TIMEOUT)
         .timeout(Duration::from_secs(10))
         .build()?;
-    let url = format!("{}/v1/ca.pem", server.trim_end_matches('/'));
+    let mut last = None;
+    for base in failover::parse_servers(server).map_err(AgentError::Servers)? {
+        match fetch_ca_from(&http, &base, &expected).await {
+            Ok(pem) => return Ok(pem),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("the list of servers is never empty (parse_servers)"))
+}
+
+async fn fetch_ca_from(http: &reqwest::Client, server: &str, expected: &str) -> Result<String, AgentError> {
+    let url = format!("{server}/v1/ca.pem");
     let resp = http.get(&url).send().await.map_err(with_tls_cause)?;
     let status = resp.status();
     if !status.is_success() {
@@ -193,7 +286,7 @@ pub async fn fetch_ca(server: &str, expected_sha256: &str) -> Result<String, Age
         .map_err(|e| AgentError::Tls(format!("{url} did not answer with a PEM certificate: {e}")))?;
     let got: String = Sha256::digest(&ca).iter().map(|b| format!("{b:02x}")).collect();
     if got != expected {
-        return Err(AgentError::CaMismatch { expected, got });
+        return Err(AgentError::CaMismatch { expected: expected.to_owned(), got });
     }
     Ok(pem(&ca))
 }

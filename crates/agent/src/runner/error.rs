@@ -10,6 +10,9 @@ pub enum AgentError {
     /// client certificate was refused.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The server address (or list of addresses) is not usable.
+    #[error("server address: {0}")]
+    Servers(String),
     /// The CA the server sent is not the one pinned by hash.
     #[error("the server's CA has SHA-256 {got}, not the expected {expected}")]
     CaMismatch {

@@ -60,7 +60,8 @@ pub use sandbox::{Sandbox, SandboxConfig};
 /// Validated agent settings.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// Server base URL, e.g. `http://127.0.0.1:7070`.
+    /// Server base URL, e.g. `http://127.0.0.1:7070`, or several replicas' separated by commas
+    /// (`https://a:7070,https://b:7070`): requests fail over between them ([`client`]).
     pub server: String,
     /// A one-time join token, used when `<state_dir>/credential` does not exist yet (the node's
     /// credential is stored there after joining).

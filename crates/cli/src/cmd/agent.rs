@@ -22,7 +22,8 @@ use super::up::shutdown_signal;
   gantry agent --server https://head:7070 --stop-jobs-on-exit   # stopping the agent stops its jobs
   gantry agent --server https://head:7070 --advertise-addr 10.0.0.7   # gang peers reach it there")]
 pub struct AgentArgs {
-    /// Server URL.
+    /// Server URL; several replicas' separated by commas (`https://a:7070,https://b:7070`): the
+    /// agent moves to the next when one cannot be reached.
     #[arg(long, env = "GANTRY_SERVER")]
     server: String,
     /// One-time join token (`gantry token create --role agent`); needed on the first start only:
@@ -107,6 +108,7 @@ pub(super) fn advertise_addr(value: &str) -> Result<String, String> {
 /// Runs the agent until Ctrl-C or SIGTERM.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let choice = backend_choice(&args.backend, &args.simulated_gpus)?;
+    gantry_api::failover::parse_servers(&args.server).map_err(|e| anyhow::anyhow!("--server: {e}"))?;
     let data = match args.data_dir {
         Some(d) => d,
         None => home()?.join(".local/share/gantry-agent"),

@@ -7,9 +7,17 @@
 //! cluster CA (`--ca`/`GANTRY_CA`, else the context's `ca`), never through the system's roots when
 //! one is set. A config from before contexts (top-level `server`, `token`, `ca`) is read as a
 //! context named `default`.
+//!
+//! A context may name several servers, replicas of one control plane (`servers = [...]`, or
+//! `--server https://a:7070,https://b:7070`): each request goes to the one that answered last and,
+//! on a failure [`gantry_api::failover`] allows to repeat it, to the next. Reads repeat freely; a
+//! submission repeats under its idempotency key; other writes (a cancel, a token) move on only
+//! when nothing was sent. Polling commands keep their place themselves (`logs -f` a stream
+//! position, `jobs -w` what it has printed), so they carry on at the next server.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
@@ -17,10 +25,13 @@ use clap::Args;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use gantry_api::failover::{self, Failure, NOT_SERVING_HEADER, Repeat, Rotation};
+
 /// Which cluster, and as whom.
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
-    /// Server URL (default: the current context's), e.g. `--server https://head:7070`.
+    /// Server URL (default: the current context's), e.g. `--server https://head:7070`; several
+    /// replicas' separated by commas (`https://a:7070,https://b:7070`) are tried in turn.
     #[arg(long, env = "GANTRY_SERVER")]
     pub server: Option<String>,
     /// API token (default: the current context's). Prefer the environment variable: a flag
@@ -41,6 +52,9 @@ pub struct ServerArgs {
 pub struct ClientContext {
     /// Server URL.
     pub server: Option<String>,
+    /// More server URLs: replicas of one control plane, tried after `server` (or instead of it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
     /// Bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
@@ -54,6 +68,12 @@ pub struct ClientContext {
 }
 
 impl ClientContext {
+    /// Every address of the context as one comma-separated list (`server` first), if any.
+    pub fn server_list(&self) -> Option<String> {
+        let all: Vec<&str> = self.server.iter().chain(&self.servers).map(String::as_str).collect();
+        (!all.is_empty()).then(|| all.join(","))
+    }
+
     /// The CA as PEM: the field itself when it holds PEM, else the file it names.
     pub fn ca_pem(&self) -> anyhow::Result<Option<String>> {
         match self.ca.as_deref() {
@@ -96,6 +116,7 @@ impl ClientConfig {
                 server: self.server.take(),
                 token: self.token.take(),
                 ca: self.ca.take(),
+                servers: Vec::new(),
                 data_dir: None,
             };
             self.contexts.entry(LEGACY_CONTEXT.into()).or_insert(legacy);
@@ -185,14 +206,17 @@ pub fn save_config(config: &ClientConfig) -> anyhow::Result<PathBuf> {
 /// Whether a server was named by flag, environment or the client config.
 pub fn server_configured(args: &ServerArgs) -> bool {
     args.server.is_some()
-        || load_config().is_ok_and(|c| c.context(args.context.as_deref()).is_ok_and(|c| c.server.is_some()))
+        || load_config()
+            .is_ok_and(|c| c.context(args.context.as_deref()).is_ok_and(|c| c.server_list().is_some()))
 }
 
 /// An authenticated connection to the server.
 #[derive(Debug, Clone)]
 pub struct Api {
     http: reqwest::Client,
-    base: String,
+    servers: Arc<[String]>,
+    /// Which of `servers` answered last (shared by clones: the whole process moves on).
+    rotation: Arc<Rotation>,
     token: String,
     /// Whether a CA is pinned (for the message when the server's certificate is refused).
     pinned: bool,
@@ -204,14 +228,15 @@ impl Api {
         let config = load_config()?;
         let context = config.context(args.context.as_deref())?;
         // The context's CA belongs to the context's server; a server named otherwise brings its own.
-        let context_server = args.server.is_none() || args.server == context.server;
+        let context_server = args.server.is_none() || args.server == context.server_list();
         let ca = match &args.ca {
             Some(path) => Some(read_ca(path)?),
             None if context_server => context.ca_pem()?,
             None => None,
         };
         // https even without a CA: a token is never sent in clear to whatever holds the port.
-        let base = args.server.clone().or(context.server).unwrap_or_else(|| "https://127.0.0.1:7070".into());
+        let base =
+            args.server.clone().or(context.server_list()).unwrap_or_else(|| "https://127.0.0.1:7070".into());
         let token = args.token.clone().filter(|t| !t.is_empty()).or(context.token);
         let token = token.ok_or_else(|| {
             anyhow!(
@@ -227,22 +252,29 @@ impl Api {
         Self::with_ca(base, token, None)
     }
 
-    /// A client for `base` with `token` that pins `ca_pem` for https.
+    /// A client for `base` (one URL, or several separated by commas) with `token` that pins
+    /// `ca_pem` for https.
     pub fn with_ca(base: &str, token: &str, ca_pem: Option<&str>) -> anyhow::Result<Self> {
         let http =
             gantry_agent::runner::client::builder(ca_pem, None)?.timeout(Duration::from_secs(30)).build()?;
-        let base = base.trim_end_matches('/').to_owned();
-        Ok(Self { http, base, token: token.to_owned(), pinned: ca_pem.is_some() })
+        let servers = failover::parse_servers(base).map_err(|e| anyhow!("--server: {e}"))?.into();
+        Ok(Self {
+            http,
+            servers,
+            rotation: Arc::default(),
+            token: token.to_owned(),
+            pinned: ca_pem.is_some(),
+        })
     }
 
-    /// The server's base URL.
+    /// The server's base URL: of several, the one that answered last.
     pub fn base(&self) -> &str {
-        &self.base
+        &self.servers[self.rotation.current()]
     }
 
     /// GET a JSON resource.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let resp = self.send(self.http.get(self.url(path))).await?;
+        let resp = self.send(reqwest::Method::GET, path, None::<&()>, Repeat::Safe).await?;
         Ok(resp.json().await?)
     }
 
@@ -252,14 +284,14 @@ impl Api {
         path: &str,
         header: &str,
     ) -> anyhow::Result<(Option<String>, Vec<u8>)> {
-        let resp = self.send(self.http.get(self.url(path))).await?;
+        let resp = self.send(reqwest::Method::GET, path, None::<&()>, Repeat::Safe).await?;
         let value = resp.headers().get(header).and_then(|v| v.to_str().ok()).map(str::to_owned);
         Ok((value, resp.bytes().await?.to_vec()))
     }
 
     /// GET a JSON page and the `x-next-before` cursor of the next one.
     pub async fn get_page<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<(T, Option<i64>)> {
-        let resp = self.send(self.http.get(self.url(path))).await?;
+        let resp = self.send(reqwest::Method::GET, path, None::<&()>, Repeat::Safe).await?;
         let next =
             resp.headers().get("x-next-before").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
         Ok((resp.json().await?, next))
@@ -267,73 +299,155 @@ impl Api {
 
     /// DELETE a resource.
     pub async fn delete(&self, path: &str) -> anyhow::Result<()> {
-        self.send(self.http.delete(self.url(path))).await.map(drop)
+        self.send(reqwest::Method::DELETE, path, None::<&()>, Repeat::Unsafe).await.map(drop)
     }
 
     /// PUT JSON; the answer's body is not read.
     pub async fn put<B: Serialize>(&self, path: &str, body: &B) -> anyhow::Result<()> {
-        self.send(self.http.put(self.url(path)).json(body)).await.map(drop)
+        self.send(reqwest::Method::PUT, path, Some(body), Repeat::Unsafe).await.map(drop)
     }
 
-    /// PUT JSON, read JSON.
+    /// PUT JSON, read JSON. Not repeated at another server once it may have been sent.
     pub async fn put_json<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
         body: &B,
     ) -> anyhow::Result<T> {
-        let resp = self.send(self.http.put(self.url(path)).json(body)).await?;
+        let resp = self.send(reqwest::Method::PUT, path, Some(body), Repeat::Unsafe).await?;
         Ok(resp.json().await?)
     }
 
-    /// PUT bytes (a file of an upload, given ten minutes).
+    /// PUT bytes (a file of an upload, given ten minutes). A file is named by its digest, so
+    /// sending it again to another server is harmless.
     pub async fn put_bytes(&self, path: &str, body: Vec<u8>) -> anyhow::Result<()> {
-        let req = self.http.put(self.url(path)).timeout(Duration::from_secs(600)).body(body);
-        self.send(req.header(reqwest::header::CONTENT_TYPE, "application/octet-stream")).await.map(drop)
+        let build = |req: reqwest::RequestBuilder| {
+            req.timeout(Duration::from_secs(600))
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(body.clone())
+        };
+        self.send_with(reqwest::Method::PUT, path, Repeat::Safe, build).await.map(drop)
     }
 
-    /// POST JSON, read JSON.
+    /// POST JSON, read JSON. Not repeated at another server once it may have been sent (a
+    /// cancel, a token): [`Api::post_keyed`] is for a body with an idempotency key.
     pub async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<T> {
-        let resp = self.send(self.http.post(self.url(path)).json(body)).await?;
+        let resp = self.send(reqwest::Method::POST, path, Some(body), Repeat::Unsafe).await?;
         Ok(resp.json().await?)
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    /// POST JSON whose idempotency key the server honours (a submission's `request_id`): safe
+    /// to send again to another server after a connection lost in flight.
+    pub async fn post_keyed<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> anyhow::Result<T> {
+        let resp = self.send(reqwest::Method::POST, path, Some(body), Repeat::Safe).await?;
+        Ok(resp.json().await?)
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
-        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| {
-            if answered_in_plain_http(&e) {
-                let plain = self.base.replacen("https://", "http://", 1);
-                anyhow!(
-                    "TLS with {} failed: it answered in plain HTTP. A Gantry server started with --no-tls \
-                     is reached at {plain}; otherwise another program holds the port (no token was sent)",
-                    self.base
-                )
-            } else if let Some(cause) = gantry_agent::runner::client::tls_cause(&e) {
-                let hint = if self.pinned {
-                    "is it the cluster's CA? `gantry up` and `gantry server` keep theirs in <data>/tls/ca.pem"
-                } else {
-                    "pin the cluster's CA with --ca FILE or GANTRY_CA (the server keeps it in <data>/tls/ca.pem)"
-                };
-                anyhow!("TLS with {} failed: {cause}; {hint}", self.base)
-            } else if e.is_connect() {
-                anyhow!("cannot reach the Gantry server at {}; is `gantry up` running?", self.base)
-            } else {
-                anyhow!("request to {} failed: {e}", self.base)
-            }
-        })?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-            .unwrap_or(text);
-        Err(ApiStatus { status, message }.into())
+    /// Sends to the server that answered last, then to the others while the failure allows
+    /// ([`failover::try_next`]); the server's answer, or why none gave one.
+    async fn send<B: Serialize>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&B>,
+        repeat: Repeat,
+    ) -> anyhow::Result<reqwest::Response> {
+        self.send_with(method, path, repeat, |req| match body {
+            Some(body) => req.json(body),
+            None => req,
+        })
+        .await
     }
+
+    /// [`Api::send`] with the request finished by `build` (a body, headers, a timeout), once
+    /// per server tried.
+    async fn send_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        repeat: Repeat,
+        build: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> anyhow::Result<reqwest::Response> {
+        let mut failed: Vec<anyhow::Error> = Vec::new();
+        for index in self.rotation.order(self.servers.len()) {
+            let base = &self.servers[index];
+            let req =
+                build(self.http.request(method.clone(), format!("{base}{path}")).bearer_auth(&self.token));
+            let failure = match req.send().await {
+                Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                    let marked = resp.headers().contains_key(NOT_SERVING_HEADER);
+                    failed.push(refusal(resp).await);
+                    if marked { Failure::NotServing } else { Failure::Unavailable }
+                }
+                Ok(resp) => {
+                    self.rotation.worked(index);
+                    if resp.status().is_success() {
+                        return Ok(resp);
+                    }
+                    return Err(refusal(resp).await);
+                }
+                Err(e) => {
+                    failed.push(self.unreachable(base, &e));
+                    gantry_agent::runner::client::failure_of(&e)
+                }
+            };
+            if !failover::try_next(failure, repeat) {
+                break;
+            }
+        }
+        Err(none_answered(failed))
+    }
+
+    /// Why `base` gave no answer, in words.
+    fn unreachable(&self, base: &str, e: &reqwest::Error) -> anyhow::Error {
+        if answered_in_plain_http(e) {
+            let plain = base.replacen("https://", "http://", 1);
+            anyhow!(
+                "TLS with {base} failed: it answered in plain HTTP. A Gantry server started with --no-tls \
+                 is reached at {plain}; otherwise another program holds the port (no token was sent)"
+            )
+        } else if let Some(cause) = gantry_agent::runner::client::tls_cause(e) {
+            let hint = if self.pinned {
+                "is it the cluster's CA? `gantry up` and `gantry server` keep theirs in <data>/tls/ca.pem"
+            } else {
+                "pin the cluster's CA with --ca FILE or GANTRY_CA (the server keeps it in <data>/tls/ca.pem)"
+            };
+            anyhow!("TLS with {base} failed: {cause}; {hint}")
+        } else if e.is_connect() {
+            anyhow!("cannot reach the Gantry server at {base}; is `gantry up` running?")
+        } else {
+            anyhow!("request to {base} failed: {e}")
+        }
+    }
+}
+
+/// The failure of the last server tried; with several, each one's in turn (`; then`), so a
+/// person sees why each gave no answer (a last 503 stays an [`ApiStatus`] for programs).
+fn none_answered(mut failed: Vec<anyhow::Error>) -> anyhow::Error {
+    let last = failed.pop().unwrap_or_else(|| anyhow!("no server to send the request to"));
+    if failed.is_empty() {
+        return last;
+    }
+    let all: Vec<String> = failed.iter().chain([&last]).map(ToString::to_string).collect();
+    let message = all.join("; then ");
+    match last.downcast_ref::<ApiStatus>() {
+        Some(s) => ApiStatus { status: s.status, message }.into(),
+        None => anyhow!(message),
+    }
+}
+
+/// A server's refusal of a request as an [`ApiStatus`].
+async fn refusal(resp: reqwest::Response) -> anyhow::Error {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or(text);
+    ApiStatus { status, message }.into()
 }
 
 /// Whether a TLS handshake failed because the peer's first bytes were no TLS record: a
@@ -392,3 +506,7 @@ pub enum Output {
     /// JSON for programs.
     Json,
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;

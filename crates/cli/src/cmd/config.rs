@@ -68,7 +68,7 @@ fn list(config: &client::ClientConfig, output: Output) -> anyhow::Result<()> {
             .iter()
             .map(|(name, c)| {
                 serde_json::json!({
-                    "name": name, "current": Some(name.as_str()) == current, "server": c.server,
+                    "name": name, "current": Some(name.as_str()) == current, "server": c.server, "servers": c.servers,
                     "ca": c.ca, "data_dir": c.data_dir, "has_token": c.token.is_some(),
                 })
             })
@@ -82,7 +82,7 @@ fn list(config: &client::ClientConfig, output: Output) -> anyhow::Result<()> {
             vec![
                 if Some(name.as_str()) == current { "*".into() } else { String::new() },
                 name.clone(),
-                c.server.clone().unwrap_or_default(),
+                c.server_list().unwrap_or_default(),
                 if c.token.is_some() { "yes".into() } else { "no".into() },
                 c.data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
             ]

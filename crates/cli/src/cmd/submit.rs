@@ -344,14 +344,15 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
     Ok((args.server, draft))
 }
 
-/// Posts a submission, once more after a dropped connection (the request id keeps it one job).
+/// Posts a submission, once more after a dropped connection (the request id keeps it one job,
+/// which is also why the client may send it on to another server: [`Api::post_keyed`]).
 pub(super) fn send(api: &Api, body: &SubmitRequest) -> anyhow::Result<SubmitResponse> {
     block_on(async {
         // A retry after a dropped connection carries the same request id: still one job.
-        match api.post("/v1/jobs", body).await {
+        match api.post_keyed("/v1/jobs", body).await {
             Err(e) if e.to_string().contains("cannot reach") => Err(e),
             Err(e) if ApiStatus::of(&e).is_some_and(|s| (400..500).contains(&s)) => Err(in_flags(e)),
-            Err(_) => api.post("/v1/jobs", body).await,
+            Err(_) => api.post_keyed("/v1/jobs", body).await,
             ok => ok,
         }
     })?

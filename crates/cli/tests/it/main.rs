@@ -12,6 +12,7 @@ mod device_plugin;
 mod elastic;
 mod exporter;
 mod extender;
+mod failover;
 #[path = "../../../fake-nvml/testing.rs"]
 mod fake_nvml;
 mod gang;
