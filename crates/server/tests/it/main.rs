@@ -17,6 +17,7 @@ mod preemption;
 mod priority;
 mod queue;
 mod quotas;
+mod replay;
 mod scheduling;
 mod security;
 mod signin;
