@@ -4,8 +4,9 @@
 //!   OpenAPI document ([`api::ApiDoc`]), `/healthz` and `/metrics`;
 //! - [`command`]: the one dispatcher that applies every mutation to the [`gantry_store::Store`];
 //!   [`assigned`]: the per-node signals that let a held heartbeat answer new work at once;
-//! - [`scheduler`]: the loop that turns a store snapshot into placements through the core's
-//!   policies ([`scheduler::plan`] is pure) and records them before agents act on them;
+//! - [`scheduler`]: the loop that keeps a snapshot of the store, asks the core for the pass's
+//!   decisions (`gantry_core::sched::plan`, pure) and records each as a command before agents
+//!   act on it;
 //! - [`auth`]: bearer tokens (hashed at rest) and the role checks;
 //! - [`tls`]: the cluster CA, server and client certificates; [`transport`]: the listener
 //!   (TLS, per-request peer address and certificate, timeouts, connection limit, shutdown);

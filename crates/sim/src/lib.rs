@@ -10,6 +10,8 @@
 //! - [`report`] turns results into the JSON contract, a text table, CSV curves and an SVG chart;
 //! - [`jobs`] is the job-completion simulator (`gantry sim jobs`): Pollux's job model on a
 //!   virtual clock, the Tiresias/FIFO/SRTF baselines, and Gantry's queue from `gantry_core::queue`;
+//! - [`replay`] is a virtual cluster of server-shaped jobs that runs the server's pass,
+//!   `gantry_core::sched::plan` (the server's replay test drives both with one event log);
 //! - [`serve`] is the serving simulator (`gantry sim serve`): an LLM request trace against
 //!   continuously batching replicas behind the gateway, autoscaled by `gantry_core::autoscale`.
 //!
@@ -19,6 +21,7 @@ pub mod balance;
 pub mod experiment;
 pub mod idle;
 pub mod jobs;
+pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod serve;

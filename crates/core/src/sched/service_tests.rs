@@ -7,7 +7,7 @@ use super::{Held, Holder, NodeRoom, Plan, Shape, Snapshot, find_room, plan_group
 use crate::queue::Victim;
 use crate::{PolicyKind, SplitMix64};
 
-fn node(id: &str, gpus: u32) -> (Node, Vec<Gpu>) {
+pub(super) fn node(id: &str, gpus: u32) -> (Node, Vec<Gpu>) {
     let node = Node {
         id: id.into(),
         hostname: id.into(),
@@ -39,7 +39,7 @@ fn node(id: &str, gpus: u32) -> (Node, Vec<Gpu>) {
     (node, gpus)
 }
 
-fn cluster(sizes: &[u32]) -> Snapshot {
+pub(super) fn cluster(sizes: &[u32]) -> Snapshot {
     let mut s = Snapshot { at: 1_000_000, ..Snapshot::default() };
     for (i, gpus) in sizes.iter().enumerate() {
         let (n, g) = node(&format!("n{i}"), *gpus);
@@ -49,7 +49,7 @@ fn cluster(sizes: &[u32]) -> Snapshot {
     s
 }
 
-fn job(id: i64, gpus: u32, gpu_memory_mib: u64, priority: i32) -> Job {
+pub(super) fn job(id: i64, gpus: u32, gpu_memory_mib: u64, priority: i32) -> Job {
     Job {
         id,
         team: "ml".into(),
@@ -64,7 +64,7 @@ fn job(id: i64, gpus: u32, gpu_memory_mib: u64, priority: i32) -> Job {
 }
 
 /// Job `j` running on `gpus` of `node` (whole GPUs).
-fn running(s: &mut Snapshot, mut j: Job, node: &str, gpus: &[u32]) {
+pub(super) fn running(s: &mut Snapshot, mut j: Job, node: &str, gpus: &[u32]) {
     j.state = JobState::Running;
     j.node_id = Some(node.into());
     j.started_at = Some(s.at - 60_000);
@@ -82,7 +82,7 @@ fn replicas(s: &mut Snapshot, ids: &[i64], service: &str) {
     }
 }
 
-fn pass(s: &Snapshot) -> Plan {
+pub(super) fn pass(s: &Snapshot) -> Plan {
     plan_grouped(s, PolicyKind::Gantry, &mut SplitMix64::new(7))
 }
 
@@ -169,4 +169,19 @@ fn room_that_needs_two_replicas_of_one_service_is_not_found_but_two_services_giv
     let mut victims = got.victims;
     victims.sort_unstable();
     assert_eq!(victims, [1, 2]);
+}
+
+#[test]
+fn an_elastic_victim_frees_its_whole_width_so_a_higher_priority_job_of_its_team_preempts_it() {
+    // One node of two GPUs, both held by an elastic job (1..2 GPUs) at priority 0. A job of the
+    // same team at priority 10 needs both: shrinking frees one, stopping the elastic job frees two.
+    let mut s = cluster(&[2]);
+    let mut elastic = job(1, 1, 0, 0);
+    elastic.request.gpus_max = Some(2);
+    running(&mut s, elastic, "n0", &[0, 1]);
+    s.pending = vec![job(2, 2, 0, 10)];
+    let p = pass(&s);
+    let victims: Vec<i64> = p.preemptions.iter().map(|v| v.job_id).collect();
+    assert_eq!(victims, [1], "{p:?}");
+    assert!(p.resizes.is_empty(), "{p:?}");
 }

@@ -182,8 +182,9 @@ impl<'v, 'a> Victims<'v, 'a> {
         for c in &picked {
             self.chosen.insert(*c);
             self.stopped_services.extend(self.services[*c]);
-            for (node, gpus) in &self.view.jobs[*c].held {
-                self.freeing[*node] += gpus;
+            let nodes: Vec<usize> = self.view.jobs[*c].held.iter().map(|(n, _)| *n).collect();
+            for node in &nodes {
+                self.freeing[*node] += self.held_on(*c, *node);
                 let (cpu, memory) = host_on(self.view, *c, *node);
                 self.freeing_host[*node].0 += cpu;
                 self.freeing_host[*node].1 += memory;
@@ -267,8 +268,11 @@ impl<'v, 'a> Victims<'v, 'a> {
         out
     }
 
+    /// GPUs job `c` frees on `node` when it stops: what it holds there, an elastic job's whole
+    /// width (the queue counts it at its minimum, the GPUs above that as free).
     fn held_on(&self, c: usize, node: usize) -> u32 {
-        self.view.jobs[c].held.iter().filter(|(n, _)| *n == node).map(|(_, g)| g).sum()
+        let held = self.view.jobs[c].held.iter().filter(|(n, _)| *n == node).map(|(_, g)| g).sum();
+        super::elastic::held(self.view.source[c], held)
     }
 
     /// Candidate `c` as a victim for job `k` on `node`, judged by the core's rules.

@@ -150,17 +150,15 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     state.set_dependencies(deps);
-    housekeeping.memory.retain(|id| state.knows(id));
-    housekeeping.memory.charge(&state.plan_input(at, QueueInput::default()).active, at);
     let gap = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
-    let queue = housekeeping.memory.queue_input(gap);
+    let queue = prepare(&mut state, &mut housekeeping.memory, at, gap);
     if let Ok(mut shown) = app.queue.write() {
         shown.clone_from(&queue);
     }
     // The plan is the CPU-heavy part of a pass: off the async workers.
     let (policy, started) = (app.config.policy, Instant::now());
     let (state, decisions) = tokio::task::spawn_blocking(move || {
-        let decisions = sched::plan(state.plan_input(at, queue), policy, &mut SplitMix64::new(SEED));
+        let decisions = decide(&mut state, at, queue, policy);
         (state, decisions)
     })
     .await
@@ -169,6 +167,19 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let submitted = submitted_at(&state, &decisions);
     housekeeping.state = Some(state);
     dispatch::carry_out(app, housekeeping, decisions, &submitted).await
+}
+
+/// The queue's input of a pass at `at` (ms): the memory forgets ended jobs and charges fair
+/// share for what the active jobs held since the last pass.
+pub fn prepare(state: &mut State, memory: &mut Memory, at: i64, resize_gap_ms: i64) -> QueueInput {
+    memory.retain(|id| state.knows(id));
+    memory.charge(&state.plan_input(at, QueueInput::default()).active, at);
+    memory.queue_input(resize_gap_ms)
+}
+
+/// The pass's decisions: the core's [`sched::plan`] on the scheduler's copy of the store.
+pub fn decide(state: &mut State, at: i64, queue: QueueInput, policy: PolicyKind) -> Vec<Decision> {
+    sched::plan(state.plan_input(at, queue), policy, &mut SplitMix64::new(SEED))
 }
 
 /// When each job the decisions place was submitted (the placement-latency metric).
@@ -185,7 +196,8 @@ fn submitted_at(state: &State, decisions: &[Decision]) -> HashMap<JobId, i64> {
 }
 
 type Counts = Vec<(String, JobState, u64)>;
-type DepStates = HashMap<JobId, Vec<JobState>>;
+/// The states of the jobs pending jobs depend on.
+pub type DepStates = HashMap<JobId, Vec<JobState>>;
 
 /// Brings the scheduler's copy of the store up to date: a full reload when there is none yet or
 /// `reload` asks for one, else only what changed.
@@ -207,7 +219,7 @@ fn sync(
 }
 
 /// The jobs pending jobs wait for, once each.
-fn waited_on(pending: &[gantry_store::Job]) -> Vec<JobId> {
+pub fn waited_on(pending: &[gantry_store::Job]) -> Vec<JobId> {
     let mut ids: Vec<JobId> = pending.iter().flat_map(|j| j.after.iter().map(|d| d.job)).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -215,7 +227,7 @@ fn waited_on(pending: &[gantry_store::Job]) -> Vec<JobId> {
 }
 
 /// The states of every job a pending job waits for (each member's, for an array's id).
-fn dependency_states(store: &dyn Store, ids: Vec<JobId>) -> Result<DepStates, gantry_store::StoreError> {
+pub fn dependency_states(store: &dyn Store, ids: Vec<JobId>) -> Result<DepStates, gantry_store::StoreError> {
     let mut out = DepStates::new();
     for id in ids {
         let Some(job) = store.job(id)? else { continue };

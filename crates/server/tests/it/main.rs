@@ -18,6 +18,7 @@ mod preemption;
 mod priority;
 mod queue;
 mod quotas;
+mod replay;
 mod scheduling;
 mod security;
 mod services;
