@@ -126,6 +126,7 @@ fn replay(log: &[Step]) -> Vec<Vec<Decision>> {
                     advertise_addr: None,
                     network: Default::default(),
                     job_defaults: None,
+                    labels: Default::default(),
                     cpu_milli: 64_000,
                     memory_mib: 512_000,
                     gpus,
@@ -164,8 +165,14 @@ fn replay(log: &[Step]) -> Vec<Vec<Decision>> {
                     after,
                     ..SubmitRequest::default()
                 };
-                let job =
-                    NewJob { spec, team: (*team).into(), name: "j".into(), submitted_at: at, user: None };
+                let job = NewJob {
+                    spec,
+                    team: (*team).into(),
+                    name: "j".into(),
+                    submitted_at: at,
+                    user: None,
+                    service: None,
+                };
                 let (id, _) = server.store.submit(&job).expect("submit");
                 submitted.push(id);
                 for job in server.jobs().into_iter().filter(|j| j.id >= id && j.state == JobState::Pending) {
