@@ -119,7 +119,8 @@ fn a_leader_stopped_past_its_lease_hands_over_and_the_new_leaders_placements_sta
         let attempts = store.attempts(id.parse().expect("id")).expect("attempts");
         assert_eq!(attempts.len(), 1, "job {id} placed once: {attempts:?}");
     }
-    let conflicts = history::conflicts(&store.allocations(false).expect("history"), &store.gpus().expect("gpus"));
+    let conflicts =
+        history::conflicts(&store.allocations(false).expect("history"), &store.gpus().expect("gpus"));
     assert!(conflicts.is_empty(), "{conflicts:?}");
     assert_eq!(store.lease().expect("lease").map(|l| l.epoch), Some(2));
 }
