@@ -93,8 +93,6 @@ impl<T: ToValue> ToValue for Option<T> {
 }
 
 /// Statement parameters, as rusqlite's `params!` writes them: `params![a, b.c, None::<i64>]`.
-#[macro_export]
-#[doc(hidden)]
 macro_rules! params {
     ($($x:expr),* $(,)?) => { &[$($crate::db::ToValue::to_value(&$x)),*][..] };
 }

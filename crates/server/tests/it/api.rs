@@ -17,6 +17,9 @@ async fn a_request_without_a_token_gets_401_and_healthz_needs_none() {
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     let resp = s.http.get(format!("{}/healthz", s.url)).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::OK);
+    // A lone server on SQLite leads without an election.
+    let health: Value = resp.json().await.expect("json");
+    assert_eq!(health, json!({"status": "ok", "role": "leader", "epoch": 0}));
 }
 
 #[tokio::test]

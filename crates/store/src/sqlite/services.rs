@@ -88,7 +88,7 @@ pub(super) fn get(c: &dyn Conn, team: &str, name: &str) -> Result<Option<Service
 pub(super) fn list(c: &dyn Conn, teams: Option<&[String]>) -> Result<Vec<Service>> {
     let teams = teams.map(|t| rows::to_json(&t)).transpose()?;
     let sql = format!(
-        "SELECT {SERVICE_COLUMNS} FROM services WHERE (?1 IS NULL OR team IN (SELECT value FROM json_each(?1))) \
+        "SELECT {SERVICE_COLUMNS} FROM services WHERE (team IN (SELECT value FROM json_each(?1)) OR ?1 IS NULL) \
          ORDER BY team, name"
     );
     let mut stmt = c.prepare_cached(&sql)?;

@@ -1,8 +1,9 @@
 //! A throwaway PostgreSQL for tests, from Debian's `postgresql` package: `initdb` into a
 //! temporary directory, the server started on a free loopback port (no unix socket), as
-//! `nobody` when the tests run as root (PostgreSQL refuses to run as root). It stops when
-//! dropped, and also when the test process ends however it ends: the server runs under a small
-//! shell that waits on a pipe from this process and stops the server once the pipe closes.
+//! `nobody` when the tests run as root (PostgreSQL refuses to run as root). It stops, and its
+//! directory goes, when dropped, and also when the test process ends however it ends: the
+//! server runs under a small shell that waits on a pipe from this process and stops the server
+//! once the pipe closes.
 //!
 //! Other crates' tests use it too: `#[path = "../../../store/tests/postgres/harness.rs"] mod
 //! harness;`. It needs nothing but the standard library and the package's binaries.
@@ -56,10 +57,11 @@ impl TempPostgres {
         let script = format!(
             "'{}' -D '{}' -p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories= \
              -c max_connections=400 -c fsync=on -c synchronous_commit=on >'{}' 2>&1 & pid=$!; \
-             read _; kill -INT $pid; wait $pid",
+             read _; kill -INT $pid; wait $pid; rm -rf '{}'",
             postgres.display(),
             data.display(),
-            dir.join("server.log").display()
+            dir.join("server.log").display(),
+            dir.display()
         );
         let guard = as_user(root, Path::new("/bin/sh"))
             .args(["-c", &script])
