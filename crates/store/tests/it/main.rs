@@ -11,6 +11,7 @@ mod jobs;
 mod leader;
 mod nodes;
 mod props;
+mod services;
 mod sqlite;
 mod workflow;
 

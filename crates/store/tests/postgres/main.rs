@@ -10,6 +10,8 @@ mod gangs;
 pub mod harness;
 #[path = "../it/helpers.rs"]
 mod helpers;
+#[path = "../it/idle.rs"]
+mod idle;
 #[path = "../it/invariants.rs"]
 mod invariants;
 #[path = "../it/jobs.rs"]
@@ -21,6 +23,8 @@ mod nodes;
 mod postgres;
 #[path = "../it/props.rs"]
 mod props;
+#[path = "../it/services.rs"]
+mod services;
 #[path = "../it/workflow.rs"]
 mod workflow;
 

@@ -1,0 +1,79 @@
+//! Services and pools in the store, on both backends: a file applied once is created, again
+//! unchanged, changed configured (its next generation); scaling records a decision; replicas are
+//! jobs naming their service; deleting a service stops them; pools are set and listed.
+
+use gantry_store::*;
+
+use super::{new_job, open};
+
+fn admin(action: &str) -> AuditEntry {
+    let actor = Actor { name: "root".into(), role: "admin".into(), team: None, peer: None };
+    AuditEntry { actor, action: action.into(), target: String::new(), at: 10 }
+}
+
+fn apply(store: &dyn Store, text: &str) -> Changed {
+    let spec: ServiceSpec = serde_json::from_str(text).expect("a valid service file");
+    let change =
+        Change::ApplyService { team: "ml".into(), digest: text.into(), desired: 1, spec: Box::new(spec) };
+    store.apply(change, admin("service.apply")).expect("apply")
+}
+
+const ECHO: &str =
+    r#"{"name": "echo", "replicas": "1..4", "gpus": 1, "port": 8000, "command": ["python3", "server.py"]}"#;
+
+#[test]
+fn a_service_is_created_unchanged_then_configured_scaled_and_deleted_with_its_replicas() {
+    let (_dir, store) = open();
+    assert_eq!(apply(&*store, ECHO), Changed::Service(ServiceAction::Created, 1));
+    assert_eq!(apply(&*store, ECHO), Changed::Service(ServiceAction::Unchanged, 1));
+    let changed = ECHO.replace("1..4", "2..4");
+    assert_eq!(apply(&*store, &changed), Changed::Service(ServiceAction::Configured, 2));
+    let svc = store.service("ml", "echo").expect("read").expect("the service");
+    assert_eq!((svc.generation, svc.desired), (2, 2), "a new range moves the count into it");
+    assert_eq!(store.services(Some(vec!["ml".into()])).expect("list").len(), 1);
+    assert!(store.services(Some(vec!["cv".into()])).expect("list").is_empty(), "another team sees none");
+    assert_eq!(store.services(None).expect("list").len(), 1);
+
+    let decision = ServiceDecision { at: 20, from: 2, to: 3, reason: "in_flight over target".into() };
+    store.scale_service(svc.id, 3, Some(decision.clone())).expect("scale");
+    assert_eq!(store.service_decisions(svc.id, 10).expect("decisions"), vec![decision]);
+    assert_eq!(store.service("ml", "echo").expect("read").expect("service").desired, 3);
+
+    let replica = NewJob { service: Some(("echo".into(), 2)), team: "ml".into(), ..new_job("r", 1, 0) };
+    let (id, _) = store.submit(&replica).expect("submit a replica");
+    let replicas = store.service_replicas("ml", "echo", 5).expect("replicas");
+    assert_eq!(replicas.iter().map(|r| (r.job.id, r.generation)).collect::<Vec<_>>(), vec![(id, 2)]);
+    let change = Change::DeleteService { team: "ml".into(), name: "echo".into() };
+    store.apply(change, admin("service.delete")).expect("delete");
+    assert!(store.service("ml", "echo").expect("read").is_none());
+    assert_eq!(
+        store.job(id).expect("read").expect("job").state,
+        JobState::Cancelled,
+        "no replica outlives it"
+    );
+}
+
+#[test]
+fn pools_are_set_replaced_and_listed_by_name() {
+    let (_dir, store) = open();
+    let pool = |name: &str, placement, teams: &[&str]| Pool {
+        name: name.into(),
+        placement,
+        teams: teams.iter().map(|t| (*t).to_string()).collect(),
+    };
+    store.apply(Change::SetPool(pool("train", PoolPlacement::Pack, &[])), admin("pool.set")).expect("set");
+    store
+        .apply(Change::SetPool(pool("infer", PoolPlacement::Spread, &["ml"])), admin("pool.set"))
+        .expect("set");
+    store
+        .apply(Change::SetPool(pool("train", PoolPlacement::Spread, &["a", "b"])), admin("pool.set"))
+        .expect("set");
+    let pools = store.pools().expect("pools");
+    assert_eq!(
+        pools,
+        vec![
+            pool("infer", PoolPlacement::Spread, &["ml"]),
+            pool("train", PoolPlacement::Spread, &["a", "b"])
+        ]
+    );
+}
