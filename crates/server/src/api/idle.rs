@@ -18,7 +18,7 @@ use crate::error::{ApiError, ErrorBody};
 
 /// The idle policies admins set, by team and kind (others get the defaults: batch jobs warned
 /// at 60 minutes and requeued at 120 below 1 %).
-#[utoipa::path(get, path = "/v1/idle-policies", security(("bearer" = [])), responses((status = 200, body = Vec<IdlePolicyView>)))]
+#[utoipa::path(get, path = "/v1/idle-policies", operation_id = "list_idle_policies", security(("bearer" = [])), responses((status = 200, body = Vec<IdlePolicyView>)))]
 pub async fn list(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
@@ -30,7 +30,7 @@ pub async fn list(
 /// Set a team's idle policy for a job kind (admins): a job whose GPUs all stay below
 /// `below_percent` for `warn_after_s` is warned (an event), for `act_after_s` requeued (its
 /// retries unspent) or cancelled; every action is an event and an audit row with its samples.
-#[utoipa::path(put, path = "/v1/teams/{name}/idle", params(("name" = String, Path, description = "team")),
+#[utoipa::path(put, path = "/v1/teams/{name}/idle", operation_id = "set_idle_policy", params(("name" = String, Path, description = "team")),
     request_body = IdlePolicyRequest, security(("bearer" = [])),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn set(

@@ -20,7 +20,7 @@ use crate::command::Command;
 use crate::error::{ApiError, ErrorBody};
 
 /// Node pools with their nodes, GPUs (all, free), placement and teams, by name (every user).
-#[utoipa::path(get, path = "/v1/pools", security(("bearer" = [])), responses((status = 200, body = Vec<PoolView>)))]
+#[utoipa::path(get, path = "/v1/pools", operation_id = "list_pools", security(("bearer" = [])), responses((status = 200, body = Vec<PoolView>)))]
 pub async fn list(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
@@ -32,7 +32,7 @@ pub async fn list(
 /// Set a pool's placement (`pack`: fill partly used nodes first, the default; `spread`: the
 /// least allocated node, then its least used GPU) and the teams that may use it (`teams`
 /// absent: as they were; empty: every team). Admins; the pool need not have nodes yet.
-#[utoipa::path(put, path = "/v1/pools/{name}", params(("name" = String, Path, description = "pool")),
+#[utoipa::path(put, path = "/v1/pools/{name}", operation_id = "set_pool", params(("name" = String, Path, description = "pool")),
     request_body = PoolRequest, security(("bearer" = [])),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn set(

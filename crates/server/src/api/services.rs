@@ -39,7 +39,7 @@ pub struct TeamQuery {
 /// Apply a service file: a new service (`created`), the same file again (`unchanged`), or a
 /// changed one (`configured`: a new generation, its replicas replaced one at a time, a new
 /// one ready before an old one drains). Members of the service's team and admins.
-#[utoipa::path(post, path = "/v1/services", request_body = ServiceSpec, security(("bearer" = [])),
+#[utoipa::path(post, path = "/v1/services", operation_id = "apply_service", request_body = ServiceSpec, security(("bearer" = [])),
     responses((status = 200, body = ServiceApplied), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn apply(
@@ -63,7 +63,7 @@ pub async fn apply(
 }
 
 /// The caller's services (every team's for operators and admins), by team and name.
-#[utoipa::path(get, path = "/v1/services", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/services", operation_id = "list_services", security(("bearer" = [])),
     responses((status = 200, body = Vec<ServiceView>)))]
 pub async fn list(
     State(app): State<Arc<App>>,
@@ -81,7 +81,7 @@ pub async fn list(
 
 /// One service: its counts, replicas (state, node, GPUs, ready), the gateway's figures and the
 /// last decisions with their reasons.
-#[utoipa::path(get, path = "/v1/services/{name}", params(("name" = String, Path, description = "service name"), TeamQuery),
+#[utoipa::path(get, path = "/v1/services/{name}", operation_id = "get_service", params(("name" = String, Path, description = "service name"), TeamQuery),
     security(("bearer" = [])), responses((status = 200, body = ServiceView), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(app): State<Arc<App>>,
@@ -95,7 +95,7 @@ pub async fn get(
 }
 
 /// Delete a service: its replicas stop and its path answers 404. Members of its team and admins.
-#[utoipa::path(delete, path = "/v1/services/{name}", params(("name" = String, Path, description = "service name"), TeamQuery),
+#[utoipa::path(delete, path = "/v1/services/{name}", operation_id = "delete_service", params(("name" = String, Path, description = "service name"), TeamQuery),
     security(("bearer" = [])), responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(app): State<Arc<App>>,
