@@ -115,47 +115,12 @@ impl Client {
         Ok(self.get(path, timeout).await?.bytes().await?)
     }
 
-    /// GETs `path` from the address that answered last, then from the others while
-    /// [`failover::try_next`] allows (a read is always safe to repeat).
+    /// GETs `path`: a read, always safe to send to the next server.
     async fn get(&self, path: &str, timeout: Duration) -> Result<reqwest::Response, AgentError> {
-        let mut last = None;
-        for index in self.rotation.order(self.servers.len()) {
-            let url = format!("{}{path}", self.servers[index]);
-            let failure = match self.http.get(url).bearer_auth(&self.token).timeout(timeout).send().await {
-                Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
-                    let failure = if resp.headers().contains_key(NOT_SERVING_HEADER) {
-                        Failure::NotServing
-                    } else {
-                        Failure::Unavailable
-                    };
-                    last =
-                        Some(AgentError::Status { status: 503, body: resp.text().await.unwrap_or_default() });
-                    failure
-                }
-                Ok(resp) => {
-                    self.rotation.worked(index);
-                    let status = resp.status();
-                    if status.is_success() {
-                        return Ok(resp);
-                    }
-                    let body = resp.text().await.unwrap_or_default();
-                    return Err(AgentError::Status { status: status.as_u16(), body });
-                }
-                Err(e) => {
-                    let failure = failure_of(&e);
-                    last = Some(with_tls_cause(e));
-                    failure
-                }
-            };
-            if !failover::try_next(failure, Repeat::Safe) {
-                break;
-            }
-        }
-        Err(last.expect("the list of servers is never empty (parse_servers)"))
+        self.request(path, Repeat::Safe, |url| self.http.get(url).timeout(timeout)).await
     }
 
-    /// POSTs `body` to the address that answered last, then to the others while
-    /// [`failover::try_next`] allows; the last failure when none answered.
+    /// POSTs `body` as JSON and reads the answer's.
     async fn send<B: Serialize, R: DeserializeOwned>(
         &self,
         path: &str,
@@ -163,10 +128,22 @@ impl Client {
         timeout: Duration,
         repeat: Repeat,
     ) -> Result<R, AgentError> {
+        let resp = self.request(path, repeat, |url| self.http.post(url).timeout(timeout).json(body)).await?;
+        Ok(resp.json().await?)
+    }
+
+    /// Sends the request `build` makes for a server's URL to the address that answered last,
+    /// then to the others while [`failover::try_next`] allows: a success, the server's refusal,
+    /// or the last failure when none answered.
+    async fn request(
+        &self,
+        path: &str,
+        repeat: Repeat,
+        build: impl Fn(String) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, AgentError> {
         let mut last = None;
         for index in self.rotation.order(self.servers.len()) {
-            let url = format!("{}{path}", self.servers[index]);
-            let sent = self.http.post(url).bearer_auth(&self.token).timeout(timeout).json(body).send().await;
+            let sent = build(format!("{}{path}", self.servers[index])).bearer_auth(&self.token).send().await;
             let failure = match sent {
                 Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
                     let failure = if resp.headers().contains_key(NOT_SERVING_HEADER) {
@@ -180,7 +157,7 @@ impl Client {
                 }
                 Ok(resp) => {
                     self.rotation.worked(index);
-                    return answer(resp).await;
+                    return success(resp).await;
                 }
                 Err(e) => {
                     let failure = failure_of(&e);
@@ -199,11 +176,11 @@ impl Client {
     }
 }
 
-/// A server's answer: the body of a success, else its status and text.
-async fn answer<R: DeserializeOwned>(resp: reqwest::Response) -> Result<R, AgentError> {
+/// A server's answer when it is a success, else its status and text.
+async fn success(resp: reqwest::Response) -> Result<reqwest::Response, AgentError> {
     let status = resp.status();
     if status.is_success() {
-        return Ok(resp.json().await?);
+        return Ok(resp);
     }
     let body = resp.text().await.unwrap_or_default();
     Err(AgentError::Status { status: status.as_u16(), body })

@@ -211,9 +211,9 @@ pub fn replay(
                         i,
                         Running { allocs: allocs.iter().map(|(id, _)| *id).collect(), parts: held, end_s },
                     );
-                    pending.retain(|p| *p != i);
                     heap.push(Reverse((key(end_s), Event::End(i))));
                 }
+                pending.retain(|p| !running.contains_key(p));
                 continue;
             }
         }
