@@ -301,8 +301,15 @@ fn a_port_one_attempt_publishes_cannot_be_published_by_another_until_it_is_detac
     let err = network.attach(2, 1, &[port]).expect_err("the port is taken");
     assert!(err.to_string().contains(&format!("port {port} is already published")), "{err}");
     assert!(!state.path().join("netns/2-1").exists(), "the refused attempt left nothing");
-    let busy = TcpListener::bind(("0.0.0.0", free_port())).expect("a node service");
-    let taken = busy.local_addr().expect("addr").port();
+    // Bound on port 0 so that no other test can take it between choosing and binding; the
+    // kernel may hand out the published port itself (nothing listens there), so try again then.
+    let (_busy, taken) = loop {
+        let busy = TcpListener::bind(("0.0.0.0", 0)).expect("a node service");
+        let taken = busy.local_addr().expect("addr").port();
+        if taken != port {
+            break (busy, taken);
+        }
+    };
     let err = network.attach(3, 1, &[taken]).expect_err("a node service holds it");
     assert!(err.to_string().contains("in use on this node"), "{err}");
     first.net.detach().expect("detach");
