@@ -9,10 +9,15 @@
 //! The server's replay test (`crates/server/tests/it/replay.rs`) drives one event log through
 //! the server's scheduler (its store, its incremental copy, its dispatch) and through this
 //! engine, and requires the same decisions, resizes and victims included.
+//!
+//! The job simulator's `gantry` policy (`crate::jobs::gantry`) keeps one of these for a whole
+//! run and drives it through [`Event`]s, which it can record: the server's replay test replays
+//! such a recording and requires the decisions the simulator got.
 
 use std::collections::HashMap;
 
 use gantry_api::model::{Gpu, GpuHealth, Job, JobId, JobState, Node, Team};
+use gantry_core::queue::QueueWeights;
 use gantry_core::sched::{self, Decision, Held, Memory, Place, QueueInput, Snapshot};
 use gantry_core::{PolicyKind, SplitMix64};
 
@@ -29,9 +34,60 @@ pub struct VirtualCluster {
     /// Array members by array id (a dependency on an array waits for every member).
     arrays: HashMap<JobId, Vec<JobId>>,
     next_allocation: i64,
+    /// Jobs that checkpoint, with the service they received (`QueueInput::checkpointing`).
+    checkpointing: HashMap<JobId, f64>,
+}
+
+/// One event of a log the virtual cluster replays (and the server's replay test too).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A node joins with its GPUs.
+    Node(Node, Vec<Gpu>),
+    /// A team's guarantee changes.
+    Team(Team),
+    /// A job (pending, with its gang's workers after it) is submitted.
+    Submit(Job),
+    /// Jobs that checkpoint now, with the service each received (replaces the last).
+    Checkpointing(HashMap<JobId, f64>),
+    /// One pass at `at` ms, with what it decided.
+    Pass {
+        /// ms.
+        at: i64,
+        /// Least time between two resizes of a job, ms.
+        resize_gap_ms: i64,
+        /// The decisions the pass returned.
+        decided: Vec<Decision>,
+    },
+    /// Agents start every scheduled job at `at` ms.
+    StartAll(i64),
+    /// Agents stop every job asked to stop; each goes back to the queue.
+    StopAll,
+    /// A job (or a gang) ends.
+    End(JobId, JobState),
 }
 
 impl VirtualCluster {
+    /// A cluster whose queue runs with `weights` (the default: the server's).
+    pub fn with_weights(weights: QueueWeights) -> Self {
+        Self { memory: Memory::with_weights(weights), ..Self::default() }
+    }
+
+    /// Replays one event (a `Pass` plans anew: its `decided` is not read) and returns what a
+    /// pass decided (nothing for other events).
+    pub fn apply(&mut self, event: &Event, policy: PolicyKind) -> Vec<Decision> {
+        match event {
+            Event::Node(node, gpus) => self.add_node(node.clone(), gpus.clone()),
+            Event::Team(team) => self.set_team(team.clone()),
+            Event::Submit(job) => self.submit(job.clone()),
+            Event::Checkpointing(jobs) => self.checkpointing.clone_from(jobs),
+            Event::Pass { at, resize_gap_ms, .. } => return self.pass(*at, policy, *resize_gap_ms),
+            Event::StartAll(at) => self.start_all(*at),
+            Event::StopAll => self.stop_all(),
+            Event::End(id, state) => self.end(*id, *state),
+        }
+        Vec::new()
+    }
+
     /// The cluster as the next pass will see it (its time and queue memory are the last pass's).
     pub fn snapshot(&self) -> &Snapshot {
         &self.snap
@@ -106,6 +162,7 @@ impl VirtualCluster {
         self.snap.deps = self.dependencies();
         self.snap.at = at;
         self.snap.queue = self.memory.queue_input(resize_gap_ms);
+        self.snap.queue.checkpointing.clone_from(&self.checkpointing);
         let decisions = if self.snap.nodes.iter().any(|n| n.state == gantry_api::model::NodeState::Ready) {
             sched::plan(&self.snap, policy, &mut SplitMix64::new(SEED))
         } else {

@@ -59,16 +59,13 @@
 //! GPUs free, so small jobs cannot starve it.
 //!
 //! # Elastic jobs
-//! A job with a range of GPUs is admitted at its minimum like any other, then [`plan_elastic`]
-//! decides its width: keep what it holds, grow into spare GPUs where goodput per GPU gains most,
-//! and resize only when the gain pays for the restart (see that module).
+//! A job with a range of GPUs is admitted at its minimum like any other; its width is the
+//! scheduling pass's (`crate::sched`'s elastic rule), in the server and the simulator alike.
 
-mod elastic;
 mod fairshare;
 mod plan;
 mod weights;
 
-pub use elastic::{ElasticJob, ElasticSettings, plan_elastic};
 pub use fairshare::Usage;
 pub use plan::{
     Decision, NodeFree, QueuedJob, Team, Victim, admit, choose_victims, place_gang, place_workers, plan,

@@ -193,7 +193,7 @@ pub fn plan_ranked(
 
 /// Ranks and admits without placing: the rank order (indices into `jobs`) and, per job, whether
 /// its `gpus` are granted this round (budget, team caps, backfill with reservation). [`plan`]
-/// places what this admits; the elastic planner grows admitted jobs beyond `gpus` first.
+/// places what this admits.
 pub fn admit(
     w: &QueueWeights,
     teams: &[Team],

@@ -35,9 +35,6 @@ pub struct QueueWeights {
     /// gang's GPUs free, so a stream of small jobs cannot starve it (the server turns it on; off
     /// by default so the simulator's published figures stay as measured).
     pub gang_reservation: bool,
-    /// Elastic jobs: a resize must gain this many times the goodput its restart costs
-    /// (see [`super::plan_elastic`]).
-    pub resize_margin: f64,
 }
 
 impl Default for QueueWeights {
@@ -55,7 +52,6 @@ impl Default for QueueWeights {
             backfill_yields: true,
             share_step: 4.0,
             gang_reservation: false,
-            resize_margin: 2.0,
         }
     }
 }
@@ -87,12 +83,10 @@ impl QueueWeights {
                 "gang_reservation" => w.gang_reservation = v != 0.0,
                 "team_guarantee" if v <= 1.0 => w.team_guarantee = v,
                 "team_guarantee" => return Err("team_guarantee is a fraction of the cluster, 0 to 1".into()),
-                "resize_margin" => w.resize_margin = v,
                 other => {
                     return Err(format!(
                         "unknown weight `{other}`; known: band_base_gpu_s, band_factor, bands, aging_s, \
-                         half_life_s, borrow_limit, fair_share, sticky, backfill_yields, share_step, team_guarantee, gang_reservation, \
-                         resize_margin"
+                         half_life_s, borrow_limit, fair_share, sticky, backfill_yields, share_step, team_guarantee, gang_reservation"
                     ));
                 }
             }

@@ -1,9 +1,7 @@
-//! Elastic jobs (`--gpus 2..8`) in the server's pass: when to grow them, when to shrink them.
-//!
-//! The simulator's elastic policy (`crate::queue::plan_elastic`) hands spare GPUs to the
-//! jobs whose goodput gains most per GPU, from a goodput curve each job reports. Server jobs
-//! report no such curve, so the server follows a plain rule on the same shape (admit at the
-//! minimum, then resize between rounds, never outside the range):
+//! Elastic jobs (`--gpus 2..8`) in the pass: when to grow them, when to shrink them. The server
+//! and the job simulator (`gantry sim jobs --elastic`) run this one rule; no job reports a
+//! goodput curve, so widths follow from the queue and idle GPUs alone (admit at the minimum,
+//! then resize between rounds, never outside the range):
 //!
 //! 1. **Admission at the minimum.** The queue ranks and admits an elastic job as a job of its
 //!    minimum, so elasticity never keeps out a job the queue would start. A running elastic

@@ -19,6 +19,12 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// A memory whose queue runs with `weights` (the job simulator's `--gantry-weights`);
+    /// [`Memory::default`] has the server's.
+    pub fn with_weights(weights: crate::queue::QueueWeights) -> Self {
+        Self { input: QueueInput { weights, ..QueueInput::default() }, at_ms: None }
+    }
+
     /// Charges each team, since the last charge, for the GPUs its `active` jobs hold at
     /// `now_ms`; a gang is charged for all its workers once.
     pub fn charge(&mut self, active: &[Job], now_ms: i64) {

@@ -51,6 +51,9 @@ pub use rules::{Contender, TeamsNow};
 pub use snapshot::{Held, QueueInput, Snapshot};
 
 #[cfg(test)]
+mod checkpoint_tests;
+
+#[cfg(test)]
 mod room_tests;
 
 #[cfg(test)]

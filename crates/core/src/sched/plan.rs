@@ -1,12 +1,12 @@
 //! Planning a scheduling pass: a pure function from a snapshot to decisions, on the core's
 //! queue and ledger.
 //!
-//! *Who* runs is [`crate::queue::plan_ranked`], the entry point the job simulator's
-//! `gantry` policy calls: team guarantees (a team's `gpu_quota` is the GPUs it is guaranteed;
-//! idle GPUs may be borrowed and are reclaimed when the owner returns), priority raised by aging,
-//! fair share from decayed usage, FIFO, backfill that cannot delay the head, and preemption of
-//! lower-ranked running jobs. The server does not demote by attained service (its jobs do not say
-//! they checkpoint), so every job sits in band 0.
+//! *Who* runs is [`crate::queue::plan_ranked`]: team guarantees (a team's `gpu_quota` is the
+//! GPUs it is guaranteed; idle GPUs may be borrowed and are reclaimed when the owner returns),
+//! priority raised by aging, attained-service bands, fair share from decayed usage, FIFO,
+//! backfill that cannot delay the head, and preemption of lower-ranked running jobs. Only jobs
+//! that checkpoint (`QueueInput::checkpointing`: the job simulator's) are demoted by attained
+//! service; the server's jobs do not say they checkpoint, so they sit in band 0.
 //!
 //! *Where*: a whole-GPU job goes where the queue placed it (the fullest node that holds it, as in
 //! the simulator, so the two make the same decisions); when the ledger refuses that node (CPU,

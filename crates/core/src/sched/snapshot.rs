@@ -69,6 +69,14 @@ pub struct QueueInput {
     /// For each job asked to stop by a preemption, the job it was preempted for: what it frees
     /// is that job's, not anyone's (see `super::victims`).
     pub preempted_for: HashMap<i64, i64>,
+    /// Jobs that checkpoint and yield their GPUs to any job the queue ranks above them, with
+    /// the GPU-seconds of service each received: the queue ranks them by attained-service band
+    /// (least attained service first, as Tiresias does) and such a job may be stopped for a
+    /// job ranked above it whatever their priorities and teams (see `super::victims`). Jobs not
+    /// here are in band 0 and stopped only by priority within a team or a guarantee reclaim.
+    /// The server's jobs do not say they checkpoint, so it leaves this empty; the job
+    /// simulator's jobs all do.
+    pub checkpointing: HashMap<i64, f64>,
 }
 
 impl Default for QueueInput {
@@ -82,6 +90,7 @@ impl Default for QueueInput {
             resize_gap_ms: 300_000,
             widths: HashMap::new(),
             preempted_for: HashMap::new(),
+            checkpointing: HashMap::new(),
         }
     }
 }

@@ -17,6 +17,12 @@
 //! free, so a job waiting for its victims to stop asks for no more. A gang is a victim as a whole
 //! (its GPUs on a node are what it frees there). A service's replicas are stopped last and at most
 //! one of each service per pass (`super::service`).
+//!
+//! A job that checkpoints (`QueueInput::checkpointing`, the job simulator's jobs) has said it
+//! may be stopped and resumed at any time: it yields to any job the queue ranks above it, of
+//! any priority and team, as least-attained-service schedulers (Tiresias) preempt. It is judged
+//! one level below its preemptor, so it goes after the jobs of lower priority, and the fewest,
+//! cheapest such victims are still chosen by [`find_room`].
 
 use std::collections::{HashMap, HashSet};
 
@@ -56,6 +62,8 @@ pub(super) struct Victims<'v, 'a> {
     services: Vec<Option<u32>>,
     /// Services a replica of which this pass already stops: no second one is stopped.
     stopped_services: HashSet<u32>,
+    /// Jobs (indices into the view) that checkpoint: they yield to any job ranked above them.
+    yielding: HashSet<usize>,
     at: i64,
 }
 
@@ -102,6 +110,9 @@ impl<'v, 'a> Victims<'v, 'a> {
             }
         }
         let at = s.at;
+        let yielding = (0..view.jobs.len())
+            .filter(|k| s.queue.checkpointing.contains_key(&view.source[*k].id))
+            .collect();
         let mut names: HashMap<&str, u32> = HashMap::new();
         let services = view
             .source
@@ -114,6 +125,7 @@ impl<'v, 'a> Victims<'v, 'a> {
         Self {
             services,
             stopped_services: HashSet::new(),
+            yielding,
             view,
             candidates,
             running,
@@ -281,7 +293,12 @@ impl<'v, 'a> Victims<'v, 'a> {
         if gpus == 0 {
             return None;
         }
-        let priority = self.teams().judged_priority(&self.contender(k), &self.contender(c))?;
+        let by = self.contender(k);
+        let judged = self.teams().judged_priority(&by, &self.contender(c));
+        // A job that checkpoints yields to any job the queue ranks above it.
+        let floor = by.priority.saturating_sub(1);
+        let priority =
+            if self.yields_to(k, c) { Some(judged.map_or(floor, |p| p.min(floor))) } else { judged }?;
         let victim = self.view.source[c];
         let running_s = (self.at - victim.started_at.unwrap_or(self.at)).max(0) as f64 / 1000.0;
         Some(Victim {
@@ -290,6 +307,11 @@ impl<'v, 'a> Victims<'v, 'a> {
             gpus,
             lost_gpu_s: f64::from(self.view.jobs[c].gpus) * running_s,
         })
+    }
+
+    /// Whether `c` checkpoints and the queue ranks `k` above it.
+    fn yields_to(&self, k: usize, c: usize) -> bool {
+        self.yielding.contains(&c) && self.rank[c] > self.rank[k]
     }
 
     fn contender(&self, k: usize) -> Contender {
@@ -309,6 +331,8 @@ impl<'v, 'a> Victims<'v, 'a> {
         let (by, job) = (self.view.source[k], self.view.source[c]);
         if by.priority > job.priority {
             format!("preempted by job {} (priority {} over {})", by.id, by.priority, job.priority)
+        } else if self.yields_to(k, c) && !self.teams().reclaims(&self.contender(k), &self.contender(c)) {
+            format!("preempted by job {}, which the queue ranks above it (it checkpoints)", by.id)
         } else {
             let name = |t: usize| self.view.names.get(t).copied().unwrap_or("?");
             let (mine, theirs) = (self.view.jobs[k].team, self.view.jobs[c].team);

@@ -113,6 +113,13 @@ impl<'a> QueueView<'a> {
             s.teams.iter().filter(|t| t.preempts_other_teams()).map(|t| t.name.as_str()).collect();
         view.preempts_others = names.iter().map(|n| preempting.contains(n)).collect();
         view.names = names;
+        // A job that checkpoints is ranked by the service it received (its band); others are
+        // in band 0.
+        if !s.queue.checkpointing.is_empty() {
+            for (q, job) in view.jobs.iter_mut().zip(&view.source) {
+                q.attained_gpu_s = s.queue.checkpointing.get(&job.id).copied().unwrap_or(0.0);
+            }
+        }
         view
     }
 

@@ -47,6 +47,8 @@ struct Server {
     state: State,
     memory: Memory,
     epochs: std::collections::HashMap<String, u64>,
+    /// Jobs that checkpoint, with their service (`QueueInput::checkpointing`).
+    checkpointing: std::collections::HashMap<JobId, f64>,
 }
 
 impl Server {
@@ -54,7 +56,14 @@ impl Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open(dir.path()).expect("open store");
         let state = State::load(&store).expect("load");
-        Self { store, _dir: dir, state, memory: Memory::default(), epochs: Default::default() }
+        Self {
+            store,
+            _dir: dir,
+            state,
+            memory: Memory::default(),
+            epochs: Default::default(),
+            checkpointing: Default::default(),
+        }
     }
 
     fn jobs(&self) -> Vec<Job> {
@@ -77,11 +86,17 @@ impl Server {
 
     /// The scheduler's pass as `scheduler::pass` runs it, on this clock.
     fn pass(&mut self, at: i64) -> Vec<Decision> {
+        self.pass_with(at, GAP_MS)
+    }
+
+    /// [`Server::pass`] with `gap_ms` between two resizes.
+    fn pass_with(&mut self, at: i64, gap_ms: i64) -> Vec<Decision> {
         self.state.sync(&self.store).expect("sync");
         let waited_on = scheduler::waited_on(&self.state.plan_input(at, Default::default()).pending);
         let deps = scheduler::dependency_states(&self.store, waited_on).expect("dependencies");
         self.state.set_dependencies(deps);
-        let queue = scheduler::prepare(&mut self.state, &mut self.memory, at, GAP_MS);
+        let mut queue = scheduler::prepare(&mut self.state, &mut self.memory, at, gap_ms);
+        queue.checkpointing.clone_from(&self.checkpointing);
         let decisions = scheduler::decide(&mut self.state, at, queue, PolicyKind::Gantry);
         for d in &decisions {
             let done = match Command::try_from(d.clone()) {
@@ -332,4 +347,135 @@ fn one_event_log_gives_the_same_decisions_in_the_server_and_in_the_simulator() {
     assert!(has(|d| matches!(d, Decision::PlaceGang(_))), "a gang: {all:#?}");
     assert!(has(|d| matches!(d, Decision::FailDependency { .. })), "a failed dependency: {all:#?}");
     assert!(has(|d| matches!(d, Decision::Wait { .. })), "a waiting job: {all:#?}");
+}
+
+/// The server's side of a recording of `gantry sim jobs`' `gantry` policy: every event applied
+/// through the store as its agents and the scheduler's loop would, every pass required to
+/// decide what the simulator's pass decided.
+fn replay_recording(log: &[gantry_sim::replay::Event], weights: &gantry_core::queue::QueueWeights) -> usize {
+    use gantry_sim::replay::Event;
+    let mut server = Server::new();
+    server.memory = Memory::with_weights(weights.clone());
+    let mut passes = 0;
+    for event in log {
+        match event {
+            Event::Node(node, gpus) => {
+                let request = RegisterRequest {
+                    node_id: node.id.clone(),
+                    hostname: node.hostname.clone(),
+                    advertise_addr: None,
+                    network: Default::default(),
+                    job_defaults: None,
+                    labels: Default::default(),
+                    cpu_milli: node.cpu_milli,
+                    memory_mib: node.memory_mib,
+                    gpus: gpus.iter().map(|g| g.info.clone()).collect(),
+                    attempts: Vec::new(),
+                };
+                let epoch =
+                    server.store.register_node(&NodeRegistration { request, at: 0 }).expect("register");
+                assert_eq!(epoch, node.epoch, "the simulator's node epoch");
+                server.epochs.insert(node.id.clone(), epoch);
+            }
+            Event::Team(team) => server.store.set_team(team).expect("team"),
+            Event::Submit(job) if job.gang.as_ref().is_some_and(|g| g.is_worker()) => {
+                let stored =
+                    server.jobs().into_iter().find(|j| j.id == job.id).expect("the store made the worker");
+                assert_eq!(
+                    stored.gang.as_ref().map(|g| (g.id, g.rank)),
+                    job.gang.as_ref().map(|g| (g.id, g.rank))
+                );
+            }
+            Event::Submit(job) => {
+                let spec = SubmitRequest {
+                    command: vec!["true".into()],
+                    gpus: job.request.gpu_range(),
+                    priority: job.priority,
+                    replicas: Some(job.gang.as_ref().map_or(1, |g| g.replicas)),
+                    max_retries: Some(0),
+                    ..SubmitRequest::default()
+                };
+                let new = NewJob {
+                    spec,
+                    team: job.team.clone(),
+                    name: job.name.clone(),
+                    submitted_at: job.submitted_at,
+                    user: None,
+                    service: None,
+                };
+                let (id, _) = server.store.submit(&new).expect("submit");
+                assert_eq!(id, job.id, "the simulator numbers jobs as the store does");
+            }
+            Event::Checkpointing(jobs) => server.checkpointing.clone_from(jobs),
+            Event::Pass { at, resize_gap_ms, decided } => {
+                let ours = server.pass_with(*at, *resize_gap_ms);
+                assert_eq!(&ours, decided, "pass {passes} at {at}");
+                passes += 1;
+            }
+            Event::StartAll(at) => {
+                for job in server.jobs().iter().filter(|j| j.state == JobState::Scheduled) {
+                    server.report(job, None, *at);
+                }
+            }
+            Event::StopAll => {
+                let exit = JobExit { exit_code: Some(143), reason: None, timed_out: false };
+                for job in server.jobs().iter().filter(|j| j.state.is_active() && j.stop.is_some()) {
+                    server.report(job, Some(exit.clone()), 0);
+                }
+            }
+            Event::End(id, _) => {
+                let exit = JobExit { exit_code: Some(0), reason: None, timed_out: false };
+                let own =
+                    |j: &Job| j.id == *id || j.gang.as_ref().is_some_and(|g| g.id == *id && g.is_worker());
+                for job in
+                    server.jobs().iter().filter(|j| own(j) && j.node_id.is_some() && j.state.is_active())
+                {
+                    server.report(job, Some(exit.clone()), 0);
+                }
+            }
+        }
+    }
+    passes
+}
+
+/// Runs the first `n` jobs of Pollux's workload-1 (load 0.5, the repository's copy) on 4 × 4
+/// T4 under `gantry sim jobs`' `gantry` policy, recording what it gave its virtual cluster.
+fn sim_jobs_recording(n: usize, elastic: bool) -> Vec<gantry_sim::replay::Event> {
+    use gantry_sim::jobs::{self, ClusterShape, GantryPolicy, SimConfig};
+    let traces = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces");
+    let shape = ClusterShape::parse("4x4xT4").expect("cluster");
+    let mut w = jobs::read_workloads(&traces.join("pollux-workloads/workloads-0.5/workload-1.csv"))
+        .expect("workload");
+    w[0].jobs.truncate(n);
+    let profiles = jobs::load_profiles(&traces.join("job-profiles"), &shape, &w).expect("profiles");
+    let weights = gantry_core::queue::QueueWeights::default();
+    let mut policy =
+        if elastic { GantryPolicy::elastic(weights) } else { GantryPolicy::new(weights) }.recording();
+    let config = SimConfig { elastic, ..SimConfig::default() };
+    jobs::simulate(&w[0].jobs, &profiles, &shape, &mut policy, config).expect("run");
+    policy.log().to_vec()
+}
+
+#[test]
+fn a_sim_jobs_run_gets_from_its_pass_exactly_what_the_server_decides_rigid_and_elastic() {
+    let weights = gantry_core::queue::QueueWeights::default();
+    for elastic in [false, true] {
+        let log = sim_jobs_recording(14, elastic);
+        let decided = || {
+            log.iter().flat_map(|e| match e {
+                gantry_sim::replay::Event::Pass { decided, .. } => decided.as_slice(),
+                _ => &[],
+            })
+        };
+        // The run must exercise the rules that differ between engines if anything does.
+        if elastic {
+            assert!(decided().any(|d| matches!(d, Decision::Resize(r) if r.to < r.from)), "a shrink");
+            assert!(decided().any(|d| matches!(d, Decision::Resize(r) if r.to > r.from)), "a growth");
+        } else {
+            assert!(decided().any(|d| matches!(d, Decision::PlaceGang(_))), "a gang");
+            assert!(decided().any(|d| matches!(d, Decision::Preempt(_))), "a preemption");
+        }
+        let passes = replay_recording(&log, &weights);
+        assert!(passes > 20, "{passes} passes");
+    }
 }

@@ -59,9 +59,7 @@ impl JobPolicyKind {
             Self::Fifo => Box::new(baselines::Fifo),
             Self::Srtf => Box::new(baselines::Srtf),
             Self::Tiresias => Box::new(baselines::Tiresias::default()),
-            Self::Gantry if config.elastic => {
-                Box::new(GantryPolicy::elastic(weights.clone(), config.restart_s as f64))
-            }
+            Self::Gantry if config.elastic => Box::new(GantryPolicy::elastic(weights.clone())),
             Self::Gantry => Box::new(GantryPolicy::new(weights.clone())),
         }
     }
