@@ -46,7 +46,7 @@ pub enum Event {
     /// A team's guarantee changes.
     Team(Team),
     /// A job (pending, with its gang's workers after it) is submitted.
-    Submit(Job),
+    Submit(Box<Job>),
     /// Jobs that checkpoint now, with the service each received (replaces the last).
     Checkpointing(HashMap<JobId, f64>),
     /// One pass at `at` ms, with what it decided.
@@ -78,7 +78,7 @@ impl VirtualCluster {
         match event {
             Event::Node(node, gpus) => self.add_node(node.clone(), gpus.clone()),
             Event::Team(team) => self.set_team(team.clone()),
-            Event::Submit(job) => self.submit(job.clone()),
+            Event::Submit(job) => self.submit((**job).clone()),
             Event::Checkpointing(jobs) => self.checkpointing.clone_from(jobs),
             Event::Pass { at, resize_gap_ms, .. } => return self.pass(*at, policy, *resize_gap_ms),
             Event::StartAll(at) => self.start_all(*at),

@@ -172,13 +172,16 @@ impl GantryPolicy {
         if self.elastic {
             let gpus_max = Some(view.max_gpus.max(view.min_gpus));
             self.next_id += 1;
-            self.apply(Event::Submit(Job { request: JobRequest { gpus_max, ..job.request.clone() }, ..job }));
+            self.apply(Event::Submit(Box::new(Job {
+                request: JobRequest { gpus_max, ..job.request },
+                ..job
+            })));
             return;
         }
         let replicas = view.min_gpus;
         if replicas <= 1 {
             self.next_id += 1;
-            self.apply(Event::Submit(job));
+            self.apply(Event::Submit(Box::new(job)));
             return;
         }
         let gang = |rank: Option<u32>| Gang {
@@ -193,15 +196,15 @@ impl GantryPolicy {
         let workers: Vec<Job> = (0..replicas)
             .map(|r| Job {
                 id: id + 1 + i64::from(r),
-                request: one.clone(),
+                request: one,
                 gang: Some(gang(Some(r))),
                 ..job.clone()
             })
             .collect();
         self.next_id += 1 + i64::from(replicas);
-        self.apply(Event::Submit(Job { request: one, gang: Some(gang(None)), ..job }));
+        self.apply(Event::Submit(Box::new(Job { request: one, gang: Some(gang(None)), ..job })));
         for w in workers {
-            self.apply(Event::Submit(w));
+            self.apply(Event::Submit(Box::new(w)));
         }
     }
 
