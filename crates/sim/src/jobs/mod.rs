@@ -3,9 +3,10 @@
 //! Jobs arrive over virtual time, run at the speed the Pollux (OSDI'21) artifact measured for
 //! their placement ([`profile`]), and finish after a fixed number of epochs. Policies decide
 //! every 60 s which jobs hold which GPUs ([`engine`]). The baselines ([`baselines`]) reproduce
-//! the artifact's Tiresias job by job; `gantry` ([`gantry`]) is Gantry's own queue from
-//! [`gantry_core::queue`], with no knowledge of job durations. Under `--elastic` (`SimConfig::elastic`)
-//! `gantry` resizes jobs within their range ([`engine::elastic_range`]) and jobs pick their batch
+//! the artifact's Tiresias job by job; `gantry` ([`gantry`]) is the server's scheduling pass,
+//! [`gantry_core::sched::plan`], with no knowledge of job durations. Under `--elastic`
+//! (`SimConfig::elastic`) `gantry` runs every job as an elastic job of its range
+//! ([`engine::elastic_range`]), resized by the server's elastic rule, and jobs pick their batch
 //! size per width and epoch ([`profile::Application::best_split`]).
 //!
 //! Start reading at [`run_matrix`]: policies × workload files, in parallel, into a [`Report`].
