@@ -358,6 +358,43 @@ fn a_service_holds_no_more_replicas_than_its_teams_guarantee_and_says_why() {
     assert!(table.contains("waiting   team ml's guarantee is 1 GPU(s)"), "{table}");
 }
 
+#[test]
+fn a_service_of_a_team_without_a_guarantee_holds_no_more_replicas_than_the_schedulers_cap_and_says_why() {
+    let s = Serving::start(&["--simulated-gpus", "2xA100-80GB"]);
+    s.apply(&s.file("wide", "replicas: 3\ngpus: 1\n"));
+    let v = s.until("wide", "two replicas and why not three", 30, |v| {
+        ready(v) == 2
+            && v["reason"].as_str().is_some_and(|r| r.contains("no guarantee and may hold at most 2 GPU(s)"))
+    });
+    assert_eq!(v["replica_list"].as_array().map(Vec::len), Some(2), "no third replica waits pending: {v}");
+}
+
+#[test]
+fn a_request_held_past_the_services_cold_start_timeout_gets_503_with_a_sentence() {
+    let s = Serving::start(&[]);
+    // A replica that never listens: the request waits for a readiness that never comes.
+    let file = s.cluster.shared().join("stuck.yaml");
+    std::fs::write(
+        &file,
+        "name: stuck\nteam: ml\nport: 8000\ncommand: [sleep, \"600\"]\nreplicas: 0..1\n\
+         cold_start_timeout: 2s\nreadiness: {path: /health, interval_s: 0.2, timeout_s: 1}\n",
+    )
+    .expect("file");
+    s.apply(&file);
+    s.until("stuck", "its replica, never ready", 20, |v| {
+        v["replica_list"].as_array().is_some_and(|l| l.len() == 1) && ready(v) == 0
+    });
+    let started = Instant::now();
+    let (status, body) = s.get("/ml/stuck/", &s.token).expect("an answer");
+    let held = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("the request was held 2 s while one started, and none became ready"), "{body}");
+    assert!(
+        held >= Duration::from_secs(2) && held < Duration::from_secs(30),
+        "held {held:?}, not 10 minutes"
+    );
+}
+
 /// A plain-HTTP client for the gateway (built the way the cluster's client is, so the crypto
 /// provider is installed).
 fn s_client() -> reqwest::Client {

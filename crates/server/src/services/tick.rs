@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::plan::{self, Action, Phase, ReplicaState};
 use super::probe::{self, Probe};
+use super::quota::{self, TeamQuota};
 use super::scale::Scaler;
 use super::{ReplicaStatus, ServiceStatus};
 use crate::app::{App, now_ms};
@@ -26,12 +27,10 @@ const DRAIN_TIMEOUT_MS: i64 = 30_000;
 /// Ended replicas read per service (for back-off).
 const ENDED_READ: u32 = 5;
 
-/// One service as loaded: the row, its replicas, and the GPUs its team's active jobs ask for
-/// when the team has a guarantee.
+/// One service as loaded: the row and its replicas.
 struct Loaded {
     service: Service,
     replicas: Vec<Replica>,
-    team_gpus: Option<(u32, u32)>,
 }
 
 /// What one tick writes.
@@ -101,7 +100,8 @@ impl Controller {
     async fn tick(&mut self, app: &Arc<App>) -> Result<(), StoreError> {
         self.ticks += 1;
         let store = Arc::clone(&app.store);
-        let (loaded, nodes) = tokio::task::spawn_blocking(move || load(&*store))
+        let borrow_limit = app.queue.read().map_or(1.0, |q| q.weights.borrow_limit);
+        let (loaded, nodes, mut quotas) = tokio::task::spawn_blocking(move || load(&*store, borrow_limit))
             .await
             .map_err(|e| StoreError::Corrupt(e.to_string()))??;
         let addrs = resolve(&nodes).await;
@@ -119,7 +119,8 @@ impl Controller {
         for l in loaded {
             seen.extend(l.replicas.iter().map(|r| r.job.id));
             let key = ServiceKey::new(&l.service.team, &l.service.name);
-            let (route, st) = self.service(app, &key, l, &addrs, now, &mut used_ports, &mut effects);
+            let quota = quotas.get_mut(&l.service.team);
+            let (route, st) = self.service(app, &key, l, quota, &addrs, now, &mut used_ports, &mut effects);
             table.insert(key.clone(), route);
             status.insert((key.team, key.service), st);
         }
@@ -142,6 +143,7 @@ impl Controller {
         app: &App,
         key: &ServiceKey,
         l: Loaded,
+        mut quota: Option<&mut TeamQuota>,
         addrs: &HashMap<String, Option<IpAddr>>,
         now: i64,
         used_ports: &mut HashSet<u16>,
@@ -208,7 +210,7 @@ impl Controller {
             failures,
             last_failure_at,
             now,
-            room: room(&l, spec.gpus),
+            room: quota.as_ref().map(|q| q.room(spec.gpus)),
         };
         let p = plan::plan(&input);
         st.short = p.short.clone();
@@ -219,6 +221,9 @@ impl Controller {
                     Some(port) => {
                         self.last_port = port;
                         used_ports.insert(port);
+                        if let Some(q) = quota.as_deref_mut() {
+                            q.charge(spec.gpus);
+                        }
                         effects.submit.push(replica_job(&l.service, port, now));
                     }
                     None => {
@@ -247,6 +252,7 @@ impl Controller {
             public: spec.public,
             can_start: spec.replicas.min == 0 || desired > 0,
             queue_limit: Route::DEFAULT_QUEUE_LIMIT,
+            cold_start_timeout: Some(std::time::Duration::from_secs(spec.cold_start_timeout_s())),
         };
         (route, st)
     }
@@ -389,31 +395,44 @@ fn decision(at: i64, from: u32, to: u32, reason: String) -> ServiceDecision {
     ServiceDecision { at, from, to, reason }
 }
 
-/// Services with their replicas, and the nodes.
-fn load(store: &dyn Store) -> Result<(Vec<Loaded>, Vec<Node>), StoreError> {
-    let teams = store.teams()?;
-    let mut team_gpus: HashMap<String, Option<(u32, u32)>> = HashMap::new();
+/// What binds each service's team, by team.
+type Quotas = HashMap<String, TeamQuota>;
+
+/// Services with their replicas, the nodes, and what binds each service's team.
+fn load(
+    store: &dyn Store,
+    borrow_limit: f64,
+) -> Result<(Vec<Loaded>, Vec<Node>, Quotas), StoreError> {
     let mut out = Vec::new();
     for service in store.services(None)? {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
-        // The team's jobs are read only for a service whose replicas ask for whole GPUs.
-        let guarantee = teams
-            .iter()
-            .find(|t| t.name == service.team)
-            .and_then(|t| t.gpu_quota)
-            .filter(|_| service.spec.gpus > 0);
-        let gpus = match (guarantee, team_gpus.get(&service.team)) {
-            (None, _) => None,
-            (Some(_), Some(known)) => *known,
-            (Some(g), None) => {
-                let used = active_gpus(store, &service.team)?;
-                team_gpus.insert(service.team.clone(), Some((g, used)));
-                Some((g, used))
-            }
-        };
-        out.push(Loaded { service, replicas, team_gpus: gpus });
+        out.push(Loaded { service, replicas });
     }
-    Ok((out, store.nodes()?))
+    let mut quotas = HashMap::new();
+    if !out.is_empty() {
+        let (teams, counts, gpus) = (store.teams()?, store.job_counts()?, store.gpus()?.len() as u32);
+        for l in &out {
+            let name = &l.service.team;
+            if quotas.contains_key(name) {
+                continue;
+            }
+            let team = teams.iter().find(|t| t.name == *name);
+            let guarantee = team.and_then(|t| t.gpu_quota);
+            let pending = counts.iter().filter(|(t, s, _)| t == name && *s == JobState::Pending).map(|c| c.2);
+            let quota = TeamQuota {
+                team: name.clone(),
+                guarantee,
+                cap: quota::cap(guarantee, borrow_limit, gpus),
+                used_gpus: active_gpus(store, name)?,
+                pending: pending.sum(),
+                pending_limit: team
+                    .and_then(|t| t.pending_limit)
+                    .unwrap_or(crate::command::DEFAULT_PENDING_LIMIT),
+            };
+            quotas.insert(name.clone(), quota);
+        }
+    }
+    Ok((out, store.nodes()?, quotas))
 }
 
 /// Whole GPUs the team's jobs that have not ended ask for (a gang counts its workers).
@@ -429,21 +448,6 @@ fn active_gpus(store: &dyn Store, team: &str) -> Result<u32, StoreError> {
         }
     }
     Ok(total)
-}
-
-/// More replicas of `gpus` whole GPUs the team's guarantee holds, with the sentence.
-fn room(l: &Loaded, gpus: u32) -> Option<(u32, String)> {
-    let (guarantee, used) = l.team_gpus?;
-    if gpus == 0 {
-        return None;
-    }
-    let room = guarantee.saturating_sub(used) / gpus;
-    let team = &l.service.team;
-    let why = format!(
-        "team {team}'s guarantee is {guarantee} GPU(s) and its jobs ask for {used}: no room for another replica of \
-         {gpus} GPU(s) (replicas stay within the guarantee; gantry team set {team} --guarantee N)"
-    );
-    Some((room, why))
 }
 
 /// The replica job for a service's current generation, listening on `port`.
