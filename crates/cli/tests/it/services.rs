@@ -395,6 +395,41 @@ fn a_request_held_past_the_services_cold_start_timeout_gets_503_with_a_sentence(
     );
 }
 
+#[test]
+fn the_autoscaler_scales_on_a_series_scraped_from_the_replicas_own_metrics() {
+    let s = Serving::start(&[]);
+    let block = "replicas: 1..3\nautoscale: {sync_s: 1, metrics: [{type: prometheus, series: replica_waiting, target: 1}], \
+                 behavior: {scale_down: {stabilization_window_s: 2}}}\n";
+    s.apply(&s.file("scraped", block));
+    s.until("scraped", "a ready replica", 30, |v| ready(v) == 1);
+    // The replica's /metrics says 3 requests wait in it: 3 per replica over target 1.
+    std::fs::write(s.cluster.shared().join("waiting"), "3").expect("waiting");
+    let v = s.until("scraped", "three replicas wanted", 30, |v| v["replicas"]["desired"] == 3);
+    // HPA reads the window's mean since its last sync, so the first step may be 1 → 2.
+    let reasons = v["decisions"].to_string();
+    assert!(reasons.contains("→ 3") && reasons.contains(": prometheus replica_waiting "), "{reasons}");
+    assert!(reasons.contains(" per replica over target 1"), "{reasons}");
+    std::fs::write(s.cluster.shared().join("waiting"), "0").expect("waiting");
+    s.until("scraped", "back to one", 40, |v| v["replicas"]["desired"] == 1);
+}
+
+#[test]
+fn the_autoscaler_scales_on_gpu_utilization_and_sm_active_from_the_agents_gpu_samples() {
+    // Each replica's simulated GPU runs at 90 % (SM activity 0.81): over both targets.
+    let s = Serving::start(&["--simulated-gpus", "4xA100-80GB"]);
+    for (name, metric) in [("util", "gpu_utilization"), ("sm", "sm_active")] {
+        let block = format!(
+            "replicas: 1..2\ngpus: 1\nautoscale: {{sync_s: 1, metrics: [{{type: {metric}, target: 0.5}}]}}\n"
+        );
+        s.apply(&s.file(name, &block));
+    }
+    for (name, metric) in [("util", "gpu_utilization 0."), ("sm", "sm_active 0.")] {
+        let v = s.until(name, "two replicas wanted", 40, |v| v["replicas"]["desired"] == 2);
+        let reasons = v["decisions"].to_string();
+        assert!(reasons.contains(&format!("scaled 1 → 2: {metric}")), "{name}: {reasons}");
+    }
+}
+
 /// A plain-HTTP client for the gateway (built the way the cluster's client is, so the crypto
 /// provider is installed).
 fn s_client() -> reqwest::Client {

@@ -29,6 +29,7 @@ pub mod plan;
 pub mod probe;
 pub mod quota;
 pub mod scale;
+pub mod signals;
 mod tick;
 
 use std::collections::HashMap;

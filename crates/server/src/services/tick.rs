@@ -1,14 +1,14 @@
 //! The controller's loop: load, decide (through [`super::plan`] and [`super::scale`]), carry
 //! out, hand the gateway its table, probe. The I/O edge of the service controller.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use gantry_api::elastic::GpuRange;
 use gantry_core::autoscale::Sample;
 use gantry_store::{
-    JobFilter, JobId, JobState, NewJob, Node, Replica, Service, ServiceDecision, Store, StoreError,
+    Gpu, JobFilter, JobId, JobState, NewJob, Node, Replica, Service, ServiceDecision, Store, StoreError,
     SubmitRequest,
 };
 use tokio::sync::{mpsc, watch};
@@ -17,6 +17,7 @@ use super::plan::{self, Action, Phase, ReplicaState};
 use super::probe::{self, Probe};
 use super::quota::{self, TeamQuota};
 use super::scale::Scaler;
+use super::signals;
 use super::{ReplicaStatus, ServiceStatus};
 use crate::app::{App, now_ms};
 use crate::gateway::{Demand, ReplicaEndpoint, Route, RoutingTable, ServiceKey};
@@ -31,6 +32,20 @@ const ENDED_READ: u32 = 5;
 struct Loaded {
     service: Service,
     replicas: Vec<Replica>,
+}
+
+/// What the autoscaler reads besides the gateway: the GPUs' latest samples by UUID, and the
+/// nodes heard from within the heartbeat timeout.
+struct Signals<'a> {
+    gpus: HashMap<&'a str, &'a Gpu>,
+    fresh: HashSet<String>,
+}
+
+/// The tick's shared reads: node addresses, signals, now (ms).
+struct At<'a> {
+    addrs: &'a HashMap<String, Option<IpAddr>>,
+    signals: &'a Signals<'a>,
+    now: i64,
 }
 
 /// What one tick writes.
@@ -48,7 +63,13 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         return;
     };
     let (tx, mut results) = mpsc::unbounded_channel();
-    let mut c = Controller { probe_tx: Some(tx), started_at: now_ms(), ..Controller::default() };
+    let (scrape_tx, mut scrapes) = mpsc::unbounded_channel();
+    let mut c = Controller {
+        probe_tx: Some(tx),
+        scrape_tx: Some(scrape_tx),
+        started_at: now_ms(),
+        ..Controller::default()
+    };
     let mut every = tokio::time::interval(app.config.service_tick);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -63,6 +84,13 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         while let Ok((job, ok)) = results.try_recv() {
             c.results.entry(job).or_default().push(ok);
         }
+        while let Ok((job, scraped)) = scrapes.try_recv() {
+            c.scraping.remove(&job);
+            match scraped {
+                Some(series) => c.scraped.insert(job, (now_ms(), series)),
+                None => c.scraped.remove(&job),
+            };
+        }
         if let Err(e) = c.tick(&app).await {
             tracing::warn!(error = %e, "service controller tick failed");
         }
@@ -74,6 +102,13 @@ struct Controller {
     probe_tx: Option<mpsc::UnboundedSender<(JobId, bool)>>,
     probes: HashMap<JobId, Probe>,
     results: HashMap<JobId, Vec<bool>>,
+    scrape_tx: Option<mpsc::UnboundedSender<(JobId, Option<Series>)>>,
+    /// Each replica's last good scrape of its `/metrics`: (when, the wanted series).
+    scraped: HashMap<JobId, (i64, BTreeMap<String, f64>)>,
+    /// Replicas with a scrape out, and when it was sent.
+    scraping: HashMap<JobId, i64>,
+    /// When each replica was last scraped.
+    scraped_at: HashMap<JobId, i64>,
     scalers: HashMap<ServiceKey, (u64, Scaler)>,
     /// Replicas out of the table waiting for their requests: (tick it began, when, why).
     draining: HashMap<JobId, (u64, i64, String)>,
@@ -101,11 +136,17 @@ impl Controller {
         self.ticks += 1;
         let store = Arc::clone(&app.store);
         let borrow_limit = app.queue.read().map_or(1.0, |q| q.weights.borrow_limit);
-        let (loaded, nodes, mut quotas) = tokio::task::spawn_blocking(move || load(&*store, borrow_limit))
-            .await
-            .map_err(|e| StoreError::Corrupt(e.to_string()))??;
+        let (loaded, nodes, mut quotas, gpus) =
+            tokio::task::spawn_blocking(move || load(&*store, borrow_limit))
+                .await
+                .map_err(|e| StoreError::Corrupt(e.to_string()))??;
         let addrs = resolve(&nodes).await;
         let now = now_ms();
+        let heard_after = now - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
+        let signals = Signals {
+            gpus: gpus.iter().map(|g| (g.info.uuid.as_str(), g)).collect(),
+            fresh: nodes.iter().filter(|n| n.last_heartbeat >= heard_after).map(|n| n.id.clone()).collect(),
+        };
         let mut effects = Effects::default();
         let mut table = RoutingTable::new();
         let mut status = HashMap::new();
@@ -120,11 +161,14 @@ impl Controller {
             seen.extend(l.replicas.iter().map(|r| r.job.id));
             let key = ServiceKey::new(&l.service.team, &l.service.name);
             let quota = quotas.get_mut(&l.service.team);
-            let (route, st) = self.service(app, &key, l, quota, &addrs, now, &mut used_ports, &mut effects);
+            let at = At { addrs: &addrs, signals: &signals, now };
+            let (route, st) = self.service(app, &key, l, quota, &at, &mut used_ports, &mut effects);
             table.insert(key.clone(), route);
             status.insert((key.team, key.service), st);
         }
         self.probes.retain(|job, _| seen.contains(job));
+        self.scraped.retain(|job, _| seen.contains(job));
+        self.scraped_at.retain(|job, _| seen.contains(job));
         self.draining.retain(|job, _| seen.contains(job));
         self.scalers.retain(|key, _| table.contains_key(key));
         self.held.clear();
@@ -144,11 +188,11 @@ impl Controller {
         key: &ServiceKey,
         l: Loaded,
         mut quota: Option<&mut TeamQuota>,
-        addrs: &HashMap<String, Option<IpAddr>>,
-        now: i64,
+        at: &At<'_>,
         used_ports: &mut HashSet<u16>,
         effects: &mut Effects,
     ) -> (Route, ServiceStatus) {
+        let (addrs, now) = (at.addrs, at.now);
         let spec = &l.service.spec;
         let threshold = spec.readiness.failure_threshold;
         self.count_failures(key, &l.replicas);
@@ -200,7 +244,13 @@ impl Controller {
         if ready > 0 {
             self.failures.remove(key);
         }
-        let desired = self.autoscale(app, key, &l.service, ready, now, effects);
+        let ready_replicas: Vec<(&gantry_store::Job, SocketAddr)> = l
+            .replicas
+            .iter()
+            .filter(|r| st.replicas.get(&r.job.id).is_some_and(|s| s.ready))
+            .filter_map(|r| Some((&r.job, st.replicas.get(&r.job.id)?.address?)))
+            .collect();
+        let desired = self.autoscale(app, key, &l.service, &ready_replicas, at, effects);
         self.finish_drains(app, key, now, effects);
         let (failures, last_failure_at) = self.failures.get(key).copied().unwrap_or_default();
         let input = plan::Input {
@@ -264,10 +314,11 @@ impl Controller {
         app: &App,
         key: &ServiceKey,
         service: &Service,
-        ready: u32,
-        now: i64,
+        ready_replicas: &[(&gantry_store::Job, SocketAddr)],
+        at: &At<'_>,
         effects: &mut Effects,
     ) -> u32 {
+        let (now, ready) = (at.now, ready_replicas.len() as u32);
         let now_s = now as f64 / 1000.0;
         let generation = service.generation;
         let stale = self.scalers.get(key).is_none_or(|(g, _)| *g != generation);
@@ -282,6 +333,16 @@ impl Controller {
             }
         }
         let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
+        let (gpu_utilization, sm_active) = if scaler.gpu_metrics() {
+            let uuids = ready_replicas.iter().flat_map(|(job, _)| job.gpu_uuids.iter().map(String::as_str));
+            signals::gpu_levels(uuids, &at.signals.gpus, &|node| at.signals.fresh.contains(node))
+        } else {
+            (None, None)
+        };
+        let series = scaler.series().to_vec();
+        let every = scaler.scrape_every_ms();
+        let prometheus = self.scrape(ready_replicas, &series, every, now);
+        let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
         let snapshot = app.gateway.snapshot(key);
         let (queued, total) = snapshot.as_ref().map_or((0, 0), |s| (s.queue_length, s.requests_total));
         if let Some(s) = &snapshot {
@@ -291,7 +352,9 @@ impl Controller {
                 queue_length: s.queue_length as f64,
                 rps: s.rps,
                 ttft_p95_s: (s.rps > 0.0).then_some(s.ttft_p95_s),
-                ..Sample::default()
+                gpu_utilization,
+                sm_active,
+                prometheus,
             };
             scaler.observe(sample, total);
         }
@@ -312,6 +375,43 @@ impl Controller {
         }
         effects.scale.push((service.id, d.to, decision(now, d.from, d.to, d.reason)));
         d.to
+    }
+
+    /// Sends the scrapes of `ready` replicas that are due (when `series` names any), and
+    /// returns the wanted series summed over the ready replicas' recent scrapes.
+    fn scrape(
+        &mut self,
+        ready: &[(&gantry_store::Job, SocketAddr)],
+        series: &[String],
+        every_ms: i64,
+        now: i64,
+    ) -> BTreeMap<String, f64> {
+        if series.is_empty() {
+            return BTreeMap::new();
+        }
+        for (job, addr) in ready {
+            let due = self.scraped_at.get(&job.id).is_none_or(|last| now - last >= every_ms);
+            if !due || self.scraping.contains_key(&job.id) {
+                continue;
+            }
+            let Some(tx) = self.scrape_tx.clone() else { break };
+            self.scraping.insert(job.id, now);
+            self.scraped_at.insert(job.id, now);
+            let (id, addr, wanted) = (job.id, *addr, series.to_vec());
+            tokio::spawn(async move {
+                let scraped = signals::fetch(addr).await.map(|text| signals::parse_series(&text, &wanted));
+                let _ = tx.send((id, scraped));
+            });
+        }
+        // A scrape older than three intervals (the replica stopped answering) counts no more.
+        let recent = |at: i64| now - at <= 3 * every_ms.max(1000);
+        signals::sum_scrapes(
+            ready
+                .iter()
+                .filter_map(|(job, _)| self.scraped.get(&job.id))
+                .filter(|(at, _)| recent(*at))
+                .map(|(_, s)| s),
+        )
     }
 
     /// Counts replicas that failed since the controller started (back-off).
@@ -398,19 +498,27 @@ fn decision(at: i64, from: u32, to: u32, reason: String) -> ServiceDecision {
 /// What binds each service's team, by team.
 type Quotas = HashMap<String, TeamQuota>;
 
+/// One tick's read: the services, the nodes, the teams' quotas and the GPUs.
+type Read = (Vec<Loaded>, Vec<Node>, Quotas, Vec<Gpu>);
+
+/// Scraped series of one replica.
+type Series = BTreeMap<String, f64>;
+
 /// Services with their replicas, the nodes, and what binds each service's team.
 fn load(
     store: &dyn Store,
     borrow_limit: f64,
-) -> Result<(Vec<Loaded>, Vec<Node>, Quotas), StoreError> {
+) -> Result<Read, StoreError> {
     let mut out = Vec::new();
     for service in store.services(None)? {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
         out.push(Loaded { service, replicas });
     }
     let mut quotas = HashMap::new();
+    let mut all_gpus = Vec::new();
     if !out.is_empty() {
-        let (teams, counts, gpus) = (store.teams()?, store.job_counts()?, store.gpus()?.len() as u32);
+        all_gpus = store.gpus()?;
+        let (teams, counts, gpus) = (store.teams()?, store.job_counts()?, all_gpus.len() as u32);
         for l in &out {
             let name = &l.service.team;
             if quotas.contains_key(name) {
@@ -432,7 +540,7 @@ fn load(
             quotas.insert(name.clone(), quota);
         }
     }
-    Ok((out, store.nodes()?, quotas))
+    Ok((out, store.nodes()?, quotas, all_gpus))
 }
 
 /// Whole GPUs the team's jobs that have not ended ask for (a gang counts its workers).
