@@ -235,6 +235,11 @@ pub struct ServiceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "15m"))]
     pub scale_to_zero_after: Option<Duration>,
+    /// How long the gateway holds a request while a replica starts for it (scale from zero)
+    /// before it answers 503 (`10m`, `90s`, or seconds; default 10 minutes, at most 1 hour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "10m"))]
+    pub cold_start_timeout: Option<Duration>,
     /// The autoscaler (HPA's fields; see `gantry_core::autoscale::AutoscaleConfig`); none: the
     /// count stays at the minimum (or at the number given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,6 +259,12 @@ fn is_zero_i32(n: &i32) -> bool {
 
 /// Default of `scale_to_zero_after`: 15 minutes.
 pub const DEFAULT_SCALE_TO_ZERO_AFTER_S: u64 = 900;
+
+/// Default of `cold_start_timeout`: 10 minutes.
+pub const DEFAULT_COLD_START_TIMEOUT_S: u64 = 600;
+
+/// The longest `cold_start_timeout`: 1 hour (a client's own timeout is shorter anyway).
+pub const MAX_COLD_START_TIMEOUT_S: u64 = 3600;
 
 impl ServiceSpec {
     /// What needs no cluster to check: the name, the range, GPUs or a slice (not both), the
@@ -287,12 +298,24 @@ impl ServiceSpec {
         if self.max_concurrency == Some(0) {
             return Err("max_concurrency: must be at least 1 (leave it out for no cap)".into());
         }
+        if let Some(Duration(s)) = self.cold_start_timeout
+            && !(1..=MAX_COLD_START_TIMEOUT_S).contains(&s)
+        {
+            return Err(format!(
+                "cold_start_timeout: must be 1 s to 1 h (how long a request is held while a replica starts), got {s} s"
+            ));
+        }
         if let Some(cpu) = self.cpu
             && !(cpu.is_finite() && cpu > 0.0)
         {
             return Err(format!("cpu: must be a positive number of cores, got {cpu}"));
         }
         self.readiness.check()
+    }
+
+    /// Seconds the gateway holds a request for a cold start before 503.
+    pub fn cold_start_timeout_s(&self) -> u64 {
+        self.cold_start_timeout.map_or(DEFAULT_COLD_START_TIMEOUT_S, |d| d.0)
     }
 
     /// Seconds without a request before a `0..N` service stops its last replica.
@@ -517,5 +540,22 @@ mod tests {
         assert!(probe.check().expect_err("refused").contains("readiness.path"));
         let name = ServiceSpec { name: "a/b".into(), ..spec() };
         assert!(name.check().is_err());
+    }
+
+    #[test]
+    fn cold_start_timeout_defaults_to_ten_minutes_and_is_refused_outside_one_second_to_an_hour() {
+        assert_eq!(spec().cold_start_timeout_s(), 600);
+        let file: ServiceSpec = serde_json::from_value(serde_json::json!({
+            "name": "echo", "port": 8000, "command": ["x"], "cold_start_timeout": "90s"
+        }))
+        .expect("spec");
+        assert_eq!((file.check(), file.cold_start_timeout_s()), (Ok(()), 90));
+        for bad in [0, 7200] {
+            let s = ServiceSpec { cold_start_timeout: Some(Duration(bad)), ..spec() };
+            assert!(
+                s.check().expect_err("refused").contains("cold_start_timeout: must be 1 s to 1 h"),
+                "{bad}"
+            );
+        }
     }
 }

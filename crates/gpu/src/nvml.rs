@@ -89,27 +89,32 @@ impl NvmlBackend {
         self.nvml.device_by_index(index).map_err(|e| lost_or(index, "nvmlDeviceGetHandleByIndex", e))
     }
 
-    /// GR engine, tensor and DRAM activity from GPM (Hopper and newer) between two samples.
-    fn gpm(&mut self, index: u32, d: &Device<'static>) -> [Option<f64>; 3] {
+    /// GR engine, tensor, DRAM and SM activity from GPM (Hopper and newer) between two samples.
+    fn gpm(&mut self, index: u32, d: &Device<'static>) -> [Option<f64>; 4] {
         if !d.gpm_support().unwrap_or(false) {
-            return [None; 3];
+            return [None; 4];
         }
         let Ok(cur) = d.gpm_sample() else {
-            return [None; 3];
+            return [None; 4];
         };
         let slot = &mut self.gpm_prev[index as usize];
-        let ids = [GpmMetricId::GraphicsUtil, GpmMetricId::AnyTensorUtil, GpmMetricId::DramBwUtil];
+        let ids = [
+            GpmMetricId::GraphicsUtil,
+            GpmMetricId::AnyTensorUtil,
+            GpmMetricId::DramBwUtil,
+            GpmMetricId::SmUtil,
+        ];
         let out = match slot.as_ref() {
             Some(prev) => match nvml_wrapper::gpm::gpm_metrics_get(self.nvml, prev, &cur, &ids) {
                 Ok(vals) => {
                     let v = |k: usize| {
                         vals.get(k).and_then(|r| r.as_ref().ok()).map(|m| (m.value / 100.0).clamp(0.0, 1.0))
                     };
-                    [v(0), v(1), v(2)]
+                    [v(0), v(1), v(2), v(3)]
                 }
-                Err(_) => [None; 3],
+                Err(_) => [None; 4],
             },
-            None => [None; 3],
+            None => [None; 4],
         };
         *slot = Some(cur);
         out
@@ -226,7 +231,7 @@ impl GpuBackend for NvmlBackend {
         let f = |k: usize| fields.get(k).and_then(field_u64);
         let reasons = read!("nvmlDeviceGetCurrentClocksThrottleReasons", d.current_throttle_reasons())
             .unwrap_or(ThrottleReasons::empty());
-        let [gr, tensor, dram] = self.gpm(index, &d);
+        let [gr, tensor, dram, sm] = self.gpm(index, &d);
         // NVML reports PCIe throughput in KB/s.
         let pcie = |c| optional(index, "nvmlDeviceGetPcieThroughput", d.pcie_throughput(c));
         let pcie = |c| pcie(c).map(|kb| kb.map(|kb| f64::from(kb) * 1024.0));
@@ -270,6 +275,7 @@ impl GpuBackend for NvmlBackend {
             gr_engine_active: gr,
             tensor_active: tensor,
             dram_active: dram,
+            sm_active: sm,
             // NVML counts NVLink traffic in KiB.
             nvlink_bytes_total: f(4).map(|kib| kib * 1024),
             last_xid: self.last_xid.get(index as usize).copied().unwrap_or(0),

@@ -103,6 +103,10 @@ pub struct GpuSample {
     pub tensor_active: Option<f64>,
     /// Ratio of cycles the memory interface was active (0–1).
     pub dram_active: Option<f64>,
+    /// Ratio of SMs busy, averaged over the interval (0–1; GPM's `SM_UTIL`, the reading
+    /// DCGM calls `SM_ACTIVE`). A service's `sm_active` autoscaling metric reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sm_active: Option<f64>,
     /// NVLink traffic, all lanes, bytes since driver load.
     pub nvlink_bytes_total: Option<u64>,
     /// Last XID seen on this GPU (0: none).

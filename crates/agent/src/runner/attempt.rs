@@ -95,7 +95,11 @@ pub fn start(
             return Err(e);
         }
     };
-    let attached = match ctx.sandbox.network().map(|n| n.attach(a.job_id, a.attempt, &published(a))) {
+    let attached = match ctx
+        .sandbox
+        .network()
+        .map(|n| n.attach(a.job_id, a.attempt, &published(a), a.port.as_slice()))
+    {
         None => None,
         Some(Ok(attached)) => Some(attached),
         Some(Err(e)) => {

@@ -30,6 +30,7 @@ pub mod devices;
 pub mod env;
 pub mod error;
 pub mod gpus;
+pub mod guard;
 pub mod jobs;
 pub mod logs;
 pub mod mounts;

@@ -58,6 +58,33 @@ pub fn is_mounted(path: &Path) -> bool {
     text.lines().any(|l| l.split_whitespace().nth(4) == Some(wanted.as_str()))
 }
 
+/// Runs `command` with its network namespace the one kept at `path` (a thread enters it with
+/// `setns`, and the child it forks inherits it; the agent's other threads stay where they are).
+pub fn run_in(path: &Path, mut command: std::process::Command) -> io::Result<std::process::Output> {
+    let ns = std::fs::File::open(path)?;
+    std::thread::Builder::new()
+        .name("netns-run".into())
+        .spawn(move || {
+            enter(&ns)?;
+            command.stdin(std::process::Stdio::null()).output()
+        })
+        .map_err(io::Error::other)?
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+}
+
+/// Moves the calling thread into the network namespace `ns` refers to.
+#[allow(unsafe_code)] // reason: setns(2) has no wrapper in std.
+fn enter(ns: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor of a namespace file; setns changes only this thread, which
+    // ends once its one command has run.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Runs on the namespace thread: a new namespace for this thread, `lo` up, then the bind mount.
 #[allow(unsafe_code)] // reason: unshare(2) and mount(2) have no wrapper in std.
 fn enter_new_and_keep(target: &CString) -> io::Result<()> {

@@ -209,9 +209,16 @@ impl Network {
         format!("network namespaces by CNI ({}: {})", self.conf.display(), self.conflist.types().join(", "))
     }
 
-    /// Makes attempt `<job>-<attempt>`'s namespace and plugs it in, publishing `ports`. Blocks
-    /// (the plugins run `iptables`). On failure nothing is left behind.
-    pub fn attach(&self, job_id: i64, attempt: u32, ports: &[u16]) -> Result<Attached, AgentError> {
+    /// Makes attempt `<job>-<attempt>`'s namespace and plugs it in, publishing `ports`; those
+    /// also in `guarded` (a service replica's `$PORT`) admit the node side only, not other jobs
+    /// ([`super::guard`]). Blocks (the plugins run `iptables`). On failure nothing is left behind.
+    pub fn attach(
+        &self,
+        job_id: i64,
+        attempt: u32,
+        ports: &[u16],
+        guarded: &[u16],
+    ) -> Result<Attached, AgentError> {
         let fail = |why: String| AgentError::Sandbox(format!("the job's network: {why}"));
         let published = published_ports();
         for port in ports {
@@ -241,6 +248,7 @@ impl Network {
             std::fs::write(net.cache(), cached.to_string())
                 .map_err(|e| fail(format!("keeping the result: {e}")))?;
             localnet_off(&self.conflist.bridges()).map_err(fail)?;
+            super::guard::apply(&net.netns, &result, guarded).map_err(fail)?;
             Ok(gateway(&result))
         })();
         match plugged {

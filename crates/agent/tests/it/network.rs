@@ -285,6 +285,89 @@ async fn an_adopted_attempt_loses_its_network_when_it_ends_and_a_restart_removes
     let _ = stop.send(true);
 }
 
+/// A replica: listens on 0.0.0.0 at `$PORT` and at ARGV[0] (a port it binds besides its
+/// service port), says so in ARGV[1], and for 8 s accepts and closes connections.
+const REPLICA: &str = r#"
+use Socket qw(:all);
+my ($other, $marker) = @ARGV;
+my @l;
+for my $port ($ENV{PORT}, $other) {
+    socket(my $s, AF_INET, SOCK_STREAM, 0) or die; setsockopt($s, SOL_SOCKET, SO_REUSEADDR, 1);
+    bind($s, pack_sockaddr_in($port, INADDR_ANY)) or die "bind $port: $!"; listen($s, 16); push @l, $s;
+}
+open(my $m, ">", $marker) or die; print $m "bound\n"; close $m;
+my $end = time + 8;
+while (time < $end) {
+    my $r = ""; vec($r, fileno($_), 1) = 1 for @l;
+    if (select(my $ready = $r, undef, undef, 0.2) > 0) {
+        for my $s (@l) { if (vec($ready, fileno($s), 1)) { accept(my $c, $s); close $c; } }
+    }
+}
+"#;
+
+/// This machine's non-loopback address, the one the gateway reaches a local replica at
+/// (`services::tick::own_address`: the source of its route toward a private address).
+fn own_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0)).ok()?;
+    socket.connect(("10.255.255.254", 9)).ok()?;
+    Some(socket.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicas_port_answers_the_gateway_on_the_node_but_no_job_of_another_team_on_the_same_node() {
+    if needs_netns(
+        "a_replicas_port_answers_the_gateway_on_the_node_but_no_job_of_another_team_on_the_same_node",
+    ) {
+        return;
+    }
+    let Some(node) = own_address() else {
+        eprintln!("note: this machine has no non-loopback address for the gateway to use; skipped");
+        return;
+    };
+    let h = start_with(Setup { fleet: "2xA100-80GB", ..Setup::default() }).await;
+    let (port, other) = (free_port(), free_port());
+    let marker = h.shared.join("replica");
+    let mut command = vec!["perl".to_owned(), "-e".to_owned(), REPLICA.to_owned()];
+    command.extend([other.to_string(), marker.display().to_string()]);
+    let replica = NewJob {
+        team: "a".into(),
+        name: "echo".into(),
+        spec: SubmitRequest {
+            command,
+            env: [("PORT".to_owned(), port.to_string())].into(),
+            ..NewJob::default().spec
+        },
+        submitted_at: gantry_server::now_ms(),
+        service: Some(("echo".into(), 1)),
+        ..NewJob::default()
+    };
+    let id = h.store.submit(&replica).expect("submit").0;
+    until("the replica to listen", || marker.exists().then_some(())).await;
+    let cache = h.dir.path().join(format!("agent/netns/{id}-1.json"));
+    let cached: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cache).expect("the attempt's result")).expect("json");
+    let own = cached["result"]["ips"][0]["address"].as_str().expect("an address").split('/').next();
+    let own = own.expect("an address").to_owned();
+    // The gateway's path: the node's address, DNATed by portmap into the replica.
+    assert!(reaches(SocketAddr::new(node, port)), "the gateway's path to {node}:{port} is refused");
+    let bridge = gateway(&h).expect("the agent's conflist");
+    let targets = [
+        (own.clone(), port),
+        (bridge, port),
+        (node.to_string(), port),
+        // The namespaces are connected: a port the replica binds besides `$PORT` answers.
+        (own.clone(), other),
+    ];
+    let args: Vec<String> = targets.iter().flat_map(|(h, p)| [h.clone(), p.to_string()]).collect();
+    let probe = submit_perl(&*h.store, "b", PROBE, &args);
+    assert_eq!(finished(&h, probe).await.state, JobState::Succeeded, "{}", log(&h, probe, "stderr"));
+    let out = log(&h, probe, "stdout");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), targets.len(), "{out}");
+    assert!(lines[..3].iter().all(|l| l.starts_with("refused")), "team b reached the replica's port:\n{out}");
+    assert!(lines[3].starts_with("reached"), "team b's job reaches the replica's other port:\n{out}");
+}
+
 #[test]
 fn a_port_one_attempt_publishes_cannot_be_published_by_another_until_it_is_detached() {
     use gantry_agent::runner::network::{Network, NetworkConfig};
@@ -297,8 +380,8 @@ fn a_port_one_attempt_publishes_cannot_be_published_by_another_until_it_is_detac
         .expect("built")
         .expect("namespaces");
     let port = free_port();
-    let first = network.attach(1, 1, &[port]).expect("the first attempt publishes the port");
-    let err = network.attach(2, 1, &[port]).expect_err("the port is taken");
+    let first = network.attach(1, 1, &[port], &[]).expect("the first attempt publishes the port");
+    let err = network.attach(2, 1, &[port], &[]).expect_err("the port is taken");
     assert!(err.to_string().contains(&format!("port {port} is already published")), "{err}");
     assert!(!state.path().join("netns/2-1").exists(), "the refused attempt left nothing");
     // Bound on port 0 so that no other test can take it between choosing and binding; the
@@ -310,10 +393,10 @@ fn a_port_one_attempt_publishes_cannot_be_published_by_another_until_it_is_detac
             break (busy, taken);
         }
     };
-    let err = network.attach(3, 1, &[taken]).expect_err("a node service holds it");
+    let err = network.attach(3, 1, &[taken], &[]).expect_err("a node service holds it");
     assert!(err.to_string().contains("in use on this node"), "{err}");
     first.net.detach().expect("detach");
-    let again = network.attach(4, 1, &[port]).expect("free again once detached");
+    let again = network.attach(4, 1, &[port], &[]).expect("free again once detached");
     again.net.detach().expect("detach");
     network.release();
     assert!(!PathBuf::from("/sys/class/net").join(bridge_name(&scope)).exists(), "the bridge is removed");

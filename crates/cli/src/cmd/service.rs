@@ -40,6 +40,7 @@ pub enum ServiceCommand {
   readiness: {path: /health, interval_s: 2, timeout_s: 1, initial_delay_s: 0, failure_threshold: 3}
   max_concurrency: 4
   scale_to_zero_after: 15m
+  cold_start_timeout: 10m     # a held request gets 503 after this
   autoscale:
     sync_s: 15
     metrics: [{type: in_flight, target: 2}]
@@ -91,6 +92,9 @@ pub struct CreateArgs {
     /// With `--replicas 0..N`: stop the last replica after this long without a request (`15m`).
     #[arg(long, value_parser = gantry_api::service::Duration::parse)]
     scale_to_zero_after: Option<gantry_api::service::Duration>,
+    /// How long the gateway holds a request while a replica starts, then 503 (default `10m`).
+    #[arg(long, value_parser = gantry_api::service::Duration::parse)]
+    cold_start_timeout: Option<gantry_api::service::Duration>,
     /// Autoscale on requests in flight per replica, with this target (HPA's rules).
     #[arg(long, value_name = "N")]
     target_in_flight: Option<f64>,
@@ -183,6 +187,7 @@ fn create(a: CreateArgs) -> anyhow::Result<()> {
         readiness: gantry_api::service::Readiness { path: a.readiness_path, ..Default::default() },
         max_concurrency: a.max_concurrency,
         scale_to_zero_after: a.scale_to_zero_after,
+        cold_start_timeout: a.cold_start_timeout,
         autoscale,
         public: a.public,
     };

@@ -2,6 +2,7 @@
 #   GET /health      200, or 503 while the file $UNREADY_DIR/unready-$GANTRY_JOB_ID exists
 #   GET /slow?s=0.5  answers after sleeping that long (default $DELAY, else 0)
 #   GET /stream      three chunks, 0.2 s apart (chunked transfer)
+#   GET /metrics     `replica_waiting N` (Prometheus text), N from the file $UNREADY_DIR/waiting (else 0)
 #   GET /...         "<job id> <VERSION>\n"
 # Once listening it writes its pid to $UNREADY_DIR/pid-$GANTRY_JOB_ID (tests kill it).
 import http.server
@@ -29,6 +30,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         url = urllib.parse.urlparse(self.path)
         if url.path == "/health":
             self.answer(503 if os.path.exists(UNREADY) else 200, b"ok\n")
+        elif url.path == "/metrics":
+            try:
+                with open(os.path.join(os.environ.get("UNREADY_DIR", "/nonexistent"), "waiting")) as f:
+                    waiting = float(f.read().strip() or 0)
+            except OSError:
+                waiting = 0
+            body = '# TYPE replica_waiting gauge\nreplica_waiting{replica="%s"} %g\n' % (JOB, waiting)
+            self.answer(200, body.encode())
         elif url.path == "/stream":
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")

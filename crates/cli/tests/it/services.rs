@@ -358,6 +358,78 @@ fn a_service_holds_no_more_replicas_than_its_teams_guarantee_and_says_why() {
     assert!(table.contains("waiting   team ml's guarantee is 1 GPU(s)"), "{table}");
 }
 
+#[test]
+fn a_service_of_a_team_without_a_guarantee_holds_no_more_replicas_than_the_schedulers_cap_and_says_why() {
+    let s = Serving::start(&["--simulated-gpus", "2xA100-80GB"]);
+    s.apply(&s.file("wide", "replicas: 3\ngpus: 1\n"));
+    let v = s.until("wide", "two replicas and why not three", 30, |v| {
+        ready(v) == 2
+            && v["reason"].as_str().is_some_and(|r| r.contains("no guarantee and may hold at most 2 GPU(s)"))
+    });
+    assert_eq!(v["replica_list"].as_array().map(Vec::len), Some(2), "no third replica waits pending: {v}");
+}
+
+#[test]
+fn a_request_held_past_the_services_cold_start_timeout_gets_503_with_a_sentence() {
+    let s = Serving::start(&[]);
+    // A replica that never listens: the request waits for a readiness that never comes.
+    let file = s.cluster.shared().join("stuck.yaml");
+    std::fs::write(
+        &file,
+        "name: stuck\nteam: ml\nport: 8000\ncommand: [sleep, \"600\"]\nreplicas: 0..1\n\
+         cold_start_timeout: 2s\nreadiness: {path: /health, interval_s: 0.2, timeout_s: 1}\n",
+    )
+    .expect("file");
+    s.apply(&file);
+    s.until("stuck", "its replica, never ready", 20, |v| {
+        v["replica_list"].as_array().is_some_and(|l| l.len() == 1) && ready(v) == 0
+    });
+    let started = Instant::now();
+    let (status, body) = s.get("/ml/stuck/", &s.token).expect("an answer");
+    let held = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("the request was held 2 s while one started, and none became ready"), "{body}");
+    assert!(
+        held >= Duration::from_secs(2) && held < Duration::from_secs(30),
+        "held {held:?}, not 10 minutes"
+    );
+}
+
+#[test]
+fn the_autoscaler_scales_on_a_series_scraped_from_the_replicas_own_metrics() {
+    let s = Serving::start(&[]);
+    let block = "replicas: 1..3\nautoscale: {sync_s: 1, metrics: [{type: prometheus, series: replica_waiting, target: 1}], \
+                 behavior: {scale_down: {stabilization_window_s: 2}}}\n";
+    s.apply(&s.file("scraped", block));
+    s.until("scraped", "a ready replica", 30, |v| ready(v) == 1);
+    // The replica's /metrics says 3 requests wait in it: 3 per replica over target 1.
+    std::fs::write(s.cluster.shared().join("waiting"), "3").expect("waiting");
+    let v = s.until("scraped", "three replicas wanted", 30, |v| v["replicas"]["desired"] == 3);
+    // HPA reads the window's mean since its last sync, so the first step may be 1 → 2.
+    let reasons = v["decisions"].to_string();
+    assert!(reasons.contains("→ 3") && reasons.contains(": prometheus replica_waiting "), "{reasons}");
+    assert!(reasons.contains(" per replica over target 1"), "{reasons}");
+    std::fs::write(s.cluster.shared().join("waiting"), "0").expect("waiting");
+    s.until("scraped", "back to one", 40, |v| v["replicas"]["desired"] == 1);
+}
+
+#[test]
+fn the_autoscaler_scales_on_gpu_utilization_and_sm_active_from_the_agents_gpu_samples() {
+    // Each replica's simulated GPU runs at 90 % (SM activity 0.81): over both targets.
+    let s = Serving::start(&["--simulated-gpus", "4xA100-80GB"]);
+    for (name, metric) in [("util", "gpu_utilization"), ("sm", "sm_active")] {
+        let block = format!(
+            "replicas: 1..2\ngpus: 1\nautoscale: {{sync_s: 1, metrics: [{{type: {metric}, target: 0.5}}]}}\n"
+        );
+        s.apply(&s.file(name, &block));
+    }
+    for (name, metric) in [("util", "gpu_utilization 0."), ("sm", "sm_active 0.")] {
+        let v = s.until(name, "two replicas wanted", 40, |v| v["replicas"]["desired"] == 2);
+        let reasons = v["decisions"].to_string();
+        assert!(reasons.contains(&format!("scaled 1 → 2: {metric}")), "{name}: {reasons}");
+    }
+}
+
 /// A plain-HTTP client for the gateway (built the way the cluster's client is, so the crypto
 /// provider is installed).
 fn s_client() -> reqwest::Client {

@@ -93,7 +93,11 @@ pub fn recommend(config: &AutoscaleConfig, input: &Input<'_>) -> (u32, String) {
             ((current * ratio).ceil().max(0.0) as u32, if ratio > 1.0 { "over" } else { "under" })
         };
         let unit = if spec.kind.is_total() { " per replica" } else { "" };
-        let why = format!("{} {per:.2}{unit} {rel} target {}", spec.kind.as_str(), spec.target);
+        let name = match &spec.series {
+            Some(series) => format!("{} {series}", spec.kind.as_str()),
+            None => spec.kind.as_str().to_owned(),
+        };
+        let why = format!("{name} {per:.2}{unit} {rel} target {}", spec.target);
         if best.as_ref().is_none_or(|b| want > b.0) {
             best = Some((want, why));
         }

@@ -197,6 +197,7 @@ impl Fleet {
             gr_engine_active: Some((busy * 0.98).clamp(0.0, 1.0)),
             tensor_active: Some((busy * m.tensor_share).clamp(0.0, 1.0)),
             dram_active: Some(dram),
+            sm_active: Some((busy * 0.9).clamp(0.0, 1.0)),
             nvlink_bytes_total: (m.nvlinks > 0).then_some(g.nvlink_bytes as u64),
             last_xid: g.last_xid,
         })

@@ -97,6 +97,8 @@ struct Inner {
     queue: VecDeque<Waiter>,
     can_start: bool,
     queue_limit: usize,
+    /// The route's own hold limit (`None`: the gateway's `cold_start_timeout`).
+    cold_start_timeout: Option<Duration>,
     public: bool,
     rng: SplitMix64,
     /// When the first request was held with no replica ready (a cold start in progress).
@@ -145,6 +147,7 @@ impl Service {
             queue: VecDeque::new(),
             can_start: false,
             queue_limit: 0,
+            cold_start_timeout: None,
             public: false,
             rng: SplitMix64::new(seed),
             cold_since: None,
@@ -204,6 +207,7 @@ impl Service {
         }
         inner.can_start = route.can_start;
         inner.queue_limit = route.queue_limit;
+        inner.cold_start_timeout = route.cold_start_timeout.map(|d| d.min(super::MAX_ROUTE_COLD_START));
         inner.public = route.public;
         let ready = inner.members.iter().filter(|m| m.ready).count();
         self.metrics.set_replicas(&self.key, ready, inner.members.len() - ready);
@@ -242,7 +246,7 @@ impl Service {
         cold_start_timeout: Duration,
         demand: &mpsc::Sender<Demand>,
     ) -> Result<Lease, Refusal> {
-        let (rx, held) = {
+        let (rx, held, cold_start_timeout) = {
             let mut inner = self.lock();
             if inner.removed {
                 return Err(Refusal::Gone);
@@ -272,7 +276,7 @@ impl Service {
                 // A full channel already tells the controller there is demand.
                 let _ = demand.try_send(waiting);
             }
-            (rx, held)
+            (rx, held, inner.cold_start_timeout.unwrap_or(cold_start_timeout))
         };
         let limit = if held { cold_start_timeout } else { queue_timeout };
         let outcome = tokio::time::timeout(limit, rx).await;

@@ -134,6 +134,11 @@ impl std::fmt::Debug for Seeds {
 /// already knows).
 const DEMAND_BUFFER: usize = 1024;
 
+/// The longest a route may hold a request for a cold start (a service file's
+/// `cold_start_timeout` is refused past it): the listener's own request timeout outlasts it.
+pub(crate) const MAX_ROUTE_COLD_START: Duration =
+    Duration::from_secs(gantry_api::service::MAX_COLD_START_TIMEOUT_S);
+
 impl Gateway {
     /// A gateway with an empty table. `rng` seeds each service's replica choice (pass a seeded
     /// generator for reproducible tests).
@@ -250,7 +255,7 @@ impl Gateway {
         // The gateway bounds each stage itself; the listener's own request timeout only has to
         // outlast all of them.
         let request_timeout = c.body_timeout
-            + c.cold_start_timeout.max(c.queue_timeout)
+            + c.cold_start_timeout.max(c.queue_timeout).max(MAX_ROUTE_COLD_START)
             + c.header_timeout
             + c.connect_timeout * c.max_attempts as u32
             + Duration::from_secs(10);

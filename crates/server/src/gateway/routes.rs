@@ -67,6 +67,9 @@ pub struct Route {
     /// Requests that may wait for a free replica (or, held, for a ready one) at once; past it
     /// the gateway answers 429 with `Retry-After`.
     pub queue_limit: usize,
+    /// How long a held request waits for a ready replica before 503 (the service file's
+    /// `cold_start_timeout`); `None`: the gateway's [`super::GatewayConfig::cold_start_timeout`].
+    pub cold_start_timeout: Option<std::time::Duration>,
 }
 
 impl Route {
@@ -76,7 +79,13 @@ impl Route {
 
     /// A private route to `replicas` that holds no request, with the default queue.
     pub fn new(replicas: Vec<ReplicaEndpoint>) -> Self {
-        Self { replicas, public: false, can_start: false, queue_limit: Self::DEFAULT_QUEUE_LIMIT }
+        Self {
+            replicas,
+            public: false,
+            can_start: false,
+            queue_limit: Self::DEFAULT_QUEUE_LIMIT,
+            cold_start_timeout: None,
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 //! 3. per service: the autoscaler's decision ([`scale`]: HPA every `sync_s`, to zero after
 //!    `scale_to_zero_after`, from zero on demand), recorded with its reason; then the plan
 //!    ([`plan`], pure: start, drain, stop; rolling updates surge one; back-off for replicas that
-//!    keep failing; the team's guarantee as a limit that is said);
+//!    keep failing; the team's quota as a limit that is said, [`quota`]);
 //! 4. carries the plan out (submit, stop) and finishes drains whose in-flight requests are
 //!    answered;
 //! 5. hands the gateway the whole routing table ([`crate::gateway::Gateway::set_routes`]):
@@ -27,7 +27,9 @@
 
 pub mod plan;
 pub mod probe;
+pub mod quota;
 pub mod scale;
+pub mod signals;
 mod tick;
 
 use std::collections::HashMap;

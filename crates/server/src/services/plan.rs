@@ -69,8 +69,8 @@ pub struct Input {
     pub last_failure_at: i64,
     /// Now (ms).
     pub now: i64,
-    /// More replicas the team's guarantee allows (`None`: no limit), and the sentence that
-    /// says why when it is the limit.
+    /// More replicas the team's quota allows (`None`: no limit), and the sentence that says
+    /// why when it is the limit ([`super::quota`]).
     pub room: Option<(u32, String)>,
 }
 

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use gantry_core::autoscale::{AutoscaleConfig, Bounds, Decision, Hpa, Input, Sample};
+use gantry_core::autoscale::{AutoscaleConfig, Bounds, Decision, Hpa, Input, MetricKind, Sample};
 use gantry_store::ServiceSpec;
 
 /// Samples kept: the longest stabilization window HPA allows (3,600 s) is longer, but the
@@ -29,6 +29,10 @@ pub struct Scaler {
     min: u32,
     max: u32,
     idle_after_s: f64,
+    /// The `prometheus` series the block names (scraped from the replicas).
+    series: Vec<String>,
+    /// Whether the block names `gpu_utilization` or `sm_active`.
+    gpu_metrics: bool,
 }
 
 /// The `autoscale:` block read with the core's types; a sentence when it is not valid.
@@ -45,6 +49,10 @@ impl Scaler {
         let r = spec.replicas;
         let config = autoscale_config(spec)?;
         let sync_s = config.as_ref().map_or(15.0, |c| c.sync_s);
+        let metrics = config.as_ref().map(|c| c.metrics.as_slice()).unwrap_or_default();
+        let series = metrics.iter().filter_map(|m| m.series.clone()).collect();
+        let gpu_metrics =
+            metrics.iter().any(|m| matches!(m.kind, MetricKind::GpuUtilization | MetricKind::SmActive));
         let hpa = config.map(|c| Hpa::new(c, Bounds { min: r.min.max(1), max: r.max }));
         Ok(Self {
             hpa,
@@ -56,7 +64,24 @@ impl Scaler {
             min: r.min,
             max: r.max,
             idle_after_s: spec.scale_to_zero_after_s() as f64,
+            series,
+            gpu_metrics,
         })
+    }
+
+    /// The series to scrape from the replicas' `/metrics` (none: no scrape).
+    pub fn series(&self) -> &[String] {
+        &self.series
+    }
+
+    /// Whether the block scales on GPU levels.
+    pub fn gpu_metrics(&self) -> bool {
+        self.gpu_metrics
+    }
+
+    /// How often the replicas are scraped: every sync, at most every 5 s.
+    pub fn scrape_every_ms(&self) -> i64 {
+        (self.sync_s.min(5.0) * 1000.0) as i64
     }
 
     /// Takes one sample; `requests_total` is the gateway's count of answered requests, so a

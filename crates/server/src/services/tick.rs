@@ -1,21 +1,23 @@
 //! The controller's loop: load, decide (through [`super::plan`] and [`super::scale`]), carry
 //! out, hand the gateway its table, probe. The I/O edge of the service controller.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use gantry_api::elastic::GpuRange;
 use gantry_core::autoscale::Sample;
 use gantry_store::{
-    JobFilter, JobId, JobState, NewJob, Node, Replica, Service, ServiceDecision, Store, StoreError,
+    Gpu, JobFilter, JobId, JobState, NewJob, Node, Replica, Service, ServiceDecision, Store, StoreError,
     SubmitRequest,
 };
 use tokio::sync::{mpsc, watch};
 
 use super::plan::{self, Action, Phase, ReplicaState};
 use super::probe::{self, Probe};
+use super::quota::{self, TeamQuota};
 use super::scale::Scaler;
+use super::signals;
 use super::{ReplicaStatus, ServiceStatus};
 use crate::app::{App, now_ms};
 use crate::gateway::{Demand, ReplicaEndpoint, Route, RoutingTable, ServiceKey};
@@ -26,12 +28,24 @@ const DRAIN_TIMEOUT_MS: i64 = 30_000;
 /// Ended replicas read per service (for back-off).
 const ENDED_READ: u32 = 5;
 
-/// One service as loaded: the row, its replicas, and the GPUs its team's active jobs ask for
-/// when the team has a guarantee.
+/// One service as loaded: the row and its replicas.
 struct Loaded {
     service: Service,
     replicas: Vec<Replica>,
-    team_gpus: Option<(u32, u32)>,
+}
+
+/// What the autoscaler reads besides the gateway: the GPUs' latest samples by UUID, and the
+/// nodes heard from within the heartbeat timeout.
+struct Signals<'a> {
+    gpus: HashMap<&'a str, &'a Gpu>,
+    fresh: HashSet<String>,
+}
+
+/// The tick's shared reads: node addresses, signals, now (ms).
+struct At<'a> {
+    addrs: &'a HashMap<String, Option<IpAddr>>,
+    signals: &'a Signals<'a>,
+    now: i64,
 }
 
 /// What one tick writes.
@@ -49,7 +63,13 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         return;
     };
     let (tx, mut results) = mpsc::unbounded_channel();
-    let mut c = Controller { probe_tx: Some(tx), started_at: now_ms(), ..Controller::default() };
+    let (scrape_tx, mut scrapes) = mpsc::unbounded_channel();
+    let mut c = Controller {
+        probe_tx: Some(tx),
+        scrape_tx: Some(scrape_tx),
+        started_at: now_ms(),
+        ..Controller::default()
+    };
     let mut every = tokio::time::interval(app.config.service_tick);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -64,6 +84,13 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         while let Ok((job, ok)) = results.try_recv() {
             c.results.entry(job).or_default().push(ok);
         }
+        while let Ok((job, scraped)) = scrapes.try_recv() {
+            c.scraping.remove(&job);
+            match scraped {
+                Some(series) => c.scraped.insert(job, (now_ms(), series)),
+                None => c.scraped.remove(&job),
+            };
+        }
         if let Err(e) = c.tick(&app).await {
             tracing::warn!(error = %e, "service controller tick failed");
         }
@@ -75,6 +102,13 @@ struct Controller {
     probe_tx: Option<mpsc::UnboundedSender<(JobId, bool)>>,
     probes: HashMap<JobId, Probe>,
     results: HashMap<JobId, Vec<bool>>,
+    scrape_tx: Option<mpsc::UnboundedSender<(JobId, Option<Series>)>>,
+    /// Each replica's last good scrape of its `/metrics`: (when, the wanted series).
+    scraped: HashMap<JobId, (i64, BTreeMap<String, f64>)>,
+    /// Replicas with a scrape out, and when it was sent.
+    scraping: HashMap<JobId, i64>,
+    /// When each replica was last scraped.
+    scraped_at: HashMap<JobId, i64>,
     scalers: HashMap<ServiceKey, (u64, Scaler)>,
     /// Replicas out of the table waiting for their requests: (tick it began, when, why).
     draining: HashMap<JobId, (u64, i64, String)>,
@@ -101,11 +135,18 @@ impl Controller {
     async fn tick(&mut self, app: &Arc<App>) -> Result<(), StoreError> {
         self.ticks += 1;
         let store = Arc::clone(&app.store);
-        let (loaded, nodes) = tokio::task::spawn_blocking(move || load(&*store))
-            .await
-            .map_err(|e| StoreError::Corrupt(e.to_string()))??;
+        let borrow_limit = app.queue.read().map_or(1.0, |q| q.weights.borrow_limit);
+        let (loaded, nodes, mut quotas, gpus) =
+            tokio::task::spawn_blocking(move || load(&*store, borrow_limit))
+                .await
+                .map_err(|e| StoreError::Corrupt(e.to_string()))??;
         let addrs = resolve(&nodes).await;
         let now = now_ms();
+        let heard_after = now - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
+        let signals = Signals {
+            gpus: gpus.iter().map(|g| (g.info.uuid.as_str(), g)).collect(),
+            fresh: nodes.iter().filter(|n| n.last_heartbeat >= heard_after).map(|n| n.id.clone()).collect(),
+        };
         let mut effects = Effects::default();
         let mut table = RoutingTable::new();
         let mut status = HashMap::new();
@@ -119,11 +160,15 @@ impl Controller {
         for l in loaded {
             seen.extend(l.replicas.iter().map(|r| r.job.id));
             let key = ServiceKey::new(&l.service.team, &l.service.name);
-            let (route, st) = self.service(app, &key, l, &addrs, now, &mut used_ports, &mut effects);
+            let quota = quotas.get_mut(&l.service.team);
+            let at = At { addrs: &addrs, signals: &signals, now };
+            let (route, st) = self.service(app, &key, l, quota, &at, &mut used_ports, &mut effects);
             table.insert(key.clone(), route);
             status.insert((key.team, key.service), st);
         }
         self.probes.retain(|job, _| seen.contains(job));
+        self.scraped.retain(|job, _| seen.contains(job));
+        self.scraped_at.retain(|job, _| seen.contains(job));
         self.draining.retain(|job, _| seen.contains(job));
         self.scalers.retain(|key, _| table.contains_key(key));
         self.held.clear();
@@ -142,11 +187,12 @@ impl Controller {
         app: &App,
         key: &ServiceKey,
         l: Loaded,
-        addrs: &HashMap<String, Option<IpAddr>>,
-        now: i64,
+        mut quota: Option<&mut TeamQuota>,
+        at: &At<'_>,
         used_ports: &mut HashSet<u16>,
         effects: &mut Effects,
     ) -> (Route, ServiceStatus) {
+        let (addrs, now) = (at.addrs, at.now);
         let spec = &l.service.spec;
         let threshold = spec.readiness.failure_threshold;
         self.count_failures(key, &l.replicas);
@@ -198,7 +244,13 @@ impl Controller {
         if ready > 0 {
             self.failures.remove(key);
         }
-        let desired = self.autoscale(app, key, &l.service, ready, now, effects);
+        let ready_replicas: Vec<(&gantry_store::Job, SocketAddr)> = l
+            .replicas
+            .iter()
+            .filter(|r| st.replicas.get(&r.job.id).is_some_and(|s| s.ready))
+            .filter_map(|r| Some((&r.job, st.replicas.get(&r.job.id)?.address?)))
+            .collect();
+        let desired = self.autoscale(app, key, &l.service, &ready_replicas, at, effects);
         self.finish_drains(app, key, now, effects);
         let (failures, last_failure_at) = self.failures.get(key).copied().unwrap_or_default();
         let input = plan::Input {
@@ -208,7 +260,7 @@ impl Controller {
             failures,
             last_failure_at,
             now,
-            room: room(&l, spec.gpus),
+            room: quota.as_ref().map(|q| q.room(spec.gpus)),
         };
         let p = plan::plan(&input);
         st.short = p.short.clone();
@@ -219,6 +271,9 @@ impl Controller {
                     Some(port) => {
                         self.last_port = port;
                         used_ports.insert(port);
+                        if let Some(q) = quota.as_deref_mut() {
+                            q.charge(spec.gpus);
+                        }
                         effects.submit.push(replica_job(&l.service, port, now));
                     }
                     None => {
@@ -247,6 +302,7 @@ impl Controller {
             public: spec.public,
             can_start: spec.replicas.min == 0 || desired > 0,
             queue_limit: Route::DEFAULT_QUEUE_LIMIT,
+            cold_start_timeout: Some(std::time::Duration::from_secs(spec.cold_start_timeout_s())),
         };
         (route, st)
     }
@@ -258,10 +314,11 @@ impl Controller {
         app: &App,
         key: &ServiceKey,
         service: &Service,
-        ready: u32,
-        now: i64,
+        ready_replicas: &[(&gantry_store::Job, SocketAddr)],
+        at: &At<'_>,
         effects: &mut Effects,
     ) -> u32 {
+        let (now, ready) = (at.now, ready_replicas.len() as u32);
         let now_s = now as f64 / 1000.0;
         let generation = service.generation;
         let stale = self.scalers.get(key).is_none_or(|(g, _)| *g != generation);
@@ -276,6 +333,16 @@ impl Controller {
             }
         }
         let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
+        let (gpu_utilization, sm_active) = if scaler.gpu_metrics() {
+            let uuids = ready_replicas.iter().flat_map(|(job, _)| job.gpu_uuids.iter().map(String::as_str));
+            signals::gpu_levels(uuids, &at.signals.gpus, &|node| at.signals.fresh.contains(node))
+        } else {
+            (None, None)
+        };
+        let series = scaler.series().to_vec();
+        let every = scaler.scrape_every_ms();
+        let prometheus = self.scrape(ready_replicas, &series, every, now);
+        let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
         let snapshot = app.gateway.snapshot(key);
         let (queued, total) = snapshot.as_ref().map_or((0, 0), |s| (s.queue_length, s.requests_total));
         if let Some(s) = &snapshot {
@@ -285,7 +352,9 @@ impl Controller {
                 queue_length: s.queue_length as f64,
                 rps: s.rps,
                 ttft_p95_s: (s.rps > 0.0).then_some(s.ttft_p95_s),
-                ..Sample::default()
+                gpu_utilization,
+                sm_active,
+                prometheus,
             };
             scaler.observe(sample, total);
         }
@@ -306,6 +375,43 @@ impl Controller {
         }
         effects.scale.push((service.id, d.to, decision(now, d.from, d.to, d.reason)));
         d.to
+    }
+
+    /// Sends the scrapes of `ready` replicas that are due (when `series` names any), and
+    /// returns the wanted series summed over the ready replicas' recent scrapes.
+    fn scrape(
+        &mut self,
+        ready: &[(&gantry_store::Job, SocketAddr)],
+        series: &[String],
+        every_ms: i64,
+        now: i64,
+    ) -> BTreeMap<String, f64> {
+        if series.is_empty() {
+            return BTreeMap::new();
+        }
+        for (job, addr) in ready {
+            let due = self.scraped_at.get(&job.id).is_none_or(|last| now - last >= every_ms);
+            if !due || self.scraping.contains_key(&job.id) {
+                continue;
+            }
+            let Some(tx) = self.scrape_tx.clone() else { break };
+            self.scraping.insert(job.id, now);
+            self.scraped_at.insert(job.id, now);
+            let (id, addr, wanted) = (job.id, *addr, series.to_vec());
+            tokio::spawn(async move {
+                let scraped = signals::fetch(addr).await.map(|text| signals::parse_series(&text, &wanted));
+                let _ = tx.send((id, scraped));
+            });
+        }
+        // A scrape older than three intervals (the replica stopped answering) counts no more.
+        let recent = |at: i64| now - at <= 3 * every_ms.max(1000);
+        signals::sum_scrapes(
+            ready
+                .iter()
+                .filter_map(|(job, _)| self.scraped.get(&job.id))
+                .filter(|(at, _)| recent(*at))
+                .map(|(_, s)| s),
+        )
     }
 
     /// Counts replicas that failed since the controller started (back-off).
@@ -389,31 +495,52 @@ fn decision(at: i64, from: u32, to: u32, reason: String) -> ServiceDecision {
     ServiceDecision { at, from, to, reason }
 }
 
-/// Services with their replicas, and the nodes.
-fn load(store: &dyn Store) -> Result<(Vec<Loaded>, Vec<Node>), StoreError> {
-    let teams = store.teams()?;
-    let mut team_gpus: HashMap<String, Option<(u32, u32)>> = HashMap::new();
+/// What binds each service's team, by team.
+type Quotas = HashMap<String, TeamQuota>;
+
+/// One tick's read: the services, the nodes, the teams' quotas and the GPUs.
+type Read = (Vec<Loaded>, Vec<Node>, Quotas, Vec<Gpu>);
+
+/// Scraped series of one replica.
+type Series = BTreeMap<String, f64>;
+
+/// Services with their replicas, the nodes, and what binds each service's team.
+fn load(
+    store: &dyn Store,
+    borrow_limit: f64,
+) -> Result<Read, StoreError> {
     let mut out = Vec::new();
     for service in store.services(None)? {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
-        // The team's jobs are read only for a service whose replicas ask for whole GPUs.
-        let guarantee = teams
-            .iter()
-            .find(|t| t.name == service.team)
-            .and_then(|t| t.gpu_quota)
-            .filter(|_| service.spec.gpus > 0);
-        let gpus = match (guarantee, team_gpus.get(&service.team)) {
-            (None, _) => None,
-            (Some(_), Some(known)) => *known,
-            (Some(g), None) => {
-                let used = active_gpus(store, &service.team)?;
-                team_gpus.insert(service.team.clone(), Some((g, used)));
-                Some((g, used))
-            }
-        };
-        out.push(Loaded { service, replicas, team_gpus: gpus });
+        out.push(Loaded { service, replicas });
     }
-    Ok((out, store.nodes()?))
+    let mut quotas = HashMap::new();
+    let mut all_gpus = Vec::new();
+    if !out.is_empty() {
+        all_gpus = store.gpus()?;
+        let (teams, counts, gpus) = (store.teams()?, store.job_counts()?, all_gpus.len() as u32);
+        for l in &out {
+            let name = &l.service.team;
+            if quotas.contains_key(name) {
+                continue;
+            }
+            let team = teams.iter().find(|t| t.name == *name);
+            let guarantee = team.and_then(|t| t.gpu_quota);
+            let pending = counts.iter().filter(|(t, s, _)| t == name && *s == JobState::Pending).map(|c| c.2);
+            let quota = TeamQuota {
+                team: name.clone(),
+                guarantee,
+                cap: quota::cap(guarantee, borrow_limit, gpus),
+                used_gpus: active_gpus(store, name)?,
+                pending: pending.sum(),
+                pending_limit: team
+                    .and_then(|t| t.pending_limit)
+                    .unwrap_or(crate::command::DEFAULT_PENDING_LIMIT),
+            };
+            quotas.insert(name.clone(), quota);
+        }
+    }
+    Ok((out, store.nodes()?, quotas, all_gpus))
 }
 
 /// Whole GPUs the team's jobs that have not ended ask for (a gang counts its workers).
@@ -429,21 +556,6 @@ fn active_gpus(store: &dyn Store, team: &str) -> Result<u32, StoreError> {
         }
     }
     Ok(total)
-}
-
-/// More replicas of `gpus` whole GPUs the team's guarantee holds, with the sentence.
-fn room(l: &Loaded, gpus: u32) -> Option<(u32, String)> {
-    let (guarantee, used) = l.team_gpus?;
-    if gpus == 0 {
-        return None;
-    }
-    let room = guarantee.saturating_sub(used) / gpus;
-    let team = &l.service.team;
-    let why = format!(
-        "team {team}'s guarantee is {guarantee} GPU(s) and its jobs ask for {used}: no room for another replica of \
-         {gpus} GPU(s) (replicas stay within the guarantee; gantry team set {team} --guarantee N)"
-    );
-    Some((room, why))
 }
 
 /// The replica job for a service's current generation, listening on `port`.

@@ -495,6 +495,26 @@ async fn a_held_request_times_out_with_503_and_a_sentence() {
 }
 
 #[tokio::test]
+async fn a_routes_own_cold_start_timeout_replaces_the_gateways_and_answers_503_with_a_sentence() {
+    // The gateway would hold for 10 minutes; the service's file says 0.4 s.
+    let f = Fixture::start(GatewayConfig::default()).await;
+    let mut cold = Route::new(Vec::new());
+    cold.can_start = true;
+    cold.cold_start_timeout = Some(Duration::from_millis(400));
+    f.route("z", cold);
+    let started = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(5), f.get("/ml/z/").send())
+        .await
+        .expect("answered within the route's timeout, not the gateway's")
+        .expect("send");
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() >= Duration::from_millis(400), "held for the route's 0.4 s");
+    let body: Value = answer.json().await.expect("json");
+    let error = body["error"].as_str().expect("error");
+    assert!(error.contains("the request was held 0.4 s while one started, and none became ready"), "{body}");
+}
+
+#[tokio::test]
 async fn the_servers_gateway_speaks_tls_off_loopback_and_admits_only_a_member_of_the_team() {
     use gantry_store::{Role, Store, User};
     let dir = tempfile::tempdir().expect("dir");
