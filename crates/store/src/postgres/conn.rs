@@ -168,7 +168,9 @@ impl PgConn {
     fn client(&self) -> Result<Arc<Client>> {
         if self.client.borrow().is_closed() {
             if self.in_transaction.get() {
-                return Err(StoreError::Conflict("the database connection was lost mid-transaction".into()));
+                return Err(StoreError::Unavailable(
+                    "the database connection was lost mid-transaction".into(),
+                ));
             }
             let fresh = connect(&self.rt, &self.config)?;
             self.cache.borrow_mut().clear();
@@ -222,7 +224,7 @@ impl Conn for PgConn {
             Some("COMMIT" | "ROLLBACK") if !sql.contains(" TO ") => {
                 let ended = self.in_transaction.replace(false);
                 if ended && self.client.borrow().is_closed() {
-                    return Err(StoreError::Conflict(
+                    return Err(StoreError::Unavailable(
                         "the database connection was lost mid-transaction".into(),
                     ));
                 }
