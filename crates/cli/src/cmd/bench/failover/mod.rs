@@ -50,7 +50,7 @@ pub struct FailoverBenchArgs {
     /// Each agent's simulated GPUs.
     #[arg(long, default_value = "4xA100-80GB")]
     fleet: String,
-    /// Concurrent submitting clients (each sends one tiny job every 250 ms).
+    /// Concurrent submitting clients (each sends one tiny job a second).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     clients: u32,
     /// The faults to take turns with (default: all five), of `kill-leader`, `stop-leader`,
@@ -235,6 +235,7 @@ async fn trials(
             }
         }
         progress(b, at).await.with_context(|| format!("after trial {trial} ({fault:?})"))?;
+        eprintln!("trial {trial}: {fault:?}, whole again after {:.1} s", at.elapsed().as_secs_f64());
     }
     Ok(leader_faults)
 }
@@ -328,7 +329,8 @@ async fn settle(b: &Bench) {
     }
 }
 
-/// One submitting client: a tiny job every 250 ms, each repeated (same request id) at the next
+/// One submitting client: a tiny job a second (below what the fleet runs, so that the queue
+/// stays short and a job submitted after a fault is placed soon after it), each repeated (same request id) at the next
 /// replica until one acknowledges it.
 async fn client(
     c: u32,
@@ -380,7 +382,7 @@ async fn client(
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     Ok(())
 }
