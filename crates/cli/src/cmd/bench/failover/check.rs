@@ -56,6 +56,8 @@ pub struct History {
 /// What the checker found.
 #[derive(Debug, Default)]
 pub struct Findings {
+    /// Trials that ran.
+    pub trials: u32,
     /// GPUs given beyond their capacity, once per moment.
     pub double_allocations: usize,
     /// Acknowledged submissions missing (or under another name, or twice).

@@ -152,11 +152,13 @@ impl Drop for Agent {
     }
 }
 
-/// This binary with an environment of the bench's own: its own home (client config), and
-/// nothing of the caller's Gantry settings.
+/// This binary with an environment of the bench's own: its own home (client config), nothing of
+/// the caller's Gantry settings, and a process group of its own.
 fn child_command(home: &Path) -> Command {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gantry"));
     let mut cmd = Command::new(exe);
+    // A process group of its own: Ctrl-C at the terminal ends the bench's trials, not its cluster.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     cmd.env("HOME", home)
         .env_remove("XDG_CONFIG_HOME")
         .env_remove("XDG_DATA_HOME")

@@ -128,6 +128,8 @@ struct Bench {
     http: reqwest::Client,
     ttl: Duration,
     acked: Arc<Mutex<Vec<(Acked, Instant)>>>,
+    /// Trials that ran (fewer than asked when interrupted).
+    ran: u32,
 }
 
 async fn bench(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<check::Findings> {
@@ -155,7 +157,7 @@ async fn bench(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<check::Fi
     let http = gantry_agent::runner::client::builder(None, None)?.no_proxy().build()?;
     let ttl = Duration::from_secs(args.lease_ttl);
     let acked = Arc::new(Mutex::new(Vec::new()));
-    let mut bench = Bench { pg, store, replicas, http, ttl, acked: Arc::clone(&acked) };
+    let mut bench = Bench { pg, store, replicas, http, ttl, acked: Arc::clone(&acked), ran: args.trials };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let urls: Vec<String> = bench.replicas.iter().map(Replica::url).collect();
     let clients: Vec<_> = (0..args.clients)
@@ -188,7 +190,8 @@ async fn bench(args: &FailoverBenchArgs, dir: &Path) -> anyhow::Result<check::Fi
         .iter()
         .map(|(a, _)| a.clone())
         .collect();
-    let findings = check::check(&history, &acked, &trials);
+    let mut findings = check::check(&history, &acked, &trials);
+    findings.trials = bench.ran;
     drop(bench.pg);
     Ok(findings)
 }
@@ -201,7 +204,26 @@ async fn trials(
     rng: &mut SplitMix64,
 ) -> anyhow::Result<Vec<LeaderFault>> {
     let mut leader_faults = Vec::new();
+    // SIGINT or SIGTERM ends the run after the trial under way: the history so far is checked
+    // and reported with the trials that ran.
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&interrupted);
+    tokio::spawn(async move {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
     for trial in 0..n {
+        if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("interrupted: {trial} of {n} trials ran");
+            b.ran = trial;
+            return Ok(leader_faults);
+        }
         let fault = faults[trial as usize % faults.len()];
         let (leader, epoch) = whole(b).await.with_context(|| format!("before trial {trial}"))?;
         tokio::time::sleep(Duration::from_millis(rng.below(b.ttl.as_millis() as u64 / 2 + 1))).await;
@@ -396,7 +418,7 @@ fn report(args: &FailoverBenchArgs, f: &check::Findings) {
     };
     if args.json {
         let v = serde_json::json!({
-            "trials": args.trials,
+            "trials": f.trials,
             "double_allocations": f.double_allocations,
             "lost_acknowledged": f.lost_acknowledged,
             "duplicate_starts": f.duplicate_starts,
@@ -409,7 +431,7 @@ fn report(args: &FailoverBenchArgs, f: &check::Findings) {
         println!(
             "{} trials on {} replicas: {} double allocations, {} acknowledged submissions lost, {} duplicate starts, \
              {} stale-epoch writes, {} impossible states; failover ({} leader faults) p50 {} s, p99 {} s",
-            args.trials,
+            f.trials,
             args.replicas,
             f.double_allocations,
             f.lost_acknowledged,
