@@ -133,8 +133,16 @@ pub(super) fn connect(rt: &Handle, config: &Config) -> Result<Arc<Client>> {
         Ok::<_, tokio_postgres::Error>(Arc::new(client))
     })??;
     let setup = Arc::clone(&client);
+    // A replica paused (SIGSTOP) or stalled inside a transaction holds its row locks, the lease
+    // row's among them, and every other replica's election would wait on it: PostgreSQL ends a
+    // session idle in a transaction for 5 s, rolling it back and releasing them.
     wait(rt, async move {
-        setup.batch_execute("SET synchronous_commit = on; SET client_min_messages = warning").await
+        setup
+            .batch_execute(
+                "SET synchronous_commit = on; SET client_min_messages = warning; \
+                 SET idle_in_transaction_session_timeout = 5000",
+            )
+            .await
     })??;
     Ok(client)
 }

@@ -282,10 +282,10 @@ async fn whole(b: &Bench) -> anyhow::Result<(usize, u64)> {
             .map(|(i, _)| i)
             .collect();
         let epochs: Vec<u64> = seen.iter().flatten().map(|(_, e)| *e).collect();
-        if let ([leader], true) = (leaders.as_slice(), seen.iter().all(Option::is_some)) {
-            if epochs.iter().all(|e| *e == epochs[0]) {
-                return Ok((*leader, epochs[0]));
-            }
+        if let ([leader], true) = (leaders.as_slice(), seen.iter().all(Option::is_some))
+            && epochs.iter().all(|e| *e == epochs[0])
+        {
+            return Ok((*leader, epochs[0]));
         }
         if Instant::now() > deadline {
             bail!("the cluster was not whole within {:?}: replicas said {seen:?}", patience(b));
