@@ -64,6 +64,12 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
             StoreError::Conflict(what) => ApiError::Conflict(what),
             e @ StoreError::StaleEpoch { .. } => ApiError::Conflict(e.to_string()),
+            // A restart of PostgreSQL, a terminated connection, a deadlock with another
+            // replica's transaction: 503, which a client may repeat where that is safe (a read,
+            // a submission with its key) at this replica or the next.
+            e if e.is_transient() => {
+                ApiError::Rejected(StatusCode::SERVICE_UNAVAILABLE, format!("{e}; try again"))
+            }
             e => ApiError::Internal(e.to_string()),
         }
     }

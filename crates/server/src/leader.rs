@@ -73,7 +73,12 @@ impl Leadership {
 pub async fn campaign(app: &Arc<App>, lease: &LeaseConfig) {
     let (store, replica) = (Arc::clone(&app.store), lease.replica.clone());
     let ttl = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
-    let asked = tokio::task::spawn_blocking(move || store.campaign(&replica, ttl, now_ms())).await;
+    // Once more at once after a failure: a group commit that PostgreSQL broke off (a deadlock
+    // between replicas' groups, a connection it closed) is no loss of the database.
+    let asked = tokio::task::spawn_blocking(move || {
+        store.campaign(&replica, ttl, now_ms()).or_else(|_| store.campaign(&replica, ttl, now_ms()))
+    })
+    .await;
     let was = app.leadership.get();
     let (fence, role, epoch) = match asked {
         Ok(Ok(Lease { leader: true, epoch, holder, .. })) => {

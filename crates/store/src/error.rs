@@ -7,7 +7,7 @@ pub enum StoreError {
     #[error("database error: {0}")]
     Database(#[from] rusqlite::Error),
     /// PostgreSQL failed (connection, I/O, constraint, a trigger refusing a write).
-    #[error("database error: {0}")]
+    #[error("database error: {}", postgres_cause(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// A query for a row that must exist found none.
     #[error("database error: the query returned no row")]
@@ -45,4 +45,46 @@ pub enum StoreError {
     /// The writer thread is gone (the store is shutting down).
     #[error("store is closed")]
     Closed,
+    /// The database broke the transaction off or cannot be reached now (a restart, a terminated
+    /// connection): nothing of it was written, or, for a connection lost during its `COMMIT`,
+    /// perhaps all of it. Worth repeating where repeating is safe.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    /// Whether the failure was the database's state at the time, not the request: unreachable,
+    /// restarting, the connection closed, or the transaction broken off as a deadlock victim or
+    /// by a serialization failure (another replica's transaction). The request may be repeated.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Postgres(e) => match e.code() {
+                Some(code) => {
+                    let code = code.code();
+                    code.starts_with("08") || code.starts_with("57P") || code == "40P01" || code == "40001"
+                }
+                // tokio-postgres names its connection failures only in its message.
+                None => {
+                    let text = e.to_string();
+                    e.is_closed()
+                        || ["error connecting", "error communicating", "connection closed", "timeout"]
+                            .iter()
+                            .any(|m| text.starts_with(m))
+                }
+            },
+            _ => false,
+        }
+    }
+}
+
+/// A PostgreSQL error with what the server said (tokio-postgres's own text is only `db error`).
+fn postgres_cause(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
 }

@@ -172,6 +172,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn campaign(&self, holder: &str, ttl_ms: i64, at: i64) -> Result<Lease>;
     /// The lease as it is (`None` before the first campaign).
     fn lease(&self) -> Result<Option<Lease>>;
+    /// Every election and the leader epoch each attempt was placed under, for the failover
+    /// checker (`gantry bench failover`).
+    fn leadership_history(&self) -> Result<LeadershipHistory>;
     /// What the leader's writes through this store must prove from now on: [`Store::place`],
     /// [`Store::place_gang`], [`Store::preempt`], [`Store::resize`], [`Store::expire_nodes`],
     /// [`Store::mark_not_responding`], [`Store::drain_due`] and [`Store::dependency_failed`]

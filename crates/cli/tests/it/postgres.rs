@@ -124,3 +124,38 @@ fn a_leader_stopped_past_its_lease_hands_over_and_the_new_leaders_placements_sta
     assert!(conflicts.is_empty(), "{conflicts:?}");
     assert_eq!(store.lease().expect("lease").map(|l| l.epoch), Some(2));
 }
+
+#[test]
+fn bench_failover_injects_every_fault_in_turn_and_the_history_breaks_no_invariant() {
+    if pg_harness::shared().is_none() {
+        return;
+    }
+    // CI-sized: two rounds of the five faults, a 2 s lease (failover in about 2.7 s).
+    let out = crate::gantry(&[
+        "bench",
+        "failover",
+        "--replicas",
+        "3",
+        "--trials",
+        "10",
+        "--lease-ttl",
+        "2s",
+        "--json",
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(said.trim()).unwrap_or_else(|e| panic!("{e}: {said}"));
+    assert_eq!(v["trials"], 10, "{v}");
+    for count in [
+        "double_allocations",
+        "lost_acknowledged",
+        "duplicate_starts",
+        "stale_epoch_writes",
+        "impossible_states",
+    ] {
+        assert_eq!(v[count], 0, "{count}: {v}");
+    }
+    assert_eq!(v["failover_s"]["n"], 4, "a failover measured for each leader killed or stopped: {v}");
+    let p99 = v["failover_s"]["p99"].as_f64().expect("p99");
+    assert!(p99 > 0.0 && p99 < 10.0, "{v}");
+}

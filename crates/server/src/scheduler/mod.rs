@@ -133,9 +133,10 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     }
     housekeeping.state = Some(state);
     let full = housekeeping.full.is_none_or(|t| t.elapsed() >= FULL_PASS);
-    if housekeeping.seen == Some(changes) && !full {
+    if housekeeping.seen == Some(changes) && !full && synced == Synced::Unchanged {
         // Nothing was submitted and nothing ended since the last pass placed all it could: the
-        // same snapshot would give the same plan.
+        // same snapshot would give the same plan. (The change log is read too: another replica
+        // on the same database records submissions and heartbeats this one never counted.)
         return Ok(0);
     }
     housekeeping.seen = Some(changes);

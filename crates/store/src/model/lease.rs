@@ -33,3 +33,38 @@ pub enum Fence {
         epoch: u64,
     },
 }
+
+/// One election: `holder` took the lease under `epoch` at `elected_at` (ms, the database's
+/// clock, read after the lease row was locked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Term {
+    /// The epoch it began.
+    pub epoch: u64,
+    /// The replica elected.
+    pub holder: String,
+    /// When (ms since the epoch, the database's clock).
+    pub elected_at: i64,
+}
+
+/// One attempt as its placement wrote it: under which leader epoch, and when by the database's
+/// clock (both `None` for a placement by an unfenced store, or one written before version 23).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedAttempt {
+    /// The job.
+    pub job_id: i64,
+    /// The attempt.
+    pub attempt: u32,
+    /// The leader epoch the placement was checked against.
+    pub leader_epoch: Option<u64>,
+    /// When it was written (ms, the database's clock).
+    pub recorded_at: Option<i64>,
+}
+
+/// What the failover checker reads: every election and every placement's epoch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeadershipHistory {
+    /// Elections, by epoch.
+    pub terms: Vec<Term>,
+    /// Attempts, by job and attempt.
+    pub placements: Vec<PlacedAttempt>,
+}

@@ -133,8 +133,16 @@ pub(super) fn connect(rt: &Handle, config: &Config) -> Result<Arc<Client>> {
         Ok::<_, tokio_postgres::Error>(Arc::new(client))
     })??;
     let setup = Arc::clone(&client);
+    // A replica paused (SIGSTOP) or stalled inside a transaction holds its row locks, the lease
+    // row's among them, and every other replica's election would wait on it: PostgreSQL ends a
+    // session idle in a transaction for 5 s, rolling it back and releasing them.
     wait(rt, async move {
-        setup.batch_execute("SET synchronous_commit = on; SET client_min_messages = warning").await
+        setup
+            .batch_execute(
+                "SET synchronous_commit = on; SET client_min_messages = warning; \
+                 SET idle_in_transaction_session_timeout = 5000",
+            )
+            .await
     })??;
     Ok(client)
 }
@@ -168,7 +176,9 @@ impl PgConn {
     fn client(&self) -> Result<Arc<Client>> {
         if self.client.borrow().is_closed() {
             if self.in_transaction.get() {
-                return Err(StoreError::Conflict("the database connection was lost mid-transaction".into()));
+                return Err(StoreError::Unavailable(
+                    "the database connection was lost mid-transaction".into(),
+                ));
             }
             let fresh = connect(&self.rt, &self.config)?;
             self.cache.borrow_mut().clear();
@@ -222,7 +232,7 @@ impl Conn for PgConn {
             Some("COMMIT" | "ROLLBACK") if !sql.contains(" TO ") => {
                 let ended = self.in_transaction.replace(false);
                 if ended && self.client.borrow().is_closed() {
-                    return Err(StoreError::Conflict(
+                    return Err(StoreError::Unavailable(
                         "the database connection was lost mid-transaction".into(),
                     ));
                 }

@@ -1,14 +1,24 @@
 //! Appending to and reading the audit log (the chain itself is in [`crate::audit`]).
 
-use crate::db::{Conn, OptionalExtension, params};
+use crate::db::{Conn, Dialect, OptionalExtension, params};
 
 use crate::Result;
 use crate::audit::{GENESIS, row_hash};
 use crate::model::*;
 
-/// Appends one row after the current head and moves the head, in the caller's transaction.
+/// Appends one row after the current head and moves the head, in the caller's transaction. On
+/// PostgreSQL the head is read locked: replicas appending at once take turns, each after the
+/// other's row (unlocked, both would read one head and the database would refuse the second).
 pub(super) fn append(c: &dyn Conn, entry: &AuditEntry, outcome: &str) -> Result<()> {
-    let (last_id, last_hash) = head(c)?.unwrap_or((0, GENESIS.to_owned()));
+    let lock = match c.dialect() {
+        Dialect::Postgres => " FOR UPDATE",
+        Dialect::Sqlite => "",
+    };
+    let (last_id, last_hash) = c
+        .prepare_cached(&format!("SELECT last_id, last_hash FROM audit_head WHERE one = 1{lock}"))?
+        .query_row(params![], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, GENESIS.to_owned()));
     let mut row = AuditRecord {
         id: last_id + 1,
         at: entry.at,

@@ -250,11 +250,22 @@ macro_rules! impl_store {
             }
             fn place(&self, placement: &Placement) -> Result<()> {
                 let placement = placement.clone();
-                self.fenced(move |c| jobs::place(c, &placement))
+                let fence = self.fence();
+                self.write(move |c| {
+                    lease::check(c, &fence)?;
+                    jobs::place(c, &placement)?;
+                    lease::stamp(c, &fence, &[placement.job_id])
+                })
             }
             fn place_gang(&self, placement: &GangPlacement) -> Result<()> {
                 let placement = placement.clone();
-                self.fenced(move |c| gangs::place(c, &placement))
+                let fence = self.fence();
+                self.write(move |c| {
+                    lease::check(c, &fence)?;
+                    gangs::place(c, &placement)?;
+                    let ids: Vec<i64> = placement.workers.iter().map(|w| w.job_id).collect();
+                    lease::stamp(c, &fence, &ids)
+                })
             }
             fn preempt(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
                 let reason = reason.to_owned();
@@ -339,6 +350,9 @@ macro_rules! impl_store {
             }
             fn lease(&self) -> Result<Option<Lease>> {
                 self.read(lease::current)
+            }
+            fn leadership_history(&self) -> Result<crate::model::LeadershipHistory> {
+                self.read(lease::history)
             }
             fn set_fence(&self, fence: Fence) {
                 *self.fence.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fence;

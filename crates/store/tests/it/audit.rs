@@ -4,7 +4,7 @@
 use gantry_store::audit::{ChainError, verify};
 use gantry_store::*;
 
-use crate::{new_job, open, raw};
+use crate::{new_job, open, raw, reopen};
 
 fn entry(actor: &str, action: &str) -> AuditEntry {
     let actor = Actor { name: actor.into(), role: "member".into(), team: Some("default".into()), peer: None };
@@ -74,4 +74,25 @@ fn removing_or_reordering_rows_breaks_the_chain() {
     )
     .expect("swap");
     assert_eq!(chain(&*store), Err(ChainError::Link(2)));
+}
+
+#[test]
+fn two_replicas_appending_at_once_each_follow_the_others_rows_in_one_chain() {
+    let (dir, a) = open();
+    a.apply(Change::Submit(Box::new(new_job("first", 0, 0))), entry("alice", "job.submit")).expect("apply");
+    let b = reopen(&dir);
+    let submit = |store: &dyn Store, who: &str| {
+        for i in 0..40 {
+            // A refusal appends and locks nothing else first.
+            store
+                .audit_refusal(entry(who, "job.cancel"), format!("denied {i}"))
+                .expect("every append commits");
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| submit(&*a, "a"));
+        s.spawn(|| submit(&*b, "b"));
+    });
+    assert_eq!(a.audit_rows(0, None, 1000).expect("rows").len(), 81);
+    chain(&*a).expect("one unbroken chain");
 }

@@ -71,3 +71,29 @@ fn an_unfenced_store_places_as_before() {
     let (id, _) = store.submit(&new_job("a", 1, 0)).expect("submit");
     store.place(&whole(id, epoch, &["GPU-0"])).expect("no election, no fence");
 }
+
+#[test]
+fn every_election_is_a_term_and_each_fenced_placement_carries_the_epoch_it_was_written_under() {
+    let (dir, a) = open();
+    let b = reopen(&dir);
+    let epoch = register(&*a, 3);
+    let (j1, _) = a.submit(&new_job("j1", 1, 0)).expect("submit");
+    let (j2, _) = a.submit(&new_job("j2", 1, 0)).expect("submit");
+    let (j3, _) = a.submit(&new_job("j3", 1, 0)).expect("submit");
+    a.place(&whole(j3, epoch, &["GPU-0"])).expect("unfenced");
+    lead(&*a, "a", 0);
+    lead(&*a, "a", 5_000);
+    a.place(&whole(j1, epoch, &["GPU-1"])).expect("a leads");
+    lead(&*b, "b", 5_000 + TTL + 1);
+    assert!(a.place(&whole(j2, epoch, &["GPU-2"])).is_err(), "a is stale");
+    b.place(&whole(j2, epoch, &["GPU-2"])).expect("the new leader places");
+    let history = a.leadership_history().expect("history");
+    let terms: Vec<(u64, &str)> = history.terms.iter().map(|t| (t.epoch, t.holder.as_str())).collect();
+    assert_eq!(terms, [(1, "a"), (2, "b")], "a renewal is no election");
+    assert!(history.terms[0].elected_at <= history.terms[1].elected_at);
+    let placed: Vec<(i64, Option<u64>)> =
+        history.placements.iter().map(|p| (p.job_id, p.leader_epoch)).collect();
+    assert_eq!(placed, [(j1, Some(1)), (j2, Some(2)), (j3, None)]);
+    let stamped = &history.placements[1];
+    assert!(stamped.recorded_at.is_some_and(|at| at >= history.terms[1].elected_at), "{history:?}");
+}

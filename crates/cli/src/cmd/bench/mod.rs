@@ -2,6 +2,7 @@
 //! control plane started in this process on a fresh on-disk store (no agent, so nothing runs).
 
 pub mod exporter;
+pub mod failover;
 pub mod gateway;
 pub mod load;
 pub mod pass;
@@ -42,6 +43,11 @@ pub enum BenchCommand {
     /// Submission to running on an idle cluster (an in-process control plane and agent on a
     /// simulated fleet), one tiny job at a time (`--json`: `p50_s`, `p90_s`, `p99_s`).
     Start(start::StartBenchArgs),
+    /// Faults injected into replicas on one PostgreSQL (kill -9 or SIGSTOP the leader, kill -9 a
+    /// follower, restart PostgreSQL, terminate connections) under submissions and running jobs,
+    /// and a checker of the whole history (`--json`: the counts of each violation, all 0, and
+    /// `failover_s` `p50`/`p99`).
+    Failover(failover::FailoverBenchArgs),
     /// Resident memory and scrape latency of the GPU exporter under a simulated 8-GPU,
     /// 200-process load, scraped from a second process (`gantry exporter --bench` before).
     Exporter(exporter::ExporterBenchArgs),
@@ -78,6 +84,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Gateway(args) => return gateway::run(&args),
         BenchCommand::Start(args) => return start::run(&args),
         BenchCommand::Exporter(args) => return exporter::run_command(&args),
+        BenchCommand::Failover(args) => return failover::run(&args),
         BenchCommand::Whatif(args) => return whatif::run(&args),
     };
     let (dir, remove) = match &args.data_dir {
