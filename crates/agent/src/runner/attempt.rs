@@ -82,6 +82,7 @@ pub fn start(
     ctx: &Context,
     deadline: Option<(i64, u64)>,
     staged: Option<&std::path::Path>,
+    inputs: &[(String, String)],
     exits: &mpsc::UnboundedSender<Ended>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Started, AgentError> {
@@ -116,7 +117,7 @@ pub fn start(
             let _ = n.net.detach();
         }
     };
-    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref(), attached.as_ref()) {
+    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref(), attached.as_ref(), inputs) {
         Ok(spec) => spec,
         Err(e) => {
             cleanup(&cgroup);
@@ -165,8 +166,11 @@ fn spec(
     workdir: &std::path::Path,
     cgroup: Option<&Cgroup>,
     attached: Option<&Attached>,
+    inputs: &[(String, String)],
 ) -> Result<Spec, AgentError> {
     let mut env = env::build(a, &user.name, workdir)?;
+    // Its declared inputs' read-only copies in the node's cache (`super::stage`).
+    env.extend(inputs.iter().cloned());
     if let Some(gateway) = attached.and_then(|n| n.gateway)
         && let Some(addr) = env.get_mut("MASTER_ADDR")
         && network::names_this_node(addr, &super::hostname())
