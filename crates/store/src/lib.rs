@@ -28,6 +28,9 @@ pub use sqlite::SqliteStore;
 /// Result of a store call.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// A team secret as listed, without its values: team, name, keys, when it was set (ms).
+pub type SecretListing = (String, String, Vec<String>, i64);
+
 /// Durable control-plane state. Every method is atomic; writes are durable when they return.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Applies a change made for a caller and appends it to the audit log, in one transaction.
@@ -102,7 +105,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn secret(&self, team: &str, name: &str) -> Result<Option<std::collections::BTreeMap<String, String>>>;
     /// The secrets of one team (none: every team) without their values: team, name, keys and
     /// when it was set.
-    fn secrets(&self, team: Option<&str>) -> Result<Vec<(String, String, Vec<String>, i64)>>;
+    fn secrets(&self, team: Option<&str>) -> Result<Vec<SecretListing>>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
     /// Records a gang's placement: every worker in one transaction, with the rendezvous (rank 0's

@@ -117,8 +117,12 @@ pub fn start(
             let _ = n.net.detach();
         }
     };
-    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref(), attached.as_ref(), inputs) {
-        Ok(spec) => spec,
+    let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref(), attached.as_ref()) {
+        // Its declared inputs' read-only copies in the node's cache (`super::stage`).
+        Ok(mut spec) => {
+            spec.env.extend(inputs.iter().cloned());
+            spec
+        }
         Err(e) => {
             cleanup(&cgroup);
             return Err(e);
@@ -166,11 +170,8 @@ fn spec(
     workdir: &std::path::Path,
     cgroup: Option<&Cgroup>,
     attached: Option<&Attached>,
-    inputs: &[(String, String)],
 ) -> Result<Spec, AgentError> {
     let mut env = env::build(a, &user.name, workdir)?;
-    // Its declared inputs' read-only copies in the node's cache (`super::stage`).
-    env.extend(inputs.iter().cloned());
     if let Some(gateway) = attached.and_then(|n| n.gateway)
         && let Some(addr) = env.get_mut("MASTER_ADDR")
         && network::names_this_node(addr, &super::hostname())

@@ -54,8 +54,12 @@ pub struct Fetched {
     pub attempt: u32,
     /// The staging directory of its upload, complete (none: it has no upload), and the
     /// variables naming its staged inputs; or the error.
-    pub result: Result<(Option<std::path::PathBuf>, Vec<(String, String)>), String>,
+    pub result: Result<Prepared, String>,
 }
+
+/// What [`prepare`] made ready: the upload's staging directory, and the variables naming the
+/// staged inputs.
+pub type Prepared = (Option<std::path::PathBuf>, Vec<(String, String)>);
 
 /// The jobs of this node.
 #[derive(Debug)]
@@ -497,7 +501,7 @@ async fn prepare(
     stager: &super::stage::Stager,
     a: &Assignment,
     staging: &std::path::Path,
-) -> Result<(Option<std::path::PathBuf>, Vec<(String, String)>), String> {
+) -> Result<Prepared, String> {
     let (job_id, attempt) = (a.job_id, a.attempt);
     let inputs = if a.inputs.is_empty() {
         Vec::new()

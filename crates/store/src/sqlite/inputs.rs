@@ -68,7 +68,7 @@ pub(super) fn secret(c: &dyn Conn, team: &str, name: &str) -> Result<Option<BTre
 }
 
 /// The teams' secrets without their values: (team, name, keys, updated_at), by team and name.
-pub(super) fn secrets(c: &dyn Conn, team: Option<&str>) -> Result<Vec<(String, String, Vec<String>, i64)>> {
+pub(super) fn secrets(c: &dyn Conn, team: Option<&str>) -> Result<Vec<crate::SecretListing>> {
     let mut stmt = c.prepare_cached(
         "SELECT team, name, data, updated_at FROM secrets WHERE (team = ?1 OR ?1 IS NULL) ORDER BY team, name",
     )?;

@@ -256,7 +256,7 @@ macro_rules! impl_store {
             ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
                 self.read(|c| inputs::secret(c, team, name))
             }
-            fn secrets(&self, team: Option<&str>) -> Result<Vec<(String, String, Vec<String>, i64)>> {
+            fn secrets(&self, team: Option<&str>) -> Result<Vec<crate::SecretListing>> {
                 self.read(|c| inputs::secrets(c, team))
             }
             fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
