@@ -152,6 +152,22 @@ fn an_s3_input_is_staged_while_the_job_waits_then_found_cached_and_kept_from_oth
     let nlp_sees: Vec<Value> = serde_json::from_str(&as_team(&nlp, &["cache", "-o", "json"])).expect("cache");
     assert!(nlp_sees.is_empty(), "another team is not shown vision's datasets: {nlp_sees:?}");
 
+    // The control plane's metrics, from the agents' reports.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let metrics = rt.block_on(async {
+        let resp = cluster
+            .http()
+            .get(format!("{}/metrics", cluster.url()))
+            .bearer_auth(cluster.token())
+            .send()
+            .await;
+        resp.expect("metrics").text().await.expect("text")
+    });
+    assert!(metrics.contains("gantry_cache_hits_total 1"), "{metrics}");
+    assert!(metrics.contains(&format!("gantry_stage_bytes_total {}", 50 << 20)), "{metrics}");
+    assert!(metrics.contains(&format!("team=\"vision\"}} {}", 50 << 20)), "gantry_cache_bytes: {metrics}");
+    assert!(metrics.contains("gantry_stage_duration_seconds_count 2"), "{metrics}");
+
     // Another team's job cannot read the cached copy.
     let peek = format!("cat {cached} > /dev/null && echo READ || echo DENIED");
     let other = as_team(&nlp, &["submit", "--no-upload", "--", "sh", "-c", &peek]);

@@ -53,6 +53,7 @@ pub async fn agent_staging(
         )));
     }
     let (wake, finished) = app.staging.report(&node, req.reports, req.cache);
+    record_metrics(&app, &finished);
     for (job, inputs) in finished {
         app.dispatch(Command::StagedInputs { job, inputs }).await?;
     }
@@ -72,6 +73,33 @@ pub async fn agent_staging(
         orders.push(StageOrder { job_id, team, inputs, secret });
     }
     Ok(Json(StagingResponse { orders }))
+}
+
+/// The cache and staging metrics: every node's cache per team, and each finished staging's
+/// inputs (hits, bytes copied, durations).
+fn record_metrics(app: &App, finished: &[(gantry_store::JobId, Vec<gantry_api::inputs::Input>)]) {
+    let m = &app.metrics;
+    for (_, inputs) in finished {
+        for i in inputs {
+            if i.cache_hit == Some(true) {
+                m.cache_hits.inc();
+            } else if let Some(b) = i.bytes {
+                m.stage_bytes.inc_by(b);
+            }
+            if let Some(s) = i.staged_s {
+                m.stage_duration.observe(s);
+            }
+        }
+    }
+    let mut per: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for e in app.staging.caches() {
+        *per.entry((e.node, e.team)).or_default() += e.bytes;
+    }
+    m.cache_bytes.clear();
+    for ((node, team), bytes) in per {
+        let label = crate::metrics::NodeTeamLabel { node, team };
+        m.cache_bytes.get_or_create(&label).set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
 }
 
 /// The nodes' caches: each dataset with its node, team, source, version, size, last use, hits
