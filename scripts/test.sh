@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command (README): installs what the tests need (prometheus, chromium, certutil,
-# grpcio, postgresql, and as root the CNI plugins and iptables),
+# grpcio, postgresql, moto, and as root the CNI plugins and iptables),
 # then runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +38,17 @@ if ! python3 -c 'import grpc, grpc_tools.protoc' 2>/dev/null; then
 fi
 if python3 -c 'import grpc, grpc_tools.protoc' 2>/dev/null; then
   export GANTRY_REQUIRE_PEER_TESTS=1
+fi
+# Declared inputs end to end against a real S3 implementation on loopback: moto's server from
+# PyPI. Once installed, the S3 tests must run (they fail rather than skip).
+if ! python3 -c 'import moto.server, boto3' 2>/dev/null; then
+  echo "installing moto[server] from PyPI for the S3 input tests" >&2
+  python3 -m pip install -q 'moto[server]' 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages 'moto[server]' 2>/dev/null \
+    || echo "warning: could not install moto; the S3 input tests are SKIPPED" >&2
+fi
+if python3 -c 'import moto.server, boto3' 2>/dev/null; then
+  export GANTRY_REQUIRE_S3_TESTS=1
 fi
 if ! command -v tmux >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then

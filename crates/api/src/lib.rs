@@ -26,6 +26,7 @@ pub mod elastic;
 pub mod failover;
 pub mod history;
 pub mod idle;
+pub mod inputs;
 pub mod job_env;
 pub mod job_log_times;
 pub mod job_logs;

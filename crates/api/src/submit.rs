@@ -70,6 +70,10 @@ pub struct SubmitRequest {
     pub upload: Option<crate::upload::Upload>,
     /// Start in this absolute path on the node instead of a private copy (Slurm's `--chdir`).
     pub chdir: Option<String>,
+    /// Declared inputs, staged onto its node while it waits.
+    pub inputs: Vec<crate::inputs::Input>,
+    /// The team secret its S3 inputs are read with.
+    pub input_secret: Option<String>,
 }
 
 impl SubmitRequest {
@@ -120,6 +124,8 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             replicas: j.replicas,
             upload: j.upload,
             chdir: j.chdir,
+            inputs: j.inputs,
+            input_secret: j.input_secret,
         })
     }
 }
@@ -152,6 +158,8 @@ impl From<SubmitRequest> for SubmitJson {
             replicas: r.replicas,
             upload: r.upload,
             chdir: r.chdir,
+            inputs: r.inputs,
+            input_secret: r.input_secret,
         }
     }
 }
@@ -275,6 +283,18 @@ pub(crate) struct SubmitJson {
     /// the reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     chdir: Option<String>,
+    /// Declared inputs (`--input NAME=URL`): each `{"name", "url"}`, the URL `s3://bucket/prefix`
+    /// (any S3-compatible endpoint), `https://…` or `file:///path` (storage the nodes mount).
+    /// The node the scheduler picks stages them into its cache while the job is pending, without
+    /// holding its GPUs; the job starts once they are there, with `GANTRY_INPUT_<NAME>` naming a
+    /// read-only copy. At most 16, names of letters, digits and `_`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    inputs: Vec<crate::inputs::Input>,
+    /// The team secret (`gantry secret set NAME KEY=VALUE…`) S3 inputs are read with
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`); none:
+    /// the agent's environment, as the AWS SDKs read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input_secret: Option<String>,
 }
 
 #[cfg(test)]

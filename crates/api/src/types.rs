@@ -466,6 +466,10 @@ pub struct Assignment {
     /// Start in this absolute path on the node instead of the private directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chdir: Option<String>,
+    /// Its declared inputs: the agent starts it once each is in the node's cache, with
+    /// `GANTRY_INPUT_<NAME>` naming it (staged before the start when it is not yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<crate::inputs::Input>,
 }
 
 impl From<Job> for Assignment {
@@ -492,8 +496,34 @@ impl From<Job> for Assignment {
             port,
             upload: job.upload,
             chdir: job.chdir,
+            inputs: job.inputs,
         }
     }
+}
+
+/// An agent's report of its staging and cache (`POST /v1/agent/staging`, every second or so).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StagingRequest {
+    /// The node.
+    pub node_id: String,
+    /// The epoch the agent registered under.
+    pub epoch: u64,
+    /// How each staging it was ordered stands.
+    #[serde(default)]
+    pub reports: Vec<crate::inputs::StageReport>,
+    /// What its cache holds.
+    #[serde(default)]
+    pub cache: Vec<crate::inputs::CacheEntry>,
+}
+
+/// What the node must stage now: the pending jobs the scheduler chose it for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StagingResponse {
+    /// The orders; a staging not listed any more may be given up.
+    pub orders: Vec<crate::inputs::StageOrder>,
 }
 
 /// The jobs the node must run now; anything else it runs must stop.

@@ -63,6 +63,11 @@ enum Command {
     Service(cmd::service::ServiceCommand),
     /// Node pools: nodes, GPUs, placement (pack or spread) and teams.
     Pools(cmd::pools::PoolsArgs),
+    /// The nodes' dataset caches: declared inputs with size, last use and hits.
+    Cache(cmd::data::CacheArgs),
+    /// Team secrets S3 inputs are read with (`secret set NAME KEY=VALUE…`).
+    #[command(subcommand)]
+    Secret(cmd::data::SecretCommand),
     /// Set a node pool's placement or teams (`pool set inference --placement spread`; admins).
     #[command(subcommand)]
     Pool(cmd::pools::PoolCommand),
@@ -152,6 +157,8 @@ fn main() -> ExitCode {
         Command::Services(a) => cmd::service::list(a),
         Command::Service(c) => cmd::service::run(c),
         Command::Pools(a) => cmd::pools::list(a),
+        Command::Cache(a) => cmd::data::cache(a),
+        Command::Secret(c) => cmd::data::secret(c),
         Command::Pool(c) => cmd::pools::run(c),
         Command::Teams(a) => cmd::teams::list(a),
         Command::Team(c) => cmd::teams::run(c),

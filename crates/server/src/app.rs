@@ -54,6 +54,8 @@ pub struct App {
     pub service_status: crate::services::Status,
     /// Uploaded working directories, per team.
     pub uploads: crate::uploads::Uploads,
+    /// Where pending jobs' inputs are being staged, and the nodes' caches (issue 22).
+    pub staging: crate::staging::Staging,
     /// Whether this replica leads (runs the scheduler and reconcilers), and under which epoch.
     pub leadership: crate::leader::Leadership,
 }

@@ -123,6 +123,25 @@ pub enum Command {
         /// Why, with the widths (`resized 2 → 4 GPUs: idle GPUs`).
         reason: String,
     },
+    /// Record what staging found of a job's inputs (bytes, cache hit, time), reported by the
+    /// agent of the node it was staged on.
+    StagedInputs {
+        /// The job.
+        job: JobId,
+        /// Its inputs with the results.
+        inputs: Vec<gantry_api::inputs::Input>,
+    },
+    /// Create or replace a team's secret (`gantry secret set`; members of the team and admins).
+    SetSecret {
+        /// The team.
+        team: String,
+        /// The secret's name.
+        name: String,
+        /// Its keys and values (never shown again).
+        data: gantry_api::inputs::SecretData,
+        /// Who asks.
+        by: Principal,
+    },
     /// End a pending job whose dependency can never be met (a scheduling decision).
     DependencyFailed {
         /// The job.
@@ -369,6 +388,13 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
         }
         Command::Resize { job, reason } => {
             store.resize(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
+        }
+        Command::StagedInputs { job, inputs } => {
+            store.staged_inputs(job, &inputs).map(|()| Outcome::Done).map_err(Into::into)
+        }
+        Command::SetSecret { team, name, data, by } => {
+            let entry = entry(&by, "secret.set", format!("secret/{team}/{name}"), Some(&team), now);
+            audited(store, by.require_member_of(&team), Change::SetSecret { team, name, data }, entry)
         }
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)

@@ -43,6 +43,7 @@ pub mod scheduler;
 pub mod server;
 pub mod services;
 pub mod signin;
+pub mod staging;
 pub mod tls;
 pub mod transport;
 pub mod uploads;

@@ -21,6 +21,15 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// `node` and `team` labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeTeamLabel {
+    /// Node id.
+    pub node: String,
+    /// Team name.
+    pub team: String,
+}
+
 /// Every metric the server exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -37,6 +46,14 @@ pub struct Metrics {
     pub submissions: Counter,
     /// Running jobs the scheduler asked to stop for another.
     pub preemptions: Counter,
+    /// Bytes of datasets in each node's cache per team, as the agents last reported.
+    pub cache_bytes: Family<NodeTeamLabel, Gauge>,
+    /// Declared inputs found in a node's cache (no copy).
+    pub cache_hits: Counter,
+    /// Bytes of declared inputs copied into nodes' caches.
+    pub stage_bytes: Counter,
+    /// Seconds each declared input took to stage (copied ones and hits).
+    pub stage_duration: Histogram,
     /// The serving gateway's families (`gantry_service_*`, declared in [`crate::gateway::stats`]).
     pub gateway: crate::gateway::GatewayMetrics,
 }
@@ -64,6 +81,21 @@ impl Default for Metrics {
         );
         registry.register("submissions", "Accepted job submissions", submissions.clone());
         registry.register("preemptions", "Running jobs stopped for another job", preemptions.clone());
+        let cache_bytes = Family::<NodeTeamLabel, Gauge>::default();
+        let (cache_hits, stage_bytes) = (Counter::default(), Counter::default());
+        let stage_duration = Histogram::new(exponential_buckets(0.01, 2.0, 20));
+        registry.register("cache_bytes", "Bytes of datasets in a node's cache per team", cache_bytes.clone());
+        registry.register("cache_hits", "Declared inputs found in a node's cache", cache_hits.clone());
+        registry.register(
+            "stage_bytes",
+            "Bytes of declared inputs copied into nodes' caches",
+            stage_bytes.clone(),
+        );
+        registry.register(
+            "stage_duration_seconds",
+            "Seconds each declared input took to stage",
+            stage_duration.clone(),
+        );
         let gateway = crate::gateway::GatewayMetrics::register(&mut registry);
         Self {
             registry,
@@ -73,6 +105,10 @@ impl Default for Metrics {
             scheduling_pass,
             submissions,
             preemptions,
+            cache_bytes,
+            cache_hits,
+            stage_bytes,
+            stage_duration,
             gateway,
         }
     }

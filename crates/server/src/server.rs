@@ -92,6 +92,7 @@ impl Server {
             tokens: TokenCache::default(),
             failures: FailureLimiter::default(),
             waiting: Default::default(),
+            staging: Default::default(),
             pki,
             streams: Default::default(),
             closing: watch::channel(false).0,

@@ -193,6 +193,17 @@ impl VirtualCluster {
                 true
             }
             Decision::Wait { .. } => true,
+            // The replay's nodes hold every input already: the staging is done at once, and the
+            // next pass places the job on that node.
+            Decision::Stage(st) => {
+                let done = gantry_core::sched::Staging {
+                    node: st.node_id.clone(),
+                    done: true,
+                    reason: String::new(),
+                };
+                self.snap.staging.insert(st.job_id, done);
+                true
+            }
         }
     }
 

@@ -28,6 +28,9 @@ pub use sqlite::SqliteStore;
 /// Result of a store call.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// A team secret as listed, without its values: team, name, keys, when it was set (ms).
+pub type SecretListing = (String, String, Vec<String>, i64);
+
 /// Durable control-plane state. Every method is atomic; writes are durable when they return.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Applies a change made for a caller and appends it to the audit log, in one transaction.
@@ -94,6 +97,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Ends a pending job whose dependency can no longer be met (`cancelled` with `reason`, and
     /// an event). `Conflict` when the job is not pending.
     fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()>;
+    /// Records what staging found of a job's declared inputs (bytes, cache hit, time), matched
+    /// by name and URL.
+    fn staged_inputs(&self, id: JobId, found: &[gantry_api::inputs::Input]) -> Result<()>;
+    /// A team's secret with its values (`Change::SetSecret`), for the agent that stages a job
+    /// of that team.
+    fn secret(&self, team: &str, name: &str) -> Result<Option<std::collections::BTreeMap<String, String>>>;
+    /// The secrets of one team (none: every team) without their values: team, name, keys and
+    /// when it was set.
+    fn secrets(&self, team: Option<&str>) -> Result<Vec<SecretListing>>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
     /// Records a gang's placement: every worker in one transaction, with the rendezvous (rank 0's

@@ -82,6 +82,7 @@ pub fn start(
     ctx: &Context,
     deadline: Option<(i64, u64)>,
     staged: Option<&std::path::Path>,
+    inputs: &[(String, String)],
     exits: &mpsc::UnboundedSender<Ended>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Started, AgentError> {
@@ -121,7 +122,11 @@ pub fn start(
         }
     };
     let spec = match spec(a, ctx, user, credentials, &workdir, cgroup.as_deref(), attached.as_ref()) {
-        Ok(spec) => spec,
+        // Its declared inputs' read-only copies in the node's cache (`super::stage`).
+        Ok(mut spec) => {
+            spec.env.extend(inputs.iter().cloned());
+            spec
+        }
         Err(e) => {
             cleanup(&cgroup);
             return Err(e);

@@ -105,6 +105,15 @@ impl Client {
         }
     }
 
+    /// Reports staging and cache; answered what to stage. A 409 (stale epoch) is an error like
+    /// any other here: the heartbeat finds it too and registers again.
+    pub async fn staging(
+        &self,
+        req: &gantry_api::types::StagingRequest,
+    ) -> Result<gantry_api::types::StagingResponse, AgentError> {
+        self.send("/v1/agent/staging", req, REQUEST_TIMEOUT, Repeat::Safe).await
+    }
+
     /// GETs `path` (a job's upload manifest) as JSON.
     pub async fn get_json<R: DeserializeOwned>(&self, path: &str) -> Result<R, AgentError> {
         Ok(self.get(path, REQUEST_TIMEOUT).await?.json().await?)

@@ -133,6 +133,7 @@ mod tests {
             port: None,
             upload: None,
             chdir: None,
+            inputs: Vec::new(),
         }
     }
 

@@ -52,9 +52,14 @@ pub struct Fetched {
     pub job_id: JobId,
     /// The attempt.
     pub attempt: u32,
-    /// The staging directory, complete, or the error.
-    pub result: Result<std::path::PathBuf, String>,
+    /// The staging directory of its upload, complete (none: it has no upload), and the
+    /// variables naming its staged inputs; or the error.
+    pub result: Result<Prepared, String>,
 }
+
+/// What [`prepare`] made ready: the upload's staging directory, and the variables naming the
+/// staged inputs.
+pub type Prepared = (Option<std::path::PathBuf>, Vec<(String, String)>);
 
 /// The jobs of this node.
 #[derive(Debug)]
@@ -70,6 +75,8 @@ pub struct Jobs {
     fetched: mpsc::UnboundedSender<Fetched>,
     /// The connection uploads are fetched over (set once the agent has its credential).
     client: Option<super::client::Client>,
+    /// Declared inputs' staging and the node's cache (set with the client).
+    stager: Option<std::sync::Arc<super::stage::Stager>>,
 }
 
 impl Jobs {
@@ -89,7 +96,13 @@ impl Jobs {
             tasks: JoinSet::new(),
             fetched,
             client: None,
+            stager: None,
         }
+    }
+
+    /// Where declared inputs are staged and found.
+    pub fn set_stager(&mut self, stager: std::sync::Arc<super::stage::Stager>) {
+        self.stager = Some(stager);
     }
 
     /// The connection to fetch uploads over.
@@ -244,27 +257,24 @@ impl Jobs {
             timed_out: false,
             fetching: None,
         };
-        if a.upload.is_some() {
-            let Some(client) = self.client.clone() else {
-                local.exit = Some(not_started("no connection to fetch its working directory over".into()));
+        if a.upload.is_some() || !a.inputs.is_empty() {
+            let (Some(client), Some(stager)) = (self.client.clone(), self.stager.clone()) else {
+                local.exit =
+                    Some(not_started("no connection to fetch its working directory or inputs over".into()));
                 self.local.insert(job_id, local);
                 return;
             };
             let staging = self.ctx.sandbox.staging_dir(job_id, attempt);
             let (task_a, fetched) = (a.clone(), self.fetched.clone());
             let task = tokio::spawn(async move {
-                let result = super::upload::fetch(&client, &task_a, &staging).await;
-                if let Ok(bytes) = &result {
-                    tracing::info!(job = job_id, attempt, bytes, "fetched the job's working directory");
-                }
-                let result = result.map(|_| staging).map_err(|e| e.to_string());
+                let result = prepare(&client, &stager, &task_a, &staging).await;
                 let _ = fetched.send(Fetched { job_id, attempt, result });
             });
             local.fetching = Some((Box::new(a), task.abort_handle()));
             self.local.insert(job_id, local);
             return;
         }
-        self.launch(local, &a, None, gpus);
+        self.launch(local, &a, None, &[], gpus);
     }
 
     /// A fetch ended: starts its attempt in the fetched directory, or fails it with the reason.
@@ -272,28 +282,42 @@ impl Jobs {
     pub fn fetched(&mut self, f: Fetched, gpus: &Gpus) {
         let waiting = self.local.get_mut(&f.job_id).filter(|l| l.attempt == f.attempt);
         let Some((a, _)) = waiting.and_then(|l| l.fetching.take()) else {
-            if let Ok(staging) = &f.result {
+            if let Ok((Some(staging), _)) = &f.result {
                 super::sandbox::remove_dir(staging);
             }
+            self.release_inputs(f.job_id);
             return;
         };
         let Some(local) = self.local.remove(&f.job_id) else { return };
         match f.result {
-            Ok(staging) => self.launch(local, &a, Some(&staging), gpus),
+            Ok((staging, inputs)) => self.launch(local, &a, staging.as_deref(), &inputs, gpus),
             Err(e) => {
-                tracing::warn!(job = f.job_id, error = %e, "the job's working directory could not be fetched");
+                tracing::warn!(job = f.job_id, error = %e, "the job's working directory or inputs could not be fetched");
                 let mut local = local;
-                local.exit = Some(not_started(format!("fetching its working directory: {e}")));
+                local.exit = Some(not_started(e));
                 self.local.insert(f.job_id, local);
             }
         }
     }
 
-    fn launch(&mut self, mut local: Local, a: &Assignment, staged: Option<&std::path::Path>, gpus: &Gpus) {
+    fn release_inputs(&self, id: JobId) {
+        if let Some(stager) = &self.stager {
+            stager.release(id);
+        }
+    }
+
+    fn launch(
+        &mut self,
+        mut local: Local,
+        a: &Assignment,
+        staged: Option<&std::path::Path>,
+        inputs: &[(String, String)],
+        gpus: &Gpus,
+    ) {
         let (job_id, attempt) = (a.job_id, a.attempt);
         let deadline =
             a.time_limit_s.map(|s| (unix_ms() + i64::try_from(s * 1000).unwrap_or(i64::MAX / 2), s));
-        let started = attempt::start(a, &self.ctx, deadline, staged, &self.exits, &mut self.tasks);
+        let started = attempt::start(a, &self.ctx, deadline, staged, inputs, &self.exits, &mut self.tasks);
         if let (Err(_), Some(staged)) = (&started, staged) {
             super::sandbox::remove_dir(staged);
         }
@@ -327,6 +351,9 @@ impl Jobs {
             // Nothing ran: it ends now, and its staging directory goes.
             task.abort();
             super::sandbox::remove_dir(&self.ctx.sandbox.staging_dir(id, l.attempt));
+            if let Some(stager) = &self.stager {
+                stager.release(id);
+            }
             let reason = l.stop_reason.clone().unwrap_or_else(|| "stopped before it started".into());
             l.exit = Some(JobExit { exit_code: None, reason: Some(reason), timed_out: l.timed_out });
             return;
@@ -404,6 +431,9 @@ impl Jobs {
             return;
         };
         gpus.unload(&l.sim_pids);
+        if let Some(stager) = &self.stager {
+            stager.release(id);
+        }
         let out_of_memory = oom_killed
             .then(|| format!("out of memory: the job used more than its {} MiB memory limit", l.memory_mib));
         let exit = match status {
@@ -464,6 +494,35 @@ impl Jobs {
 }
 
 /// How an attempt that never started ends.
+/// What a job needs before it starts: its declared inputs in the node's cache, then its
+/// uploaded working directory in `staging`.
+async fn prepare(
+    client: &super::client::Client,
+    stager: &super::stage::Stager,
+    a: &Assignment,
+    staging: &std::path::Path,
+) -> Result<Prepared, String> {
+    let (job_id, attempt) = (a.job_id, a.attempt);
+    let inputs = if a.inputs.is_empty() {
+        Vec::new()
+    } else {
+        stager.inputs_for(a, &Default::default()).await.map_err(|e| format!("staging its inputs: {e}"))?
+    };
+    if a.upload.is_none() {
+        return Ok((None, inputs));
+    }
+    match super::upload::fetch(client, a, staging).await {
+        Ok(bytes) => {
+            tracing::info!(job = job_id, attempt, bytes, "fetched the job's working directory");
+            Ok((Some(staging.to_owned()), inputs))
+        }
+        Err(e) => {
+            stager.release(job_id);
+            Err(format!("fetching its working directory: {e}"))
+        }
+    }
+}
+
 fn not_started(why: String) -> JobExit {
     JobExit { exit_code: None, reason: Some(format!("could not start: {why}")), timed_out: false }
 }

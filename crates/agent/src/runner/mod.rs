@@ -21,6 +21,7 @@ pub mod attempt;
 pub mod backoff;
 pub mod beat;
 pub mod bpf_devices;
+pub mod cache;
 pub mod cgroup;
 pub mod child;
 pub mod client;
@@ -41,6 +42,8 @@ pub mod record;
 pub mod sandbox;
 pub mod shim;
 pub mod ship;
+pub mod sources;
+pub mod stage;
 pub mod team_user;
 pub mod upload;
 pub mod users;
@@ -96,6 +99,8 @@ pub struct AgentConfig {
     /// Labels the node declares (`--label pool=inference`): its pool and what node selectors
     /// match.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The dataset cache's limits (`--cache-size`, `--cache-team-quota`).
+    pub cache: cache::CacheConfig,
 }
 
 /// The running executable, which serves as the shim when run with [`shim::ARG`].
@@ -143,6 +148,15 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let client =
         Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
     jobs.set_client(client.clone());
+    let cache_root = config.sandbox.cache_root();
+    let cache = cache::Cache::open(&cache_root, config.cache).map_err(|e| {
+        AgentError::Sandbox(format!("opening the dataset cache at {}: {e}", cache_root.display()))
+    })?;
+    let stager = Arc::new(stage::Stager::new(Arc::new(cache), Arc::clone(&config.sandbox)));
+    jobs.set_stager(Arc::clone(&stager));
+    // Held for its drop: the previous registration's loop ends as the next starts, and the
+    // last one with `run`.
+    let mut _staging: Option<stage::AbortOnDrop> = None;
     let mut shipper = config.ship_logs.then(|| ship::Shipper::new(config.logs_dir.clone()));
     let capacity = config.sandbox.capacity(node_cpu_milli(), node_memory_mib());
     let mut register = RegisterRequest {
@@ -183,6 +197,9 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             }
         };
         tracing::info!(node = %config.node_id, epoch, "registered");
+        let reporting =
+            stage::report_loop(Arc::clone(&stager), client.clone(), config.node_id.clone(), epoch);
+        _staging = Some(stage::AbortOnDrop(tokio::spawn(reporting)));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beating = backoff::Backoff::new(interval);

@@ -299,6 +299,12 @@ impl Sandbox {
         }
     }
 
+    /// The node's dataset cache ([`super::cache`]): beside the work directories (under the same
+    /// traversable, root-owned work root), not among them (orphans are removed there).
+    pub fn cache_root(&self) -> PathBuf {
+        self.work.with_extension("cache")
+    }
+
     /// The attempt's work directory.
     pub fn workdir(&self, job_id: i64, attempt: u32) -> PathBuf {
         self.work.join(format!("{job_id}-{attempt}"))

@@ -188,6 +188,7 @@ impl Harness {
             stop_jobs_on_exit,
             advertise_addr: None,
             labels: Default::default(),
+            cache: Default::default(),
         };
         tokio::spawn(runner::run(config, gpus, stop))
     }

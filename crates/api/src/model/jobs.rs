@@ -120,6 +120,14 @@ pub struct Job {
     /// An absolute path on the node it starts in instead (Slurm's `--chdir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chdir: Option<String>,
+    /// Its declared inputs, staged onto its node before it starts, with what staging found
+    /// (see [`crate::inputs`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<crate::inputs::Input>,
+    /// The team secret its S3 inputs are read with (`--input-secret`; none: the agent's
+    /// environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_secret: Option<String>,
 }
 
 impl Default for Job {
@@ -159,6 +167,8 @@ impl Default for Job {
             service: None,
             upload: None,
             chdir: None,
+            inputs: Vec::new(),
+            input_secret: None,
         }
     }
 }

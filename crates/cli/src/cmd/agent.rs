@@ -126,6 +126,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let ca_pem =
         cluster_ca(&args.server, args.ca.as_deref(), args.ca_sha256.as_deref(), &data.join("agent"))?;
     let sandbox = args.sandbox.build(&data, &data.join("agent"))?;
+    let cache = args.sandbox.cache()?;
     let token = match (&args.join_token, &args.join_token_file) {
         (_, Some(file)) => std::fs::read_to_string(file)
             .with_context(|| format!("cannot read the join token file {}", file.display()))?
@@ -150,6 +151,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         stop_jobs_on_exit: args.stop_jobs_on_exit,
         advertise_addr: args.advertise_addr,
         labels: args.labels.into_iter().collect(),
+        cache,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

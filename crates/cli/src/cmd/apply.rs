@@ -123,6 +123,12 @@ pub struct JobFile {
     /// Left out of the file's meaning when unset, so older files keep their digests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chdir: Option<String>,
+    /// Declared inputs, `NAME: URL` (`--input`). Left out of the file's meaning when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
+    /// The team secret S3 inputs are read with (`--input-secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_secret: Option<String>,
     /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
     #[serde(default)]
     pub replicas: Option<u32>,
@@ -221,6 +227,9 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
     if let Some(dir) = &file.chdir {
         workflow::check_chdir(dir).map_err(anyhow::Error::msg)?;
     }
+    let inputs: Vec<gantry_api::inputs::Input> =
+        file.inputs.iter().map(|(name, url)| gantry_api::inputs::Input::new(name, url)).collect();
+    gantry_api::inputs::check(&inputs).map_err(anyhow::Error::msg)?;
     Ok(JobDraft {
         program,
         name: file.name,
@@ -245,6 +254,8 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         workdir: file.workdir,
         upload: None,
         chdir: file.chdir,
+        inputs,
+        input_secret: file.input_secret,
     })
 }
 

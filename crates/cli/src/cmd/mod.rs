@@ -15,6 +15,7 @@ pub mod completions;
 pub mod config;
 pub mod control;
 pub mod dashboard;
+pub mod data;
 pub mod describe;
 pub mod device_plugin;
 pub mod draft;

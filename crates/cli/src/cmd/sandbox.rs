@@ -70,9 +70,27 @@ pub struct SandboxArgs {
     /// Size of each job's private `/dev/shm` (default: the job's memory limit), root only.
     #[arg(long, value_name = "SIZE")]
     job_shm_size: Option<String>,
+    /// Most bytes the node's dataset cache holds (declared inputs, staged before their jobs
+    /// start; `gantry cache` lists it), e.g. `500GiB`: the least recently used datasets no
+    /// running job reads are evicted to make room.
+    #[arg(long, value_name = "SIZE", default_value = "100GiB")]
+    cache_size: String,
+    /// Most bytes one team's datasets may hold in the node's cache (default: `--cache-size`).
+    #[arg(long, value_name = "SIZE")]
+    cache_team_quota: Option<String>,
 }
 
 impl SandboxArgs {
+    /// The dataset cache's limits.
+    pub fn cache(&self) -> anyhow::Result<gantry_agent::runner::cache::CacheConfig> {
+        let size_bytes = parse_size(&self.cache_size).context("--cache-size")?;
+        let team_quota_bytes = match &self.cache_team_quota {
+            Some(q) => parse_size(q).context("--cache-team-quota")?,
+            None => size_bytes,
+        };
+        Ok(gantry_agent::runner::cache::CacheConfig { size_bytes, team_quota_bytes })
+    }
+
     /// Validated settings; `data` is the agent's data directory.
     pub fn config(&self, data: &Path) -> anyhow::Result<SandboxConfig> {
         let work_dir = match &self.work_dir {
@@ -167,7 +185,8 @@ pub fn parse_size(text: &str) -> anyhow::Result<u64> {
         "K" | "KiB" => 10,
         "M" | "MiB" => 20,
         "G" | "GiB" => 30,
-        other => bail!("`{text}`: unknown unit `{other}` (use KiB, MiB or GiB)"),
+        "T" | "TiB" => 40,
+        other => bail!("`{text}`: unknown unit `{other}` (use KiB, MiB, GiB or TiB)"),
     };
     let number: u64 = number.parse().with_context(|| format!("`{text}` is not a size"))?;
     number.checked_mul(1 << shift).with_context(|| format!("`{text}` is too large"))

@@ -127,6 +127,17 @@ pub struct SubmitArgs {
     /// `--chdir`; nothing is uploaded. Example: `--chdir /shared/project`.
     #[arg(long, value_name = "DIR", value_parser = parse_chdir, conflicts_with_all = ["workdir", "no_upload"])]
     pub(super) chdir: Option<String>,
+    /// A dataset the job reads, `NAME=URL` (repeatable): `s3://bucket/prefix` (any
+    /// S3-compatible endpoint), `https://…` or `file:///shared/path`. The node the scheduler
+    /// picks copies it into its cache while the job waits, without holding its GPUs; the job
+    /// starts once it is there and finds it, read-only, at `$GANTRY_INPUT_<NAME>`.
+    /// Example: `--input imagenet=s3://datasets/imagenet`.
+    #[arg(long = "input", value_name = "NAME=URL", value_parser = gantry_api::inputs::parse)]
+    pub(super) inputs: Vec<gantry_api::inputs::Input>,
+    /// The team secret S3 inputs are read with (`gantry secret set NAME AWS_ACCESS_KEY_ID=…
+    /// AWS_SECRET_ACCESS_KEY=… AWS_ENDPOINT_URL=…`); without it, the node agent's environment.
+    #[arg(long, value_name = "NAME", requires = "inputs")]
+    pub(super) input_secret: Option<String>,
     /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
     /// Example: `--label exp=lr-sweep`.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
@@ -340,6 +351,8 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         workdir: args.workdir,
         upload: None,
         chdir: args.chdir,
+        inputs: args.inputs,
+        input_secret: args.input_secret,
     };
     Ok((args.server, draft))
 }
@@ -377,6 +390,8 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("array", "--array"),
         ("workdir", "--workdir"),
         ("chdir", "--chdir"),
+        ("inputs", "--input"),
+        ("input_secret", "--input-secret"),
         ("upload", "the upload"),
         ("replicas", "--replicas"),
         ("priority", "--priority"),

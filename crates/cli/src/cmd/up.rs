@@ -109,6 +109,7 @@ async fn serve(
             stop_jobs_on_exit: args.stop_jobs_on_exit,
             advertise_addr: args.advertise_addr.clone(),
             labels: args.labels.iter().cloned().collect(),
+            cache: args.sandbox.cache()?,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     } else {

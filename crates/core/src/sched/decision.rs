@@ -5,6 +5,7 @@
 use gantry_api::model::JobId;
 
 pub use super::elastic::Resize;
+pub use super::stage::Stage;
 
 /// One GPU (or slice of one) of a placement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +73,8 @@ pub enum Decision {
     Preempt(Preemption),
     /// A running elastic job is stopped to restart at another width.
     Resize(Resize),
+    /// A pending job's inputs are staged on a node before it is placed there.
+    Stage(Stage),
     /// A pending job keeps waiting, and why.
     Wait {
         /// The job.
@@ -96,11 +99,13 @@ pub struct Plan {
     pub preemptions: Vec<Preemption>,
     /// Running elastic jobs to restart at another width.
     pub resizes: Vec<Resize>,
+    /// Pending jobs whose inputs are to be staged on a node first.
+    pub stages: Vec<Stage>,
 }
 
 impl Plan {
     /// The decisions in the order they are carried out: failed dependencies, placements, gangs,
-    /// preemptions, resizes, then why the others wait.
+    /// preemptions, resizes, stagings, then why the others wait.
     pub fn into_decisions(self) -> Vec<Decision> {
         let failed = self.failed.into_iter().map(|(job, reason)| Decision::FailDependency { job, reason });
         let waits = self.waiting.into_iter().map(|(job, reason)| Decision::Wait { job, reason });
@@ -109,6 +114,7 @@ impl Plan {
             .chain(self.gangs.into_iter().map(Decision::PlaceGang))
             .chain(self.preemptions.into_iter().map(Decision::Preempt))
             .chain(self.resizes.into_iter().map(Decision::Resize))
+            .chain(self.stages.into_iter().map(Decision::Stage))
             .chain(waits)
             .collect()
     }
@@ -124,6 +130,7 @@ impl From<Vec<Decision>> for Plan {
                 Decision::PlaceGang(g) => out.gangs.push(g),
                 Decision::Preempt(p) => out.preemptions.push(p),
                 Decision::Resize(r) => out.resizes.push(r),
+                Decision::Stage(st) => out.stages.push(st),
                 Decision::Wait { job, reason } => out.waiting.push((job, reason)),
             }
         }

@@ -74,7 +74,10 @@ impl Memory {
                     q.preempted_for.insert(p.job_id, by);
                 }
             }
-            Decision::PlaceGang(_) | Decision::FailDependency { .. } | Decision::Wait { .. } => {}
+            Decision::PlaceGang(_)
+            | Decision::FailDependency { .. }
+            | Decision::Wait { .. }
+            | Decision::Stage(_) => {}
         }
     }
 }

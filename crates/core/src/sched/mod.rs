@@ -18,6 +18,8 @@
 //! - `service`: replicas of one service spread over nodes, and a pass stops at most one;
 //! - `pools`: a job's pool and node selector filter the nodes it may use, and its pool's
 //!   placement (`pack` or `spread`) is a scoring term of its request;
+//! - `stage`: a job with declared inputs is staged on the node its placement chose before it
+//!   is placed there, its GPUs not held meanwhile;
 //! - `reasons`: why each job waits, in the words `gantry jobs` shows;
 //! - [`Memory`]: what the loop remembers between passes (decayed usage, resize widths,
 //!   who each preempted job was stopped for).
@@ -38,6 +40,7 @@ mod room;
 mod rules;
 mod service;
 mod snapshot;
+mod stage;
 mod victims;
 mod view;
 
@@ -49,6 +52,7 @@ pub use plan::{plan, plan_grouped};
 pub use room::{Holder, NodeRoom, Room, Shape, find_room};
 pub use rules::{Contender, TeamsNow};
 pub use snapshot::{Held, QueueInput, Snapshot};
+pub use stage::{Stage, Staging};
 
 #[cfg(test)]
 mod checkpoint_tests;
@@ -58,3 +62,6 @@ mod room_tests;
 
 #[cfg(test)]
 mod service_tests;
+
+#[cfg(test)]
+mod stage_tests;

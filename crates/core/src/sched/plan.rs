@@ -36,6 +36,7 @@ use super::layout::{Layout, to_request, typical_pods};
 use super::reasons::{Reasons, waiting_for};
 use super::service::Spread;
 use super::snapshot::Snapshot;
+use super::stage::Step;
 use super::victims::Victims;
 use super::view::QueueView;
 use crate::queue::{self, Decision};
@@ -106,10 +107,20 @@ fn pass(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
             }
             Decision::Start { nodes, .. } => {
                 let Some(req) = layout.request(job) else { continue };
+                let step = super::stage::step(job, s, &layout);
+                if let Step::Wait(reason) = step {
+                    out.waiting.push((job.id, reason));
+                    continue;
+                }
+                let only = match step {
+                    Step::Only(node) => Some(vec![node]),
+                    _ => None,
+                };
                 // A service's replica is scored only on the nodes holding the fewest of its
                 // siblings (`super::service`); the queue's node is kept when it is one of them.
                 let service = s.service(job.id);
-                let few = service.and_then(|svc| spread.nodes_for(svc, &layout.cluster, &req));
+                let few =
+                    only.or_else(|| service.and_then(|svc| spread.nodes_for(svc, &layout.cluster, &req)));
                 // The queue's node is the fullest that holds the job: a packing choice.
                 let packs = req.placement == crate::Preference::Pack;
                 let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU && packs)
@@ -125,12 +136,21 @@ fn pass(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
                     .or_else(|| policy.place(&layout.cluster, &req, few.as_deref().unwrap_or(&order), rng));
                 layout.next_id += 1;
                 match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
+                    Some(p) if step == Step::Stage => {
+                        let place = layout.placement(job, &req, &p, s.at);
+                        let why = format!("staging its inputs on {}", place.node_id);
+                        out.stages.push(super::Stage { job_id: job.id, node_id: place.node_id, at: s.at });
+                        out.waiting.push((job.id, why));
+                    }
                     Some(p) => {
                         if let Some(svc) = service {
                             spread.placed(svc, p.node, layout.nodes.len());
                         }
                         elastic.placed(job, out.placements.len(), layout.next_id);
                         out.placements.push(layout.placement(job, &req, &p, s.at));
+                    }
+                    None if let Step::Only(node) = step => {
+                        out.waiting.push((job.id, super::stage::no_room(&layout.nodes[node].id)));
                     }
                     None if req.gpu_milli == WHOLE_GPU
                         && req.gpus > 0

@@ -50,6 +50,9 @@ pub struct Snapshot {
     /// The service (`team/name`) each job that is a service's replica belongs to; jobs not in
     /// it are not replicas. Read through [`Snapshot::service`].
     pub services: HashMap<JobId, String>,
+    /// Where each pending job with declared inputs is being staged, and how far (the caller
+    /// keeps the pass's `Stage` decisions and the agents' reports; see `super::stage`).
+    pub staging: HashMap<JobId, super::stage::Staging>,
 }
 
 /// The queue's state that outlives a pass.

@@ -67,6 +67,25 @@ pub async fn apply(
     }
 }
 
+/// A job's declared inputs: well formed, and the secret they name is one its team holds.
+async fn inputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
+    gantry_api::inputs::check(&job.spec.inputs).map_err(ApiError::Unprocessable)?;
+    let Some(name) = job.spec.input_secret.clone() else { return Ok(()) };
+    if job.spec.inputs.is_empty() {
+        return Err(ApiError::Unprocessable("input_secret: names the secret of inputs; declare one".into()));
+    }
+    let team = job.team.clone();
+    let found = blocking(app, move |s| s.secret(&team, &name)).await?;
+    if found.is_none() {
+        let name = job.spec.input_secret.as_deref().unwrap_or_default();
+        return Err(ApiError::Unprocessable(format!(
+            "input_secret: team {} has no secret `{name}` (gantry secret set {name} KEY=VALUE…)",
+            job.team
+        )));
+    }
+    Ok(())
+}
+
 /// A submission checked as the API checks every one: fields, disk floor, dependencies the
 /// caller may see, and (unless it waits for capacity) that some node could ever hold it.
 async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<NewJob, ApiError> {
@@ -83,6 +102,7 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
                 e => e.into(),
             })?;
     }
+    inputs_checked(app, &job).await?;
     for d in &job.spec.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
         visible_job(app, who, d.job).await.map_err(|_| {

@@ -15,6 +15,7 @@ mod pools;
 mod require;
 mod services;
 mod signin;
+mod staging;
 mod uploads;
 pub use gantry_api::types;
 mod validate;
@@ -49,6 +50,7 @@ use require::require_token;
         services::apply, services::list, services::get, services::delete,
         uploads::missing, uploads::put_blob, uploads::put_manifest, uploads::get_manifest,
         uploads::agent_manifest, uploads::agent_blob,
+        staging::agent_staging, staging::list_cache, staging::set_secret, staging::list_secrets,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
     ),
     modifiers(&BearerAuth, &Described)
@@ -148,6 +150,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/agent/join", post(agent::join))
         .route("/v1/agent/register", post(agent::register))
         .route("/v1/agent/heartbeat", post(agent::heartbeat))
+        .route("/v1/agent/staging", post(staging::agent_staging))
+        .route("/v1/cache", get(staging::list_cache))
+        .route("/v1/secrets", get(staging::list_secrets))
+        .route("/v1/secrets/{name}", put(staging::set_secret))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), require_token));

@@ -35,6 +35,12 @@ impl TryFrom<Decision> for Command {
             Decision::Preempt(p) => Command::Preempt { job: p.job_id, reason: p.reason },
             Decision::Resize(r) => Command::Resize { job: r.job_id, reason: r.reason },
             Decision::Wait { job, reason } => return Err(Waits { job, reason }),
+            Decision::Stage(st) => {
+                return Err(Waits {
+                    job: st.job_id,
+                    reason: format!("staging its inputs on {}", st.node_id),
+                });
+            }
         })
     }
 }
@@ -65,6 +71,10 @@ pub(super) async fn carry_out(
     let mut waiting = HashMap::new();
     let mut placed = 0;
     for decision in decisions {
+        if let Decision::Stage(st) = &decision {
+            stage(app, st).await?;
+            continue;
+        }
         let note = decision.clone();
         let command = match Command::try_from(decision) {
             Ok(command) => command,
@@ -92,6 +102,21 @@ pub(super) async fn carry_out(
         *shown = waiting;
     }
     Ok(placed)
+}
+
+/// A `Stage` decision: the job's inputs are staged on the node before it is placed there
+/// (`crate::staging`: the node's agent hears of it when it next asks what to stage).
+async fn stage(app: &Arc<App>, st: &gantry_core::sched::Stage) -> Result<(), ApiError> {
+    let id = st.job_id;
+    let store = Arc::clone(&app.store);
+    let job = tokio::task::spawn_blocking(move || store.job(id))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    if let Some(job) = job {
+        tracing::info!(job = id, node = %st.node_id, "staging its inputs");
+        app.staging.order(st, &job);
+    }
+    Ok(())
 }
 
 /// Metrics of a decision carried out; whether it placed a job or a gang.

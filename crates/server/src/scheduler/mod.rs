@@ -151,6 +151,8 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     state.set_dependencies(deps);
+    let staging = app.staging.snapshot(&|id| state.is_pending(id));
+    state.set_staging(staging);
     let gap = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
     let queue = prepare(&mut state, &mut housekeeping.memory, at, gap);
     if let Ok(mut shown) = app.queue.write() {

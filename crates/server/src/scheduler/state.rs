@@ -178,6 +178,16 @@ impl State {
         self.snap.deps = deps;
     }
 
+    /// Where pending jobs' inputs are being staged (`crate::staging`).
+    pub fn set_staging(&mut self, staging: HashMap<JobId, gantry_core::sched::Staging>) {
+        self.snap.staging = staging;
+    }
+
+    /// Whether job `id` is pending.
+    pub fn is_pending(&self, id: JobId) -> bool {
+        self.snap.pending.binary_search_by_key(&id, |j| j.id).is_ok()
+    }
+
     /// A copy of [`State::plan_input`] with the default queue memory.
     pub fn snapshot(&self, at: i64) -> Snapshot {
         let mut copy = self.clone();

@@ -336,6 +336,7 @@ fn one_event_log_gives_the_same_decisions_in_the_server_and_in_the_simulator() {
                 Decision::Resize(r) => format!("resize {} {}->{}", r.job_id, r.from, r.to),
                 Decision::FailDependency { job, .. } => format!("fail {job}"),
                 Decision::Wait { job, reason } => format!("wait {job}: {reason}"),
+                Decision::Stage(st) => format!("stage {} on {}", st.job_id, st.node_id),
             })
             .collect();
         eprintln!("pass {i}: {short:?}");

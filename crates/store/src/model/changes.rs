@@ -80,6 +80,15 @@ pub enum Change {
         /// The count a new service starts at.
         desired: u32,
     },
+    /// Create or replace a team's secret (`gantry secret set`); its values are never listed.
+    SetSecret {
+        /// The team.
+        team: String,
+        /// The secret's name.
+        name: String,
+        /// Its keys and values.
+        data: gantry_api::inputs::SecretData,
+    },
     /// Delete a service: its replicas are cancelled in the same transaction (`NotFound` for an
     /// unknown one).
     DeleteService {

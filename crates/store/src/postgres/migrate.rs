@@ -31,6 +31,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (21, include_str!("../../migrations/postgres/0021_leader_lease.sql")),
     (22, include_str!("../../migrations/postgres/0022_idle_policies.sql")),
     (23, include_str!("../../migrations/postgres/0023_leader_terms.sql")),
+    (24, include_str!("../../migrations/postgres/0024_job_inputs.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

@@ -159,5 +159,5 @@ fn update_spec(
     if n == 0 {
         return Err(StoreError::Conflict(format!("job {id} is no longer pending")));
     }
-    Ok(())
+    super::inputs::save(c, id, &job.spec)
 }

@@ -2,7 +2,7 @@
 
 use crate::db::Conn;
 
-use super::{apply, audit, idle, jobs, nodes, pools, services, tokens, workflow};
+use super::{apply, audit, idle, inputs, jobs, nodes, pools, services, tokens, workflow};
 use crate::Result;
 use crate::model::*;
 
@@ -41,6 +41,10 @@ pub(super) fn apply(c: &dyn Conn, change: Change, mut entry: AuditEntry) -> Resu
         Change::ApplyService { team, spec, digest, desired } => {
             let (action, generation) = services::apply(c, &team, &spec, &digest, desired, entry.at)?;
             Changed::Service(action, generation)
+        }
+        Change::SetSecret { team, name, data } => {
+            entry.target = format!("secret/{team}/{name}");
+            inputs::set_secret(c, &team, &name, &data.0, entry.at).map(|()| Changed::Done)?
         }
         Change::DeleteService { team, name } => {
             services::delete(c, &team, &name, entry.at).map(|()| Changed::Done)?

@@ -71,6 +71,7 @@ pub(super) fn insert_workers(c: &dyn Conn, gang: JobId, job: &NewJob) -> Result<
             job.spec.chdir,
             rows::to_json(&job.spec.node_selector)?
         ], |r| r.get(0))?;
+        super::inputs::save(c, id, &job.spec)?;
         jobs::record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
     }
     Ok(())

@@ -83,6 +83,7 @@ pub(super) fn insert(
         c.prepare_cached("UPDATE jobs SET array_id = ?2 WHERE id = ?1")?
             .execute(params![id, array_id.unwrap_or(id)])?;
     }
+    super::inputs::save(c, id, &job.spec)?;
     record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
     if job.replicas() > 1 {
         gangs::insert_workers(c, id, job)?;

@@ -18,6 +18,7 @@ mod conn;
 mod counts;
 mod gangs;
 mod idle;
+mod inputs;
 mod jobs;
 mod lease;
 mod migrate;
@@ -243,6 +244,20 @@ macro_rules! impl_store {
             }
             fn cancel(&self, id: JobId, at: i64) -> Result<Job> {
                 self.write(move |c| jobs::cancel(c, id, at))
+            }
+            fn staged_inputs(&self, id: JobId, found: &[gantry_api::inputs::Input]) -> Result<()> {
+                let found = found.to_vec();
+                self.write(move |c| inputs::staged(c, id, &found))
+            }
+            fn secret(
+                &self,
+                team: &str,
+                name: &str,
+            ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+                self.read(|c| inputs::secret(c, team, name))
+            }
+            fn secrets(&self, team: Option<&str>) -> Result<Vec<crate::SecretListing>> {
+                self.read(|c| inputs::secrets(c, team))
             }
             fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
                 let reason = reason.to_owned();

@@ -10,11 +10,12 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, \"user\", \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
-     replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector";
+     replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector, \
+     inputs, input_secret";
 
 /// How many columns [`JOB_COLUMNS`] names: a query selecting more after them reads those from
 /// this index on.
-pub(super) const JOB_COLUMN_COUNT: usize = 43;
+pub(super) const JOB_COLUMN_COUNT: usize = 45;
 
 fn corrupt(what: &str, value: &str) -> StoreError {
     StoreError::Corrupt(format!("{what}: {value:?}"))
@@ -74,6 +75,8 @@ pub(super) fn job(r: &Row) -> Result<Job> {
         service: r.get(39)?,
         upload: r.get::<_, Option<String>>(40)?.map(|t| json("upload", &t)).transpose()?,
         chdir: r.get(41)?,
+        inputs: r.get::<_, Option<String>>(43)?.map(|t| json("inputs", &t)).transpose()?.unwrap_or_default(),
+        input_secret: r.get(44)?,
     })
 }
 

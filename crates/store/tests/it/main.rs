@@ -6,6 +6,7 @@ mod elastic;
 mod gangs;
 mod helpers;
 mod idle;
+mod inputs;
 mod invariants;
 mod jobs;
 mod leader;

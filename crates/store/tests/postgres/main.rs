@@ -12,6 +12,8 @@ pub mod harness;
 mod helpers;
 #[path = "../it/idle.rs"]
 mod idle;
+#[path = "../it/inputs.rs"]
+mod inputs;
 #[path = "../it/invariants.rs"]
 mod invariants;
 #[path = "../it/jobs.rs"]

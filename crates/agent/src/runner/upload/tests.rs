@@ -43,6 +43,7 @@ fn assignment(manifest: &Manifest) -> Assignment {
         upload: Some(upload),
         chdir: None,
         port: None,
+        inputs: Vec::new(),
     }
 }
 

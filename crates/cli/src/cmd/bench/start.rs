@@ -133,6 +133,7 @@ async fn start(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<
         stop_jobs_on_exit: true,
         advertise_addr: None,
         labels: Default::default(),
+        cache: Default::default(),
     };
     let agent = tokio::spawn(runner::run(agent_config, gpus, stop_rx));
     let api = Api::new(&url, &token)?;

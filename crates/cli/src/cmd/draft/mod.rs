@@ -89,6 +89,10 @@ pub struct JobDraft {
     pub upload: Option<gantry_api::upload::Upload>,
     /// A path on the node to start in instead (`--chdir`).
     pub chdir: Option<String>,
+    /// Declared inputs (`--input NAME=URL`, `inputs:`).
+    pub inputs: Vec<gantry_api::inputs::Input>,
+    /// The team secret S3 inputs are read with (`--input-secret`).
+    pub input_secret: Option<String>,
 }
 
 impl JobDraft {
@@ -131,6 +135,8 @@ impl JobDraft {
             replicas: self.replicas,
             upload: self.upload,
             chdir: self.chdir,
+            inputs: self.inputs,
+            input_secret: self.input_secret,
         })
     }
 }

@@ -375,6 +375,16 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     if let Some(dir) = &j.chdir {
         println!("chdir     {} (on the node)", table::printable(dir));
     }
+    for i in &j.inputs {
+        let staged = match (i.bytes, i.cache_hit, i.staged_s) {
+            (Some(b), Some(hit), Some(s)) => {
+                let how = if hit { "cache hit" } else { "copied" };
+                format!(" ({}, {how} in {s:.1} s)", gantry_api::upload::human_bytes(b))
+            }
+            _ => String::new(),
+        };
+        println!("input     {}={}{staged}", i.name, table::printable(&i.url));
+    }
     if !j.node_selector.is_empty() {
         let pairs: Vec<String> = j.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("nodes     {}", pairs.join(","));

@@ -1,0 +1,323 @@
+//! Reading a declared input's source: its version and size first, then its bytes.
+//!
+//! Three kinds ([`Source`]): an S3 prefix on any S3-compatible endpoint (through
+//! `object_store`'s S3 client: signing, listing and retries are its, not ours), one file over
+//! HTTP(S), and a path on storage the nodes mount. [`list`] says what the source holds now:
+//! its objects with their sizes, and a version that changes when they do (the ETags of an S3
+//! listing, an HTTP ETag, the SHA-256 of a file tree's bytes) — the cache's key. [`copy`]
+//! writes them under a temporary path, never more bytes per object than [`list`] declared (a
+//! source that sends more is stopped there, and the copy fails), counting each byte into a
+//! progress counter.
+//!
+//! S3 credentials and endpoint come from the job's team secret (`AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`) when it
+//! names one, else from the agent's environment as the AWS SDKs read it (the same variables).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use gantry_api::inputs::Source;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
+use sha2::{Digest, Sha256};
+
+/// One object of a source: where it goes below the copy, its size and where to read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// Relative path below the copy (empty: the copy is this one file).
+    pub rel: String,
+    /// Declared size, bytes.
+    pub size: u64,
+    /// The S3 key, URL or file path to read.
+    pub from: String,
+}
+
+/// What a source holds now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// Changes when the content does: the cache's key with the URL.
+    pub version: String,
+    /// Its objects.
+    pub objects: Vec<Object>,
+}
+
+impl Listing {
+    /// Declared bytes in all.
+    pub fn bytes(&self) -> u64 {
+        self.objects.iter().map(|o| o.size).sum()
+    }
+}
+
+/// The team secret's values, or none (the agent's environment).
+pub type Secret = BTreeMap<String, String>;
+
+/// Most objects one input may hold.
+const MAX_OBJECTS: usize = 1_000_000;
+
+/// What `url`'s source holds now.
+pub async fn list(url: &str, secret: &Secret) -> Result<Listing, String> {
+    match Source::parse(url)? {
+        Source::S3 { bucket, prefix } => list_s3(&s3(&bucket, secret)?, &prefix).await,
+        Source::Http(u) => list_http(&u).await,
+        Source::File(path) => {
+            let path = PathBuf::from(path);
+            tokio::task::spawn_blocking(move || list_files(&path)).await.map_err(|e| e.to_string())?
+        }
+    }
+}
+
+/// Copies `listing`'s objects of `url` to `to` (made new: a file for a one-object listing with
+/// an empty `rel`, else a directory), adding each byte to `done`.
+pub async fn copy(
+    url: &str,
+    secret: &Secret,
+    listing: &Listing,
+    to: &Path,
+    done: &AtomicU64,
+) -> Result<(), String> {
+    let source = Source::parse(url)?;
+    let store = match &source {
+        Source::S3 { bucket, .. } => Some(s3(bucket, secret)?),
+        _ => None,
+    };
+    let single = listing.objects.len() == 1 && listing.objects[0].rel.is_empty();
+    if !single {
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(to)
+            .map_err(|e| format!("creating {}: {e}", to.display()))?;
+    }
+    for o in &listing.objects {
+        let path = if single { to.to_owned() } else { below(to, &o.rel)? };
+        let mut file = new_file(&path)?;
+        let mut sink = Capped { file: &mut file, left: o.size, done, path: &path, rel: &o.rel };
+        match (&source, &store) {
+            (Source::S3 { .. }, Some(store)) => {
+                let got =
+                    store.get(&object_store::path::Path::from(o.from.as_str())).await.map_err(s3_error)?;
+                let mut stream = got.into_stream();
+                while let Some(chunk) = stream.next().await {
+                    sink.write(&chunk.map_err(s3_error)?)?;
+                }
+            }
+            (Source::Http(_), _) => {
+                let mut resp = http()?.get(&o.from).send().await.map_err(|e| e.to_string())?;
+                if !resp.status().is_success() {
+                    return Err(format!("{} answered {}", o.from, resp.status()));
+                }
+                while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+                    sink.write(&chunk)?;
+                }
+            }
+            _ => {
+                let from = PathBuf::from(&o.from);
+                let mut input =
+                    std::fs::File::open(&from).map_err(|e| format!("opening {}: {e}", from.display()))?;
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = std::io::Read::read(&mut input, &mut buf)
+                        .map_err(|e| format!("reading {}: {e}", from.display()))?;
+                    if n == 0 {
+                        break;
+                    }
+                    sink.write(&buf[..n])?;
+                }
+            }
+        }
+        if sink.left != 0 {
+            return Err(format!("`{}` ended {} bytes short of its declared {}", o.rel, sink.left, o.size));
+        }
+        file.sync_all().map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A file being written that takes at most its declared size.
+struct Capped<'a> {
+    file: &'a mut std::fs::File,
+    left: u64,
+    done: &'a AtomicU64,
+    path: &'a Path,
+    rel: &'a str,
+}
+
+impl Capped<'_> {
+    fn write(&mut self, chunk: &[u8]) -> Result<(), String> {
+        let n = chunk.len() as u64;
+        if n > self.left {
+            return Err(format!(
+                "the source sent more than the declared size of `{}`; stopped at it",
+                if self.rel.is_empty() { "the object" } else { self.rel }
+            ));
+        }
+        self.file.write_all(chunk).map_err(|e| format!("writing {}: {e}", self.path.display()))?;
+        self.left -= n;
+        self.done.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn new_file(path: &Path) -> Result<std::fs::File, String> {
+    if let Some(parent) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("creating {}: {e}", path.display()))
+}
+
+/// `rel` below `root`, refused when it is absolute or climbs (an S3 key may be anything).
+fn below(root: &Path, rel: &str) -> Result<PathBuf, String> {
+    let p = Path::new(rel);
+    let normal = p.components().all(|c| matches!(c, Component::Normal(_)));
+    if rel.is_empty() || !normal {
+        return Err(format!("the source names an object `{rel}` that is not a relative path below it"));
+    }
+    Ok(root.join(p))
+}
+
+fn s3(bucket: &str, secret: &Secret) -> Result<Arc<AmazonS3>, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let env_endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).ok();
+    let mut endpoint = env_endpoint;
+    for (k, v) in secret {
+        b = match k.as_str() {
+            "AWS_ACCESS_KEY_ID" => b.with_access_key_id(v),
+            "AWS_SECRET_ACCESS_KEY" => b.with_secret_access_key(v),
+            "AWS_SESSION_TOKEN" => b.with_token(v),
+            "AWS_REGION" | "AWS_DEFAULT_REGION" => b.with_region(v),
+            "AWS_ENDPOINT_URL" | "AWS_ENDPOINT_URL_S3" => {
+                endpoint = Some(v.clone());
+                b.with_endpoint(v)
+            }
+            _ => b,
+        };
+    }
+    if endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+        b = b.with_allow_http(true);
+    }
+    let retry =
+        RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(20), ..RetryConfig::default() };
+    b.with_retry(retry).build().map(Arc::new).map_err(s3_error)
+}
+
+fn s3_error(e: object_store::Error) -> String {
+    // Its Display names the operation and the cause; never a credential.
+    format!("S3: {e}")
+}
+
+async fn list_s3(store: &Arc<AmazonS3>, prefix: &str) -> Result<Listing, String> {
+    let mut objects = Vec::new();
+    let mut versions = Vec::new();
+    let trimmed = prefix.trim_end_matches('/');
+    if !trimmed.is_empty() && !prefix.ends_with('/') {
+        let path = object_store::path::Path::from(trimmed);
+        if let Ok(meta) = store.head(&path).await {
+            let version = format!("s3:{}:{}", meta.e_tag.unwrap_or_default(), meta.size);
+            return Ok(Listing {
+                version,
+                objects: vec![Object { rel: String::new(), size: meta.size, from: trimmed.into() }],
+            });
+        }
+    }
+    let base = (!trimmed.is_empty()).then(|| object_store::path::Path::from(trimmed));
+    let mut stream = store.list(base.as_ref());
+    while let Some(meta) = stream.next().await {
+        let meta = meta.map_err(s3_error)?;
+        let key = meta.location.to_string();
+        let rel = key.strip_prefix(trimmed).unwrap_or(&key).trim_start_matches('/').to_owned();
+        versions.push(format!("{key}\t{}\t{}", meta.e_tag.unwrap_or_default(), meta.size));
+        objects.push(Object { rel, size: meta.size, from: key });
+        if objects.len() > MAX_OBJECTS {
+            return Err(format!("more than {MAX_OBJECTS} objects under the prefix"));
+        }
+    }
+    if objects.is_empty() {
+        return Err(format!("no object under `{prefix}`"));
+    }
+    versions.sort();
+    Ok(Listing { version: format!("s3:{}", hex(&Sha256::digest(versions.join("\n").as_bytes()))), objects })
+}
+
+fn http() -> Result<reqwest::Client, String> {
+    super::client::builder(None, None).and_then(|b| b.build().map_err(Into::into)).map_err(|e| e.to_string())
+}
+
+async fn list_http(url: &str) -> Result<Listing, String> {
+    let resp = http()?.head(url).send().await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("{url} answered {}", resp.status()));
+    }
+    let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let size = header("content-length")
+        .and_then(|l| l.parse().ok())
+        .ok_or_else(|| format!("{url} does not declare its size (Content-Length)"))?;
+    let tag = header("etag").or_else(|| header("last-modified")).unwrap_or_default();
+    Ok(Listing {
+        version: format!("http:{tag}:{size}"),
+        objects: vec![Object { rel: String::new(), size, from: url.into() }],
+    })
+}
+
+/// A file or directory tree on shared storage, versioned by the SHA-256 of its paths and bytes.
+fn list_files(root: &Path) -> Result<Listing, String> {
+    let meta = std::fs::metadata(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let mut digest = Sha256::new();
+    let mut objects = Vec::new();
+    let mut todo = vec![(root.to_owned(), String::new())];
+    while let Some((path, rel)) = todo.pop() {
+        let m = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if m.is_dir() {
+            let mut names: Vec<_> = std::fs::read_dir(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            for n in names.into_iter().rev() {
+                let r = if rel.is_empty() { n.clone() } else { format!("{rel}/{n}") };
+                todo.push((path.join(&n), r));
+            }
+        } else if m.is_file() {
+            digest.update(rel.as_bytes());
+            digest.update([0]);
+            let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n =
+                    std::io::Read::read(&mut f, &mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+                if n == 0 {
+                    break;
+                }
+                digest.update(&buf[..n]);
+            }
+            objects.push(Object { rel, size: m.len(), from: path.display().to_string() });
+            if objects.len() > MAX_OBJECTS {
+                return Err(format!("more than {MAX_OBJECTS} files"));
+            }
+        }
+    }
+    if meta.is_file() && objects.len() == 1 {
+        objects[0].rel = String::new();
+    }
+    Ok(Listing { version: format!("sha256:{}", hex(&digest.finalize())), objects })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,297 @@
+//! Staging declared inputs into the node's cache while their jobs wait (issue 22).
+//!
+//! About once a second the agent reports to `POST /v1/agent/staging` how each staging it was
+//! ordered stands and what its cache holds, and is answered the stagings ordered of it now
+//! ([`Stager::apply`]). Each order runs in a task of its own: it lists every input's source
+//! (its version and declared size, [`super::sources::list`]), finds in the cache what it holds
+//! already (a hit: no byte copied), reserves room for the rest and copies it under a temporary
+//! name, renamed into place once complete ([`super::cache`]). A failure (the source refuses,
+//! breaks off mid-copy, sends more than it declared, the cache has no room) removes the partial
+//! copy, is reported with its reason, and is tried again after a back-off (1 s, doubling, at
+//! most a minute): the job stays pending, never lost. An order no longer listed (the job was
+//! placed, cancelled or given another node) is given up.
+//!
+//! When the job starts on this node, [`Stager::inputs_for`] names the cached copies (staging
+//! them first, GPUs held, for a job that was not staged ahead: a gang's worker, or one placed
+//! before its staging was heard of) and pins them, so that no eviction removes an input a
+//! running job reads; [`Stager::release`] unpins them when it ends. The job finds each as
+//! `GANTRY_INPUT_<NAME>`, read-only, in its team's directory of the cache, which no other
+//! team's user can enter.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use gantry_api::inputs::{Input, StageOrder, StageReport};
+use gantry_api::types::Assignment;
+
+use super::cache::{Cache, remove_any};
+use super::sandbox::Sandbox;
+use super::sources::{self, Secret};
+
+/// Longest wait between two tries of a failing staging.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A staged input: name, data path, and what names its cache entry (url, version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Staged {
+    name: String,
+    path: String,
+    url: String,
+    version: String,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    done_bytes: Arc<AtomicU64>,
+    total: u64,
+    error: Option<String>,
+    finished: Option<(Vec<Input>, Vec<Staged>)>,
+}
+
+#[derive(Debug)]
+struct Task {
+    order: StageOrder,
+    progress: Arc<Mutex<Progress>>,
+    abort: tokio::task::AbortHandle,
+    /// Bytes and when, at the last report (for the rate).
+    last: (u64, Instant),
+}
+
+/// The node's stagings (see the module documentation).
+#[derive(Debug)]
+pub struct Stager {
+    cache: Arc<Cache>,
+    sandbox: Arc<Sandbox>,
+    tasks: Mutex<HashMap<i64, Task>>,
+    /// Inputs pinned by running jobs: job id, team, and the entries.
+    pinned: Mutex<HashMap<i64, (String, Vec<Staged>)>>,
+    /// Stagings done whose order is no longer listed (the job was placed): what its start
+    /// finds, by job.
+    ready: Mutex<HashMap<i64, Vec<Staged>>>,
+}
+
+/// Most finished stagings kept for jobs that have not started yet.
+const MAX_READY: usize = 4096;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Stager {
+    /// A stager over `cache`, whose team directories open to each team's user of `sandbox`.
+    pub fn new(cache: Arc<Cache>, sandbox: Arc<Sandbox>) -> Self {
+        Self { cache, sandbox, tasks: Mutex::default(), pinned: Mutex::default(), ready: Mutex::default() }
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// Starts the orders not running yet and gives up those no longer listed.
+    pub fn apply(self: &Arc<Self>, orders: Vec<StageOrder>) {
+        let mut tasks = lock(&self.tasks);
+        let mut ready = lock(&self.ready);
+        tasks.retain(|id, t| {
+            let keep = orders.iter().any(|o| o.job_id == *id && o.inputs == t.order.inputs);
+            if !keep {
+                t.abort.abort();
+                if let Some((_, staged)) = lock(&t.progress).finished.take() {
+                    if ready.len() >= MAX_READY {
+                        ready.clear();
+                    }
+                    ready.insert(*id, staged);
+                }
+            }
+            keep
+        });
+        drop(ready);
+        for order in orders {
+            if tasks.contains_key(&order.job_id) {
+                continue;
+            }
+            let progress = Arc::new(Mutex::new(Progress::default()));
+            let (me, p, o) = (Arc::clone(self), Arc::clone(&progress), order.clone());
+            let task = tokio::spawn(async move { me.stage_until_done(&o, &p).await });
+            tracing::info!(job = order.job_id, inputs = order.inputs.len(), "staging a pending job's inputs");
+            let last = (0, Instant::now());
+            tasks.insert(order.job_id, Task { order, progress, abort: task.abort_handle(), last });
+        }
+    }
+
+    /// How each staging stands, for the server.
+    pub fn reports(&self) -> Vec<StageReport> {
+        let mut tasks = lock(&self.tasks);
+        let mut out: Vec<StageReport> = tasks
+            .iter_mut()
+            .map(|(id, t)| {
+                let p = lock(&t.progress);
+                let done_bytes = p.done_bytes.load(Ordering::Relaxed);
+                let secs = t.last.1.elapsed().as_secs_f64().max(0.001);
+                let rate_bps = (done_bytes.saturating_sub(t.last.0) as f64 / secs) as u64;
+                t.last = (done_bytes, Instant::now());
+                StageReport {
+                    job_id: *id,
+                    done: p.finished.is_some(),
+                    bytes_done: done_bytes,
+                    bytes_total: p.total,
+                    rate_bps,
+                    error: if p.finished.is_some() { None } else { p.error.clone() },
+                    inputs: p.finished.as_ref().map(|f| f.0.clone()).unwrap_or_default(),
+                }
+            })
+            .collect();
+        out.sort_by_key(|r| r.job_id);
+        out
+    }
+
+    async fn stage_until_done(&self, order: &StageOrder, progress: &Mutex<Progress>) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let done = Arc::clone(&lock(progress).done_bytes);
+            done.store(0, Ordering::Relaxed);
+            match self.stage_once(order, &done, progress).await {
+                Ok(finished) => {
+                    let mut p = lock(progress);
+                    (p.error, p.finished) = (None, Some(finished));
+                    tracing::info!(job = order.job_id, "staged the job's inputs");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(job = order.job_id, error = %e, "staging failed; trying again later");
+                    lock(progress).error = Some(e);
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One try at every input of `order`.
+    async fn stage_once(
+        &self,
+        order: &StageOrder,
+        done: &AtomicU64,
+        progress: &Mutex<Progress>,
+    ) -> Result<(Vec<Input>, Vec<Staged>), String> {
+        let mut listings = Vec::new();
+        for i in &order.inputs {
+            listings
+                .push(sources::list(&i.url, &order.secret).await.map_err(|e| format!("{}: {e}", i.name))?);
+        }
+        lock(progress).total = listings.iter().map(sources::Listing::bytes).sum();
+        let gid = self.sandbox.user_for(&order.team).ok().and_then(|(id, creds)| creds.map(|_| id.gid));
+        let dir = self.cache.team_dir(&order.team, gid).map_err(|e| e.to_string())?;
+        let (mut results, mut staged) = (Vec::new(), Vec::new());
+        for (i, l) in order.inputs.iter().zip(&listings) {
+            let started = Instant::now();
+            let (path, hit) = match self.cache.lookup(&order.team, &i.url, &l.version) {
+                Some((path, bytes)) => {
+                    done.fetch_add(bytes, Ordering::Relaxed);
+                    (path, true)
+                }
+                None => {
+                    let room =
+                        self.cache.reserve(&order.team, l.bytes()).map_err(|e| format!("{}: {e}", i.name))?;
+                    let tmp = self.cache.tmp_path(&dir, &i.url, &l.version);
+                    if let Err(e) = sources::copy(&i.url, &order.secret, l, &tmp, done).await {
+                        remove_any(&tmp);
+                        return Err(format!("{}: {e}", i.name));
+                    }
+                    let path = self.cache.commit(room, &order.team, &i.url, &l.version, &tmp, l.bytes());
+                    (path.map_err(|e| format!("{}: {e}", i.name))?, false)
+                }
+            };
+            let staged_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+            results.push(Input {
+                bytes: Some(l.bytes()),
+                cache_hit: Some(hit),
+                staged_s: Some(staged_s),
+                ..i.clone()
+            });
+            let path = path.display().to_string();
+            staged.push(Staged {
+                name: i.name.clone(),
+                path,
+                url: i.url.clone(),
+                version: l.version.clone(),
+            });
+        }
+        Ok((results, staged))
+    }
+
+    /// The environment naming `a`'s inputs (`GANTRY_INPUT_<NAME>`), once each is in the cache
+    /// (staged now, with `secret`, when it was not staged ahead); pins them until
+    /// [`Stager::release`].
+    pub async fn inputs_for(&self, a: &Assignment, secret: &Secret) -> Result<Vec<(String, String)>, String> {
+        let ahead = lock(&self.tasks).get(&a.job_id).and_then(|t| lock(&t.progress).finished.clone());
+        let ahead = ahead.map(|f| f.1).or_else(|| lock(&self.ready).remove(&a.job_id));
+        let staged = match ahead {
+            Some(staged) => staged,
+            None => {
+                let order = StageOrder {
+                    job_id: a.job_id,
+                    team: a.team.clone(),
+                    inputs: a.inputs.clone(),
+                    secret: secret.clone(),
+                };
+                let progress = Mutex::new(Progress::default());
+                self.stage_once(&order, &AtomicU64::new(0), &progress).await?.1
+            }
+        };
+        for s in &staged {
+            self.cache.pin(&a.team, &s.url, &s.version);
+        }
+        let env = a
+            .inputs
+            .iter()
+            .filter_map(|i| staged.iter().find(|s| s.name == i.name).map(|s| (i.env_name(), s.path.clone())))
+            .collect();
+        lock(&self.pinned).insert(a.job_id, (a.team.clone(), staged));
+        Ok(env)
+    }
+
+    /// Job `id` ended: its inputs may be evicted again.
+    pub fn release(&self, id: i64) {
+        if let Some((team, staged)) = lock(&self.pinned).remove(&id) {
+            for s in staged {
+                self.cache.unpin(&team, &s.url, &s.version);
+            }
+        }
+    }
+}
+
+/// A task that ends when this is dropped.
+#[derive(Debug)]
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Reports staging and cache, applies the answer, about once a second until the task is
+/// aborted (the agent registers again under a new epoch: a new loop starts).
+pub async fn report_loop(stager: Arc<Stager>, client: super::Client, node: String, epoch: u64) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let req = gantry_api::types::StagingRequest {
+            node_id: node.clone(),
+            epoch,
+            reports: stager.reports(),
+            cache: stager.cache().entries(),
+        };
+        match client.staging(&req).await {
+            Ok(resp) => stager.apply(resp.orders),
+            Err(e) => tracing::debug!(error = %e, "staging report failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
