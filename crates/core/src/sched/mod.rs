@@ -19,6 +19,8 @@
 //! - `pools`: a job's pool and node selector filter the nodes it may use, and its pool's
 //!   placement (`pack` or `spread`) is a scoring term of its request;
 //! - `reasons`: why each job waits, in the words `gantry jobs` shows;
+//! - [`Standing`]: the ledger (nodes, held allocations, blocked GPUs) a caller keeps between
+//!   passes and updates from its change log; [`plan_on`] plans on it, [`plan`] builds it;
 //! - [`Memory`]: what the loop remembers between passes (decayed usage, resize widths,
 //!   who each preempted job was stopped for).
 //!
@@ -38,6 +40,7 @@ mod room;
 mod rules;
 mod service;
 mod snapshot;
+mod standing;
 mod victims;
 mod view;
 
@@ -45,13 +48,17 @@ pub use baseline::plan_priority_fifo;
 pub use decision::{Decision, GangPlace, Grant, Place, Plan, Preemption, Resize};
 pub use gates::{Gated, gate};
 pub use memory::Memory;
-pub use plan::{plan, plan_grouped};
+pub use plan::{plan, plan_grouped, plan_grouped_on, plan_on};
 pub use room::{Holder, NodeRoom, Room, Shape, find_room};
 pub use rules::{Contender, TeamsNow};
 pub use snapshot::{Held, QueueInput, Snapshot};
+pub use standing::Standing;
 
 #[cfg(test)]
 mod room_tests;
 
 #[cfg(test)]
 mod service_tests;
+
+#[cfg(test)]
+mod standing_tests;
