@@ -65,6 +65,7 @@
 
 mod elastic;
 mod fairshare;
+mod free;
 mod plan;
 mod weights;
 
