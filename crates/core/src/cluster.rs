@@ -165,6 +165,9 @@ pub struct Cluster {
     journal: Journal,
     /// Node names, so that a join checks for a duplicate without comparing every node.
     names: HashSet<String>,
+    /// Per node, how many allocations of each [`crate::resources::PodClass`] bit it holds, so
+    /// that a release updates `Node::classes` without scanning every allocation.
+    class_counts: Vec<[u32; 32]>,
 }
 
 /// The nodes that changed, in the order they changed, so that policies caching per-node work
@@ -233,6 +236,7 @@ impl Cluster {
             version: self.clock,
             spec,
         });
+        self.class_counts.push([0; 32]);
         self.journal.record(self.nodes.len() - 1, self.nodes.len());
         Ok(self.nodes.len() - 1)
     }
@@ -365,6 +369,7 @@ impl Cluster {
             node.gpu_memory_free[*g as usize] -= req.gpu_memory_mib;
         }
         node.classes |= req.class().bit();
+        self.class_counts[placement.node][class_index(req)] += 1;
         node.allocations += 1;
         node.version = clock;
         self.used_milli += req.gpu_milli_total();
@@ -390,19 +395,23 @@ impl Cluster {
         node.version = clock;
         self.used_milli -= req.gpu_milli_total();
         let node_id = held.placement.node;
-        self.recompute_classes(node_id);
+        let counts = &mut self.class_counts[node_id];
+        counts[class_index(&req)] -= 1;
+        let classes = counts.iter().enumerate().filter(|(_, n)| **n > 0).fold(0, |acc, (i, _)| acc | 1 << i);
+        self.nodes[node_id].classes = classes;
         self.journal.record(node_id, self.nodes.len());
         Ok((req, held.placement))
     }
 
-    fn recompute_classes(&mut self, node: NodeId) {
-        let classes = self
-            .held
-            .values()
-            .filter(|h| h.placement.node == node)
-            .fold(0, |acc, h| acc | h.request.class().bit());
-        self.nodes[node].classes = classes;
+    /// The request and placement of a held allocation.
+    pub fn allocation(&self, id: AllocationId) -> Option<(&Request, &Placement)> {
+        self.held.get(&id).map(|h| (&h.request, &h.placement))
     }
+}
+
+/// The position of a request's class bit in `Node::classes`.
+fn class_index(req: &Request) -> usize {
+    req.class().bit().trailing_zeros() as usize
 }
 
 fn check_fit(node: &Node, req: &Request, placement: &Placement) -> Result<(), LedgerError> {

@@ -22,6 +22,7 @@ use gantry_store::{Actor, Role, Store, TokenKind, TokenRecord};
 use sha2::{Digest, Sha256};
 
 use crate::app::now_ms;
+use crate::command::CommandError;
 use crate::error::ApiError;
 
 /// Who is calling.
@@ -91,12 +92,12 @@ impl Principal {
     }
 
     /// Any user (not an agent): reads of the cluster, scoped by [`Self::visible_teams`].
-    pub fn require_user(&self) -> Result<(), ApiError> {
+    pub fn require_user(&self) -> Result<(), CommandError> {
         if self.is_user() { Ok(()) } else { Err(forbidden("agent credentials cannot use this endpoint")) }
     }
 
     /// Admins and operators: cluster-wide reads and node and quota changes.
-    pub fn require_operator(&self) -> Result<(), ApiError> {
+    pub fn require_operator(&self) -> Result<(), CommandError> {
         match (self.is_user(), self.token.role) {
             (true, Role::Admin | Role::Operator) => Ok(()),
             _ => Err(forbidden("this needs an operator or admin token")),
@@ -104,7 +105,7 @@ impl Principal {
     }
 
     /// Only admins: users, tokens, the audit log.
-    pub fn require_admin(&self) -> Result<(), ApiError> {
+    pub fn require_admin(&self) -> Result<(), CommandError> {
         match (self.is_user(), self.token.role) {
             (true, Role::Admin) => Ok(()),
             _ => Err(forbidden("this needs an admin token")),
@@ -112,7 +113,7 @@ impl Principal {
     }
 
     /// Changing a team's jobs: admins, and members of that team.
-    pub fn require_member_of(&self, team: &str) -> Result<(), ApiError> {
+    pub fn require_member_of(&self, team: &str) -> Result<(), CommandError> {
         match (self.is_user(), self.token.role) {
             (true, Role::Admin) => Ok(()),
             (true, Role::Member) if self.token.teams.iter().any(|t| t == team) => Ok(()),
@@ -125,7 +126,7 @@ impl Principal {
     /// Acting as a node's agent: only that node's credential (and, over mutual TLS, a client
     /// certificate issued to that node; for a credential that a join over TLS issued, the very
     /// certificate issued with it).
-    pub fn require_node(&self, node_id: &str) -> Result<(), ApiError> {
+    pub fn require_node(&self, node_id: &str) -> Result<(), CommandError> {
         if self.token.kind != TokenKind::Node {
             return Err(forbidden("this needs a node credential (agents get one with a join token)"));
         }
@@ -148,7 +149,7 @@ impl Principal {
     }
 
     /// Trading a join token for a node credential.
-    pub fn require_join(&self, node_id: &str) -> Result<(), ApiError> {
+    pub fn require_join(&self, node_id: &str) -> Result<(), CommandError> {
         if self.token.kind != TokenKind::Join {
             return Err(forbidden("this needs a join token"));
         }
@@ -164,8 +165,8 @@ impl Principal {
 /// What a declared `env` value reads as for those who may not see it.
 pub const REDACTED: &str = "<redacted>";
 
-fn forbidden(why: &str) -> ApiError {
-    ApiError::Forbidden(why.to_owned())
+fn forbidden(why: &str) -> CommandError {
+    CommandError::Forbidden(why.to_owned())
 }
 
 /// A fresh random token secret.

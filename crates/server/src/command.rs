@@ -17,7 +17,9 @@ use gantry_store::{
 
 use crate::app::{self, App};
 use crate::auth::Principal;
-use crate::error::ApiError;
+
+mod error;
+pub use error::CommandError;
 
 /// A mutation.
 #[derive(Debug, Clone)]
@@ -249,7 +251,7 @@ pub enum Outcome {
 
 impl App {
     /// Applies a command (store calls run on the blocking pool).
-    pub async fn dispatch(self: &Arc<Self>, command: Command) -> Result<Outcome, ApiError> {
+    pub async fn dispatch(self: &Arc<Self>, command: Command) -> Result<Outcome, CommandError> {
         let wakes = matches!(
             command,
             Command::Submit { .. }
@@ -286,7 +288,7 @@ impl App {
             (outcome, touched)
         })
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .map_err(|e| CommandError::Aborted(e.to_string()))?;
         if credentials_change {
             self.tokens.clear();
         }
@@ -309,7 +311,7 @@ impl App {
     }
 }
 
-fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
+fn apply(store: &dyn Store, command: Command) -> Result<Outcome, CommandError> {
     let now = app::now_ms();
     match command {
         Command::Submit { job, by } => {
@@ -356,8 +358,11 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             let entry = entry(&by, "token.session", String::new(), None, now);
             let own =
                 by.token.kind == TokenKind::Api && by.token.user.is_some() && by.token.user == token.user;
-            let check =
-                if own { Ok(()) } else { Err(ApiError::Forbidden("a session is its owner's own".into())) };
+            let check = if own {
+                Ok(())
+            } else {
+                Err(CommandError::Forbidden("a session is its owner's own".into()))
+            };
             audited(store, check, Change::CreateToken(token), entry)
         }
         Command::RevokeToken { id, by } => revoke(store, id, &by, now),
@@ -443,7 +448,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
             let check = if by.sees_team(&team) {
                 by.require_member_of(&team)
             } else {
-                Err(ApiError::NotFound(format!("service {name} not found in team {team}")))
+                Err(CommandError::NotFound(format!("service {name} not found in team {team}")))
             };
             audited(store, check, Change::DeleteService { team, name }, entry)
         }
@@ -458,7 +463,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, ApiError> {
 
 /// Whether `by` may queue `job`: a member of its team, within the team's priority ceiling and
 /// pending limit.
-fn may_queue(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), ApiError> {
+fn may_queue(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), CommandError> {
     by.require_member_of(&job.team)
         .and_then(|()| within_ceiling(store, job, by))
         .and_then(|()| pending_room(store, job))
@@ -467,13 +472,13 @@ fn may_queue(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), ApiE
 /// A join token made for any node may not take over a node that is up: joining revokes the
 /// node's credentials, which would cut off its running agent. A token made for that node
 /// (`--node`) may (a reinstalled machine).
-fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(), ApiError> {
+fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(), CommandError> {
     if by.token.node.is_some() {
         return Ok(());
     }
     let live = store.nodes()?.iter().any(|n| n.id == node && n.state.is_up());
     if live {
-        return Err(ApiError::Conflict(format!(
+        return Err(CommandError::Conflict(format!(
             "node {node} is up; join it with a join token made for it (`gantry token create --role agent --node {node}`)"
         )));
     }
@@ -482,12 +487,12 @@ fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(),
 
 /// Refuses a member's job above its team's priority ceiling (admins may go above it): any member
 /// could otherwise rank first in every queue.
-fn within_ceiling(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), ApiError> {
+fn within_ceiling(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), CommandError> {
     ceiling(store, &job.team, job.spec.priority, by)
 }
 
 /// [`within_ceiling`] for a priority of `team` (a job's, or a service's replicas').
-fn ceiling(store: &dyn Store, team: &str, priority: i32, by: &Principal) -> Result<(), ApiError> {
+fn ceiling(store: &dyn Store, team: &str, priority: i32, by: &Principal) -> Result<(), CommandError> {
     if by.require_admin().is_ok() {
         return Ok(());
     }
@@ -497,7 +502,7 @@ fn ceiling(store: &dyn Store, team: &str, priority: i32, by: &Principal) -> Resu
         .find(|t| t.name == team)
         .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling);
     if priority > ceiling {
-        return Err(ApiError::Unprocessable(format!(
+        return Err(CommandError::Invalid(format!(
             "priority: {priority} is above team {team}'s ceiling of {ceiling}; an admin may raise it (gantry team set {team} --max-priority N)"
         )));
     }
@@ -510,7 +515,7 @@ pub const DEFAULT_PENDING_LIMIT: u64 = 100_000;
 /// Refuses a submission that would take the team past its pending limit (an array counts each
 /// member; a gang counts once, as in the job gauges). Checked before the write: submissions
 /// racing each other may each pass it, by at most their own size.
-fn pending_room(store: &dyn Store, job: &NewJob) -> Result<(), ApiError> {
+fn pending_room(store: &dyn Store, job: &NewJob) -> Result<(), CommandError> {
     let limit = store
         .teams()?
         .into_iter()
@@ -525,7 +530,7 @@ fn pending_room(store: &dyn Store, job: &NewJob) -> Result<(), ApiError> {
         .sum();
     let adding = job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64);
     if pending + adding > limit {
-        return Err(ApiError::TooMany(format!(
+        return Err(CommandError::LimitReached(format!(
             "team {} has {pending} pending jobs and may have {limit}; this submission adds {adding}: wait for some to start or cancel some",
             job.team
         )));
@@ -558,10 +563,14 @@ fn truncate(mut text: String, max: usize) -> String {
 }
 
 /// Passes `check`'s error on after recording it as a refusal.
-fn refuse_unless(store: &dyn Store, check: Result<(), ApiError>, entry: AuditEntry) -> Result<(), ApiError> {
+fn refuse_unless(
+    store: &dyn Store,
+    check: Result<(), CommandError>,
+    entry: AuditEntry,
+) -> Result<(), CommandError> {
     let Err(e) = check else { return Ok(()) };
     let outcome = match &e {
-        ApiError::NotFound(_) => "denied: not visible to the caller".to_owned(),
+        CommandError::NotFound(_) => "denied: not visible to the caller".to_owned(),
         other => truncate(format!("denied: {other}"), MAX_OUTCOME),
     };
     if let Err(audit) = store.audit_refusal(entry, outcome) {
@@ -572,10 +581,10 @@ fn refuse_unless(store: &dyn Store, check: Result<(), ApiError>, entry: AuditEnt
 
 fn audited(
     store: &dyn Store,
-    check: Result<(), ApiError>,
+    check: Result<(), CommandError>,
     change: Change,
     entry: AuditEntry,
-) -> Result<Outcome, ApiError> {
+) -> Result<Outcome, CommandError> {
     refuse_unless(store, check, entry.clone())?;
     Ok(match store.apply(change, entry)? {
         Changed::Submitted { id, created } => Outcome::Submitted { id, created },
@@ -588,7 +597,13 @@ fn audited(
     })
 }
 
-fn cancel(store: &dyn Store, id: JobId, array: bool, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
+fn cancel(
+    store: &dyn Store,
+    id: JobId,
+    array: bool,
+    by: &Principal,
+    now: i64,
+) -> Result<Outcome, CommandError> {
     let job = store.job(id)?;
     let team = job.as_ref().map(|j| j.team.clone());
     let (action, change) = if array {
@@ -599,19 +614,19 @@ fn cancel(store: &dyn Store, id: JobId, array: bool, by: &Principal, now: i64) -
     let entry = entry(by, action, format!("job/{id}"), team.as_deref(), now);
     let check = match &job {
         Some(job) if by.sees_team(&job.team) => by.require_member_of(&job.team),
-        _ => Err(ApiError::NotFound(format!("job {id} not found"))),
+        _ => Err(CommandError::NotFound(format!("job {id} not found"))),
     };
     audited(store, check, change, entry)
 }
 
-fn revoke(store: &dyn Store, id: i64, by: &Principal, now: i64) -> Result<Outcome, ApiError> {
+fn revoke(store: &dyn Store, id: i64, by: &Principal, now: i64) -> Result<Outcome, CommandError> {
     let token = store.token(id)?;
     let entry = entry(by, "token.revoke", format!("token/{id}"), None, now);
     let own = token.as_ref().is_some_and(|t| t.user.is_some() && t.user == by.token.user);
     let check = match token {
-        None => Err(ApiError::NotFound(format!("token {id} not found"))),
+        None => Err(CommandError::NotFound(format!("token {id} not found"))),
         Some(_) if own && by.token.kind == gantry_store::TokenKind::Api => Ok(()),
-        Some(_) => by.require_admin().map_err(|_| ApiError::NotFound(format!("token {id} not found"))),
+        Some(_) => by.require_admin().map_err(|_| CommandError::NotFound(format!("token {id} not found"))),
     };
     audited(store, check, Change::RevokeToken(id), entry)
 }

@@ -21,8 +21,7 @@ use gantry_store::{Gpu, Job, JobFilter, JobId, JobState, Node, NodeState, Store,
 use tokio::sync::watch;
 
 use crate::app::{App, now_ms};
-use crate::command::Command;
-use crate::error::ApiError;
+use crate::command::{Command, CommandError};
 
 /// How often utilisation is read.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -69,11 +68,11 @@ fn read(store: &dyn Store) -> Result<Input, StoreError> {
     })
 }
 
-async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), ApiError> {
+async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), CommandError> {
     let store = Arc::clone(&app.store);
     let input = tokio::task::spawn_blocking(move || read(&*store))
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+        .map_err(|e| CommandError::Aborted(e.to_string()))??;
     let now = now_ms();
     let fresh_after = now - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
     let max_gap = i64::try_from((POLL * 5 + app.config.heartbeat_timeout).as_millis()).unwrap_or(i64::MAX);
@@ -111,8 +110,8 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
         );
         match app.dispatch(Command::Idle { job: job.id, action: action.to_owned(), evidence }).await {
             Ok(_) => {}
-            Err(ApiError::Conflict(why)) => {
-                tracing::debug!(%why, job = job.id, "idle action refused by the store")
+            Err(e) if e.is_stale() => {
+                tracing::debug!(why = %e, job = job.id, "idle action refused by the store")
             }
             Err(e) => return Err(e),
         }

@@ -19,9 +19,7 @@
 //! The result is the same node (and GPU) the straightforward scan over every node returns; the
 //! property tests in `crates/core/tests/it` hold both policies to that.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 
 use super::Score;
 use crate::cluster::{Cluster, Node, NodeId};
@@ -80,36 +78,6 @@ struct Class {
     shapes: Vec<u32>,
 }
 
-/// A small, fast hasher for integer keys (FxHash's multiply-rotate).
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct IntHasher(u64);
-
-impl Hasher for IntHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(u64::from(i));
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-}
-
-type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
-
 /// The classes of one [`Cluster`]'s nodes and a cached value `V` per (class, request shape).
 #[derive(Debug)]
 pub(super) struct NodeClasses<V> {
@@ -122,7 +90,9 @@ pub(super) struct NodeClasses<V> {
     order: Vec<NodeId>,
     rank: Vec<u32>,
     shapes: HashMap<Request, u32>,
-    values: IntMap<(u32, u32), Option<V>>,
+    /// `values[shape][class]`: the cached value (`Some(None)`: the class's nodes do not fit),
+    /// indexed directly: a scan reads one per class for every request.
+    values: Vec<Vec<Option<Option<V>>>>,
 }
 
 impl<V> Default for NodeClasses<V> {
@@ -137,7 +107,7 @@ impl<V> Default for NodeClasses<V> {
             order: Vec::new(),
             rank: Vec::new(),
             shapes: HashMap::new(),
-            values: IntMap::default(),
+            values: Vec::new(),
         }
     }
 }
@@ -182,7 +152,7 @@ impl<V> NodeClasses<V> {
 
     /// Forgets every cached value (the shared state they depend on changed).
     pub(super) fn clear_values(&mut self) {
-        self.values.clear();
+        self.values.iter_mut().for_each(Vec::clear);
         for class in self.classes.iter_mut().flatten() {
             class.shapes.clear();
         }
@@ -191,7 +161,11 @@ impl<V> NodeClasses<V> {
     /// The cache slot of a request shape.
     pub(super) fn shape_id(&mut self, req: &Request) -> u32 {
         let next = self.shapes.len() as u32;
-        *self.shapes.entry(*req).or_insert(next)
+        let id = *self.shapes.entry(*req).or_insert(next);
+        if id == next {
+            self.values.push(Vec::new());
+        }
+        id
     }
 
     fn reclassify(&mut self, id: NodeId, node: &Node, changed: &mut impl FnMut(NodeId, &Node)) {
@@ -226,7 +200,9 @@ impl<V> NodeClasses<V> {
         }
         let dead = self.classes[class as usize].take().expect("checked live above");
         for shape in dead.shapes {
-            self.values.remove(&(class, shape));
+            if let Some(slot) = self.values[shape as usize].get_mut(class as usize) {
+                *slot = None;
+            }
         }
         self.by_key.remove(&dead.key);
         self.free.push(class);
@@ -290,15 +266,19 @@ impl<V> NodeClasses<V> {
     ) -> Option<Best> {
         let nodes = cluster.nodes();
         let mut best: Option<(u32, Best)> = None;
-        for (cid, class) in self.classes.iter_mut().enumerate() {
+        let slots = &mut self.values[shape as usize];
+        if slots.len() < self.classes.len() {
+            slots.resize_with(self.classes.len(), || None);
+        }
+        for (class, slot) in self.classes.iter_mut().zip(slots.iter_mut()) {
             let Some(class) = class.as_mut() else { continue };
             let Some(&(rank, node)) = class.members.first() else { continue };
-            let value = match self.values.entry((cid as u32, shape)) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(e) => {
+            let value = match slot {
+                Some(value) => value,
+                None => {
                     class.shapes.push(shape);
                     let n = &nodes[node];
-                    e.insert(n.fits(req).then(|| compute(n)))
+                    slot.insert(n.fits(req).then(|| compute(n)))
                 }
             };
             let Some(value) = value.as_ref() else { continue };

@@ -63,6 +63,7 @@
 //! scheduling pass's (`crate::sched`'s elastic rule), in the server and the simulator alike.
 
 mod fairshare;
+mod free;
 mod plan;
 mod weights;
 

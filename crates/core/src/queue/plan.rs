@@ -254,6 +254,8 @@ fn decide(jobs: &[QueuedJob], order: &[usize], admitted: &[bool], capacity: &Nod
             }
         }
     }
+    // Placing each started job scans no nodes: the counts are indexed (see `super::free`).
+    let mut free = super::free::FreeIndex::new(free);
     let mut out: Vec<Option<Decision>> = vec![None; jobs.len()];
     let mut first_started = None;
     for k in order {
@@ -264,7 +266,7 @@ fn decide(jobs: &[QueuedJob], order: &[usize], admitted: &[bool], capacity: &Nod
                 // Admission counted GPUs; workers larger than one GPU may still not fit the
                 // nodes' remainders. Such a job keeps its admitted GPUs (a reservation) and waits.
                 let per = job.worker_gpus.max(1);
-                match place_workers(&mut free, job.gpus.div_ceil(per), per) {
+                match free.place_workers(job.gpus.div_ceil(per), per) {
                     Some(nodes) => {
                         first_started.get_or_insert(job.id);
                         Decision::Start { job: job.id, nodes }

@@ -415,3 +415,18 @@ fn fair_share_orders_teams_only_when_their_usage_differs_by_a_step() {
         Decision::Start { job: 2, nodes: vec![(0, 1)] }
     );
 }
+
+proptest! {
+    #[test]
+    fn the_indexed_counts_place_every_job_where_the_scan_over_nodes_does(
+        free in prop::collection::vec(0u32..9, 1..40),
+        jobs in prop::collection::vec((0u32..12, 1u32..5), 1..40),
+    ) {
+        let mut scanned = free.clone();
+        let mut indexed = free::FreeIndex::new(free);
+        for (workers, per) in jobs {
+            let want = place_workers(&mut scanned, workers, per);
+            prop_assert_eq!(indexed.place_workers(workers, per), want, "{} workers of {}", workers, per);
+        }
+    }
+}

@@ -15,7 +15,8 @@ use super::snapshot::Snapshot;
 
 /// Priority-then-FIFO placement with `kind` (the benchmark runs it with `bestfit`).
 pub fn plan_priority_fifo(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
-    let mut layout = Layout::build(s);
+    let kept = super::standing::Standing::build(s);
+    let mut layout = Layout::on(&kept, s);
     let mut policy = kind.build(Arc::new(typical_pods(s, layout.max_gpu_memory)));
     let order: Vec<NodeId> = (0..layout.nodes.len()).collect();
     let quotas: HashMap<&str, u64> = s

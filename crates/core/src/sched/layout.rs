@@ -1,23 +1,25 @@
-//! The core's ledger built from a snapshot ([`Layout::build`]: nodes, held allocations replayed,
-//! unhealthy GPUs blocked), the request each job asks of it, and the way back from ledger
-//! indices to node ids and GPU uuids.
+//! A pass's copy of the kept ledger ([`Layout::on`] a [`Standing`]: nodes, held allocations
+//! replayed, unhealthy GPUs blocked, tagged with the pass's node selectors), the request each
+//! job asks of it, and the way back from ledger indices to node ids and GPU uuids.
 
 use std::collections::HashMap;
 
-use gantry_api::model::{Gpu, GpuHealth, Job, NodeState};
+use gantry_api::model::{Gpu, Job};
 
 use super::decision::{Grant, Place};
 use super::snapshot::Snapshot;
+use super::standing::Standing;
 use crate::frag::TypicalPods;
 use crate::resources::WHOLE_GPU;
-use crate::{Cluster, ModelSet, NodeSpec, Request};
+use crate::{Cluster, ModelSet, Request};
 
-/// The core's view of the snapshot, and the way back to node ids and GPU uuids.
+/// The pass's ledger, and the way back to node ids and GPU uuids.
 pub(super) struct Layout<'a> {
+    /// A copy of the kept ledger: the pass's tentative placements go here.
     pub(super) cluster: Cluster,
-    pub(super) nodes: Vec<&'a gantry_api::model::Node>,
-    gpus: Vec<Vec<&'a Gpu>>,
-    pub(super) index: HashMap<&'a str, usize>,
+    pub(super) nodes: &'a [gantry_api::model::Node],
+    gpus: &'a [Vec<Gpu>],
+    pub(super) index: &'a HashMap<String, usize>,
     /// Which nodes each job's pool and node selector allow, and how its pool places.
     pub(super) pools: super::pools::Pools<'a>,
     pub(super) max_gpu_memory: u64,
@@ -73,106 +75,19 @@ impl<'a> Layout<'a> {
         Some(req)
     }
 
-    pub(super) fn build(s: &'a Snapshot) -> Self {
-        let mut layout = Layout {
-            cluster: Cluster::default(),
-            nodes: Vec::new(),
-            gpus: Vec::new(),
-            index: HashMap::new(),
-            pools: Default::default(),
-            max_gpu_memory: s.gpus.iter().map(|g| g.info.memory_mib).max().unwrap_or(0),
-            next_id: 0,
-        };
-        let mut by_node: HashMap<&str, Vec<&Gpu>> = HashMap::new();
-        for g in &s.gpus {
-            by_node.entry(g.node_id.as_str()).or_default().push(g);
-        }
-        for node in &s.nodes {
-            let mut gpus: Vec<&Gpu> = by_node.remove(node.id.as_str()).unwrap_or_default();
-            gpus.sort_by_key(|g| g.info.index);
-            let spec = NodeSpec {
-                name: node.id.clone(),
-                cpu_milli: node.cpu_milli,
-                memory_mib: node.memory_mib,
-                gpus: gpus.len() as u32,
-                gpu_model: gpus.first().map(|g| g.info.model.clone()),
-                gpu_memory_mib: gpus.iter().map(|g| g.info.memory_mib).min().unwrap_or(0),
-            };
-            let Ok(id) = layout.cluster.add_node(spec) else {
-                continue;
-            };
-            // Cordoned and draining nodes keep what they hold and take nothing new.
-            if node.state != NodeState::Ready
-                || node.scheduling != gantry_api::model::NodeScheduling::Schedulable
-            {
-                let _ = layout.cluster.set_schedulable(id, false);
-            }
-            layout.index.insert(node.id.as_str(), layout.nodes.len());
-            layout.nodes.push(node);
-            layout.gpus.push(gpus);
-        }
-        layout.pools = super::pools::Pools::build(s, &layout.nodes, &layout.gpus, &mut layout.cluster);
-        layout.replay(s);
-        layout.block_unhealthy();
-        layout
-    }
-
-    /// Puts held allocations back on the ledger, one per job.
-    fn replay(&mut self, s: &Snapshot) {
-        let mut by_job: HashMap<i64, Vec<&super::snapshot::Held>> = HashMap::new();
-        for a in &s.held {
-            by_job.entry(a.job_id).or_default().push(a);
-        }
-        for job in &s.active {
-            let Some(allocs) = by_job.get(&job.id) else {
-                continue;
-            };
-            let Some(node) = job.node_id.as_deref().and_then(|n| self.index.get(n).copied()) else {
-                continue;
-            };
-            let indices: Vec<u32> = allocs
-                .iter()
-                .filter_map(|a| self.gpus[node].iter().position(|g| g.info.uuid == a.gpu_uuid))
-                .map(|i| i as u32)
-                .collect();
-            let share = allocs.iter().map(|a| a.share_milli).max().unwrap_or(WHOLE_GPU).clamp(1, WHOLE_GPU);
-            let memory =
-                if share < WHOLE_GPU { allocs.iter().map(|a| a.memory_mib).max().unwrap_or(0) } else { 0 };
-            let r = &job.request;
-            let Ok(req) =
-                Request::new(r.cpu_milli, r.memory_mib, indices.len() as u32, share, memory, ModelSet::Any)
-            else {
-                continue;
-            };
-            self.next_id += 1;
-            let placement = crate::Placement { node, gpus: indices };
-            // An allocation the ledger refuses (it names a GPU the node no longer reports) is not
-            // replayed: nothing else can be placed on a GPU that is not there.
-            let _ = self.cluster.allocate(self.next_id, &req, &placement);
-        }
-    }
-
-    /// Fills whatever is free on a GPU that is not healthy, so nothing new lands there.
-    fn block_unhealthy(&mut self) {
-        for node in 0..self.nodes.len() {
-            for (i, gpu) in self.gpus[node].iter().enumerate() {
-                if gpu.health == GpuHealth::Healthy {
-                    continue;
-                }
-                let Some(n) = self.cluster.node(node) else {
-                    continue;
-                };
-                let (free, memory) = (n.gpu_free[i], n.gpu_memory_free[i]);
-                let Ok(req) = Request::new(0, 0, 1, free, memory, ModelSet::Any) else {
-                    continue;
-                };
-                self.next_id += 1;
-                let _ = self.cluster.allocate(
-                    self.next_id,
-                    &req,
-                    &crate::Placement { node, gpus: vec![i as u32] },
-                );
-            }
+    /// The pass's ledger over `kept` (the ledger of `s`'s cluster and active jobs), tagged with
+    /// the node selectors of `s`'s jobs.
+    pub(super) fn on(kept: &'a Standing, s: &'a Snapshot) -> Self {
+        let mut cluster = kept.cluster.clone();
+        let pools = super::pools::Pools::build(s, &kept.labels, &mut cluster);
+        Layout {
+            cluster,
+            nodes: &kept.nodes,
+            gpus: &kept.gpus,
+            index: &kept.index,
+            pools,
+            max_gpu_memory: kept.max_gpu_memory,
+            next_id: kept.next_id,
         }
     }
 
@@ -215,7 +130,7 @@ impl<'a> Layout<'a> {
     }
 
     pub(super) fn placement(&self, job: &Job, req: &Request, p: &crate::Placement, at: i64) -> Place {
-        let node = self.nodes[p.node];
+        let node = &self.nodes[p.node];
         let grants = p
             .gpus
             .iter()

@@ -21,6 +21,8 @@
 //! - `stage`: a job with declared inputs is staged on the node its placement chose before it
 //!   is placed there, its GPUs not held meanwhile;
 //! - `reasons`: why each job waits, in the words `gantry jobs` shows;
+//! - [`Standing`]: the ledger (nodes, held allocations, blocked GPUs) a caller keeps between
+//!   passes and updates from its change log; [`plan_on`] plans on it, [`plan`] builds it;
 //! - [`Memory`]: what the loop remembers between passes (decayed usage, resize widths,
 //!   who each preempted job was stopped for).
 //!
@@ -41,6 +43,7 @@ mod rules;
 mod service;
 mod snapshot;
 mod stage;
+mod standing;
 mod victims;
 mod view;
 
@@ -48,11 +51,12 @@ pub use baseline::plan_priority_fifo;
 pub use decision::{Decision, GangPlace, Grant, Place, Plan, Preemption, Resize};
 pub use gates::{Gated, gate};
 pub use memory::Memory;
-pub use plan::{plan, plan_grouped};
+pub use plan::{plan, plan_grouped, plan_grouped_on, plan_on};
 pub use room::{Holder, NodeRoom, Room, Shape, find_room};
 pub use rules::{Contender, TeamsNow};
 pub use snapshot::{Held, QueueInput, Snapshot};
 pub use stage::{Stage, Staging};
+pub use standing::Standing;
 
 #[cfg(test)]
 mod checkpoint_tests;
@@ -65,3 +69,6 @@ mod service_tests;
 
 #[cfg(test)]
 mod stage_tests;
+
+#[cfg(test)]
+mod standing_tests;

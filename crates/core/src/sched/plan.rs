@@ -37,6 +37,7 @@ use super::reasons::{Reasons, waiting_for};
 use super::service::Spread;
 use super::snapshot::Snapshot;
 use super::stage::Step;
+use super::standing::Standing;
 use super::victims::Victims;
 use super::view::QueueView;
 use crate::queue::{self, Decision};
@@ -53,6 +54,23 @@ pub fn plan(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Vec<s
 
 /// [`plan`]'s decisions grouped by kind.
 pub fn plan_grouped(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
+    plan_grouped_on(s, &Standing::build(s), kind, rng)
+}
+
+/// [`plan`] on a ledger the caller keeps between passes: `kept` must equal
+/// [`Standing::build`]`(s)` (the caller follows the change log, see [`Standing::apply`]); the
+/// decisions are then [`plan`]'s, without rebuilding the ledger from `s`'s rows.
+pub fn plan_on(
+    s: &Snapshot,
+    kept: &Standing,
+    kind: PolicyKind,
+    rng: &mut dyn RandomSource,
+) -> Vec<super::Decision> {
+    plan_grouped_on(s, kept, kind, rng).into_decisions()
+}
+
+/// [`plan_on`]'s decisions grouped by kind.
+pub fn plan_grouped_on(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
     // Dependencies and array limits keep jobs out before the queue ranks them.
     let gated = gate(&s.pending, &s.active, &s.deps);
     let input = if s.pending.iter().any(|j| gated.stops(j.id)) {
@@ -62,15 +80,15 @@ pub fn plan_grouped(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) 
     } else {
         Cow::Borrowed(s)
     };
-    let mut out = pass(&input, kind, rng);
+    let mut out = pass(&input, kept, kind, rng);
     out.failed = gated.failed;
     out.waiting.extend(gated.held);
     out
 }
 
 /// One pass over the jobs the gate let through.
-fn pass(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
-    let mut layout = Layout::build(s);
+fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
+    let mut layout = Layout::on(kept, s);
     let mut policy = kind.build(Arc::new(typical_pods(s, layout.max_gpu_memory)));
     let order: Vec<NodeId> = (0..layout.nodes.len()).collect();
     let mut out = Plan::default();

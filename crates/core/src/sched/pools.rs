@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gantry_api::model::{Gpu, Job, Node};
+use gantry_api::model::Job;
 use gantry_api::pools::{self, Pool, PoolPlacement};
 
 use super::snapshot::Snapshot;
@@ -32,21 +32,11 @@ pub(super) struct Pools<'a> {
 }
 
 impl<'a> Pools<'a> {
-    /// Numbers the selectors of `s`'s jobs and tags the ledger's nodes (`nodes` and `gpus` in
-    /// the ledger's node order).
-    pub(super) fn build(
-        s: &'a Snapshot,
-        nodes: &[&'a Node],
-        gpus: &[Vec<&'a Gpu>],
-        cluster: &mut Cluster,
-    ) -> Self {
-        let labels: Vec<BTreeMap<String, String>> = nodes
-            .iter()
-            .zip(gpus)
-            .map(|(n, g)| pools::node_labels(&n.labels, &g.iter().map(|g| &g.info).collect::<Vec<_>>()))
-            .collect();
+    /// Numbers the selectors of `s`'s jobs and tags the ledger's nodes (`labels`: each node's
+    /// labels with its GPU facts, in the ledger's node order).
+    pub(super) fn build(s: &'a Snapshot, labels: &[BTreeMap<String, String>], cluster: &mut Cluster) -> Self {
         let mut sets = HashMap::new();
-        let mut tags = vec![0u64; nodes.len()];
+        let mut tags = vec![0u64; labels.len()];
         let mut bit = 0u32;
         for job in s.pending.iter().chain(&s.active) {
             let selector = &job.node_selector;

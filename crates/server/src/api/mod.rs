@@ -6,6 +6,7 @@ mod audit;
 mod capacity;
 mod cluster;
 mod dashboard;
+mod errors;
 mod extract;
 mod history;
 mod idle;

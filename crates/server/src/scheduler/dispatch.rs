@@ -12,8 +12,7 @@ use gantry_store::{GangPlacement, Grant, JobId, Placement};
 
 use super::Housekeeping;
 use crate::app::{App, now_ms};
-use crate::command::Command;
-use crate::error::ApiError;
+use crate::command::{Command, CommandError};
 
 /// A decision that is not a command: why a job waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +66,7 @@ pub(super) async fn carry_out(
     housekeeping: &mut Housekeeping,
     decisions: Vec<Decision>,
     submitted: &HashMap<JobId, i64>,
-) -> Result<usize, ApiError> {
+) -> Result<usize, CommandError> {
     let mut waiting = HashMap::new();
     let mut placed = 0;
     for decision in decisions {
@@ -94,7 +93,7 @@ pub(super) async fn carry_out(
                 housekeeping.memory.carried_out(&note);
                 placed += usize::from(observe(app, &note, submitted));
             }
-            Err(ApiError::Conflict(why)) => refused(app, housekeeping, &note, &why),
+            Err(e) if e.is_stale() => refused(app, housekeeping, &note, &e),
             Err(e) => return Err(e),
         }
     }
@@ -106,12 +105,12 @@ pub(super) async fn carry_out(
 
 /// A `Stage` decision: the job's inputs are staged on the node before it is placed there
 /// (`crate::staging`: the node's agent hears of it when it next asks what to stage).
-async fn stage(app: &Arc<App>, st: &gantry_core::sched::Stage) -> Result<(), ApiError> {
+async fn stage(app: &Arc<App>, st: &gantry_core::sched::Stage) -> Result<(), CommandError> {
     let id = st.job_id;
     let store = Arc::clone(&app.store);
     let job = tokio::task::spawn_blocking(move || store.job(id))
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+        .map_err(|e| CommandError::Aborted(e.to_string()))??;
     if let Some(job) = job {
         tracing::info!(job = id, node = %st.node_id, "staging its inputs");
         app.staging.order(st, &job);
@@ -137,7 +136,7 @@ fn observe(app: &App, d: &Decision, submitted: &HashMap<JobId, i64>) -> bool {
 }
 
 /// A decision the store refused: the snapshot was stale.
-fn refused(app: &App, housekeeping: &mut Housekeeping, d: &Decision, why: &str) {
+fn refused(app: &App, housekeeping: &mut Housekeeping, d: &Decision, why: &CommandError) {
     if matches!(d, Decision::Place(_) | Decision::PlaceGang(_)) {
         // Look again next pass, at everything.
         app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -18,7 +18,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub use dispatch::{Waits, gang, placement};
-pub use gantry_core::sched::{Decision, Gated, Held, Plan, Preemption, QueueInput, Resize, Snapshot, gate};
+pub use gantry_core::sched::{
+    Decision, Gated, Held, Plan, Preemption, QueueInput, Resize, Snapshot, Standing, gate,
+};
 pub use state::{State, Synced, held};
 
 /// The seed of every pass's random stream (placement ties the policy breaks at random).
@@ -35,8 +37,7 @@ pub fn plan_priority_fifo(s: &Snapshot, kind: PolicyKind, seed: u64) -> Plan {
 }
 
 use crate::app::{App, now_ms};
-use crate::command::Command;
-use crate::error::ApiError;
+use crate::command::{Command, CommandError};
 use crate::metrics::{StateLabel, TeamLabel};
 
 /// Least time between a pass a wake-up started and the next one.
@@ -103,7 +104,7 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
 
 /// One pass: expire silent nodes (once the control plane has run for a heartbeat timeout: its
 /// agents may not have had the time to report since it started), place what fits.
-pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usize, ApiError> {
+pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usize, CommandError> {
     if !app.leadership.leads() {
         // A follower's copy of the queue would go stale: the next leadership starts afresh.
         *housekeeping = Housekeeping::default();
@@ -124,7 +125,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let (state, synced, counts) =
         tokio::task::spawn_blocking(move || sync(&*store, state, reload, with_counts))
             .await
-            .map_err(|e| ApiError::Internal(e.to_string()))??;
+            .map_err(|e| CommandError::Aborted(e.to_string()))??;
     if synced == Synced::Reloaded {
         housekeeping.reloaded = Some(Instant::now());
     }
@@ -149,7 +150,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let store = Arc::clone(&app.store);
     let deps = tokio::task::spawn_blocking(move || dependency_states(&*store, waited_on))
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+        .map_err(|e| CommandError::Aborted(e.to_string()))??;
     state.set_dependencies(deps);
     let staging = app.staging.snapshot(&|id| state.is_pending(id));
     state.set_staging(staging);
@@ -165,7 +166,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
         (state, decisions)
     })
     .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    .map_err(|e| CommandError::Aborted(e.to_string()))?;
     app.metrics.scheduling_pass.observe(started.elapsed().as_secs_f64());
     let submitted = submitted_at(&state, &decisions);
     housekeeping.state = Some(state);
@@ -180,9 +181,14 @@ pub fn prepare(state: &mut State, memory: &mut Memory, at: i64, resize_gap_ms: i
     memory.queue_input(resize_gap_ms)
 }
 
-/// The pass's decisions: the core's [`sched::plan`] on the scheduler's copy of the store.
+/// The pass's decisions: the core's [`sched::plan_on`] on the scheduler's copy of the store and
+/// the ledger it keeps of it (nothing is rebuilt from rows).
 pub fn decide(state: &mut State, at: i64, queue: QueueInput, policy: PolicyKind) -> Vec<Decision> {
-    sched::plan(state.plan_input(at, queue), policy, &mut SplitMix64::new(SEED))
+    let mut rng = SplitMix64::new(SEED);
+    match state.plan_on(at, queue) {
+        (s, Some(kept)) => sched::plan_on(s, kept, policy, &mut rng),
+        (s, None) => sched::plan(s, policy, &mut rng),
+    }
 }
 
 /// When each job the decisions place was submitted (the placement-latency metric).

@@ -11,6 +11,12 @@
 //! [`State::plan_input`] is exactly the snapshot a full reload gives (property test
 //! `an_incremental_state_equals_a_full_reload_and_plans_the_same` in
 //! `crates/server/tests/it/incremental.rs`).
+//!
+//! Beside the rows it keeps the core's ledger of them ([`Standing`]: nodes, held allocations,
+//! blocked GPUs), fed the same changes ([`Standing::apply`]), so a pass does not rebuild the
+//! cluster from rows either. Only a change of the nodes or GPUs themselves (a join, a cordon, a
+//! GPU fault) and a full reload build it again ([`State::ledger_builds`] counts them); the same
+//! property test holds the kept ledger equal to one built from the reloaded snapshot.
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,7 +24,7 @@ use gantry_store::{
     Gpu, Job, JobFilter, JobId, JobState, Node, NodeState, SchedulerChanges, Store, StoreError,
 };
 
-use gantry_core::sched::{Held, QueueInput, Snapshot};
+use gantry_core::sched::{Held, QueueInput, Snapshot, Standing};
 
 /// Most changes read in one sync; beyond that a full reload is as cheap.
 const MOST_CHANGES: u32 = 20_000;
@@ -34,13 +40,19 @@ pub struct State {
     snap: Snapshot,
     /// What a pass sees while no node is ready: the nodes, no jobs (nothing can be placed).
     idle: Snapshot,
+    /// The core's ledger of `snap`, kept in step with it.
+    kept: Standing,
+    /// How many times `kept` was built from the rows (a load, a change of nodes or GPUs).
+    builds: u64,
 }
 
 impl PartialEq for State {
-    /// Same position and same content (not the pass's `at` and `queue`).
+    /// Same position and same content (not the pass's `at` and `queue`), the kept ledgers
+    /// included.
     fn eq(&self, other: &Self) -> bool {
         let (a, b) = (&self.snap, &other.snap);
         self.position == other.position
+            && self.kept == other.kept
             && (&a.nodes, &a.gpus, &a.held, &a.pending, &a.active, &a.teams, &a.pools)
                 == (&b.nodes, &b.gpus, &b.held, &b.pending, &b.active, &b.teams, &b.pools)
     }
@@ -78,7 +90,8 @@ impl State {
             queue: QueueInput::default(),
             ..Snapshot::default()
         };
-        let mut state = Self { position: Some(position), snap, idle: Snapshot::default() };
+        let kept = Standing::build(&snap);
+        let mut state = Self { position: Some(position), snap, idle: Snapshot::default(), kept, builds: 1 };
         let jobs = state.snap.pending.iter().chain(&state.snap.active);
         state.snap.services = jobs.filter_map(|j| Some((j.id, replica_service(j)?))).collect();
         Ok(state)
@@ -100,16 +113,24 @@ impl State {
             self.position = Some(position);
             return Ok(Synced::Unchanged);
         }
+        let mut rebuild = false;
         if changes.cluster {
-            (self.snap.nodes, self.snap.gpus) = cluster(store)?;
+            let (nodes, gpus) = cluster(store)?;
+            // The ledger follows jobs; new nodes or GPUs (a join, a cordon, a fault) build it again.
+            rebuild = (&nodes, &gpus) != (&self.snap.nodes, &self.snap.gpus);
+            (self.snap.nodes, self.snap.gpus) = (nodes, gpus);
             self.snap.teams = store.teams()?;
             self.snap.pools = store.pools()?;
         }
-        self.apply(changes);
+        self.apply(changes, rebuild);
         Ok(Synced::Applied)
     }
 
-    fn apply(&mut self, changes: SchedulerChanges) {
+    fn apply(&mut self, changes: SchedulerChanges, rebuild: bool) {
+        if !rebuild {
+            let now: Vec<Held> = changes.held.iter().map(held).collect();
+            self.kept.apply(&changes.changed, &changes.jobs, &now);
+        }
         let changed: HashSet<JobId> = changes.changed.iter().copied().collect();
         let s = &mut self.snap;
         s.pending.retain(|j| !changed.contains(&j.id));
@@ -137,6 +158,21 @@ impl State {
             s.held.sort_by_key(|a| a.id);
         }
         self.position = Some(changes.position);
+        if rebuild {
+            self.kept = Standing::build(&self.snap);
+            self.builds += 1;
+        }
+    }
+
+    /// The core's ledger of the rows, kept in step with them.
+    pub fn ledger(&self) -> &Standing {
+        &self.kept
+    }
+
+    /// How many times the ledger was built from the rows since this state was loaded (1 for the
+    /// load itself): changes of jobs alone never build it again.
+    pub fn ledger_builds(&self) -> u64 {
+        self.builds
     }
 
     /// Position in the store's change log (`None` after a failed sync: the next one reloads).
@@ -171,6 +207,15 @@ impl State {
         }
         (self.snap.at, self.snap.queue) = (at, queue);
         &self.snap
+    }
+
+    /// [`State::plan_input`] with the kept ledger it equals, or none while no node is ready.
+    pub fn plan_on(&mut self, at: i64, queue: QueueInput) -> (&Snapshot, Option<&Standing>) {
+        if !self.snap.nodes.iter().any(|n| n.state == NodeState::Ready) {
+            return (self.plan_input(at, queue), None);
+        }
+        (self.snap.at, self.snap.queue) = (at, queue);
+        (&self.snap, Some(&self.kept))
     }
 
     /// Sets the states of the jobs pending jobs depend on, for the next passes.

@@ -505,10 +505,7 @@ type Read = (Vec<Loaded>, Vec<Node>, Quotas, Vec<Gpu>);
 type Series = BTreeMap<String, f64>;
 
 /// Services with their replicas, the nodes, and what binds each service's team.
-fn load(
-    store: &dyn Store,
-    borrow_limit: f64,
-) -> Result<Read, StoreError> {
+fn load(store: &dyn Store, borrow_limit: f64) -> Result<Read, StoreError> {
     let mut out = Vec::new();
     for service in store.services(None)? {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;

@@ -1,11 +1,14 @@
 //! The scheduler's incremental copy of the store ([`State`]): after any sequence of writes, what
-//! it holds equals a full reload, and the pass plans on it exactly what it plans on a snapshot
-//! read from scratch (the way every pass read the store before).
+//! it holds (rows and the core's ledger of them) equals a full reload, and the pass plans on it
+//! exactly what it plans on a snapshot read from scratch (the way every pass read the store
+//! before); changes of jobs never build the ledger again.
 
 use std::collections::BTreeMap;
 
 use gantry_core::PolicyKind;
-use gantry_server::scheduler::{QueueInput, Snapshot, State, Synced, gang, held, placement, plan};
+use gantry_server::scheduler::{
+    Plan, QueueInput, Snapshot, State, Synced, decide, gang, held, placement, plan,
+};
 use gantry_store::*;
 use proptest::prelude::*;
 
@@ -169,7 +172,8 @@ impl World {
             }
             Op::Pass => {
                 state.sync(&self.store).expect("sync");
-                let p = plan(state.plan_input(self.clock, QueueInput::default()), PolicyKind::Gantry, 7);
+                // The loop's own path: the core's plan on the kept ledger.
+                let p = Plan::from(decide(state, self.clock, QueueInput::default(), PolicyKind::Gantry));
                 for p in &p.placements {
                     let _ = self.store.place(&placement(p.clone()));
                 }
@@ -279,4 +283,33 @@ fn a_state_from_another_store_reloads_instead_of_guessing() {
     let other = world();
     assert_eq!(state.sync(&other.store).expect("sync"), Synced::Reloaded, "its log is behind this position");
     assert_eq!(state, State::load(&other.store).expect("load"));
+}
+
+#[test]
+fn passes_over_changes_of_jobs_keep_one_ledger_and_only_a_node_change_builds_it_again() {
+    let mut w = world();
+    w.apply(&Op::Register(0), &mut State::load(&w.store).expect("load"));
+    let mut state = State::load(&w.store).expect("load");
+    for op in [
+        Op::Submit { team: 0, gpus: 1, slice: false, priority: 0, replicas: 1 },
+        Op::Submit { team: 1, gpus: 0, slice: true, priority: 0, replicas: 1 },
+        Op::Pass,
+        Op::Sync,
+        Op::Start(0),
+        Op::Sync,
+        Op::End(0, 0),
+        Op::Pass,
+        Op::Sync,
+    ] {
+        w.apply(&op, &mut state);
+    }
+    let placed =
+        w.jobs.iter().filter_map(|id| w.store.job(*id).ok().flatten()).filter(|j| j.node_id.is_some());
+    assert_eq!(placed.count(), 2, "both jobs were placed through the kept ledger");
+    assert_eq!(state.ledger_builds(), 1, "submissions, placements and ends are applied, not rebuilt");
+    assert_eq!(state, State::load(&w.store).expect("load"));
+    w.apply(&Op::Health(0, 1, false), &mut state);
+    w.apply(&Op::Sync, &mut state);
+    assert_eq!(state.ledger_builds(), 2, "a GPU fault changes the cluster: the ledger is built again");
+    assert_eq!(state, State::load(&w.store).expect("load"));
 }
