@@ -16,7 +16,7 @@ use crate::{Cluster, ModelSet, NodeSpec, Request};
 pub(super) struct Layout<'a> {
     pub(super) cluster: Cluster,
     pub(super) nodes: Vec<&'a gantry_api::model::Node>,
-    gpus: Vec<Vec<&'a Gpu>>,
+    pub(super) gpus: Vec<Vec<&'a Gpu>>,
     pub(super) index: HashMap<&'a str, usize>,
     /// Which nodes each job's pool and node selector allow, and how its pool places.
     pub(super) pools: super::pools::Pools<'a>,
@@ -113,6 +113,7 @@ impl<'a> Layout<'a> {
         }
         layout.pools = super::pools::Pools::build(s, &layout.nodes, &layout.gpus, &mut layout.cluster);
         layout.replay(s);
+        super::lend::replay(&mut layout, s);
         layout.block_unhealthy();
         layout
     }

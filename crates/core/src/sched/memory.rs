@@ -68,7 +68,10 @@ impl Memory {
                     q.preempted_for.insert(p.job_id, by);
                 }
             }
-            Decision::PlaceGang(_) | Decision::FailDependency { .. } | Decision::Wait { .. } => {}
+            Decision::PlaceGang(_)
+            | Decision::Borrow(_)
+            | Decision::FailDependency { .. }
+            | Decision::Wait { .. } => {}
         }
     }
 }

@@ -146,6 +146,7 @@ fn pass(s: &Snapshot, kind: PolicyKind, rng: &mut dyn RandomSource) -> Plan {
     }
     elastic.grow(&s.pending, &s.queue.widths, &mut layout, &mut out);
     reasons.fill(&layout, s, &mut out);
+    super::lend::place(&mut layout, s, &mut out);
     out
 }
 

@@ -50,6 +50,8 @@ pub struct Snapshot {
     /// The service (`team/name`) each job that is a service's replica belongs to; jobs not in
     /// it are not replicas. Read through [`Snapshot::service`].
     pub services: HashMap<JobId, String>,
+    /// GPUs idle jobs lent, with their borrowers (see `super::lend`).
+    pub loans: Vec<gantry_api::idle::Loan>,
 }
 
 /// The queue's state that outlives a pass.
