@@ -20,7 +20,7 @@ pub struct IdlePolicyView {
     pub act_after_s: u64,
     /// Utilisation (percent) under which a sample counts as idle.
     pub below_percent: f64,
-    /// `requeue` (stopped and queued again, retries unspent) or `cancel`.
+    /// `requeue` (stopped and queued again, retries unspent), `cancel` or `lend`.
     pub action: String,
 }
 
@@ -38,7 +38,8 @@ pub struct IdlePolicyRequest {
     pub act_after_s: u64,
     /// Utilisation (percent, 0 to 100) under which a sample counts as idle.
     pub below_percent: f64,
-    /// `requeue` or `cancel` (`lend` is not available yet: 422).
+    /// `requeue`, `cancel` or `lend` (the job keeps its allocation; preemptible jobs borrow its
+    /// GPUs until it uses them again).
     pub action: String,
 }
 

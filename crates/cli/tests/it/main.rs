@@ -19,6 +19,7 @@ mod gang;
 mod gpus;
 mod harness;
 mod idle;
+mod lend;
 mod network;
 #[path = "../../../store/tests/postgres/harness.rs"]
 mod pg_harness;

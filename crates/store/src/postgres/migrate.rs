@@ -30,6 +30,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (20, include_str!("../../migrations/postgres/0020_invariants.sql")),
     (21, include_str!("../../migrations/postgres/0021_leader_lease.sql")),
     (22, include_str!("../../migrations/postgres/0022_idle_policies.sql")),
+    (23, include_str!("../../migrations/postgres/0023_gpu_loans.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

@@ -29,6 +29,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (20, include_str!("../../migrations/0020_invariants.sql")),
     (21, include_str!("../../migrations/0021_leader_lease.sql")),
     (22, include_str!("../../migrations/0022_idle_policies.sql")),
+    (23, include_str!("../../migrations/0023_gpu_loans.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.
