@@ -135,10 +135,13 @@ pub(super) fn borrow(c: &dyn Conn, p: &Placement) -> Result<()> {
     Ok(())
 }
 
+/// A loan's id, owner and attempt, borrower and attempt.
+type LoanRow = (i64, JobId, u32, Option<JobId>, Option<u32>);
+
 /// The open loan of `uuid` on `node` with a running owner and no running borrower: its id and
 /// owner.
 fn open_loan(c: &dyn Conn, uuid: &str, node: &str) -> Result<(i64, Job)> {
-    let loan: Option<(i64, JobId, u32, Option<JobId>, Option<u32>)> = c
+    let loan: Option<LoanRow> = c
         .prepare_cached(
             "SELECT id, owner_job_id, owner_attempt, borrower_job_id, borrower_attempt FROM gpu_loans \
              WHERE gpu_uuid = ?1 AND returned_at IS NULL ORDER BY id DESC LIMIT 1",
