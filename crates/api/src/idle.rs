@@ -20,7 +20,7 @@ pub struct IdlePolicyView {
     pub act_after_s: u64,
     /// Utilisation (percent) under which a sample counts as idle.
     pub below_percent: f64,
-    /// `requeue` (stopped and queued again, retries unspent) or `cancel`.
+    /// `requeue` (stopped and queued again, retries unspent), `cancel` or `lend`.
     pub action: String,
 }
 
@@ -38,7 +38,8 @@ pub struct IdlePolicyRequest {
     pub act_after_s: u64,
     /// Utilisation (percent, 0 to 100) under which a sample counts as idle.
     pub below_percent: f64,
-    /// `requeue` or `cancel` (`lend` is not available yet: 422).
+    /// `requeue`, `cancel` or `lend` (the job keeps its allocation; preemptible jobs borrow its
+    /// GPUs until it uses them again).
     pub action: String,
 }
 
@@ -49,3 +50,25 @@ fn batch() -> String {
 // `below_percent` is checked to be a number from 0 to 100 before a policy is built (never NaN),
 // so equality is total.
 impl Eq for IdlePolicyView {}
+
+/// A GPU lent by a job that left it idle under a `lend` policy: the owner keeps its allocation,
+/// and one preemptible job (priority below 0) may borrow the GPU until the owner's processes
+/// use it again. Only loans not yet given back are listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Loan {
+    /// The lent GPU.
+    pub gpu_uuid: String,
+    /// The job that lent it (it keeps its allocation).
+    pub owner: i64,
+    /// The owner's attempt when it lent the GPU.
+    pub owner_attempt: u32,
+    /// The job borrowing it, when one is placed there.
+    pub borrower: Option<i64>,
+    /// The borrower's attempt.
+    pub borrower_attempt: Option<u32>,
+    /// GPU memory the borrower may use, MiB: what the owner's processes left free.
+    pub memory_mib: u64,
+    /// When it was lent, ms since the epoch.
+    pub lent_at: i64,
+}

@@ -39,6 +39,10 @@ pub struct JobDetail {
     /// placed, or on an agent that does not report its defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<crate::model::JobLimits>,
+    /// GPUs it lent while idle, or borrows, not yet given back (`gantry team idle … --action
+    /// lend`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loans: Vec<crate::idle::Loan>,
 }
 
 /// Which jobs to list.

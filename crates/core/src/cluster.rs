@@ -168,7 +168,12 @@ pub struct Cluster {
     /// Per node, how many allocations of each [`crate::resources::PodClass`] bit it holds, so
     /// that a release updates `Node::classes` without scanning every allocation.
     class_counts: Vec<[u32; 32]>,
+    /// GPUs their owners lent, and what borrows them (see [`loans`]).
+    loans: loans::Loans,
 }
+
+mod loans;
+pub use loans::Lent;
 
 /// The nodes that changed, in the order they changed, so that policies caching per-node work
 /// revisit only those. Bounded: past [`Journal::limit`] entries it is dropped, and a reader whose
@@ -384,16 +389,20 @@ impl Cluster {
         self.clock += 1;
         let clock = self.clock;
         let req = held.request;
+        // A lent GPU its borrower still holds stays taken: it is the borrower's now.
+        let kept = self.loans.owner_released(held.placement.node, &held.placement.gpus);
         let node = &mut self.nodes[held.placement.node];
         node.cpu_free += req.cpu_milli;
         node.memory_free += req.memory_mib;
         for g in &held.placement.gpus {
-            node.gpu_free[*g as usize] += req.gpu_milli;
+            if !kept.contains(g) {
+                node.gpu_free[*g as usize] += req.gpu_milli;
+            }
             node.gpu_memory_free[*g as usize] += req.gpu_memory_mib;
         }
         node.allocations -= 1;
         node.version = clock;
-        self.used_milli -= req.gpu_milli_total();
+        self.used_milli -= req.gpu_milli_total() - u64::from(req.gpu_milli) * kept.len() as u64;
         let node_id = held.placement.node;
         let counts = &mut self.class_counts[node_id];
         counts[class_index(&req)] -= 1;

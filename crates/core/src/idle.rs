@@ -18,6 +18,15 @@
 //! reporting, a control plane that restarted) starts the stretch again, and a job whose last
 //! sample is older than that is left alone, so a job is never reclaimed on evidence nobody saw.
 //! The verdict carries that evidence ([`Evidence`]) for the event and the audit row.
+//!
+//! `lend` is the third action, and the only one that costs the owner nothing: the job keeps its
+//! allocation and its GPUs are marked lent in the ledger (`Cluster::lend`), where the scheduling
+//! pass places preemptible jobs (priority below 0) and nothing else (`sched`'s `lend` step). The
+//! loan ends by a second decision, [`give_back`]: as soon as one reading of the owner's own
+//! processes on its GPUs (not the GPU's, which the borrower keeps busy) is at or above the
+//! floor, the borrower is preempted. A wrong lend (the owner was about to resume) costs a
+//! borrower's restart and the owner a few seconds beside it, not the owner's run; so a lend can
+//! come much earlier than a requeue.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +38,8 @@ pub enum IdleAction {
     Requeue,
     /// Stop it for good (state `cancelled`).
     Cancel,
+    /// Keep it, and let preemptible jobs borrow its GPUs until it uses them again.
+    Lend,
 }
 
 impl IdleAction {
@@ -37,14 +48,16 @@ impl IdleAction {
         match self {
             IdleAction::Requeue => "requeue",
             IdleAction::Cancel => "cancel",
+            IdleAction::Lend => "lend",
         }
     }
 
-    /// Parses `requeue` or `cancel`.
+    /// Parses `requeue`, `cancel` or `lend`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "requeue" => Some(IdleAction::Requeue),
             "cancel" => Some(IdleAction::Cancel),
+            "lend" => Some(IdleAction::Lend),
             _ => None,
         }
     }
@@ -148,6 +161,25 @@ pub fn decide(
     }
 }
 
+/// Whether a lent job's GPUs go back to it: `owner` are the readings of the owner's own
+/// processes since the loan began (oldest first). The latest at or above `below_percent` gives
+/// them back, with the busy readings that ended the loan as evidence; none while it stays idle.
+/// Pure.
+pub fn give_back(policy: &IdlePolicy, owner: &[UtilSample]) -> Option<Evidence> {
+    let last = owner.last()?;
+    if last.percent < policy.below_percent {
+        return None;
+    }
+    let first = owner.iter().rposition(|s| s.percent < policy.below_percent).map_or(0, |i| i + 1);
+    let busy = &owner[first..];
+    Some(Evidence {
+        samples: busy.len(),
+        max_percent: busy.iter().map(|s| s.percent).fold(0.0, f64::max),
+        since_ms: busy[0].at_ms,
+        until_ms: last.at_ms,
+    })
+}
+
 /// The samples still needed to decide later: those of the trailing stretch below the floor, at
 /// most `keep` of them (a caller's memory stays bounded however long a job runs).
 pub fn trim(policy: &IdlePolicy, samples: &mut Vec<UtilSample>, keep: usize) {
@@ -206,6 +238,18 @@ mod tests {
         );
         let idle = every_2s(&[0.0; 20]);
         assert_eq!(decide(&TEST, &idle, true, 38_000 + 30_000, 10_000), Verdict::Leave, "stale evidence");
+    }
+
+    #[test]
+    fn a_lent_job_gets_its_gpus_back_at_its_first_busy_reading_and_not_before() {
+        let lend = IdlePolicy { action: IdleAction::Lend, ..TEST };
+        let idle = every_2s(&[0.0; 11]);
+        assert!(matches!(decide(&lend, &idle, true, 20_000, 10_000), Verdict::Act(IdleAction::Lend, _)));
+        assert_eq!(give_back(&lend, &idle), None, "still idle: the loan goes on");
+        assert_eq!(give_back(&lend, &[]), None, "no reading yet");
+        let resumed = every_2s(&[0.0, 0.0, 0.5, 40.0]);
+        let e = give_back(&lend, &resumed).expect("the owner computes again");
+        assert_eq!((e.samples, e.max_percent, e.since_ms), (1, 40.0, 6000));
     }
 
     #[test]

@@ -299,6 +299,7 @@ impl GpuBackend for NvmlBackend {
                     UsedGpuMemory::Unavailable => 0,
                 },
                 job_id: None,
+                util_percent: None,
             }));
         }
         Ok(out)

@@ -124,6 +124,10 @@ pub struct ProcessUsage {
     pub memory_used_bytes: u64,
     /// Job id, when the backend knows it (the simulated backend does; NVML never).
     pub job_id: Option<String>,
+    /// The process's own utilisation of the GPU, percent, when the backend reads it (the
+    /// simulated backend does; NVML's per-process utilisation is not read yet): what tells an
+    /// idle GPU's owner from a job borrowing the GPU beside it.
+    pub util_percent: Option<u32>,
 }
 
 /// Something a GPU reported that may change its health.

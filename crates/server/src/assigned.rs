@@ -74,7 +74,7 @@ pub enum Touches {
 /// The nodes `command` may change the work of.
 pub fn touches(command: &Command) -> Touches {
     match command {
-        Command::Place(p) => Touches::Nodes(vec![p.node_id.clone()]),
+        Command::Place(p) | Command::Borrow(p) => Touches::Nodes(vec![p.node_id.clone()]),
         Command::PlaceGang(g) => Touches::Nodes(g.workers.iter().map(|w| w.node_id.clone()).collect()),
         Command::Cancel { id, array, .. } => Touches::Job { id: *id, array: *array },
         Command::Preempt { job, .. } | Command::Resize { job, .. } | Command::Idle { job, .. } => {

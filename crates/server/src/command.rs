@@ -111,6 +111,8 @@ pub enum Command {
     Place(Placement),
     /// Record a gang's placement: every worker at once (a scheduling decision).
     PlaceGang(GangPlacement),
+    /// Record a preemptible job placed on GPUs an idle job lent (a scheduling decision).
+    Borrow(Placement),
     /// Stop a running job for another and requeue it (a scheduling decision).
     Preempt {
         /// The victim.
@@ -158,12 +160,13 @@ pub enum Command {
         /// Who asks.
         by: Principal,
     },
-    /// Warn the owner of a job that left its GPUs idle, or requeue or cancel it (the idle
-    /// reconciler, [`crate::idle`]); audited as the system with the samples.
+    /// Warn the owner of a job that left its GPUs idle, requeue or cancel it, lend its GPUs, or
+    /// give lent GPUs back to it (the idle reconciler, [`crate::idle`]); audited as the system
+    /// with the samples.
     Idle {
         /// The job.
         job: i64,
-        /// `warn`, `requeue` or `cancel`.
+        /// `warn`, `requeue`, `cancel`, `lend` or `give-back`.
         action: String,
         /// The samples that justified it, in words.
         evidence: String,
@@ -262,6 +265,7 @@ impl App {
                 | Command::SetNodeScheduling { .. }
                 | Command::DeleteService { .. }
                 | Command::SetPool { .. }
+                | Command::Idle { .. }
         );
         // A job ending or a GPU changing health frees (or takes) room.
         let frees = match &command {
@@ -388,6 +392,7 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, CommandError> {
         Command::PlaceGang(placement) => {
             store.place_gang(&placement).map(|()| Outcome::Done).map_err(Into::into)
         }
+        Command::Borrow(placement) => store.borrow(&placement).map(|()| Outcome::Done).map_err(Into::into),
         Command::Preempt { job, reason } => {
             store.preempt(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)
         }

@@ -11,6 +11,15 @@
 //! left alone (one idle worker does not make its gang idle; stopping the gang is the owner's
 //! call). What it keeps per job is its samples since it was last busy and whether it was warned;
 //! a job that ends or starts a new attempt starts afresh.
+//!
+//! Under `lend` the job keeps running and its GPUs are lent (the store's loans; the scheduling
+//! pass places preemptible jobs there). A GPU then runs two jobs, so the GPU's utilisation says
+//! nothing about the owner: a lend needs the agent's reading of each job's own processes (the
+//! `jobs` map of a GPU's sample, job id to percent; the simulated fleet gives it, NVML's
+//! per-process utilisation is not read yet, so on NVML a `lend` policy only warns). Every poll
+//! the owner's own readings since the loan go to [`idle::give_back`]; the first busy one gives
+//! the GPUs back (the borrowers are preempted in the same transaction), as does an owner that
+//! no longer runs. With [`POLL`] at 2 s and the agent's heartbeat, that is well within 30 s.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +42,8 @@ struct Track {
     attempt: u32,
     samples: Vec<UtilSample>,
     warned: bool,
+    /// The owner's own readings since it lent its GPUs.
+    lent: Vec<UtilSample>,
 }
 
 /// Runs until `stop` turns true.
@@ -57,6 +68,7 @@ struct Input {
     gpus: Vec<Gpu>,
     nodes: Vec<Node>,
     policies: Vec<gantry_api::idle::IdlePolicyView>,
+    loans: Vec<gantry_api::idle::Loan>,
 }
 
 fn read(store: &dyn Store) -> Result<Input, StoreError> {
@@ -65,6 +77,7 @@ fn read(store: &dyn Store) -> Result<Input, StoreError> {
         gpus: store.gpus()?,
         nodes: store.nodes()?,
         policies: store.idle_policies()?,
+        loans: store.loans()?,
     })
 }
 
@@ -76,19 +89,50 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
     let now = now_ms();
     let fresh_after = now - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
     let max_gap = i64::try_from((POLL * 5 + app.config.heartbeat_timeout).as_millis()).unwrap_or(i64::MAX);
-    let running: std::collections::HashSet<JobId> = input.running.iter().map(|j| j.id).collect();
-    tracks.retain(|id, _| running.contains(id));
+    let running: HashMap<JobId, &Job> = input.running.iter().map(|j| (j.id, j)).collect();
+    tracks.retain(|id, _| running.contains_key(id));
     let nodes: HashMap<&str, &Node> = input.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
     let gpus: HashMap<&str, &Gpu> = input.gpus.iter().map(|g| (g.info.uuid.as_str(), g)).collect();
-    for job in
-        input.running.iter().filter(|j| j.gang.is_none() && j.stop.is_none() && !j.gpu_uuids.is_empty())
-    {
+    let readings = Readings { nodes: &nodes, gpus: &gpus, fresh_after };
+    let mut owners: Vec<(JobId, u32)> = input.loans.iter().map(|l| (l.owner, l.owner_attempt)).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let borrowers: std::collections::HashSet<JobId> = input.loans.iter().filter_map(|l| l.borrower).collect();
+    for (owner, attempt) in owners {
+        let Some(job) = running.get(&owner).filter(|j| j.attempt == attempt && j.stop.is_none()) else {
+            let why = "the owner no longer runs".to_owned();
+            act(app, owner, "give-back", why).await?;
+            continue;
+        };
+        let policy = policy_of(&input.policies, &job.team);
+        let track = tracks.entry(owner).or_default();
+        if let Some(percent) = readings.own(job) {
+            track.lent.push(UtilSample { at_ms: now, percent });
+        }
+        if let Some(e) = idle::give_back(&policy, &track.lent) {
+            let why = format!(
+                "its processes use its GPUs again: {} samples, at most {:.1}%",
+                e.samples, e.max_percent
+            );
+            act(app, owner, "give-back", why).await?;
+            tracks.remove(&owner);
+        }
+    }
+    let lent: std::collections::HashSet<JobId> = input.loans.iter().map(|l| l.owner).collect();
+    for job in input.running.iter().filter(|j| {
+        j.gang.is_none()
+            && j.stop.is_none()
+            && !j.gpu_uuids.is_empty()
+            && !lent.contains(&j.id)
+            && !borrowers.contains(&j.id)
+    }) {
         let track = tracks.entry(job.id).or_default();
         if track.attempt != job.attempt {
             *track = Track { attempt: job.attempt, ..Track::default() };
         }
         let policy = policy_of(&input.policies, &job.team);
-        if let Some(percent) = utilisation(job, &nodes, &gpus, fresh_after) {
+        let own = readings.own(job);
+        if let Some(percent) = own.or_else(|| readings.gpu(job)) {
             track.samples.push(UtilSample { at_ms: now, percent });
         }
         let verdict = idle::decide(&policy, &track.samples, track.warned, now, max_gap);
@@ -98,9 +142,15 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
         }
         let (action, evidence) = match verdict {
             Verdict::Leave => continue,
+            // Without the job's own reading a lent GPU's owner could not be told apart from
+            // its borrower: the job is only warned.
+            Verdict::Act(idle::IdleAction::Lend, e) if own.is_none() => ("warn", e),
             Verdict::Warn(e) => ("warn", e),
             Verdict::Act(a, e) => (a.as_str(), e),
         };
+        if action == "warn" && track.warned {
+            continue;
+        }
         let evidence = format!(
             "below {}% for {} s: {} samples, at most {:.1}%",
             policy.below_percent,
@@ -108,13 +158,7 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
             evidence.samples,
             evidence.max_percent
         );
-        match app.dispatch(Command::Idle { job: job.id, action: action.to_owned(), evidence }).await {
-            Ok(_) => {}
-            Err(e) if e.is_stale() => {
-                tracing::debug!(why = %e, job = job.id, "idle action refused by the store")
-            }
-            Err(e) => return Err(e),
-        }
+        act(app, job.id, action, evidence).await?;
         if action == "warn" {
             track.warned = true;
         } else {
@@ -122,6 +166,18 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Dispatches one idle action; one the store refuses (the job moved on) is not an error.
+async fn act(app: &Arc<App>, job: JobId, action: &str, evidence: String) -> Result<(), CommandError> {
+    match app.dispatch(Command::Idle { job, action: action.to_owned(), evidence }).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_stale() => {
+            tracing::debug!(why = %e, job, action, "idle action refused by the store");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The team's policy for batch jobs, else the default.
@@ -140,23 +196,41 @@ fn policy_of(policies: &[gantry_api::idle::IdlePolicyView], team: &str) -> IdleP
         .unwrap_or(IdlePolicy::BATCH)
 }
 
-/// The busiest of the job's GPUs now, from their latest samples; none when its node is not
-/// reporting or a GPU has no reading.
-fn utilisation(
-    job: &Job,
-    nodes: &HashMap<&str, &Node>,
-    gpus: &HashMap<&str, &Gpu>,
+/// The latest GPU samples of nodes that report.
+struct Readings<'a> {
+    nodes: &'a HashMap<&'a str, &'a Node>,
+    gpus: &'a HashMap<&'a str, &'a Gpu>,
     fresh_after: i64,
-) -> Option<f64> {
-    let node = nodes.get(job.node_id.as_deref()?)?;
-    if node.state != NodeState::Ready || node.last_heartbeat < fresh_after {
-        return None;
+}
+
+impl Readings<'_> {
+    /// The busiest of the job's GPUs now; none when its node is not reporting or a GPU has no
+    /// reading.
+    fn gpu(&self, job: &Job) -> Option<f64> {
+        self.busiest(job, |sample| sample.get("sample")?.get("gpu_util_percent")?.as_f64())
     }
-    let mut busiest = 0.0f64;
-    for uuid in &job.gpu_uuids {
-        let gpu = gpus.get(uuid.as_str())?;
-        let percent = gpu.sample.as_ref()?.get("sample")?.get("gpu_util_percent")?.as_f64()?;
-        busiest = busiest.max(percent);
+
+    /// The busiest reading of the job's own processes on its GPUs (the agent's `jobs` map of
+    /// each GPU's sample; a job with no process there reads 0); none where the agent does not
+    /// tell jobs apart.
+    fn own(&self, job: &Job) -> Option<f64> {
+        let id = job.id.to_string();
+        self.busiest(job, |sample| {
+            let jobs = sample.get("jobs")?.as_object()?;
+            Some(jobs.get(&id).and_then(serde_json::Value::as_f64).unwrap_or(0.0))
+        })
     }
-    Some(busiest)
+
+    fn busiest(&self, job: &Job, read: impl Fn(&serde_json::Value) -> Option<f64>) -> Option<f64> {
+        let node = self.nodes.get(job.node_id.as_deref()?)?;
+        if node.state != NodeState::Ready || node.last_heartbeat < self.fresh_after {
+            return None;
+        }
+        let mut busiest = 0.0f64;
+        for uuid in &job.gpu_uuids {
+            let gpu = self.gpus.get(uuid.as_str())?;
+            busiest = busiest.max(read(gpu.sample.as_ref()?)?);
+        }
+        Some(busiest)
+    }
 }

@@ -6,7 +6,10 @@
 //! `spread`, and stopped once the allocated GPU share reaches `fill` of the capacity (half full
 //! by default). Then, over the nodes that have GPUs, each node's allocated share of its own GPUs
 //! (%) is read and the spread is max − min of those, in percentage points (nodes of 8 and of 2
-//! GPUs are compared by how loaded they are), with the same in GPUs for nodes of one size. A
+//! GPUs are compared by how loaded they are), with the same in GPUs for the nodes of the most
+//! common size. Max − min in points is bounded below by the work itself: a whole-node pod makes
+//! its node 100 % whatever the preference, and a 1-GPU node is 0 or 100 %; the percentiles and
+//! the standard deviation show the rest of the distribution. A
 //! packing run leaves some nodes full and others idle at half fill (a spread near 100 points);
 //! spreading keeps every node near the cluster's fill.
 
@@ -22,7 +25,7 @@ pub struct Balance {
     pub fill_pct: f64,
     /// Max − min of the nodes' allocated share of their GPUs, percentage points.
     pub spread_pct: f64,
-    /// Max − min of the nodes' allocated GPUs.
+    /// Max − min of the allocated GPUs of the nodes of the most common size.
     pub spread_gpus: f64,
     /// The 90th minus the 10th percentile of the nodes' allocated share, percentage points
     /// (max − min is set by a few outliers: a whole-node pod, a pod pinned to a rare model).
@@ -73,20 +76,26 @@ impl Experiment {
 }
 
 fn measure(cluster: &gantry_core::Cluster, failed: usize) -> Balance {
-    let loads: Vec<(f64, f64)> = cluster
-        .nodes()
-        .iter()
-        .filter(|n| !n.gpu_free.is_empty())
+    let gpu_nodes = || cluster.nodes().iter().filter(|n| !n.gpu_free.is_empty());
+    // GPUs are compared between nodes of one size: the most common (8 on openb). Across sizes
+    // a full 8-GPU node beside any empty node read 8 GPUs whatever the preference.
+    let mut sizes = std::collections::BTreeMap::new();
+    for n in gpu_nodes() {
+        *sizes.entry(n.gpu_free.len()).or_insert(0usize) += 1;
+    }
+    let common = sizes.iter().max_by_key(|(size, count)| (**count, **size)).map_or(0, |(size, _)| *size);
+    let loads: Vec<(f64, f64, usize)> = gpu_nodes()
         .map(|n| {
             let capacity = n.gpu_free.len() as f64 * 1000.0;
             let used = capacity - n.gpu_free_total() as f64;
-            (100.0 * used / capacity, used / 1000.0)
+            (100.0 * used / capacity, used / 1000.0, n.gpu_free.len())
         })
         .collect();
-    let range = |f: fn(&(f64, f64)) -> f64| {
-        let lo = loads.iter().map(f).fold(f64::INFINITY, f64::min);
-        let hi = loads.iter().map(f).fold(f64::NEG_INFINITY, f64::max);
-        if loads.is_empty() { 0.0 } else { hi - lo }
+    let range = |f: fn(&(f64, f64, usize)) -> f64, size: Option<usize>| {
+        let of = || loads.iter().filter(|l| size.is_none_or(|s| l.2 == s)).map(f);
+        let lo = of().fold(f64::INFINITY, f64::min);
+        let hi = of().fold(f64::NEG_INFINITY, f64::max);
+        if of().next().is_none() { 0.0 } else { hi - lo }
     };
     let n = loads.len().max(1) as f64;
     let mean = loads.iter().map(|l| l.0).sum::<f64>() / n;
@@ -100,8 +109,8 @@ fn measure(cluster: &gantry_core::Cluster, failed: usize) -> Balance {
     Balance {
         p90_p10_pct: at(0.9) - at(0.1),
         fill_pct: 100.0 * cluster.used_milli() as f64 / capacity,
-        spread_pct: range(|l| l.0),
-        spread_gpus: range(|l| l.1),
+        spread_pct: range(|l| l.0, None),
+        spread_gpus: range(|l| l.1, Some(common)),
         stdev_pct: stdev,
         failed,
     }

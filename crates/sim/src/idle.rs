@@ -13,8 +13,16 @@
 //! GPUs × (e − t) (the job no longer holds them) and ends the job's simulation; it is *wrong*
 //! when the job would have been busy again within 10 minutes (e − t ≤ 10 min). Recovered is a
 //! share of all idle allocated GPU-hours, wrong a share of actions.
+//!
+//! Under `lend` the action stops nobody: the job keeps its GPUs, a borrower runs on them until
+//! the job's first busy sample ([`gantry_core::idle::give_back`]), and the job's simulation goes
+//! on (a later stretch may be lent again). A loan at t in a stretch ending at e recovers
+//! GPUs × (e − t), as a requeue would, assuming preemptible work waits to borrow it (a cluster
+//! without such work recovers nothing by lending). It reclaims nothing from the owner, so it is
+//! never a wrong reclaim; its cost is the borrower's: a loan given back within 10 minutes
+//! (`early_returns`) is a borrower preempted soon after it started.
 
-use gantry_core::idle::{IdlePolicy, UtilSample, Verdict, decide};
+use gantry_core::idle::{IdleAction, IdlePolicy, UtilSample, Verdict, decide};
 use gantry_core::{RandomSource, SplitMix64};
 
 /// Seconds between two samples.
@@ -31,8 +39,12 @@ pub struct IdleRun {
     pub recovered_gpu_h: f64,
     /// Actions taken (requeue or cancel).
     pub actions: usize,
-    /// Actions on jobs that resumed within 10 minutes.
+    /// Requeues and cancels of jobs that resumed within 10 minutes.
     pub wrong: usize,
+    /// Loans (under `lend`; they are among `actions`, never `wrong`).
+    pub lends: usize,
+    /// Loans given back within 10 minutes (the borrower preempted soon after it started).
+    pub early_returns: usize,
     /// Jobs simulated.
     pub jobs: usize,
 }
@@ -46,6 +58,11 @@ impl IdleRun {
     /// Wrong share of actions, %.
     pub fn wrong_pct(&self) -> f64 {
         if self.actions > 0 { 100.0 * self.wrong as f64 / self.actions as f64 } else { 0.0 }
+    }
+
+    /// Share of loans given back within 10 minutes, %.
+    pub fn early_return_pct(&self) -> f64 {
+        if self.lends > 0 { 100.0 * self.early_returns as f64 / self.lends as f64 } else { 0.0 }
     }
 }
 
@@ -110,14 +127,22 @@ pub fn run(policy: &IdlePolicy, seed: u64, jobs: usize) -> IdleRun {
             match decide(policy, &samples, warned, t * 1000, max_gap) {
                 Verdict::Leave => {}
                 Verdict::Warn(_) => warned = true,
-                Verdict::Act(..) => {
+                Verdict::Act(action, _) => {
                     let end = idle_until.unwrap_or(t);
                     out.actions += 1;
                     out.recovered_gpu_h += g * (end - t) as f64 / 3600.0;
-                    if end - t <= WRONG_WITHIN_S && end < length {
-                        out.wrong += 1;
+                    let soon = end - t <= WRONG_WITHIN_S && end < length;
+                    if action != IdleAction::Lend {
+                        out.wrong += usize::from(soon);
+                        break;
                     }
-                    break;
+                    // Lent until the job's first busy sample, which gives it back; the job runs on.
+                    out.lends += 1;
+                    out.early_returns += usize::from(soon);
+                    samples.clear();
+                    warned = false;
+                    t = (end + SAMPLE_S - 1) / SAMPLE_S * SAMPLE_S;
+                    continue;
                 }
             }
             if percent > 0.0 {
@@ -153,5 +178,17 @@ mod tests {
         assert!(fast.recovered_pct() > slow.recovered_pct(), "{fast:?} vs {slow:?}");
         assert!(fast.wrong >= slow.wrong, "{fast:?} vs {slow:?}");
         assert_eq!(run(&policy(7200), 1, 2000), slow, "the same seed gives the same run");
+    }
+
+    #[test]
+    fn lending_recovers_at_least_what_a_requeue_at_the_same_limit_does_and_stops_no_owner() {
+        for seed in [1, 2, 3] {
+            let requeue = run(&policy(600), seed, 2000);
+            let lend = run(&IdlePolicy { action: IdleAction::Lend, ..policy(600) }, seed, 2000);
+            assert!(requeue.wrong > 0, "requeueing at 10 minutes stops jobs about to resume: {requeue:?}");
+            assert_eq!((lend.wrong, lend.lends), (0, lend.actions), "{lend:?}");
+            assert!(lend.recovered_gpu_h >= requeue.recovered_gpu_h, "{lend:?} vs {requeue:?}");
+            assert!(lend.early_returns > 0 && lend.early_returns < lend.lends, "{lend:?}");
+        }
     }
 }

@@ -186,6 +186,8 @@ impl VirtualCluster {
                 self.set_state(g.gang_id, JobState::Scheduled);
                 ok
             }
+            // The replay's snapshot lends no GPUs (no idle reconciler runs here).
+            Decision::Borrow(_) => false,
             Decision::Preempt(p) => self.ask_to_stop(p.job_id, &p.reason),
             Decision::Resize(r) => self.ask_to_stop(r.job_id, &r.reason),
             Decision::FailDependency { job, .. } => {

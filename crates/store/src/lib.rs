@@ -66,6 +66,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn pools(&self) -> Result<Vec<Pool>>;
     /// Every team's idle policy an admin set, by team and kind.
     fn idle_policies(&self) -> Result<Vec<gantry_api::idle::IdlePolicyView>>;
+    /// GPUs idle jobs lent and not yet given back, with their borrowers.
+    fn loans(&self) -> Result<Vec<gantry_api::idle::Loan>>;
+    /// Records a preemptible job the scheduling pass placed on lent GPUs (a scheduling
+    /// decision, like [`Store::place`]): the job moves to `scheduled` on its owner's GPUs.
+    /// `Conflict` when a GPU is not lent by a running owner or is borrowed already.
+    fn borrow(&self, placement: &Placement) -> Result<()>;
 
     /// Records a submission; returns the id and whether it is new (false: same `request_id`
     /// seen before in the same team).

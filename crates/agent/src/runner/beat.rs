@@ -82,8 +82,9 @@ impl Beats {
         jobs: &mut Jobs,
         shipper: Option<&mut Shipper>,
     ) {
-        let (reports, processes) = gpus.collect();
+        let (mut reports, processes) = gpus.collect();
         jobs.enforce_grants(&processes);
+        jobs.attribute(&mut reports, &processes);
         let attempts = jobs.attempts();
         let shipping = shipper.is_some();
         let (logs, drained) = match shipper {

@@ -391,6 +391,45 @@ impl Jobs {
         }
     }
 
+    /// Adds to each GPU's sample the utilisation of each job's own processes on it (`jobs`: job
+    /// id to percent, the busiest of its processes), attributed as [`Jobs::enforce_grants`]
+    /// attributes memory. Only where the backend reads every process's utilisation there: a
+    /// GPU running a lent owner and its borrower is told apart by it (`docs/capacity.md`).
+    pub fn attribute(&self, reports: &mut [gantry_api::model::GpuReport], processes: &[ProcessUsage]) {
+        let mut by_gpu: std::collections::BTreeMap<u32, Vec<&ProcessUsage>> = Default::default();
+        for p in processes {
+            by_gpu.entry(p.gpu_index).or_default().push(p);
+        }
+        let members: Vec<(JobId, Vec<u32>, Option<u32>)> = self
+            .local
+            .iter()
+            .filter(|(_, l)| l.exit.is_none())
+            .map(|(id, l)| (*id, l.cgroup.as_ref().map(|c| c.pids()).unwrap_or_default(), l.pgid))
+            .collect();
+        for report in reports.iter_mut() {
+            let Some(sample) = report.sample.as_mut().and_then(serde_json::Value::as_object_mut) else {
+                continue;
+            };
+            let index = sample.get("info").and_then(|i| i.get("index")).and_then(serde_json::Value::as_u64);
+            let Some(procs) = index.and_then(|i| by_gpu.get(&(i as u32))) else { continue };
+            if procs.iter().any(|p| p.util_percent.is_none()) {
+                continue;
+            }
+            let mut own = serde_json::Map::new();
+            for (id, pids, pgid) in &members {
+                let mine = procs.iter().filter(|p| {
+                    p.job_id.as_deref() == Some(&id.to_string())
+                        || pids.contains(&p.pid)
+                        || (pgid.is_some() && process::pgid_of(p.pid) == *pgid)
+                });
+                if let Some(busiest) = mine.filter_map(|p| p.util_percent).max() {
+                    own.insert(id.to_string(), busiest.into());
+                }
+            }
+            sample.insert("jobs".into(), own.into());
+        }
+    }
+
     /// Stops slice jobs whose processes hold more GPU memory than their grant.
     pub fn enforce_grants(&mut self, processes: &[ProcessUsage]) {
         let mut over = Vec::new();

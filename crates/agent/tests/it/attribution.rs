@@ -15,7 +15,13 @@ fn proc_entry(root: &Path, pid: u32, ppid: u32, environ: Option<&[u8]>, cgroup: 
 }
 
 fn usage(pid: u32, job_id: Option<&str>) -> ProcessUsage {
-    ProcessUsage { pid, gpu_index: 0, memory_used_bytes: 1, job_id: job_id.map(str::to_owned) }
+    ProcessUsage {
+        pid,
+        gpu_index: 0,
+        memory_used_bytes: 1,
+        job_id: job_id.map(str::to_owned),
+        util_percent: None,
+    }
 }
 
 #[test]

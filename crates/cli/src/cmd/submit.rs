@@ -73,6 +73,11 @@ pub struct SubmitArgs {
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
+    /// The job may be preempted at any time, and so may run on idle GPUs their owners lent
+    /// (`gantry team idle … --action lend`) until the owners use them again: a priority below 0
+    /// (`--priority` when lower, else -1).
+    #[arg(long)]
+    preemptible: bool,
     /// Display name (default: the program's or the script's name).
     #[arg(long)]
     name: Option<String>,
@@ -337,7 +342,7 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         cpu_milli: args.cpu,
         memory_mib: args.memory,
         team: args.team,
-        priority: args.priority,
+        priority: if args.preemptible { args.priority.min(-1) } else { args.priority },
         max_retries: args.max_retries,
         env: args.env.into_iter().collect(),
         time_limit_s: args.time,

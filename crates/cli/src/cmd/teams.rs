@@ -25,7 +25,8 @@ pub struct TeamsArgs {
 pub enum TeamCommand {
     /// Change a team's guarantee (operator) or limits (admin); what is not named stays.
     Set(SetArgs),
-    /// Set a team's idle policy (admin): warn, then requeue or cancel jobs whose GPUs stay idle.
+    /// Set a team's idle policy (admin): warn, then requeue, cancel or lend jobs whose GPUs stay
+    /// idle.
     Idle(IdleArgs),
 }
 
@@ -33,7 +34,8 @@ pub enum TeamCommand {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   gantry team idle vision --act-after 2h --warn-after 1h --below 1 --action requeue   # the defaults
-  gantry team idle vision --act-after 30m --action cancel")]
+  gantry team idle vision --act-after 30m --action cancel
+  gantry team idle vision --act-after 10m --action lend   # preemptible jobs borrow the idle GPUs")]
 pub struct IdleArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -51,7 +53,8 @@ pub struct IdleArgs {
     /// A GPU below this utilisation (percent) is idle.
     #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
     below: f64,
-    /// `requeue` (stopped and queued again, retries unspent) or `cancel`.
+    /// `requeue` (stopped and queued again, retries unspent), `cancel`, or `lend` (the job
+    /// keeps its GPUs; preemptible jobs, priority below 0, run on them until it uses them again).
     #[arg(long, default_value = "requeue")]
     action: String,
 }

@@ -20,6 +20,7 @@ mod gpus;
 mod harness;
 mod idle;
 mod inputs;
+mod lend;
 mod network;
 #[path = "../../../store/tests/postgres/harness.rs"]
 mod pg_harness;

@@ -11,7 +11,11 @@
 //!
 //! The score is one term, lexicographic: the node's free GPU share as a fraction of its GPUs
 //! (the least allocated node first), then its free CPU as a fraction of its CPU (ties between
-//! equally loaded nodes), then the caller's order; a CPU-only request compares CPU first. Inside the node a
+//! equally loaded nodes), then the caller's order. A CPU-only request compares CPU first, and
+//! only the CPU a node's idle GPUs do not need (each idle GPU keeps the node's CPU per GPU):
+//! balancing CPU alone filled the CPU of GPU nodes whose GPUs then found no job they could
+//! hold (on openb at half fill, a few GPU nodes were left with no GPU allocated and 75–100 %
+//! of their CPU taken by CPU-only pods). Inside the node a
 //! slice takes the GPU with the most free share (the least used one), whole GPUs the
 //! lowest-index idle ones (an idle GPU carries nothing to balance).
 
@@ -35,8 +39,16 @@ pub fn spread_score(node: &Node, req: &Request) -> Score {
     let gpu = req.is_slice().then(|| least_used_gpu(node, req)).flatten();
     // A CPU-only request balances CPU first: GPU-first would pile it onto the node with the
     // most idle GPUs and take the CPU those GPUs' jobs need.
-    let value = if req.gpus == 0 { cpu_free * PPM + gpu_free } else { gpu_free * PPM + cpu_free };
+    let value = if req.gpus == 0 { spare_cpu(node) * PPM + gpu_free } else { gpu_free * PPM + cpu_free };
     Score { value: value as i64, gpu }
+}
+
+/// The node's free CPU beyond what its idle GPU share needs at the node's CPU per GPU, as a
+/// fraction of its CPU (ppm).
+fn spare_cpu(node: &Node) -> u64 {
+    let gpu_capacity = node.gpu_free.len() as u64 * u64::from(crate::resources::WHOLE_GPU);
+    let kept = (node.spec.cpu_milli * node.gpu_free_total()).checked_div(gpu_capacity).unwrap_or(0);
+    (node.cpu_free.saturating_sub(kept) * PPM).checked_div(node.spec.cpu_milli).unwrap_or(0)
 }
 
 /// For a slice: the fitting GPU with the most free share (lowest index among equals).

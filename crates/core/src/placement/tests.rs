@@ -112,6 +112,16 @@ fn spread_requests_land_two_and_two_where_packing_puts_all_four_on_one_node() {
 }
 
 #[test]
+fn a_spread_cpu_only_request_leaves_the_cpu_that_idle_gpus_need() {
+    // a: 8 idle GPUs, 64 cores free; b: CPU only, 16 cores free. Balancing free CPU alone picks
+    // a and takes cores its GPUs' jobs need; the CPU beyond the GPUs' share picks b.
+    let cluster = Cluster::new(vec![node("a", 64000, 8), node("b", 16000, 0)]).expect("cluster");
+    let req = Request { placement: crate::resources::Preference::Spread, ..Request::cpu_only(4000, 1024) };
+    let p = Spread.place(&cluster, &req, &[0, 1], &mut SplitMix64::new(1)).expect("room");
+    assert_eq!(p.node, 1);
+}
+
+#[test]
 fn a_spread_slice_takes_the_least_used_gpu_of_the_least_allocated_node() {
     let mut cluster = Cluster::new(vec![node("a", 64000, 2), node("b", 64000, 2)]).expect("cluster");
     cluster.allocate(1, &slice(500), &Placement { node: 0, gpus: vec![0] }).expect("fits");

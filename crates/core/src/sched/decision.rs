@@ -69,6 +69,8 @@ pub enum Decision {
     Place(Place),
     /// A gang starts, every worker at once.
     PlaceGang(GangPlace),
+    /// A preemptible job starts on GPUs their idle owner lent (see `super::lend`).
+    Borrow(Place),
     /// A running job is stopped and requeued for another.
     Preempt(Preemption),
     /// A running elastic job is stopped to restart at another width.
@@ -93,6 +95,8 @@ pub struct Plan {
     pub placements: Vec<Place>,
     /// Gangs placed, every worker at once.
     pub gangs: Vec<GangPlace>,
+    /// Preemptible jobs placed on lent GPUs.
+    pub borrows: Vec<Place>,
     /// Why each pending job that was not placed waits.
     pub waiting: Vec<(i64, String)>,
     /// Running jobs to stop and requeue.
@@ -105,13 +109,14 @@ pub struct Plan {
 
 impl Plan {
     /// The decisions in the order they are carried out: failed dependencies, placements, gangs,
-    /// preemptions, resizes, stagings, then why the others wait.
+    /// borrows, preemptions, resizes, stagings, then why the others wait.
     pub fn into_decisions(self) -> Vec<Decision> {
         let failed = self.failed.into_iter().map(|(job, reason)| Decision::FailDependency { job, reason });
         let waits = self.waiting.into_iter().map(|(job, reason)| Decision::Wait { job, reason });
         failed
             .chain(self.placements.into_iter().map(Decision::Place))
             .chain(self.gangs.into_iter().map(Decision::PlaceGang))
+            .chain(self.borrows.into_iter().map(Decision::Borrow))
             .chain(self.preemptions.into_iter().map(Decision::Preempt))
             .chain(self.resizes.into_iter().map(Decision::Resize))
             .chain(self.stages.into_iter().map(Decision::Stage))
@@ -128,6 +133,7 @@ impl From<Vec<Decision>> for Plan {
                 Decision::FailDependency { job, reason } => out.failed.push((job, reason)),
                 Decision::Place(p) => out.placements.push(p),
                 Decision::PlaceGang(g) => out.gangs.push(g),
+                Decision::Borrow(p) => out.borrows.push(p),
                 Decision::Preempt(p) => out.preemptions.push(p),
                 Decision::Resize(r) => out.resizes.push(r),
                 Decision::Stage(st) => out.stages.push(st),

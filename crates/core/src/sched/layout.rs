@@ -18,7 +18,7 @@ pub(super) struct Layout<'a> {
     /// A copy of the kept ledger: the pass's tentative placements go here.
     pub(super) cluster: Cluster,
     pub(super) nodes: &'a [gantry_api::model::Node],
-    gpus: &'a [Vec<Gpu>],
+    pub(super) gpus: &'a [Vec<Gpu>],
     pub(super) index: &'a HashMap<String, usize>,
     /// Which nodes each job's pool and node selector allow, and how its pool places.
     pub(super) pools: super::pools::Pools<'a>,
@@ -76,11 +76,11 @@ impl<'a> Layout<'a> {
     }
 
     /// The pass's ledger over `kept` (the ledger of `s`'s cluster and active jobs), tagged with
-    /// the node selectors of `s`'s jobs.
+    /// the node selectors of `s`'s jobs, with the GPUs idle jobs lent (read every pass).
     pub(super) fn on(kept: &'a Standing, s: &'a Snapshot) -> Self {
         let mut cluster = kept.cluster.clone();
         let pools = super::pools::Pools::build(s, &kept.labels, &mut cluster);
-        Layout {
+        let mut layout = Layout {
             cluster,
             nodes: &kept.nodes,
             gpus: &kept.gpus,
@@ -88,7 +88,9 @@ impl<'a> Layout<'a> {
             pools,
             max_gpu_memory: kept.max_gpu_memory,
             next_id: kept.next_id,
-        }
+        };
+        super::lend::replay(&mut layout, s);
+        layout
     }
 
     /// Per node, GPUs wholly idle on a schedulable node (what the queue may hand out).

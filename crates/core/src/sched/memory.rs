@@ -75,6 +75,7 @@ impl Memory {
                 }
             }
             Decision::PlaceGang(_)
+            | Decision::Borrow(_)
             | Decision::FailDependency { .. }
             | Decision::Wait { .. }
             | Decision::Stage(_) => {}

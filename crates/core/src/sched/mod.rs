@@ -15,6 +15,8 @@
 //!   [`find_room`] (victims only where the freed GPUs make the job placeable) and
 //!   [`TeamsNow::judged_priority`] (priority within a team, guarantees across teams);
 //! - `elastic`: elastic jobs shrink for a waiting job at once and grow onto idle GPUs;
+//! - `lend`: GPUs idle jobs lent are a state of the ledger, and waiting preemptible jobs
+//!   borrow them after the queue's pass;
 //! - `service`: replicas of one service spread over nodes, and a pass stops at most one;
 //! - `pools`: a job's pool and node selector filter the nodes it may use, and its pool's
 //!   placement (`pack` or `spread`) is a scoring term of its request;
@@ -34,6 +36,7 @@ mod elastic;
 mod gang;
 pub mod gates;
 mod layout;
+mod lend;
 mod memory;
 mod plan;
 mod pools;
@@ -50,6 +53,7 @@ mod view;
 pub use baseline::plan_priority_fifo;
 pub use decision::{Decision, GangPlace, Grant, Place, Plan, Preemption, Resize};
 pub use gates::{Gated, gate};
+pub use lend::preemptible;
 pub use memory::Memory;
 pub use plan::{plan, plan_grouped, plan_grouped_on, plan_on};
 pub use room::{Holder, NodeRoom, Room, Shape, find_room};
@@ -72,3 +76,6 @@ mod stage_tests;
 
 #[cfg(test)]
 mod standing_tests;
+
+#[cfg(test)]
+mod lend_tests;

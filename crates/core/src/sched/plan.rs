@@ -184,6 +184,7 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
     }
     elastic.grow(&s.pending, &s.queue.widths, &mut layout, &mut out);
     reasons.fill(&layout, s, &mut out);
+    super::lend::place(&mut layout, s, &mut out);
     out
 }
 

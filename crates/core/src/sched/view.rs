@@ -90,7 +90,9 @@ impl<'a> QueueView<'a> {
             let waited = secs(job.started_at.unwrap_or(s.at) - job.submitted_at);
             view.push(job, index_of(&job.team), &req, held, waited);
         }
-        for job in s.active.iter().filter(|j| j.gang.is_none()) {
+        // A borrower runs on GPUs their owners hold: outside the queue (see `super::lend`).
+        let borrowers = super::lend::borrowers(s);
+        for job in s.active.iter().filter(|j| j.gang.is_none() && !borrowers.contains(&j.id)) {
             let (Some(req), Some(node)) = (
                 to_request(job, layout.max_gpu_memory),
                 job.node_id.as_deref().and_then(|n| layout.index.get(n).copied()),

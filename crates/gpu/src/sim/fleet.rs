@@ -212,6 +212,7 @@ impl Fleet {
                 gpu_index: p.gpu,
                 memory_used_bytes: p.memory_bytes,
                 job_id: p.job_id.clone(),
+                util_percent: Some(p.profile.percent_at(self.now.saturating_sub(p.started_at)).round() as u32),
             })
             .collect()
     }

@@ -9,6 +9,11 @@ use std::time::Duration;
 pub enum UtilProfile {
     /// Holds memory, runs nothing (an allocated but idle GPU).
     Idle,
+    /// Idle for `seconds` after its start, then 90 % (an owner that comes back).
+    IdleFor {
+        /// How long it stays idle.
+        seconds: f64,
+    },
     /// Constant utilisation, percent.
     Steady {
         /// Percent, 0–100.
@@ -26,14 +31,19 @@ pub enum UtilProfile {
 }
 
 /// The job environment variable that picks a job's profile on a simulated fleet (`idle`,
-/// `steady`, `bursty`); NVML ignores it.
+/// `idle:SECONDS`, `steady`, `bursty`); NVML ignores it.
 pub const SIM_PROFILE_VAR: &str = "GANTRY_SIM_PROFILE";
 
 impl UtilProfile {
     /// The profile a job's environment asks for with [`SIM_PROFILE_VAR`]: `idle` (0 %),
-    /// `bursty` (95 % for 10 s, then 0 % for 10 s), else `steady` (90 %).
+    /// `idle:SECONDS` (0 % for that long, then 90 %), `bursty` (95 % for 10 s, then 0 % for
+    /// 10 s), else `steady` (90 %).
     pub fn for_job(env: &std::collections::BTreeMap<String, String>) -> Self {
-        match env.get(SIM_PROFILE_VAR).map(String::as_str) {
+        let value = env.get(SIM_PROFILE_VAR).map(String::as_str);
+        if let Some(seconds) = value.and_then(|v| v.strip_prefix("idle:")?.parse::<f64>().ok()) {
+            return UtilProfile::IdleFor { seconds: seconds.max(0.0) };
+        }
+        match value {
             Some("idle") => UtilProfile::Idle,
             Some("bursty") => UtilProfile::Bursty { low: 0.0, high: 95.0, period_s: 20.0 },
             _ => UtilProfile::Steady { percent: 90.0 },
@@ -44,6 +54,13 @@ impl UtilProfile {
     pub fn percent_at(&self, elapsed: Duration) -> f64 {
         let p = match *self {
             UtilProfile::Idle => 0.0,
+            UtilProfile::IdleFor { seconds } => {
+                if elapsed.as_secs_f64() < seconds {
+                    0.0
+                } else {
+                    90.0
+                }
+            }
             UtilProfile::Steady { percent } => percent,
             UtilProfile::Bursty { low, high, period_s } => {
                 if period_s <= 0.0 {

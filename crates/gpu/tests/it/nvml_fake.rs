@@ -92,7 +92,16 @@ fn the_default_scenario_is_two_h200s_reading_as_a_real_one_did_under_load() {
     assert_eq!((ratio(s.tensor_active), ratio(s.gr_engine_active)), (Some(0.888), Some(0.977)));
     assert!(s.nvlink_bytes_total.is_none() && s.pcie_tx_bytes_per_second.is_some());
     let procs = b.processes(Duration::ZERO).expect("processes");
-    assert_eq!(procs, [ProcessUsage { pid: 4242, gpu_index: 0, memory_used_bytes: 975 * MIB, job_id: None }]);
+    assert_eq!(
+        procs,
+        [ProcessUsage {
+            pid: 4242,
+            gpu_index: 0,
+            memory_used_bytes: 975 * MIB,
+            job_id: None,
+            util_percent: None
+        }]
+    );
 }
 
 #[test]
@@ -158,7 +167,13 @@ fn processes_carry_pid_gpu_and_memory_and_come_and_go() {
         gpu("NVIDIA H200", "[[gpu.process]]\npid = 200\nused_memory_bytes = 536870912\nfrom_s = 5"),
     ));
     let mut b = open(&fake);
-    let p = |pid, gpu_index, mib| ProcessUsage { pid, gpu_index, memory_used_bytes: mib * MIB, job_id: None };
+    let p = |pid, gpu_index, mib| ProcessUsage {
+        pid,
+        gpu_index,
+        memory_used_bytes: mib * MIB,
+        job_id: None,
+        util_percent: None,
+    };
     assert_eq!(b.processes(Duration::ZERO).expect("at 0 s"), [p(100, 0, 1024)]);
     fake.set_time(10.0);
     assert_eq!(b.processes(secs(10.0)).expect("at 10 s"), [p(100, 0, 1024), p(200, 1, 512)]);

@@ -135,6 +135,9 @@ export function render({ missing, detail, chunks }, ctx) {
     <dt>Ran</dt><dd>${duration(j.started_at, j.finished_at) || '–'}</dd>
     <dt>Exit code</dt><dd>${j.exit_code ?? '–'}</dd>
     <dt>Reason</dt><dd>${j.reason || '–'}</dd>
+    ${(detail.loans || []).map((l) => l.owner === j.id
+      ? html`<dt>Lent</dt><dd>${l.gpu_uuid} (idle since ${when(l.lent_at)}): ${l.borrower ? `borrowed by job ${l.borrower}` : 'no job borrows it yet'}; its own again as soon as it computes</dd>`
+      : html`<dt>Borrows</dt><dd>${l.gpu_uuid} from job ${l.owner}: preempted when job ${l.owner} computes again</dd>`)}
   </dl>`);
   put(document.getElementById('job-history'), html`<h2>Transitions</h2><table class="grid"><thead><tr><th>At</th><th>From</th><th>To</th><th>Reason</th></tr></thead>
     <tbody>${detail.transitions.map((t) => html`<tr><td>${when(t.at)}</td><td>${t.from ? state(t.from) : ''}</td><td>${state(t.to)}</td><td class="reason">${t.reason || ''}</td></tr>`)}</tbody></table>`);

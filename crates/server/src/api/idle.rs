@@ -29,7 +29,8 @@ pub async fn list(
 
 /// Set a team's idle policy for a job kind (admins): a job whose GPUs all stay below
 /// `below_percent` for `warn_after_s` is warned (an event), for `act_after_s` requeued (its
-/// retries unspent) or cancelled; every action is an event and an audit row with its samples.
+/// retries unspent), cancelled, or lent (preemptible jobs borrow its GPUs until it uses them
+/// again); every action is an event and an audit row with its samples.
 #[utoipa::path(put, path = "/v1/teams/{name}/idle", operation_id = "set_idle_policy", params(("name" = String, Path, description = "team")),
     request_body = IdlePolicyRequest, security(("bearer" = [])),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -44,11 +45,8 @@ pub async fn set(
     if !KINDS.contains(&req.kind.as_str()) {
         return bad(format!("kind: `{}` is not a job kind (known: {})", req.kind, KINDS.join(", ")));
     }
-    if req.action == "lend" {
-        return bad("action: lend (letting preemptible jobs borrow idle GPUs) is not available yet; use requeue or cancel".into());
-    }
     if gantry_core::idle::IdleAction::parse(&req.action).is_none() {
-        return bad(format!("action: `{}` is not requeue or cancel", req.action));
+        return bad(format!("action: `{}` is not requeue, cancel or lend", req.action));
     }
     validate::at_most("act_after_s", req.act_after_s, 31 * 86_400)?;
     if req.act_after_s == 0 || req.warn_after_s > req.act_after_s {

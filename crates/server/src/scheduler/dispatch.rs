@@ -31,6 +31,7 @@ impl TryFrom<Decision> for Command {
             Decision::FailDependency { job, reason } => Command::DependencyFailed { job, reason },
             Decision::Place(p) => Command::Place(placement(p)),
             Decision::PlaceGang(g) => Command::PlaceGang(gang(g)),
+            Decision::Borrow(p) => Command::Borrow(placement(p)),
             Decision::Preempt(p) => Command::Preempt { job: p.job_id, reason: p.reason },
             Decision::Resize(r) => Command::Resize { job: r.job_id, reason: r.reason },
             Decision::Wait { job, reason } => return Err(Waits { job, reason }),
@@ -121,7 +122,7 @@ async fn stage(app: &Arc<App>, st: &gantry_core::sched::Stage) -> Result<(), Com
 /// Metrics of a decision carried out; whether it placed a job or a gang.
 fn observe(app: &App, d: &Decision, submitted: &HashMap<JobId, i64>) -> bool {
     let id = match d {
-        Decision::Place(p) => p.job_id,
+        Decision::Place(p) | Decision::Borrow(p) => p.job_id,
         Decision::PlaceGang(g) => g.gang_id,
         Decision::Preempt(_) => {
             app.metrics.preemptions.inc();
@@ -137,7 +138,7 @@ fn observe(app: &App, d: &Decision, submitted: &HashMap<JobId, i64>) -> bool {
 
 /// A decision the store refused: the snapshot was stale.
 fn refused(app: &App, housekeeping: &mut Housekeeping, d: &Decision, why: &CommandError) {
-    if matches!(d, Decision::Place(_) | Decision::PlaceGang(_)) {
+    if matches!(d, Decision::Place(_) | Decision::PlaceGang(_) | Decision::Borrow(_)) {
         // Look again next pass, at everything.
         app.changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         housekeeping.reloaded = None;

@@ -148,10 +148,13 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     let at = now_ms();
     let waited_on = waited_on(&state.plan_input(at, QueueInput::default()).pending);
     let store = Arc::clone(&app.store);
-    let deps = tokio::task::spawn_blocking(move || dependency_states(&*store, waited_on))
-        .await
-        .map_err(|e| CommandError::Aborted(e.to_string()))??;
+    let (deps, loans) = tokio::task::spawn_blocking(move || {
+        Ok::<_, gantry_store::StoreError>((dependency_states(&*store, waited_on)?, store.loans()?))
+    })
+    .await
+    .map_err(|e| CommandError::Aborted(e.to_string()))??;
     state.set_dependencies(deps);
+    state.set_loans(loans);
     let staging = app.staging.snapshot(&|id| state.is_pending(id));
     state.set_staging(staging);
     let gap = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);

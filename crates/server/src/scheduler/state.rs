@@ -233,6 +233,11 @@ impl State {
         self.snap.pending.binary_search_by_key(&id, |j| j.id).is_ok()
     }
 
+    /// Sets the GPUs idle jobs lent (read every pass: the change log does not carry them).
+    pub fn set_loans(&mut self, loans: Vec<gantry_api::idle::Loan>) {
+        self.snap.loans = loans;
+    }
+
     /// A copy of [`State::plan_input`] with the default queue memory.
     pub fn snapshot(&self, at: i64) -> Snapshot {
         let mut copy = self.clone();

@@ -332,6 +332,7 @@ fn one_event_log_gives_the_same_decisions_in_the_server_and_in_the_simulator() {
                     format!("place {} {:?}", p.job_id, p.grants.iter().map(|g| &g.uuid).collect::<Vec<_>>())
                 }
                 Decision::PlaceGang(g) => format!("gang {}", g.gang_id),
+                Decision::Borrow(p) => format!("borrow {}", p.job_id),
                 Decision::Preempt(p) => format!("preempt {} by {:?}", p.job_id, p.by),
                 Decision::Resize(r) => format!("resize {} {}->{}", r.job_id, r.from, r.to),
                 Decision::FailDependency { job, .. } => format!("fail {job}"),

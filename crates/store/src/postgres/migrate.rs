@@ -32,6 +32,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (22, include_str!("../../migrations/postgres/0022_idle_policies.sql")),
     (23, include_str!("../../migrations/postgres/0023_leader_terms.sql")),
     (24, include_str!("../../migrations/postgres/0024_job_inputs.sql")),
+    (25, include_str!("../../migrations/postgres/0025_gpu_loans.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

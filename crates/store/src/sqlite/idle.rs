@@ -37,8 +37,12 @@ pub(super) fn list(c: &dyn Conn) -> Result<Vec<IdlePolicyView>> {
 }
 
 /// Warns a running job's owner (an event), or stops it to requeue it (as a preemption: its
-/// retries unspent) or to cancel it; the reason names the evidence.
+/// retries unspent) or to cancel it, or lends its GPUs, or gives lent GPUs back (preempting
+/// their borrowers: the owner need not run any more); the reason names the evidence.
 pub(super) fn act(c: &dyn Conn, id: JobId, action: &str, evidence: &str, at: i64) -> Result<()> {
+    if action == "give-back" {
+        return super::loans::give_back(c, id, evidence, at);
+    }
     let job = jobs::require(c, gangs::gang_of(c, id)?.unwrap_or(id))?;
     if job.state != JobState::Running || job.stop.is_some() {
         return Err(StoreError::Conflict(format!("job {id} is {}, not running", job.state)));
@@ -61,9 +65,10 @@ pub(super) fn act(c: &dyn Conn, id: JobId, action: &str, evidence: &str, at: i64
                 .execute(params![job.id, reason])?;
             tokens::event(c, at, "job.idle-cancelled", &target, &reason, Some(&job.team))
         }
-        other => {
-            Err(StoreError::Conflict(format!("idle action {other} is not one of warn, requeue, cancel")))
-        }
+        "lend" => super::loans::lend(c, &job, evidence, at),
+        other => Err(StoreError::Conflict(format!(
+            "idle action {other} is not one of warn, requeue, cancel, lend, give-back"
+        ))),
     }
 }
 

@@ -409,6 +409,9 @@ fn check_fits(c: &dyn Conn, node_id: &str, g: &Grant) -> Result<()> {
     if gpu_node != node_id || health != "healthy" {
         return Err(StoreError::Conflict(format!("gpu {} is {health} on {gpu_node}", g.uuid)));
     }
+    if let Some(b) = super::loans::borrowed(c, &g.uuid)? {
+        return Err(StoreError::Conflict(format!("gpu {} is lent: job {b} borrows it", g.uuid)));
+    }
     let (share, memory): (u32, u64) = c
         .prepare_cached(
             "SELECT CAST(COALESCE(SUM(share_milli), 0) AS BIGINT), CAST(COALESCE(SUM(memory_mib), 0) AS BIGINT) \

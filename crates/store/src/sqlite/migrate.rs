@@ -31,6 +31,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (22, include_str!("../../migrations/0022_idle_policies.sql")),
     (23, include_str!("../../migrations/0023_leader_terms.sql")),
     (24, include_str!("../../migrations/0024_job_inputs.sql")),
+    (25, include_str!("../../migrations/0025_gpu_loans.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -21,6 +21,7 @@ mod idle;
 mod inputs;
 mod jobs;
 mod lease;
+mod loans;
 mod migrate;
 mod nodes;
 mod pools;
@@ -211,6 +212,13 @@ macro_rules! impl_store {
             }
             fn idle_policies(&self) -> Result<Vec<gantry_api::idle::IdlePolicyView>> {
                 self.read(idle::list)
+            }
+            fn loans(&self) -> Result<Vec<gantry_api::idle::Loan>> {
+                self.read(loans::open)
+            }
+            fn borrow(&self, placement: &Placement) -> Result<()> {
+                let placement = placement.clone();
+                self.fenced(move |c| loans::borrow(c, &placement))
             }
             fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
                 let job = job.clone();

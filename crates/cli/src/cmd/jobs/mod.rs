@@ -323,6 +323,9 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
     if let Some(g) = &j.gang {
         println!("gang      {}", gang_line(g));
     }
+    for loan in &detail.loans {
+        println!("{}", loan_line(j.id, loan));
+    }
     if let Some(max) = j.request.gpus_max {
         let now =
             if j.state.is_active() { format!("runs on {} GPUs; ", j.gpu_uuids.len()) } else { String::new() };
@@ -448,6 +451,23 @@ fn print_attempts(detail: &JobDetail) {
         }
     }
     println!("events");
+}
+
+/// What a loan means to job `id`: its owner or its borrower.
+fn loan_line(id: i64, l: &gantry_api::idle::Loan) -> String {
+    let since = table::rfc3339(l.lent_at);
+    if l.owner == id {
+        let to = l.borrower.map_or("no job borrows it yet".to_owned(), |b| format!("borrowed by job {b}"));
+        format!(
+            "lent      {} since {since} (idle): {to}; it is its own again as soon as it computes",
+            l.gpu_uuid
+        )
+    } else {
+        format!(
+            "borrows   {} from job {} (idle since {since}): preempted when job {} computes again",
+            l.gpu_uuid, l.owner, l.owner
+        )
+    }
 }
 
 /// A job id from `12` or an array member's `12_3` (array 12, index 3).

@@ -10,7 +10,8 @@ use super::Seeds;
 /// Arguments of `gantry sim idle`.
 #[derive(Debug, Args)]
 #[command(after_help = "Example:
-  gantry sim idle --act-after 2h,1h,30m,10m --seeds 1-10")]
+  gantry sim idle --act-after 2h,1h,30m,10m --seeds 1-10
+  gantry sim idle --act-after 30m,10m,5m --action lend")]
 pub struct IdleArgs {
     /// Idle time before the action, one run per value (warned at half of it).
     #[arg(long, value_name = "DURATIONS", value_delimiter = ',', value_parser = crate::cmd::submit::parse_time,
@@ -19,6 +20,9 @@ pub struct IdleArgs {
     /// A sample below this utilisation (percent) is idle.
     #[arg(long, default_value_t = 1.0)]
     below: f64,
+    /// `requeue`, `cancel` or `lend` (the job keeps its GPUs; counted recovered while lent).
+    #[arg(long, default_value = "requeue", value_parser = ["requeue", "cancel", "lend"])]
+    action: String,
     /// Jobs per seed.
     #[arg(long, default_value_t = 5000)]
     jobs: usize,
@@ -32,14 +36,12 @@ pub struct IdleArgs {
 
 /// Runs every `--act-after` over the seeds and prints recovered and wrong shares.
 pub fn run(args: IdleArgs) -> anyhow::Result<()> {
+    let action =
+        IdleAction::parse(&args.action).ok_or_else(|| anyhow::anyhow!("--action: `{}`", args.action))?;
     let mut rows = Vec::new();
     for act in &args.act_after {
-        let policy = IdlePolicy {
-            warn_after_s: act / 2,
-            act_after_s: *act,
-            below_percent: args.below,
-            action: IdleAction::Requeue,
-        };
+        let policy =
+            IdlePolicy { warn_after_s: act / 2, act_after_s: *act, below_percent: args.below, action };
         let runs: Vec<IdleRun> = args.seeds.0.iter().map(|s| simulate(&policy, *s, args.jobs)).collect();
         rows.push((*act, runs));
     }
@@ -60,16 +62,18 @@ pub fn run(args: IdleArgs) -> anyhow::Result<()> {
                 let (wrong, wrong_lo, wrong_hi) = stat(runs, IdleRun::wrong_pct);
                 serde_json::json!({"act_after_s": act, "recovered_pct": rec, "recovered_min": rec_lo,
                     "recovered_max": rec_hi, "wrong_pct": wrong, "wrong_min": wrong_lo, "wrong_max": wrong_hi,
-                    "idle_gpu_h": stat(runs, |r| r.idle_gpu_h).0, "actions": stat(runs, |r| r.actions as f64).0})
+                    "idle_gpu_h": stat(runs, |r| r.idle_gpu_h).0, "actions": stat(runs, |r| r.actions as f64).0,
+                    "action": args.action, "early_return_pct": stat(runs, IdleRun::early_return_pct).0})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     println!(
-        "Idle reclaim on the model ({} jobs per seed, {} seeds; mean [min–max] over seeds; requeue below {}%)",
+        "Idle reclaim on the model ({} jobs per seed, {} seeds; mean [min–max] over seeds; {} below {}%)",
         args.jobs,
         args.seeds.0.len(),
+        args.action,
         args.below
     );
     let table: Vec<Vec<String>> = rows
@@ -83,9 +87,16 @@ pub fn run(args: IdleArgs) -> anyhow::Result<()> {
                 format!("{rec:.1} [{rec_lo:.1}–{rec_hi:.1}]"),
                 format!("{:.0}", stat(runs, |r| r.actions as f64).0),
                 format!("{wrong:.2} [{wrong_lo:.2}–{wrong_hi:.2}]"),
+                if action == IdleAction::Lend {
+                    let (early, lo, hi) = stat(runs, IdleRun::early_return_pct);
+                    format!("{early:.1} [{lo:.1}–{hi:.1}]")
+                } else {
+                    "-".into()
+                },
             ]
         })
         .collect();
-    crate::cmd::table::print(&["ACT AFTER", "IDLE GPU-H", "RECOVERED %", "ACTIONS", "WRONG %"], &table);
+    let header = ["ACT AFTER", "IDLE GPU-H", "RECOVERED %", "ACTIONS", "WRONG %", "GIVEN BACK <10MIN %"];
+    crate::cmd::table::print(&header, &table);
     Ok(())
 }
