@@ -28,7 +28,12 @@ fn a_preemptible_job_runs_on_an_idle_owners_gpu_and_is_preempted_within_thirty_s
     let submit = |extra: &[&str]| {
         let mut args = vec!["submit", "--gpus", "1"];
         args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", "sleep", "600"]);
+        args.extend_from_slice(&[
+            "--",
+            "sh",
+            "-c",
+            "echo limit=${GANTRY_GPU_MEMORY_LIMIT_MIB:-none}; sleep 600",
+        ]);
         cluster.gantry(&args).trim().to_owned()
     };
     let owner = submit(&["--env", "GANTRY_SIM_PROFILE=idle:40"]);
@@ -54,6 +59,18 @@ fn a_preemptible_job_runs_on_an_idle_owners_gpu_and_is_preempted_within_thirty_s
     let shown = cluster.gantry(&["job", &owner]);
     assert!(shown.contains("lent") && shown.contains(&format!("borrowed by job {borrower}")), "{shown}");
     assert_eq!(job(&cluster, &ordinary)["job"]["state"], "pending", "only preemptible jobs borrow");
+    // The borrower may use only the GPU memory the owner left free, as a slice's grant.
+    let free = borrowing["loans"][0]["memory_mib"].as_u64().expect("the loan's memory");
+    let said = eventually(Duration::from_secs(10), "the borrower's first line", || {
+        let out = cluster.gantry(&["logs", &borrower]);
+        out.contains("limit=").then_some(out)
+    });
+    assert!(
+        said.contains(&format!("limit={}", free.max(1))),
+        "the borrower's grant is the owner's free memory: {said}"
+    );
+    let owners = cluster.gantry(&["logs", &owner]);
+    assert!(owners.contains("limit=none"), "the owner's GPU is whole: {owners}");
 
     let preempted = eventually(Duration::from_secs(90), "the borrower to be preempted", || {
         event_at(&cluster, &borrower, "job.preempted")

@@ -140,17 +140,37 @@ pub async fn heartbeat(
         jobs = blocking(&app, move |s| s.assignments(&node, epoch)).await?;
     }
     let version = hold.map(|_| crate::assigned::version(&jobs));
-    let teams = if jobs.is_empty() { Vec::new() } else { blocking(&app, |s| s.teams()).await? };
+    let (teams, loans) = if jobs.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        blocking(&app, |s| Ok((s.teams()?, s.loans()?))).await?
+    };
     let pids_limit = |team: &str| teams.iter().find(|t| t.name == team).and_then(|t| t.pids_limit);
     let assignments = jobs
         .into_iter()
-        .map(|job| Assignment {
-            log_limit_bytes: app.config.log_limit_bytes,
-            pids_limit: pids_limit(&job.team),
-            ..job.into()
+        .map(|job| {
+            let borrowed = borrowed_memory(&loans, job.id, job.attempt);
+            let mut a: Assignment = job.into();
+            a.log_limit_bytes = app.config.log_limit_bytes;
+            a.pids_limit = pids_limit(&a.team);
+            if let Some(mib) = borrowed {
+                a.gpu_memory_mib = if a.gpu_memory_mib == 0 { mib } else { a.gpu_memory_mib.min(mib) };
+            }
+            a
         })
         .collect();
     Ok(Json(HeartbeatResponse { assignments, version }))
+}
+
+/// The GPU memory a borrower on lent GPUs may use (what the owners' processes left free, the
+/// least over its GPUs), enforced by the agent as a slice's grant is; `None` for a job that
+/// borrows nothing. Without it a borrower could take the memory its owner resumes into.
+fn borrowed_memory(loans: &[gantry_api::idle::Loan], job: i64, attempt: u32) -> Option<u64> {
+    loans
+        .iter()
+        .filter(|l| l.borrower == Some(job) && l.borrower_attempt == Some(attempt))
+        .map(|l| l.memory_mib.max(1))
+        .min()
 }
 
 /// How long this heartbeat may be held: what the agent allows, at most the heartbeat interval

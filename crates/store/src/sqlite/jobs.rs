@@ -368,18 +368,7 @@ pub(super) fn place_one(c: &dyn Conn, p: &Placement) -> Result<()> {
         )?
         .execute(params![job.id, attempt, p.node_id, p.epoch, g.uuid, g.share_milli, g.memory_mib, p.at])?;
     }
-    let uuids: Vec<&str> = p.grants.iter().map(|g| g.uuid.as_str()).collect();
-    c.prepare_cached(
-        "UPDATE jobs SET state = 'scheduled', attempt = ?2, node_id = ?3, epoch = ?4, gpu_uuids = ?5, \
-         reason = NULL, exit_code = NULL, started_at = NULL WHERE id = ?1",
-    )?
-    .execute(params![job.id, attempt, p.node_id, p.epoch, rows::to_json(&uuids)?])?;
-    c.prepare_cached(
-        "INSERT INTO job_attempts (job_id, attempt, node_id, gpu_uuids, placed_at) VALUES (?1, ?2, ?3, ?4, ?5) \
-         ON CONFLICT (job_id, attempt) DO UPDATE SET node_id = ?3, gpu_uuids = ?4, placed_at = ?5, started_at = NULL, \
-         finished_at = NULL, outcome = NULL, exit_code = NULL, reason = NULL",
-    )?
-    .execute(params![job.id, attempt, p.node_id, rows::to_json(&uuids)?, p.at])?;
+    mark_scheduled(c, job.id, attempt, p)?;
     // An elastic job placed above its minimum says why (idle GPUs at admission) and what then.
     let wide = job.request.is_elastic() && p.grants.len() > job.request.gpus as usize;
     let why = wide.then(|| {
@@ -395,6 +384,24 @@ pub(super) fn place_one(c: &dyn Conn, p: &Placement) -> Result<()> {
         super::tokens::event(c, p.at, "job.widened", &format!("job/{}", job.id), why, Some(&job.team))?;
     }
     record_transition(c, job.id, Some(JobState::Pending), JobState::Scheduled, why.as_deref(), p.at)
+}
+
+/// Marks job `id` scheduled on `p` as attempt `attempt` and opens that attempt's row (a
+/// placement, or a borrow of lent GPUs: `super::loans`).
+pub(super) fn mark_scheduled(c: &dyn Conn, id: JobId, attempt: u32, p: &Placement) -> Result<()> {
+    let uuids: Vec<&str> = p.grants.iter().map(|g| g.uuid.as_str()).collect();
+    c.prepare_cached(
+        "UPDATE jobs SET state = 'scheduled', attempt = ?2, node_id = ?3, epoch = ?4, gpu_uuids = ?5, \
+         reason = NULL, exit_code = NULL, started_at = NULL WHERE id = ?1",
+    )?
+    .execute(params![id, attempt, p.node_id, p.epoch, rows::to_json(&uuids)?])?;
+    c.prepare_cached(
+        "INSERT INTO job_attempts (job_id, attempt, node_id, gpu_uuids, placed_at) VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (job_id, attempt) DO UPDATE SET node_id = ?3, gpu_uuids = ?4, placed_at = ?5, started_at = NULL, \
+         finished_at = NULL, outcome = NULL, exit_code = NULL, reason = NULL",
+    )?
+    .execute(params![id, attempt, p.node_id, rows::to_json(&uuids)?, p.at])?;
+    Ok(())
 }
 
 /// The last line of defence against double allocation: the grant must fit beside what is held.

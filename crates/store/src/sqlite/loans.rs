@@ -7,7 +7,7 @@
 
 use gantry_api::idle::Loan;
 
-use super::{jobs, rows, tokens};
+use super::{jobs, tokens};
 use crate::db::{Conn, OptionalExtension, params};
 use crate::model::*;
 use crate::{Result, StoreError};
@@ -98,18 +98,8 @@ pub(super) fn borrow(c: &dyn Conn, p: &Placement) -> Result<()> {
             .execute(params![loan, job.id, attempt])?;
         owners.push(owner);
     }
+    jobs::mark_scheduled(c, job.id, attempt, p)?;
     let uuids: Vec<&str> = p.grants.iter().map(|g| g.uuid.as_str()).collect();
-    c.prepare_cached(
-        "UPDATE jobs SET state = 'scheduled', attempt = ?2, node_id = ?3, epoch = ?4, gpu_uuids = ?5, \
-         reason = NULL, exit_code = NULL, started_at = NULL WHERE id = ?1",
-    )?
-    .execute(params![job.id, attempt, p.node_id, p.epoch, rows::to_json(&uuids)?])?;
-    c.prepare_cached(
-        "INSERT INTO job_attempts (job_id, attempt, node_id, gpu_uuids, placed_at) VALUES (?1, ?2, ?3, ?4, ?5) \
-         ON CONFLICT (job_id, attempt) DO UPDATE SET node_id = ?3, gpu_uuids = ?4, placed_at = ?5, started_at = NULL, \
-         finished_at = NULL, outcome = NULL, exit_code = NULL, reason = NULL",
-    )?
-    .execute(params![job.id, attempt, p.node_id, rows::to_json(&uuids)?, p.at])?;
     owners.sort_by_key(|o: &Job| o.id);
     owners.dedup_by_key(|o| o.id);
     let lenders: Vec<String> = owners.iter().map(|o| o.id.to_string()).collect();

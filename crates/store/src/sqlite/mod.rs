@@ -218,7 +218,12 @@ macro_rules! impl_store {
             }
             fn borrow(&self, placement: &Placement) -> Result<()> {
                 let placement = placement.clone();
-                self.fenced(move |c| loans::borrow(c, &placement))
+                let fence = self.fence();
+                self.write(move |c| {
+                    lease::check(c, &fence)?;
+                    loans::borrow(c, &placement)?;
+                    lease::stamp(c, &fence, &[placement.job_id])
+                })
             }
             fn submit(&self, job: &NewJob) -> Result<(JobId, bool)> {
                 let job = job.clone();
