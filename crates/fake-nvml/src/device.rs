@@ -267,6 +267,57 @@ pub(crate) unsafe extern "C" fn nvmlDeviceGetFieldValues(
     r.err().unwrap_or(SUCCESS)
 }
 
+/// One sample per running process that declares `sm_util_percent`, stamped at the fake's time,
+/// when that time is after `last_seen` (µs; 0 asks for every sample kept);
+/// `NVML_ERROR_NOT_FOUND` when there is none, as the driver answers when no process ran a
+/// kernel since `last_seen`.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: b::nvmlDevice_t,
+    utilization: *mut b::nvmlProcessUtilizationSample_t,
+    count: *mut c_uint,
+    last_seen: c_ulonglong,
+) -> Ret {
+    let samples = match with_gpu("nvmlDeviceGetProcessUtilization", device, |c| {
+        let stamp = (c.now * 1e6) as u64;
+        let running = c.gpu.processes_at(c.now).filter_map(|p| p.sm_util_percent.map(|u| (p.pid, u)));
+        Ok(if last_seen == 0 || stamp > last_seen {
+            running.map(|(pid, u)| (pid, u, stamp)).collect::<Vec<_>>()
+        } else {
+            Vec::new()
+        })
+    }) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    // SAFETY: `count` is null or valid.
+    let Some(count) = (unsafe { count.as_mut() }) else {
+        return INVALID_ARGUMENT;
+    };
+    if samples.is_empty() {
+        *count = 0;
+        return b::nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+    }
+    let room = *count as usize;
+    *count = samples.len() as c_uint;
+    if utilization.is_null() || room < samples.len() {
+        return INSUFFICIENT_SIZE;
+    }
+    // SAFETY: the caller said `utilization` holds `room >= samples.len()` entries.
+    let out = unsafe { std::slice::from_raw_parts_mut(utilization, samples.len()) };
+    for (o, (pid, sm, stamp)) in out.iter_mut().zip(samples) {
+        *o = b::nvmlProcessUtilizationSample_t {
+            pid,
+            timeStamp: stamp,
+            smUtil: sm,
+            memUtil: 0,
+            encUtil: 0,
+            decUtil: 0,
+        };
+    }
+    SUCCESS
+}
+
 #[unsafe(no_mangle)]
 pub(crate) unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     device: b::nvmlDevice_t,

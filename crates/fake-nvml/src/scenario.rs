@@ -227,6 +227,10 @@ pub struct Process {
     /// Framebuffer it holds (absent: `NVML_VALUE_NOT_AVAILABLE`, as under some containers).
     #[serde(default)]
     pub used_memory_bytes: Option<u64>,
+    /// Its SM utilisation, percent, as `nvmlDeviceGetProcessUtilization` samples it (absent: the
+    /// process ran no kernels, so the driver has no sample of it).
+    #[serde(default)]
+    pub sm_util_percent: Option<u32>,
     #[serde(default)]
     pub from_s: f64,
     #[serde(default)]

@@ -53,6 +53,7 @@ exports! {
     device::nvmlDeviceGetCurrentClocksEventReasons,
     device::nvmlDeviceGetFieldValues,
     device::nvmlDeviceGetComputeRunningProcesses_v3,
+    device::nvmlDeviceGetProcessUtilization,
     device::nvmlDeviceGetNvLinkState,
     device::nvmlDeviceGetNvLinkRemotePciInfo_v2,
     device::nvmlDeviceGetSupportedEventTypes,

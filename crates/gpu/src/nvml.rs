@@ -32,12 +32,37 @@ pub struct NvmlBackend {
     events: Option<EventSet<'static>>,
     gpm_prev: Vec<Option<GpmSample<'static>>>,
     last_xid: Vec<u32>,
+    /// Per GPU, the newest per-process utilisation sample read (µs; the next read asks for
+    /// newer ones only).
+    util_seen: Vec<u64>,
 }
 
 impl std::fmt::Debug for NvmlBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmlBackend").field("gpus", &self.inventory.len()).finish_non_exhaustive()
     }
+}
+
+/// Per process, the SM utilisation of its newest sample, and the newest sample's time (µs);
+/// `NotFound` (no process ran a kernel since the last read) is an empty answer, and any other
+/// failure `None` (the driver cannot tell processes apart: per-process readings stay unknown).
+fn process_utilization(
+    r: Result<Vec<nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample>, NvmlError>,
+) -> Option<(std::collections::HashMap<u32, u32>, u64)> {
+    let samples = match r {
+        Ok(s) => s,
+        Err(NvmlError::NotFound) => Vec::new(),
+        Err(_) => return None,
+    };
+    let mut newest: std::collections::HashMap<u32, (u64, u32)> = std::collections::HashMap::new();
+    for s in &samples {
+        let e = newest.entry(s.pid).or_insert((s.timestamp, s.sm_util));
+        if s.timestamp >= e.0 {
+            *e = (s.timestamp, s.sm_util);
+        }
+    }
+    let at = samples.iter().map(|s| s.timestamp).max().unwrap_or(0);
+    Some((newest.into_iter().map(|(pid, (_, u))| (pid, u)).collect(), at))
 }
 
 fn nv<T>(call: &'static str, r: Result<T, NvmlError>) -> Result<T, GpuError> {
@@ -82,6 +107,7 @@ impl NvmlBackend {
             events,
             gpm_prev: (0..count).map(|_| None).collect(),
             last_xid: vec![0; count as usize],
+            util_seen: vec![0; count as usize],
         })
     }
 
@@ -291,6 +317,11 @@ impl GpuBackend for NvmlBackend {
             let Ok(procs) = d.running_compute_processes() else {
                 continue;
             };
+            let seen = self.util_seen.get(info.index as usize).copied().unwrap_or(0);
+            let util = process_utilization(d.process_utilization_stats(seen));
+            if let (Some((_, newest)), Some(slot)) = (&util, self.util_seen.get_mut(info.index as usize)) {
+                *slot = (*slot).max(*newest);
+            }
             out.extend(procs.into_iter().map(|p| ProcessUsage {
                 pid: p.pid,
                 gpu_index: info.index,
@@ -299,7 +330,8 @@ impl GpuBackend for NvmlBackend {
                     UsedGpuMemory::Unavailable => 0,
                 },
                 job_id: None,
-                util_percent: None,
+                // A process without a sample since the last read ran no kernel: 0 %.
+                util_percent: util.as_ref().map(|(by_pid, _)| by_pid.get(&p.pid).copied().unwrap_or(0)),
             }));
         }
         Ok(out)

@@ -99,7 +99,7 @@ fn the_default_scenario_is_two_h200s_reading_as_a_real_one_did_under_load() {
             gpu_index: 0,
             memory_used_bytes: 975 * MIB,
             job_id: None,
-            util_percent: None
+            util_percent: Some(97)
         }]
     );
 }
@@ -167,12 +167,14 @@ fn processes_carry_pid_gpu_and_memory_and_come_and_go() {
         gpu("NVIDIA H200", "[[gpu.process]]\npid = 200\nused_memory_bytes = 536870912\nfrom_s = 5"),
     ));
     let mut b = open(&fake);
+    // No process declares a utilisation: the driver has no sample of any (NOT_FOUND), so each
+    // ran no kernel since the last read.
     let p = |pid, gpu_index, mib| ProcessUsage {
         pid,
         gpu_index,
         memory_used_bytes: mib * MIB,
         job_id: None,
-        util_percent: None,
+        util_percent: Some(0),
     };
     assert_eq!(b.processes(Duration::ZERO).expect("at 0 s"), [p(100, 0, 1024)]);
     fake.set_time(10.0);
@@ -184,6 +186,35 @@ fn processes_carry_pid_gpu_and_memory_and_come_and_go() {
     );
     fake.set_time(30.0);
     assert_eq!(b.processes(secs(30.0)).expect("at 30 s"), [p(200, 1, 512)]);
+}
+
+#[test]
+fn each_process_carries_its_own_sm_utilisation_from_the_drivers_per_process_samples() {
+    let fake = FakeNvml::new(&format!(
+        "clock = \"file\"\n{}",
+        gpu(
+            "NVIDIA H200",
+            "[[gpu.process]]\npid = 100\nused_memory_bytes = 1073741824\nsm_util_percent = 80\n\
+             [[gpu.process]]\npid = 200\nused_memory_bytes = 536870912\n\
+             [[gpu.process]]\npid = 300\nused_memory_bytes = 1048576\nsm_util_percent = 35\nfrom_s = 5",
+        ),
+    ));
+    let mut b = open(&fake);
+    let util =
+        |procs: Vec<ProcessUsage>| procs.into_iter().map(|p| (p.pid, p.util_percent)).collect::<Vec<_>>();
+    fake.set_time(1.0);
+    let first = util(b.processes(secs(1.0)).expect("at 1 s"));
+    assert_eq!(
+        first,
+        [(100, Some(80)), (200, Some(0))],
+        "the busy owner apart from an idle process on the same GPU"
+    );
+    fake.set_time(10.0);
+    let later = util(b.processes(secs(10.0)).expect("at 10 s"));
+    assert_eq!(later, [(100, Some(80)), (200, Some(0)), (300, Some(35))]);
+    // Read again before the driver took a newer sample: no process ran a kernel since.
+    let again = util(b.processes(secs(10.0)).expect("again at 10 s"));
+    assert_eq!(again, [(100, Some(0)), (200, Some(0)), (300, Some(0))]);
 }
 
 fn health() -> HealthConfig {
