@@ -10,7 +10,7 @@ use crate::browser::{Browser, screenshot_dir};
 use crate::harness::{Cluster, eventually};
 
 const XSS: &str = "<img src=x onerror=alert(1)>";
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(60);
 
 fn sign_in(browser: &Browser, url: &str, token: &str) {
     browser.goto(&format!("{url}/"));
