@@ -46,7 +46,7 @@ impl Policy for RandomPolicy {
 }
 
 /// A policy that scores each feasible node on its own; [`pick`] does the rest.
-trait NodeScore: Send + std::fmt::Debug {
+pub(super) trait NodeScore: Send + std::fmt::Debug {
     /// The CLI spelling.
     const NAME: &'static str;
     /// Whether scores are min–max normalised across the feasible nodes.

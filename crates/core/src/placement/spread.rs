@@ -19,7 +19,8 @@
 //! slice takes the GPU with the most free share (the least used one), whole GPUs the
 //! lowest-index idle ones (an idle GPU carries nothing to balance).
 
-use super::{Placement, Policy, Score, pick};
+use super::baselines::NodeScore;
+use super::{Placement, Policy, Score};
 use crate::cluster::{Cluster, Node, NodeId};
 use crate::resources::{Preference, Request};
 use crate::rng::RandomSource;
@@ -59,19 +60,11 @@ fn least_used_gpu(node: &Node, req: &Request) -> Option<u32> {
         .map(|i| i as u32)
 }
 
-impl Policy for Spread {
-    fn name(&self) -> &'static str {
-        "spread"
-    }
+impl NodeScore for Spread {
+    const NAME: &'static str = "spread";
 
-    fn place(
-        &mut self,
-        cluster: &Cluster,
-        req: &Request,
-        order: &[NodeId],
-        _: &mut dyn RandomSource,
-    ) -> Option<Placement> {
-        pick(cluster, req, order, false, |_, node| Some(spread_score(node, req)))
+    fn score(&self, node: &Node, req: &Request) -> Score {
+        spread_score(node, req)
     }
 }
 
