@@ -142,18 +142,22 @@ impl Browser {
 
     /// Polls a JavaScript expression until it is truthy; returns its value.
     pub fn wait_for(&self, what: &str, expression: &str, timeout: Duration) -> Value {
+        self.try_wait_for(expression, timeout).unwrap_or_else(|| {
+            let body = self.js("return document.body.innerText.slice(0, 2000);", json!([]));
+            panic!("timed out waiting for {what}; the page shows:\n{}", body.as_str().unwrap_or_default())
+        })
+    }
+
+    /// Polls a JavaScript expression until it is truthy (its value) or `timeout` passes (`None`).
+    pub fn try_wait_for(&self, expression: &str, timeout: Duration) -> Option<Value> {
         let deadline = Instant::now() + timeout;
         loop {
             let v = self.js(&format!("return {expression};"), json!([]));
             if !(v.is_null() || v == json!(false) || v == json!("") || v == json!(0)) {
-                return v;
+                return Some(v);
             }
             if Instant::now() > deadline {
-                let body = self.js("return document.body.innerText.slice(0, 2000);", json!([]));
-                panic!(
-                    "timed out waiting for {what}; the page shows:\n{}",
-                    body.as_str().unwrap_or_default()
-                );
+                return None;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
