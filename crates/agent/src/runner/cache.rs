@@ -169,8 +169,10 @@ impl Cache {
     pub fn team_dir(&self, team: &str, gid: Option<u32>) -> Result<PathBuf, CacheError> {
         let dir = self.root.join(team_dir_name(team));
         let what = || format!("creating {}", dir.display());
-        if !dir.exists() {
-            std::fs::DirBuilder::new().mode(0o750).create(&dir).map_err(io(what()))?;
+        // Two stagings of one team may make it at once: the one that loses finds it made.
+        match std::fs::DirBuilder::new().mode(0o750).create(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(what())(e)),
+            _ => {}
         }
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).map_err(io(what()))?;
         if let Some(gid) = gid {
