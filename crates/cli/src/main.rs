@@ -107,6 +107,9 @@ enum Command {
     Completions(cmd::completions::CompletionsArgs),
     /// Print the man page (roff): `gantry man > gantry.1`.
     Man,
+    /// The store's database: `db migrate --from DATA_DIR --to postgres://…` moves a SQLite cluster.
+    #[command(subcommand)]
+    Db(cmd::db::DbCommand),
     /// Control-plane benchmarks.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -174,6 +177,7 @@ fn main() -> ExitCode {
         Command::Whatif(a) => cmd::whatif::run(a),
         Command::Completions(a) => cmd::completions::completions::<Cli>(a),
         Command::Man => cmd::completions::man::<Cli>(),
+        Command::Db(c) => cmd::db::run(c),
         Command::Bench(c) => cmd::bench::run(c),
     };
     match result {

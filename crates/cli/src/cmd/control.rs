@@ -33,7 +33,9 @@ pub struct ControlArgs {
     pub data_dir: Option<PathBuf>,
     /// Where the cluster's state lives: `sqlite` (`gantry.db` in the data directory) or a
     /// PostgreSQL database, `postgres://USER@HOST:PORT/DB` (a password from `PGPASSWORD` when the
-    /// URL has none). Job output and certificates stay in the data directory either way.
+    /// URL has none; TLS as its `sslmode` and `sslrootcert` ask, in libpq's meanings:
+    /// `?sslmode=verify-full&sslrootcert=ca.pem`). Job output and certificates stay in the data
+    /// directory either way.
     #[arg(long, env = "GANTRY_DB", value_name = "sqlite|postgres://…", default_value = "sqlite", value_parser = Database::parse)]
     pub db: Database,
     /// How long the leader's lease lasts unless renewed (with `--db postgres://…`, where several

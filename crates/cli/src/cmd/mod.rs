@@ -16,6 +16,7 @@ pub mod config;
 pub mod control;
 pub mod dashboard;
 pub mod data;
+pub mod db;
 pub mod describe;
 pub mod device_plugin;
 pub mod draft;

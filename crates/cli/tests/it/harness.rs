@@ -97,6 +97,12 @@ impl Cluster {
         cluster
     }
 
+    /// The command line [`Cluster::restart`] runs (after the binary's name), to change before a
+    /// restart: the same HOME, port and data directory under another subcommand or `--db`.
+    pub fn args_mut(&mut self) -> &mut Vec<String> {
+        &mut self.args
+    }
+
     /// A directory every job user may write to (for markers).
     pub fn shared(&self) -> PathBuf {
         self.outside.path().join("shared")

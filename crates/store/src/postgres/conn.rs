@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use tokio::runtime::Handle;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
+use super::Target;
 use crate::db::{Conn, Dialect, Row, Value};
 use crate::{Result, StoreError};
 
@@ -121,17 +122,18 @@ pub(super) fn wait<T: Send + 'static>(
 }
 
 /// Opens a connection whose I/O runs on `rt`, with commits durable before they return.
-pub(super) fn connect(rt: &Handle, config: &Config) -> Result<Arc<Client>> {
-    let config = config.clone();
+pub(super) fn connect(rt: &Handle, target: &Target) -> Result<Arc<Client>> {
+    let Target { config, tls } = target.clone();
     let client = wait(rt, async move {
-        let (client, connection) = config.connect(NoTls).await?;
+        let (client, connection) = config.connect(tls).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "PostgreSQL connection ended");
             }
         });
         Ok::<_, tokio_postgres::Error>(Arc::new(client))
-    })??;
+    })?
+    .map_err(tls_failure)?;
     let setup = Arc::clone(&client);
     // A replica paused (SIGSTOP) or stalled inside a transaction holds its row locks, the lease
     // row's among them, and every other replica's election would wait on it: PostgreSQL ends a
@@ -147,24 +149,43 @@ pub(super) fn connect(rt: &Handle, config: &Config) -> Result<Arc<Client>> {
     Ok(client)
 }
 
+/// A failed TLS negotiation in words (tokio-postgres says only "error performing TLS handshake"
+/// and leaves the reason to its source); any other error as it is.
+fn tls_failure(e: tokio_postgres::Error) -> StoreError {
+    let tls = e.to_string().starts_with("error performing TLS handshake");
+    let cause = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
+    match () {
+        () if tls && cause.contains("does not support TLS") => StoreError::Unavailable(
+            "the database server does not offer TLS, and the URL's sslmode (require, verify-ca or \
+             verify-full) asks for it"
+                .into(),
+        ),
+        () if tls => StoreError::Unavailable(format!(
+            "the TLS handshake with the database failed: {cause} (is sslrootcert the CA that \
+             signed the server's certificate, and does the certificate name the host?)"
+        )),
+        () => e.into(),
+    }
+}
+
 /// A connection and its statement cache. Outside a transaction it connects again when the
 /// server went away; inside one it fails instead (the server rolled the transaction back, and
 /// what follows must not run on its own).
 #[derive(Debug)]
 pub(crate) struct PgConn {
     rt: Handle,
-    config: Config,
+    target: Target,
     client: RefCell<Arc<Client>>,
     cache: RefCell<HashMap<String, Statement>>,
     in_transaction: Cell<bool>,
 }
 
 impl PgConn {
-    pub(super) fn open(rt: &Handle, config: &Config) -> Result<Self> {
-        let client = connect(rt, config)?;
+    pub(super) fn open(rt: &Handle, target: &Target) -> Result<Self> {
+        let client = connect(rt, target)?;
         Ok(Self {
             rt: rt.clone(),
-            config: config.clone(),
+            target: target.clone(),
             client: RefCell::new(client),
             cache: RefCell::default(),
             in_transaction: Cell::new(false),
@@ -180,7 +201,7 @@ impl PgConn {
                     "the database connection was lost mid-transaction".into(),
                 ));
             }
-            let fresh = connect(&self.rt, &self.config)?;
+            let fresh = connect(&self.rt, &self.target)?;
             self.cache.borrow_mut().clear();
             *self.client.borrow_mut() = fresh;
         }

@@ -36,7 +36,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.
-const LOCK: i64 = 0x6761_6e74_7279;
+pub(crate) const LOCK: i64 = 0x6761_6e74_7279;
 
 pub(super) fn apply(c: &dyn Conn) -> Result<()> {
     for (version, sql) in MIGRATIONS {
@@ -72,5 +72,17 @@ pub(super) fn apply(c: &dyn Conn) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Every migration, inside the caller's open transaction (the copier's: a database it fills
+/// in one transaction, so that a failure leaves no schema behind either).
+pub(crate) fn apply_in_transaction(c: &dyn Conn) -> Result<()> {
+    c.batch("CREATE TABLE gantry_schema (one INT PRIMARY KEY CHECK (one = 1), version BIGINT NOT NULL)")?;
+    for (_, sql) in MIGRATIONS {
+        c.batch(sql)?;
+    }
+    let last = MIGRATIONS.last().map_or(0, |(v, _)| *v);
+    c.prepare_cached("INSERT INTO gantry_schema (one, version) VALUES (1, ?1)")?.execute(params![last])?;
     Ok(())
 }

@@ -26,7 +26,9 @@
 //! another.
 
 mod conn;
+pub mod copy;
 pub(crate) mod migrate;
+pub mod tls;
 
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -55,22 +57,7 @@ impl PgStore {
     /// Connects to the database at `url` (a `postgres://` URL or `key=value` pairs) and applies
     /// pending migrations (one replica at a time: they hold an advisory lock).
     pub fn open(url: &str) -> Result<Self> {
-        let mut config = Config::from_str(url).map_err(|e| StoreError::Open {
-            path: redacted(url),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
-        })?;
-        // libpq's variable, so that the password need not be in the URL (and a process list).
-        if config.get_password().is_none()
-            && let Some(password) = std::env::var_os("PGPASSWORD")
-        {
-            config.password(password.as_encoded_bytes());
-        }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("gantry-postgres")
-            .enable_all()
-            .build()
-            .map_err(|source| StoreError::Open { path: "postgres runtime".into(), source })?;
+        let (config, runtime) = open_parts(url)?;
         let rt = runtime.handle().clone();
         let writer = PgConn::open(&rt, &config)?;
         migrate::apply(&writer)?;
@@ -127,6 +114,39 @@ impl Drop for PgStore {
             rt.shutdown_background();
         }
     }
+}
+
+/// How to connect: the settings and the TLS connector their `sslmode` asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) config: Config,
+    pub(crate) tls: tls::MakeRustls,
+}
+
+/// The connection settings of `url` (the password from `PGPASSWORD` when it has none, TLS as its
+/// `sslmode` and `sslrootcert` ask) and the runtime its connections' I/O runs on.
+pub(crate) fn open_parts(url: &str) -> Result<(Target, tokio::runtime::Runtime)> {
+    let bad = |e: String| StoreError::Open {
+        path: redacted(url),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+    };
+    let (rest, options) = tls::split(url).map_err(bad)?;
+    let mut config = Config::from_str(&rest).map_err(|e| bad(e.to_string()))?;
+    config.ssl_mode(options.mode.negotiation());
+    let tls = tls::connector(&options).map_err(bad)?;
+    // libpq's variable, so that the password need not be in the URL (and a process list).
+    if config.get_password().is_none()
+        && let Some(password) = std::env::var_os("PGPASSWORD")
+    {
+        config.password(password.as_encoded_bytes());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gantry-postgres")
+        .enable_all()
+        .build()
+        .map_err(|source| StoreError::Open { path: "postgres runtime".into(), source })?;
+    Ok((Target { config, tls }, runtime))
 }
 
 /// A URL as it may be logged: the password left out.

@@ -115,6 +115,13 @@ fn recovered<'a>(
     guard
 }
 
+/// The source of a copy (`postgres::copy`) brought to this version's schema first, as a start of
+/// `gantry server` on it would.
+pub(crate) fn migrate_for_copy(conn: &mut Connection) -> Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    migrate::apply(conn)
+}
+
 fn make_private(dir: &Path, db: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     std::fs::create_dir_all(dir)?;

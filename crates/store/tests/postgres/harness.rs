@@ -36,6 +36,15 @@ const UNPRIVILEGED: &str = "nobody";
 impl TempPostgres {
     /// Starts a server, or says why it cannot.
     pub fn start() -> Result<Self, String> {
+        Self::start_with(None)
+    }
+
+    /// Starts a server that offers TLS (`ssl=on`) with this certificate and key (PEM).
+    pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<Self, String> {
+        Self::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Result<Self, String> {
         let bin = bin_dir()?;
         let dir = std::env::temp_dir().join(format!("gantry-pg-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -54,9 +63,31 @@ impl TempPostgres {
         }
         let port = free_port()?;
         let postgres = bin.join("postgres");
+        let mut ssl = String::new();
+        if let Some((cert, key)) = tls {
+            use std::os::unix::fs::PermissionsExt;
+            let (cert_file, key_file) = (dir.join("server.crt"), dir.join("server.key"));
+            std::fs::write(&cert_file, cert).map_err(|e| format!("write the certificate: {e}"))?;
+            std::fs::write(&key_file, key).map_err(|e| format!("write the key: {e}"))?;
+            // PostgreSQL refuses a key file that others may read, or that is not its user's.
+            std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| e.to_string())?;
+            if root {
+                let (uid, gid) = ids(UNPRIVILEGED)?;
+                for file in [&cert_file, &key_file] {
+                    std::os::unix::fs::chown(file, Some(uid), Some(gid))
+                        .map_err(|e| format!("chown: {e}"))?;
+                }
+            }
+            ssl = format!(
+                "-c ssl=on -c ssl_cert_file='{}' -c ssl_key_file='{}' ",
+                cert_file.display(),
+                key_file.display()
+            );
+        }
         let script = format!(
             "'{}' -D '{}' -p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories= \
-             -c max_connections=400 -c fsync=on -c synchronous_commit=on >'{}' 2>&1 & pid=$!; \
+             -c max_connections=400 -c fsync=on -c synchronous_commit=on {ssl}>'{}' 2>&1 & pid=$!; \
              read _; kill -INT $pid; wait $pid; rm -rf '{}'",
             postgres.display(),
             data.display(),

@@ -3,6 +3,7 @@
 
 #[path = "../it/audit.rs"]
 mod audit;
+mod copy;
 #[path = "../it/elastic.rs"]
 mod elastic;
 #[path = "../it/gangs.rs"]
@@ -27,6 +28,7 @@ mod postgres;
 mod props;
 #[path = "../it/services.rs"]
 mod services;
+mod tls;
 #[path = "../it/workflow.rs"]
 mod workflow;
 
