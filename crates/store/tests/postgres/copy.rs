@@ -128,3 +128,27 @@ fn a_copy_that_fails_midway_leaves_the_target_without_a_table() {
         .expect("count");
     assert_eq!(tables, "0", "the migrations were rolled back with the copy");
 }
+
+#[test]
+fn a_table_or_column_the_copier_does_not_know_is_refused_rather_than_dropped() {
+    let Some(server) = harness::shared() else { return };
+    for (sql, said) in [
+        ("CREATE TABLE reservations (id INTEGER PRIMARY KEY, node TEXT)", "table `reservations`"),
+        ("ALTER TABLE jobs ADD COLUMN colour TEXT", "column `jobs.colour`"),
+    ] {
+        let dir = filled();
+        let c = rusqlite::Connection::open(dir.path().join("gantry.db")).expect("open");
+        c.execute_batch(sql).expect("a schema newer than this copier");
+        drop(c);
+        let url = server.create_database();
+        let err = sqlite_to_postgres(dir.path(), &url).expect_err("unknown to the copier");
+        assert!(matches!(err, CopyError::Refused(_)) && err.to_string().contains(said), "{err}");
+        let tables = server
+            .psql(
+                &url,
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+            )
+            .expect("count");
+        assert_eq!(tables, "0", "nothing was written");
+    }
+}
