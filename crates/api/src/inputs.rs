@@ -187,6 +187,44 @@ pub struct StageOrder {
     /// `AWS_ENDPOINT_URL`. Empty: the agent's environment.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secret: BTreeMap<String, String>,
+    /// The names of its inputs whose sources an admin marked public ([`is_public`]): they are
+    /// cached once per node for every team ([`PUBLIC_SCOPE`]), the others per team.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public: Vec<String>,
+}
+
+/// The cache scope of the sources an admin marked public: one copy per node, read by every
+/// team's jobs (not a team's name: a team's name is a word).
+pub const PUBLIC_SCOPE: &str = "(public)";
+
+/// Whether `url` is one of the `public` sources or lies under one (`s3://datasets/imagenet`
+/// covers `s3://datasets/imagenet/train`, not `s3://datasets/imagenet-private`).
+pub fn is_public(url: &str, public: &[String]) -> bool {
+    public.iter().any(|p| {
+        url.strip_prefix(p.as_str())
+            .is_some_and(|rest| rest.is_empty() || p.ends_with('/') || rest.starts_with('/'))
+    })
+}
+
+/// A source an admin marked public (`gantry cache public add URL`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PublicSource {
+    /// The source: it and every URL under it.
+    pub url: String,
+    /// When it was marked, ms since the epoch.
+    pub added_at: i64,
+}
+
+/// `gantry cache public add|remove URL` (`PUT /v1/cache/public`, admins only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SetPublic {
+    /// The source (an input URL).
+    pub url: String,
+    /// Public, or private again.
+    pub public: bool,
 }
 
 /// How an agent's staging for a job stands (in its heartbeat).
@@ -278,6 +316,17 @@ mod tests {
         assert!(parse("bad-name=s3://bucket/p").is_err());
         let twice = [Input::new("a", "s3://bucket/p"), Input::new("A", "s3://bucket/q")];
         assert!(check(&twice).expect_err("twice").contains("twice"));
+    }
+
+    #[test]
+    fn a_public_source_covers_the_urls_under_it_only() {
+        let public = vec!["s3://datasets/imagenet".to_owned(), "file:///shared/".to_owned()];
+        assert!(is_public("s3://datasets/imagenet", &public));
+        assert!(is_public("s3://datasets/imagenet/train", &public));
+        assert!(!is_public("s3://datasets/imagenet-private", &public));
+        assert!(!is_public("s3://datasets", &public));
+        assert!(is_public("file:///shared/coco", &public));
+        assert!(!is_public("file:///sharedx", &public));
     }
 
     #[test]

@@ -146,6 +146,16 @@ pub enum Command {
         /// Who asks.
         by: Principal,
     },
+    /// Mark an input source public (its cached copies shared by every team on a node) or
+    /// private again (`gantry cache public add|remove URL`; admins only, audited).
+    SetPublicSource {
+        /// The source URL.
+        url: String,
+        /// Public, or private again.
+        public: bool,
+        /// Who asks.
+        by: Principal,
+    },
     /// End a pending job whose dependency can never be met (a scheduling decision).
     DependencyFailed {
         /// The job.
@@ -405,6 +415,11 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, CommandError> {
         Command::SetSecret { team, name, data, by } => {
             let entry = entry(&by, "secret.set", format!("secret/{team}/{name}"), Some(&team), now);
             audited(store, by.require_member_of(&team), Change::SetSecret { team, name, data }, entry)
+        }
+        Command::SetPublicSource { url, public, by } => {
+            let action = if public { "cache.public" } else { "cache.private" };
+            let entry = entry(&by, action, format!("source/{url}"), None, now);
+            audited(store, by.require_admin(), Change::SetPublicSource { url, public }, entry)
         }
         Command::DependencyFailed { job, reason } => {
             store.dependency_failed(job, &reason, now).map(|()| Outcome::Done).map_err(Into::into)

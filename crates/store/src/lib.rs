@@ -112,6 +112,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The secrets of one team (none: every team) without their values: team, name, keys and
     /// when it was set.
     fn secrets(&self, team: Option<&str>) -> Result<Vec<SecretListing>>;
+    /// The input sources an admin marked public (`Change::SetPublicSource`): URL and when, by
+    /// URL.
+    fn public_sources(&self) -> Result<Vec<(String, i64)>>;
     /// Records a scheduling decision: allocations and the job's move to `scheduled`.
     fn place(&self, placement: &Placement) -> Result<()>;
     /// Records a gang's placement: every worker in one transaction, with the rendezvous (rank 0's

@@ -19,15 +19,17 @@
 //! the source declares: under the node's `--cache-size` and the team's quota, evicting the
 //! least recently used entries that no running job uses; a source that declares more than
 //! either limit is refused before a byte is copied, and the copier stops a source that sends
-//! more than it declared (see `super::stage`). Teams never share an entry: a digest names no
-//! other team's data.
+//! more than it declared (see `super::stage`). Teams never share an entry of a private source:
+//! a digest names no other team's data. The sources an admin marked public are cached once per
+//! node in one more scope, [`PUBLIC_SCOPE`], whose directory every team's user may enter
+//! (0755); its entries count against that scope's quota, not a team's.
 
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use gantry_api::inputs::CacheEntry;
+use gantry_api::inputs::{CacheEntry, PUBLIC_SCOPE};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -165,17 +167,20 @@ impl Cache {
         self.config
     }
 
-    /// `team`'s directory, made when missing, readable by `gid` (the team's jobs) only.
+    /// `team`'s directory, made when missing, readable by `gid` (the team's jobs) only; the
+    /// public scope's ([`PUBLIC_SCOPE`]) by everyone.
     pub fn team_dir(&self, team: &str, gid: Option<u32>) -> Result<PathBuf, CacheError> {
         let dir = self.root.join(team_dir_name(team));
         let what = || format!("creating {}", dir.display());
+        let public = team == PUBLIC_SCOPE;
+        let mode = if public { 0o755 } else { 0o750 };
         // Two stagings of one team may make it at once: the one that loses finds it made.
-        match std::fs::DirBuilder::new().mode(0o750).create(&dir) {
+        match std::fs::DirBuilder::new().mode(mode).create(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(what())(e)),
             _ => {}
         }
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).map_err(io(what()))?;
-        if let Some(gid) = gid {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).map_err(io(what()))?;
+        if let Some(gid) = gid.filter(|_| !public) {
             std::os::unix::fs::chown(&dir, None, Some(gid)).map_err(io(what()))?;
         }
         Ok(dir)

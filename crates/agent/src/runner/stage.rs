@@ -12,18 +12,24 @@
 //! placed, cancelled or given another node) is given up.
 //!
 //! When the job starts on this node, [`Stager::inputs_for`] names the cached copies (staging
-//! them first, GPUs held, for a job that was not staged ahead: a gang's worker, or one placed
-//! before its staging was heard of) and pins them, so that no eviction removes an input a
+//! them first, GPUs held, for a job that was not staged ahead: one placed before its staging
+//! was heard of; a gang's other workers on a node find there the copy staged for its first) and pins them, so that no eviction removes an input a
 //! running job reads; [`Stager::release`] unpins them when it ends. The job finds each as
 //! `GANTRY_INPUT_<NAME>`, read-only, in its team's directory of the cache, which no other
 //! team's user can enter.
+//!
+//! An input whose source an admin marked public (`StageOrder::public`) is copied into the
+//! cache's public scope instead, once per node, and any team's job finds it there. A lookup
+//! tries the job's team first, then the public scope; either is keyed by the version the
+//! job's own listing of the source found (with its own secret), so a job finds a public copy
+//! only of a source it can list itself, and never another team's private copy.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use gantry_api::inputs::{Input, StageOrder, StageReport};
+use gantry_api::inputs::{Input, PUBLIC_SCOPE, StageOrder, StageReport};
 use gantry_api::types::Assignment;
 
 use super::cache::{Cache, remove_any};
@@ -33,10 +39,12 @@ use super::sources::{self, Secret};
 /// Longest wait between two tries of a failing staging.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// A staged input: name, data path, and what names its cache entry (url, version).
+/// A staged input: name, data path, and what names its cache entry (scope, url, version).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Staged {
     name: String,
+    /// The team, or [`PUBLIC_SCOPE`].
+    scope: String,
     path: String,
     url: String,
     version: String,
@@ -65,8 +73,8 @@ pub struct Stager {
     cache: Arc<Cache>,
     sandbox: Arc<Sandbox>,
     tasks: Mutex<HashMap<i64, Task>>,
-    /// Inputs pinned by running jobs: job id, team, and the entries.
-    pinned: Mutex<HashMap<i64, (String, Vec<Staged>)>>,
+    /// Inputs pinned by running jobs, by job.
+    pinned: Mutex<HashMap<i64, Vec<Staged>>>,
     /// Stagings done whose order is no longer listed (the job was placed): what its start
     /// finds, by job.
     ready: Mutex<HashMap<i64, Vec<Staged>>>,
@@ -183,25 +191,31 @@ impl Stager {
         }
         lock(progress).total = listings.iter().map(sources::Listing::bytes).sum();
         let gid = self.sandbox.user_for(&order.team).ok().and_then(|(id, creds)| creds.map(|_| id.gid));
-        let dir = self.cache.team_dir(&order.team, gid).map_err(|e| e.to_string())?;
         let (mut results, mut staged) = (Vec::new(), Vec::new());
         for (i, l) in order.inputs.iter().zip(&listings) {
             let started = Instant::now();
-            let (path, hit) = match self.cache.lookup(&order.team, &i.url, &l.version) {
-                Some((path, bytes)) => {
+            let team = order.team.as_str();
+            let found =
+                self.cache.lookup(team, &i.url, &l.version).map(|f| (f, team)).or_else(|| {
+                    self.cache.lookup(PUBLIC_SCOPE, &i.url, &l.version).map(|f| (f, PUBLIC_SCOPE))
+                });
+            let (path, hit, scope) = match found {
+                Some(((path, bytes), scope)) => {
                     done.fetch_add(bytes, Ordering::Relaxed);
-                    (path, true)
+                    (path, true, scope)
                 }
                 None => {
+                    let scope = if order.public.contains(&i.name) { PUBLIC_SCOPE } else { team };
+                    let dir = self.cache.team_dir(scope, gid).map_err(|e| e.to_string())?;
                     let room =
-                        self.cache.reserve(&order.team, l.bytes()).map_err(|e| format!("{}: {e}", i.name))?;
+                        self.cache.reserve(scope, l.bytes()).map_err(|e| format!("{}: {e}", i.name))?;
                     let tmp = self.cache.tmp_path(&dir, &i.url, &l.version);
                     if let Err(e) = sources::copy(&i.url, &order.secret, l, &tmp, done).await {
                         remove_any(&tmp);
                         return Err(format!("{}: {e}", i.name));
                     }
-                    let path = self.cache.commit(room, &order.team, &i.url, &l.version, &tmp, l.bytes());
-                    (path.map_err(|e| format!("{}: {e}", i.name))?, false)
+                    let path = self.cache.commit(room, scope, &i.url, &l.version, &tmp, l.bytes());
+                    (path.map_err(|e| format!("{}: {e}", i.name))?, false, scope)
                 }
             };
             let staged_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
@@ -214,6 +228,7 @@ impl Stager {
             let path = path.display().to_string();
             staged.push(Staged {
                 name: i.name.clone(),
+                scope: scope.to_owned(),
                 path,
                 url: i.url.clone(),
                 version: l.version.clone(),
@@ -236,28 +251,29 @@ impl Stager {
                     team: a.team.clone(),
                     inputs: a.inputs.clone(),
                     secret: secret.clone(),
+                    public: Vec::new(),
                 };
                 let progress = Mutex::new(Progress::default());
                 self.stage_once(&order, &AtomicU64::new(0), &progress).await?.1
             }
         };
         for s in &staged {
-            self.cache.pin(&a.team, &s.url, &s.version);
+            self.cache.pin(&s.scope, &s.url, &s.version);
         }
         let env = a
             .inputs
             .iter()
             .filter_map(|i| staged.iter().find(|s| s.name == i.name).map(|s| (i.env_name(), s.path.clone())))
             .collect();
-        lock(&self.pinned).insert(a.job_id, (a.team.clone(), staged));
+        lock(&self.pinned).insert(a.job_id, staged);
         Ok(env)
     }
 
     /// Job `id` ended: its inputs may be evicted again.
     pub fn release(&self, id: i64) {
-        if let Some((team, staged)) = lock(&self.pinned).remove(&id) {
+        if let Some(staged) = lock(&self.pinned).remove(&id) {
             for s in staged {
-                self.cache.unpin(&team, &s.url, &s.version);
+                self.cache.unpin(&s.scope, &s.url, &s.version);
             }
         }
     }

@@ -12,18 +12,54 @@ use super::table;
 /// Arguments of `gantry cache`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  gantry cache                 # every dataset on every node, for your teams
-  gantry cache -o json")]
+  gantry cache                 # every dataset on every node, for your teams and the public ones
+  gantry cache -o json
+  gantry cache public add s3://datasets/imagenet   # admins: one copy per node for every team")]
 pub struct CacheArgs {
     #[command(flatten)]
     server: ServerArgs,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "table")]
     output: table::Structured,
+    #[command(subcommand)]
+    command: Option<CacheCommand>,
 }
 
-/// Lists the nodes' cached datasets with size, last use and hits.
+/// `gantry cache …`.
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Sources whose cached copies every team shares (one per node); the others are cached per
+    /// team.
+    #[command(subcommand)]
+    Public(PublicCommand),
+}
+
+/// `gantry cache public …`.
+#[derive(Debug, Subcommand)]
+pub enum PublicCommand {
+    /// Mark a source public: it and every URL under it (admins only; audited).
+    Add(PublicArgs),
+    /// Make a public source private again (admins only; audited); copies already cached stay
+    /// until evicted.
+    Remove(PublicArgs),
+    /// The public sources.
+    List(ListArgs),
+}
+
+/// Arguments of `gantry cache public add|remove`.
+#[derive(Debug, Args)]
+pub struct PublicArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The source: `s3://bucket/prefix`, `https://…` or `file:///path`.
+    url: String,
+}
+
+/// Lists the nodes' cached datasets with size, last use and hits, or runs `gantry cache public`.
 pub fn cache(args: CacheArgs) -> anyhow::Result<()> {
+    if let Some(CacheCommand::Public(command)) = args.command {
+        return public(command);
+    }
     let api = Api::connect(&args.server)?;
     let entries: Vec<CacheEntry> = block_on(api.get("/v1/cache"))??;
     if table::structured(args.output, &entries)? {
@@ -55,6 +91,32 @@ fn bytes(b: u64) -> String {
         u += 1;
     }
     if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", units[u]) }
+}
+
+fn public(command: PublicCommand) -> anyhow::Result<()> {
+    let (args, public) = match command {
+        PublicCommand::Add(args) => (args, true),
+        PublicCommand::Remove(args) => (args, false),
+        PublicCommand::List(args) => {
+            let api = Api::connect(&args.server)?;
+            let sources: Vec<gantry_api::inputs::PublicSource> = block_on(api.get("/v1/cache/public"))??;
+            if table::structured(args.output, &sources)? {
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = sources
+                .iter()
+                .map(|s| vec![table::printable(&s.url).into_owned(), table::when(s.added_at)])
+                .collect();
+            table::print(&["SOURCE", "SINCE"], &rows);
+            return Ok(());
+        }
+    };
+    gantry_api::inputs::Source::parse(&args.url).map_err(anyhow::Error::msg)?;
+    let api = Api::connect(&args.server)?;
+    let body = gantry_api::inputs::SetPublic { url: args.url.clone(), public };
+    block_on(api.put("/v1/cache/public", &body))??;
+    println!("{} is {}", args.url, if public { "public" } else { "private" });
+    Ok(())
 }
 
 /// `gantry secret …`.

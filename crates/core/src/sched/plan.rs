@@ -36,7 +36,7 @@ use super::layout::{Layout, to_request, typical_pods};
 use super::reasons::{Reasons, waiting_for};
 use super::service::Spread;
 use super::snapshot::Snapshot;
-use super::stage::Step;
+use super::stage::{GangStep, Step};
 use super::standing::Standing;
 use super::victims::Victims;
 use super::view::QueueView;
@@ -112,8 +112,31 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
                     out.waiting.push((job.id, "waiting for its workers to be requeued".into()));
                     continue;
                 }
-                match super::gang::place(&mut layout, job, &workers, nodes, s.at) {
+                let per = layout.request(job).map_or(1, |r| r.gpus.max(1));
+                let replicas = job.gang.as_ref().map_or(1, |g| g.replicas);
+                let step = super::stage::gang_step(job, &workers, per, s, &layout);
+                let parts = match &step {
+                    GangStep::Wait(reason) => {
+                        out.waiting.push((job.id, reason.clone()));
+                        continue;
+                    }
+                    GangStep::Only(only) => super::stage::parts_on(only, replicas, per, &layout),
+                    GangStep::Place | GangStep::Stage => Some(nodes.clone()),
+                };
+                let placed =
+                    parts.and_then(|parts| super::gang::place(&mut layout, job, &workers, &parts, s.at));
+                match placed {
+                    Some(p) if step == GangStep::Stage => {
+                        let stages = super::stage::gang_stages(&p);
+                        let on: Vec<&str> = stages.iter().map(|st| st.node_id.as_str()).collect();
+                        out.waiting.push((job.id, format!("staging its inputs on {}", on.join(", "))));
+                        out.stages.extend(stages);
+                    }
                     Some(p) => out.gangs.push(p),
+                    None if let GangStep::Only(only) = &step => {
+                        let on: Vec<&str> = only.iter().map(|&n| layout.nodes[n].id.as_str()).collect();
+                        out.waiting.push((job.id, super::stage::no_room(&on.join(", "))));
+                    }
                     None if elastic.make_room(job, nodes, &mut layout, &mut out) => {}
                     None => {
                         let need = job.request.gpus * job.gang.as_ref().map_or(1, |g| g.replicas.max(1));

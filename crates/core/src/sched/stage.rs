@@ -19,8 +19,14 @@
 //! - staging on a node that left (or was never recorded): the job is placed as any other, and
 //!   that placement becomes a new [`Stage`].
 //!
-//! Gangs and their workers are not staged ahead: each worker stages its inputs when it starts
-//! (the agent's fallback, GPUs held, as a job without a stage step would).
+//! A gang (`replicas` > 1) is staged the same way on every node its workers would go to
+//! ([`gang_step`]): the pass places the whole gang on its own ledger, and instead of carrying
+//! the placement out it decides one [`Stage`] per node, named by the first of the gang's workers
+//! placed there (the agent copies once per node; the other workers there find the copy cached).
+//! The gang waits until every node's staging is done, then its workers are placed on those
+//! nodes only, as many on each as it has room for. A staging on a node that left is passed
+//! over; when the nodes that remain cannot hold the whole gang even empty, it is staged again
+//! on a new placement (nodes already holding its inputs find them cached).
 
 use gantry_api::model::{Job, JobId};
 
@@ -66,6 +72,7 @@ pub(super) enum Step {
 /// The step for `job` (see the module documentation).
 pub(super) fn step(job: &Job, s: &Snapshot, layout: &Layout<'_>) -> Step {
     if job.inputs.is_empty() || job.gang.is_some() {
+        // A gang is staged as a whole (`gang_step`); its workers are never placed one by one.
         return Step::Place;
     }
     let Some(st) = s.staging.get(&job.id) else { return Step::Stage };
@@ -80,4 +87,90 @@ pub(super) fn step(job: &Job, s: &Snapshot, layout: &Layout<'_>) -> Step {
 /// Why a job whose inputs are staged on `node` waits when that node has no room.
 pub(super) fn no_room(node: &str) -> String {
     format!("waiting for room on {node}, where its inputs are staged")
+}
+
+/// What the pass does with a gang the queue starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum GangStep {
+    /// No inputs to stage: place it as usual.
+    Place,
+    /// Place it, and turn the placement into one [`Stage`] per node.
+    Stage,
+    /// Its inputs are being staged on some of its nodes: it waits, for this reason.
+    Wait(String),
+    /// Its inputs are staged on these nodes: its workers go there only.
+    Only(Vec<NodeId>),
+}
+
+/// The step for the gang `gang` of `workers` (by rank), `per` GPUs each (see the module
+/// documentation).
+pub(super) fn gang_step(
+    gang: &Job,
+    workers: &[&Job],
+    per: u32,
+    s: &Snapshot,
+    layout: &Layout<'_>,
+) -> GangStep {
+    if gang.inputs.is_empty() && workers.iter().all(|w| w.inputs.is_empty()) {
+        return GangStep::Place;
+    }
+    let mut staged: Vec<(NodeId, &Staging)> = workers
+        .iter()
+        .filter_map(|w| s.staging.get(&w.id))
+        .filter_map(|st| layout.index.get(st.node.as_str()).map(|&n| (n, st)))
+        .collect();
+    staged.sort_by_key(|(n, _)| *n);
+    staged.dedup_by_key(|(n, _)| *n);
+    if staged.is_empty() {
+        return GangStep::Stage;
+    }
+    if let Some((_, st)) = staged.iter().find(|(_, st)| !st.done) {
+        return GangStep::Wait(if st.reason.is_empty() {
+            format!("staging its inputs on {}", st.node)
+        } else {
+            st.reason.clone()
+        });
+    }
+    let replicas = gang.gang.as_ref().map_or(1, |g| g.replicas.max(1)) as usize;
+    let room: usize = staged
+        .iter()
+        .filter_map(|(n, _)| layout.cluster.node(*n))
+        .map(|n| n.gpu_free.len() / per.max(1) as usize)
+        .sum();
+    if room < replicas {
+        return GangStep::Stage;
+    }
+    GangStep::Only(staged.into_iter().map(|(n, _)| n).collect())
+}
+
+/// The gang's parts ((node, GPUs)) on `nodes`, in order, as many workers of `per` GPUs on each
+/// as its idle GPUs hold, until `replicas`; `None` when they hold fewer.
+pub(super) fn parts_on(
+    nodes: &[NodeId],
+    replicas: u32,
+    per: u32,
+    layout: &Layout<'_>,
+) -> Option<Vec<(NodeId, u32)>> {
+    let (per, mut left) = (per.max(1), replicas);
+    let mut parts = Vec::new();
+    for &n in nodes {
+        let idle = layout.cluster.node(n).map_or(0, |node| node.idle_gpus() as u32);
+        let k = (idle / per).min(left);
+        if k > 0 {
+            parts.push((n, k * per));
+            left -= k;
+        }
+    }
+    (left == 0).then_some(parts)
+}
+
+/// One [`Stage`] per node of a gang's placement, named by the first worker placed there.
+pub(super) fn gang_stages(p: &super::GangPlace) -> Vec<Stage> {
+    let mut out: Vec<Stage> = Vec::new();
+    for w in &p.workers {
+        if !out.iter().any(|st| st.node_id == w.node_id) {
+            out.push(Stage { job_id: w.job_id, node_id: w.node_id.clone(), at: p.at });
+        }
+    }
+    out
 }

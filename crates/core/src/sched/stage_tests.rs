@@ -53,3 +53,109 @@ fn a_staging_on_a_node_that_left_is_staged_again_elsewhere() {
     let p = pass(&s);
     assert_eq!(p.stages.iter().map(|st| st.node_id.as_str()).collect::<Vec<_>>(), ["n0"]);
 }
+
+/// A gang of `replicas` workers of `gpus` each, ids `id` (the gang) and `id + 1 + rank`, with
+/// an input.
+fn gang_with_input(id: i64, replicas: u32, gpus: u32) -> Vec<gantry_api::model::Job> {
+    let gang = gantry_api::model::Gang {
+        id,
+        replicas,
+        rank: None,
+        local_rank: None,
+        master_addr: None,
+        master_port: None,
+    };
+    let mut out = vec![gantry_api::model::Job { gang: Some(gang.clone()), ..with_input(id, gpus) }];
+    for rank in 0..replicas {
+        let g = gantry_api::model::Gang { rank: Some(rank), ..gang.clone() };
+        let mut w = with_input(id + 1 + i64::from(rank), gpus);
+        w.submitted_at = id;
+        w.gang = Some(g);
+        out.push(w);
+    }
+    out
+}
+
+fn staged(node: &str, done: bool) -> Staging {
+    Staging { node: node.into(), done, reason: String::new() }
+}
+
+#[test]
+fn a_gang_with_inputs_is_staged_once_on_each_of_its_nodes_before_it_holds_any_gpu() {
+    // Two workers of 8 GPUs: one on each node; a third job still finds no room on the ledger.
+    let mut s = cluster(&[8, 8]);
+    s.pending = gang_with_input(10, 2, 8);
+    s.pending.push(job(20, 8, 0, 0));
+    let p = pass(&s);
+    assert!(p.gangs.is_empty(), "no worker is placed while its inputs are not staged: {p:?}");
+    let mut stages: Vec<(i64, &str)> = p.stages.iter().map(|st| (st.job_id, st.node_id.as_str())).collect();
+    stages.sort_unstable();
+    assert_eq!(stages.len(), 2, "one per node: {p:?}");
+    let nodes: std::collections::BTreeSet<&str> = stages.iter().map(|s| s.1).collect();
+    assert_eq!(nodes.len(), 2, "{stages:?}");
+    assert!(stages.iter().all(|(id, _)| (11..=12).contains(id)), "named by a worker: {stages:?}");
+    let why = p.waiting.iter().find(|w| w.0 == 10).map(|w| w.1.clone()).unwrap_or_default();
+    assert!(why.starts_with("staging its inputs on n"), "{why}");
+    assert!(p.placements.iter().all(|pl| pl.job_id != 20), "the gang's GPUs are kept on the ledger: {p:?}");
+
+    // Two workers of 2 GPUs fit on one node: one staging, not two.
+    let mut s = cluster(&[8, 8]);
+    s.pending = gang_with_input(10, 2, 2);
+    let p = pass(&s);
+    assert_eq!(p.stages.len(), 1, "both workers on one node stage once: {p:?}");
+}
+
+#[test]
+fn a_gang_waits_until_every_node_is_staged_and_then_starts_only_there() {
+    let mut s = cluster(&[8, 8, 8]);
+    s.pending = gang_with_input(10, 2, 8);
+    s.staging.insert(11, staged("n1", true));
+    let progress = "staging 1.0 of 2.0 GiB, 100 MiB/s on n2".to_owned();
+    s.staging.insert(12, Staging { node: "n2".into(), done: false, reason: progress.clone() });
+    let p = pass(&s);
+    assert!(p.gangs.is_empty() && p.stages.is_empty(), "{p:?}");
+    assert_eq!(p.waiting, [(10, progress)]);
+
+    s.staging.insert(12, staged("n2", true));
+    let p = pass(&s);
+    assert!(p.stages.is_empty(), "{p:?}");
+    assert_eq!(p.gangs.len(), 1, "{p:?}");
+    let mut nodes: Vec<&str> = p.gangs[0].workers.iter().map(|w| w.node_id.as_str()).collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, ["n1", "n2"], "the nodes that hold its inputs, not n0");
+}
+
+#[test]
+fn a_staged_gang_waits_for_room_on_its_nodes_and_is_staged_again_when_one_left() {
+    let mut s = cluster(&[8, 8, 8]);
+    s.pending = gang_with_input(10, 2, 8);
+    s.staging.insert(11, staged("n1", true));
+    s.staging.insert(12, staged("n2", true));
+    super::service_tests::running(&mut s, job(30, 8, 0, 100), "n2", &[0, 1, 2, 3, 4, 5, 6, 7]);
+    let p = pass(&s);
+    assert!(p.gangs.is_empty() && p.stages.is_empty(), "{p:?}");
+    let why = p.waiting.iter().find(|w| w.0 == 10).map(|w| w.1.as_str());
+    assert_eq!(why, Some("waiting for room on n1, n2, where its inputs are staged"));
+
+    // n2 left: n1 alone cannot hold the gang, so it is staged again where it fits.
+    let mut s = cluster(&[8, 8]);
+    s.pending = gang_with_input(10, 2, 8);
+    s.staging.insert(11, staged("n1", true));
+    s.staging.insert(12, staged("gone", true));
+    let p = pass(&s);
+    assert!(p.gangs.is_empty(), "{p:?}");
+    let mut nodes: Vec<&str> = p.stages.iter().map(|st| st.node_id.as_str()).collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, ["n0", "n1"], "{p:?}");
+}
+
+#[test]
+fn a_gang_without_inputs_is_placed_at_once() {
+    let mut s = cluster(&[8, 8]);
+    s.pending = gang_with_input(10, 2, 8);
+    for j in &mut s.pending {
+        j.inputs.clear();
+    }
+    let p = pass(&s);
+    assert!(p.stages.is_empty() && p.gangs.len() == 1, "{p:?}");
+}

@@ -52,6 +52,7 @@ use require::require_token;
         uploads::missing, uploads::put_blob, uploads::put_manifest, uploads::get_manifest,
         uploads::agent_manifest, uploads::agent_blob,
         staging::agent_staging, staging::list_cache, staging::set_secret, staging::list_secrets,
+        staging::list_public, staging::set_public,
         agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
     ),
     modifiers(&BearerAuth, &Described)
@@ -153,6 +154,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/agent/heartbeat", post(agent::heartbeat))
         .route("/v1/agent/staging", post(staging::agent_staging))
         .route("/v1/cache", get(staging::list_cache))
+        .route("/v1/cache/public", get(staging::list_public).put(staging::set_public))
         .route("/v1/secrets", get(staging::list_secrets))
         .route("/v1/secrets/{name}", put(staging::set_secret))
         .route("/metrics", get(metrics))

@@ -6,7 +6,10 @@
 //!   the stagings ordered of it now ([`crate::staging`]), with the values of the team secret
 //!   each job names (over the agent's authenticated channel only; never logged).
 //! - `GET /v1/cache` — the nodes' caches, each dataset with its team, size, last use and hits;
-//!   a user sees its teams' entries, operators and admins every team's.
+//!   a user sees its teams' entries and the public ones, operators and admins every team's.
+//! - `GET /v1/cache/public`, `PUT /v1/cache/public` — the sources an admin marked public
+//!   (`gantry cache public add|remove URL`): their cached copies are shared by every team on a
+//!   node; marking is for admins only, and audited.
 //! - `PUT /v1/secrets/{name}` — a team's member sets a secret (keys and values); `GET
 //!   /v1/secrets` lists names and keys, never values.
 
@@ -16,7 +19,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use gantry_api::inputs::{self, CacheEntry, SecretData, StageOrder};
+use gantry_api::inputs::{self, CacheEntry, PUBLIC_SCOPE, PublicSource, SecretData, SetPublic, StageOrder};
 use gantry_api::types::{StagingRequest, StagingResponse};
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +65,15 @@ pub async fn agent_staging(
         app.wake.notify_one();
     }
     let mut orders = Vec::new();
-    for (job_id, team, inputs, secret) in app.staging.orders(&node) {
+    let ordered = app.staging.orders(&node);
+    let public: Vec<String> = if ordered.is_empty() {
+        Vec::new()
+    } else {
+        blocking(&app, |s| s.public_sources()).await?.into_iter().map(|(url, _)| url).collect()
+    };
+    for (job_id, team, inputs, secret) in ordered {
+        let public_inputs =
+            inputs.iter().filter(|i| inputs::is_public(&i.url, &public)).map(|i| i.name.clone()).collect();
         let secret = match secret {
             Some(name) => {
                 let t = team.clone();
@@ -70,7 +81,7 @@ pub async fn agent_staging(
             }
             None => BTreeMap::new(),
         };
-        orders.push(StageOrder { job_id, team, inputs, secret });
+        orders.push(StageOrder { job_id, team, inputs, secret, public: public_inputs });
     }
     Ok(Json(StagingResponse { orders }))
 }
@@ -112,8 +123,35 @@ pub async fn list_cache(
 ) -> Result<Json<Vec<CacheEntry>>, ApiError> {
     who.require_user()?;
     let mut all = app.staging.caches();
-    all.retain(|e| who.sees_team(&e.team));
+    all.retain(|e| e.team == PUBLIC_SCOPE || who.sees_team(&e.team));
     Ok(Json(all))
+}
+
+/// The sources an admin marked public, by URL (any user).
+#[utoipa::path(get, path = "/v1/cache/public", operation_id = "list_public_sources", security(("bearer" = [])),
+    responses((status = 200, body = Vec<PublicSource>)))]
+pub async fn list_public(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+) -> Result<Json<Vec<PublicSource>>, ApiError> {
+    who.require_user()?;
+    let all = blocking(&app, |s| s.public_sources()).await?;
+    Ok(Json(all.into_iter().map(|(url, added_at)| PublicSource { url, added_at }).collect()))
+}
+
+/// Mark a source public (its cached copies are shared by every team on a node) or private
+/// again (admins only; audited).
+#[utoipa::path(put, path = "/v1/cache/public", operation_id = "set_public_source", request_body = SetPublic,
+    security(("bearer" = [])),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_public(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Body(req): Body<SetPublic>,
+) -> Result<StatusCode, ApiError> {
+    inputs::Source::parse(&req.url).map_err(|e| ApiError::Unprocessable(format!("url: {e}")))?;
+    app.dispatch(Command::SetPublicSource { url: req.url, public: req.public, by: who }).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// A secret to set: its team (default: the caller's only team) and its keys and values.

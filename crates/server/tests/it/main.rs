@@ -23,6 +23,7 @@ mod scheduling;
 mod security;
 mod services;
 mod signin;
+mod staging;
 mod tls;
 mod transport;
 

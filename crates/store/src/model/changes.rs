@@ -89,6 +89,14 @@ pub enum Change {
         /// Its keys and values.
         data: gantry_api::inputs::SecretData,
     },
+    /// Mark an input source public (its cached copies shared by every team on a node) or
+    /// private again (`gantry cache public add|remove URL`; admins only).
+    SetPublicSource {
+        /// The source URL (it and every URL under it).
+        url: String,
+        /// Public, or private again.
+        public: bool,
+    },
     /// Delete a service: its replicas are cancelled in the same transaction (`NotFound` for an
     /// unknown one).
     DeleteService {

@@ -46,6 +46,10 @@ pub(super) fn apply(c: &dyn Conn, change: Change, mut entry: AuditEntry) -> Resu
             entry.target = format!("secret/{team}/{name}");
             inputs::set_secret(c, &team, &name, &data.0, entry.at).map(|()| Changed::Done)?
         }
+        Change::SetPublicSource { url, public } => {
+            entry.target = format!("source/{url}");
+            inputs::set_public(c, &url, public, entry.at).map(|()| Changed::Done)?
+        }
         Change::DeleteService { team, name } => {
             services::delete(c, &team, &name, entry.at).map(|()| Changed::Done)?
         }

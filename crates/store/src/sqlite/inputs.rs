@@ -78,3 +78,23 @@ pub(super) fn secrets(c: &dyn Conn, team: Option<&str>) -> Result<Vec<crate::Sec
     })?;
     rows.collect::<Result<_>>()
 }
+
+/// Marks `url` public (idempotent) or private again.
+pub(super) fn set_public(c: &dyn Conn, url: &str, public: bool, at: i64) -> Result<()> {
+    if public {
+        c.prepare_cached(
+            "INSERT INTO public_sources (url, added_at) VALUES (?1, ?2) ON CONFLICT(url) DO NOTHING",
+        )?
+        .execute(params![url, at])?;
+    } else {
+        c.prepare_cached("DELETE FROM public_sources WHERE url = ?1")?.execute(params![url])?;
+    }
+    Ok(())
+}
+
+/// The public sources: URL and when it was marked, by URL.
+pub(super) fn public_sources(c: &dyn Conn) -> Result<Vec<(String, i64)>> {
+    let mut stmt = c.prepare_cached("SELECT url, added_at FROM public_sources ORDER BY url")?;
+    let rows = stmt.query_map(params![], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect::<Result<_>>()
+}

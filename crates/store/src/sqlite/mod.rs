@@ -279,6 +279,9 @@ macro_rules! impl_store {
             fn secrets(&self, team: Option<&str>) -> Result<Vec<crate::SecretListing>> {
                 self.read(|c| inputs::secrets(c, team))
             }
+            fn public_sources(&self) -> Result<Vec<(String, i64)>> {
+                self.read(inputs::public_sources)
+            }
             fn dependency_failed(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
                 let reason = reason.to_owned();
                 self.fenced(move |c| workflow::dependency_failed(c, id, &reason, at))

@@ -64,3 +64,22 @@ fn a_secret_is_set_replaced_and_listed_without_its_values() {
     let text = format!("{audit:?}");
     assert!(text.contains("secret.set") && !text.contains("AKIA") && !text.contains("hush"), "{text}");
 }
+
+#[test]
+fn a_source_is_marked_public_once_made_private_again_and_each_change_audited() {
+    let (_dir, store) = open();
+    let set = |url: &str, public: bool| {
+        let change = Change::SetPublicSource { url: url.into(), public };
+        store.apply(change, admin("cache.public")).expect("set");
+    };
+    set("s3://datasets/imagenet", true);
+    set("s3://datasets/imagenet", true);
+    set("file:///shared/coco", true);
+    let urls: Vec<String> = store.public_sources().expect("list").into_iter().map(|(u, _)| u).collect();
+    assert_eq!(urls, ["file:///shared/coco", "s3://datasets/imagenet"], "listed once, by URL");
+    set("s3://datasets/imagenet", false);
+    let urls: Vec<String> = store.public_sources().expect("list").into_iter().map(|(u, _)| u).collect();
+    assert_eq!(urls, ["file:///shared/coco"]);
+    let audit = format!("{:?}", store.audit_rows(0, None, 100).expect("audit"));
+    assert!(audit.contains("source/s3://datasets/imagenet"), "{audit}");
+}

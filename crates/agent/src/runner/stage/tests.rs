@@ -28,6 +28,7 @@ fn order(job_id: i64, url: &str) -> StageOrder {
         team: "ml".into(),
         inputs: vec![Input::new("data", url)],
         secret: Default::default(),
+        public: Vec::new(),
     }
 }
 
@@ -104,4 +105,52 @@ async fn a_failing_source_is_reported_and_retried_and_leaves_nothing_cached() {
     std::fs::write(&big, vec![0u8; 500]).expect("smaller");
     let r = until_done(&s, 1).await;
     assert_eq!(r.bytes_done, 500);
+}
+
+#[tokio::test]
+async fn a_public_source_is_cached_once_for_every_team_and_a_private_one_once_per_team() {
+    let root = tempfile::tempdir().expect("tmp");
+    let (public, private) = (root.path().join("shared/public"), root.path().join("shared/private"));
+    std::fs::create_dir_all(root.path().join("shared")).expect("dirs");
+    std::fs::write(&public, vec![1u8; 1000]).expect("public");
+    std::fs::write(&private, vec![2u8; 700]).expect("private");
+    let s = stager(root.path(), CacheConfig::default());
+    let (public, private) = (format!("file://{}", public.display()), format!("file://{}", private.display()));
+    let of = |job_id: i64, team: &str, url: &str, is_public: bool| StageOrder {
+        team: team.into(),
+        public: if is_public { vec!["data".into()] } else { vec![] },
+        ..order(job_id, url)
+    };
+
+    s.apply(vec![of(1, "vision", &public, true)]);
+    assert_eq!(until_done(&s, 1).await.inputs[0].cache_hit, Some(false));
+    s.apply(vec![of(1, "vision", &public, true), of(2, "nlp", &public, true)]);
+    assert_eq!(until_done(&s, 2).await.inputs[0].cache_hit, Some(true), "another team's job: a hit");
+    let entries = s.cache().entries();
+    assert_eq!(entries.len(), 1, "one copy: {entries:?}");
+    assert_eq!((entries[0].team.as_str(), entries[0].hits), (PUBLIC_SCOPE, 1));
+    use std::os::unix::fs::PermissionsExt;
+    let dir = s.cache().team_dir(PUBLIC_SCOPE, None).expect("dir");
+    assert_eq!(std::fs::metadata(&dir).expect("meta").permissions().mode() & 0o777, 0o755);
+    // A job started without staging ahead (a gang's other worker) finds the public copy too.
+    let env = s.inputs_for(&assignment(3, &public), &Default::default()).await.expect("inputs");
+    assert!(env[0].1.starts_with(&dir.display().to_string()), "{env:?}");
+    assert_eq!(s.cache().entries()[0].in_use, 1);
+    s.release(3);
+    assert_eq!(s.cache().entries()[0].in_use, 0);
+
+    // The same without the mark: one copy per team, each in its own team's directory.
+    s.apply(vec![of(4, "vision", &private, false), of(5, "nlp", &private, false)]);
+    let (a, b) = (until_done(&s, 4).await, until_done(&s, 5).await);
+    assert_eq!(
+        (a.inputs[0].cache_hit, b.inputs[0].cache_hit),
+        (Some(false), Some(false)),
+        "no cross-team hit"
+    );
+    let mut teams: Vec<String> =
+        s.cache().entries().into_iter().filter(|e| e.url == private).map(|e| e.team).collect();
+    teams.sort();
+    assert_eq!(teams, ["nlp", "vision"], "two copies");
+    let vision = s.cache().team_dir("vision", None).expect("dir");
+    assert_eq!(std::fs::metadata(&vision).expect("meta").permissions().mode() & 0o777, 0o750);
 }
