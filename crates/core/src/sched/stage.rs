@@ -37,6 +37,9 @@ pub struct Stage {
     pub node_id: String,
     /// ms since the epoch.
     pub at: i64,
+    /// Ordered for a job the queue keeps waiting: its copy runs behind its queue wait (see
+    /// `super::locality`); otherwise the queue started it and it waits for the copy.
+    pub ahead: bool,
 }
 
 /// How a job's staging stands, as the caller keeps it between passes.
@@ -80,4 +83,9 @@ pub(super) fn step(job: &Job, s: &Snapshot, layout: &Layout<'_>) -> Step {
 /// Why a job whose inputs are staged on `node` waits when that node has no room.
 pub(super) fn no_room(node: &str) -> String {
     format!("waiting for room on {node}, where its inputs are staged")
+}
+
+/// Why a job the queue started waits for a node without room that holds its inputs.
+pub(super) fn waits_for(node: &str) -> String {
+    format!("waiting for room on {node}, which holds its inputs")
 }
