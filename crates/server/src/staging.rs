@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use gantry_api::inputs::{CacheEntry, Input, StageReport};
-use gantry_core::sched::{Stage, Staging as CoreStaging};
+use gantry_core::sched::{Cached, DEFAULT_BANDWIDTH_BPS, Locality, Stage, Staging as CoreStaging};
 use gantry_store::{Job, JobId};
 
 /// One job's staging.
@@ -34,6 +34,8 @@ struct Entry {
 pub struct Staging {
     jobs: Mutex<HashMap<JobId, Entry>>,
     caches: Mutex<HashMap<String, Vec<CacheEntry>>>,
+    /// Each node's last reported copy rate, bytes a second.
+    rates: Mutex<HashMap<String, u64>>,
 }
 
 /// What a node must stage: job, team, inputs and the name of the secret to read them with.
@@ -81,6 +83,10 @@ impl Staging {
     ) -> (bool, Vec<(JobId, Vec<Input>)>) {
         let (mut wake, mut finished) = (false, Vec::new());
         let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let rate = reports.iter().map(|r| r.rate_bps).max().unwrap_or(0);
+        if rate > 0 {
+            self.rates.lock().unwrap_or_else(PoisonError::into_inner).insert(node.to_owned(), rate);
+        }
         for r in reports {
             let Some(e) = jobs.get_mut(&r.job_id).filter(|e| e.node == node) else { continue };
             let before = e.report.as_ref().map(|b| (b.done, b.error.is_some()));
@@ -109,6 +115,29 @@ impl Staging {
                 (*id, CoreStaging { node: e.node.clone(), done, reason })
             })
             .collect()
+    }
+
+    /// What placement knows of the data (`gantry_core::sched::Locality`): every node's cache
+    /// as last reported, and the stage bandwidth, the median of the nodes' last copy rates (the
+    /// core's default before any copy was seen).
+    pub fn locality(&self) -> Locality {
+        let cached = self
+            .caches()
+            .into_iter()
+            .map(|c| Cached {
+                node: c.node,
+                team: c.team,
+                url: c.url,
+                version: c.version,
+                bytes: c.bytes,
+                last_used_ms: c.last_used_ms,
+            })
+            .collect();
+        let mut rates: Vec<u64> =
+            self.rates.lock().unwrap_or_else(PoisonError::into_inner).values().copied().collect();
+        rates.sort_unstable();
+        let bandwidth_bps = rates.get(rates.len() / 2).copied().unwrap_or(DEFAULT_BANDWIDTH_BPS);
+        Locality { cached, bandwidth_bps, ..Locality::default() }
     }
 
     /// Every node's cache, as last reported, by node, team and URL.
@@ -145,7 +174,7 @@ mod tests {
             inputs: vec![Input::new("d", "s3://bucket/d")],
             ..Job::default()
         };
-        t.order(&Stage { job_id: 7, node_id: "n1".into(), at: 0 }, &job);
+        t.order(&Stage { job_id: 7, node_id: "n1".into(), at: 0, ahead: false }, &job);
         assert_eq!(t.orders("n1").len(), 1);
         assert!(t.orders("n2").is_empty());
         let (wake, finished) = t.report("n2", vec![report(7, true, None)], vec![]);

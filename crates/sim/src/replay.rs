@@ -93,6 +93,17 @@ impl VirtualCluster {
         &self.snap
     }
 
+    /// How a pending job's staging stands now (the job simulator's virtual caches take longer
+    /// than the replay's instant copies).
+    pub fn set_staging(&mut self, id: JobId, staging: sched::Staging) {
+        self.snap.staging.insert(id, staging);
+    }
+
+    /// What the next passes know of the nodes' caches.
+    pub fn set_locality(&mut self, locality: sched::Locality) {
+        self.snap.locality = locality;
+    }
+
     /// A node joins (or comes back) with its GPUs.
     pub fn add_node(&mut self, node: Node, gpus: Vec<Gpu>) {
         self.snap.nodes.retain(|n| n.id != node.id);

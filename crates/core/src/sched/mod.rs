@@ -22,6 +22,8 @@
 //!   placement (`pack` or `spread`) is a scoring term of its request;
 //! - `stage`: a job with declared inputs is staged on the node its placement chose before it
 //!   is placed there, its GPUs not held meanwhile;
+//! - `locality`: a job with inputs prefers the nodes whose cache holds them, weighed against
+//!   the wait it costs, and a queued one is staged ahead behind its queue wait;
 //! - `reasons`: why each job waits, in the words `gantry jobs` shows;
 //! - [`Standing`]: the ledger (nodes, held allocations, blocked GPUs) a caller keeps between
 //!   passes and updates from its change log; [`plan_on`] plans on it, [`plan`] builds it;
@@ -37,6 +39,7 @@ mod gang;
 pub mod gates;
 mod layout;
 mod lend;
+mod locality;
 mod memory;
 mod plan;
 mod pools;
@@ -54,6 +57,7 @@ pub use baseline::plan_priority_fifo;
 pub use decision::{Decision, GangPlace, Grant, Place, Plan, Preemption, Resize};
 pub use gates::{Gated, gate};
 pub use lend::preemptible;
+pub use locality::{Cached, DEFAULT_BANDWIDTH_BPS, Locality};
 pub use memory::Memory;
 pub use plan::{plan, plan_grouped, plan_grouped_on, plan_on};
 pub use room::{Holder, NodeRoom, Room, Shape, find_room};
@@ -64,6 +68,9 @@ pub use standing::Standing;
 
 #[cfg(test)]
 mod checkpoint_tests;
+
+#[cfg(test)]
+mod locality_tests;
 
 #[cfg(test)]
 mod room_tests;

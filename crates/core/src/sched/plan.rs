@@ -33,6 +33,7 @@ use super::decision::Plan;
 use super::elastic::Elastic;
 use super::gates::gate;
 use super::layout::{Layout, to_request, typical_pods};
+use super::locality::Prefer;
 use super::reasons::{Reasons, waiting_for};
 use super::service::Spread;
 use super::snapshot::Snapshot;
@@ -99,13 +100,19 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
     let mut elastic = Elastic::new(&s.active, &layout, s.at, s.queue.resize_gap_ms);
     let mut reasons = Reasons::default();
     let mut spread = Spread::new(s, &layout);
+    let data = super::locality::Data::new(s, &layout);
     for k in ranked {
         let job = view.source[k];
         match &decisions[k] {
             // A running job that lost its place is only a candidate: it is stopped below when a
             // started job needs its GPUs.
             Decision::Keep { .. } | Decision::Preempt { .. } => {}
-            Decision::Wait { .. } => reasons.defer(&mut out, job, layout.request(job), true),
+            Decision::Wait { .. } => {
+                reasons.defer(&mut out, job, layout.request(job), true);
+                if super::stage::step(job, s, &layout) == Step::Stage {
+                    stage_ahead(&data, &layout, job, &mut out);
+                }
+            }
             Decision::Start { nodes, .. } if is_gang(job) => {
                 let workers = s.gang_workers(job.id);
                 if workers.len() != job.gang.as_ref().map_or(0, |g| g.replicas as usize) {
@@ -148,20 +155,46 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
             }
             Decision::Start { nodes, .. } => {
                 let Some(req) = layout.request(job) else { continue };
-                let step = super::stage::step(job, s, &layout);
+                let mut step = super::stage::step(job, s, &layout);
                 if let Step::Wait(reason) = step {
                     out.waiting.push((job.id, reason));
                     continue;
                 }
-                let only = match step {
-                    Step::Only(node) => Some(vec![node]),
-                    _ => None,
-                };
+                // The data's preference (`super::locality`): among the nodes that save the most
+                // copying, or waiting for one whose saving is worth the wait.
+                let mut only = None;
+                if let Step::Only(node) = step
+                    && !layout.cluster.node(node).is_some_and(|n| n.fits(&req))
+                {
+                    let instead = data.instead_of(&layout, job, &req, node);
+                    if !instead.is_empty() {
+                        (step, only) = (Step::Stage, Some(instead));
+                    }
+                }
+                match step {
+                    Step::Only(node) => only = Some(vec![node]),
+                    Step::Stage if only.is_none() => match data.prefer(&layout, job, &req) {
+                        Some(Prefer::Among(nodes)) => only = Some(nodes),
+                        Some(Prefer::WaitFor(node)) => {
+                            let node_id = layout.nodes[node].id.clone();
+                            out.waiting.push((job.id, super::stage::waits_for(&node_id)));
+                            out.stages.push(super::Stage { job_id: job.id, node_id, at: s.at, ahead: false });
+                            continue;
+                        }
+                        None => {}
+                    },
+                    _ => {}
+                }
                 // A service's replica is scored only on the nodes holding the fewest of its
                 // siblings (`super::service`); the queue's node is kept when it is one of them.
                 let service = s.service(job.id);
-                let few =
-                    only.or_else(|| service.and_then(|svc| spread.nodes_for(svc, &layout.cluster, &req)));
+                let siblings = service.and_then(|svc| spread.nodes_for(svc, &layout.cluster, &req));
+                let few = match (only, siblings) {
+                    (Some(only), Some(siblings)) if only.iter().any(|n| siblings.contains(n)) => {
+                        Some(only.into_iter().filter(|n| siblings.contains(n)).collect())
+                    }
+                    (only, siblings) => only.or(siblings),
+                };
                 // The queue's node is the fullest that holds the job: a packing choice.
                 let packs = req.placement == crate::Preference::Pack;
                 let wanted = (nodes.len() == 1 && req.gpu_milli == WHOLE_GPU && packs)
@@ -180,7 +213,12 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
                     Some(p) if step == Step::Stage => {
                         let place = layout.placement(job, &req, &p, s.at);
                         let why = format!("staging its inputs on {}", place.node_id);
-                        out.stages.push(super::Stage { job_id: job.id, node_id: place.node_id, at: s.at });
+                        out.stages.push(super::Stage {
+                            job_id: job.id,
+                            node_id: place.node_id,
+                            at: s.at,
+                            ahead: false,
+                        });
                         out.waiting.push((job.id, why));
                     }
                     Some(p) => {
@@ -199,8 +237,16 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
                     None if req.gpu_milli == WHOLE_GPU && req.gpus > 0 => {
                         let why = layout.why_not(&req);
                         victims.make_room(k, nodes, &mut layout, &mut out, why);
+                        if step == Step::Stage {
+                            stage_ahead(&data, &layout, job, &mut out);
+                        }
                     }
-                    None => reasons.defer(&mut out, job, Some(req), false),
+                    None => {
+                        reasons.defer(&mut out, job, Some(req), false);
+                        if step == Step::Stage {
+                            stage_ahead(&data, &layout, job, &mut out);
+                        }
+                    }
                 }
             }
         }
@@ -209,6 +255,17 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
     reasons.fill(&layout, s, &mut out);
     super::lend::place(&mut layout, s, &mut out);
     out
+}
+
+/// A job with inputs that waits is staged ahead: its copy runs behind its wait
+/// (`super::locality`).
+fn stage_ahead(data: &super::locality::Data<'_>, layout: &Layout<'_>, job: &Job, out: &mut Plan) {
+    if let Some(req) = layout.request(job)
+        && let Some(node) = data.ahead(layout, job, &req)
+    {
+        let node_id = layout.nodes[node].id.clone();
+        out.stages.push(super::Stage { job_id: job.id, node_id, at: data.at(), ahead: true });
+    }
 }
 
 /// Whether the job is a gang (not one of its workers, not a plain job).

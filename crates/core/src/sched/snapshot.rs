@@ -53,6 +53,8 @@ pub struct Snapshot {
     /// Where each pending job with declared inputs is being staged, and how far (the caller
     /// keeps the pass's `Stage` decisions and the agents' reports; see `super::stage`).
     pub staging: HashMap<JobId, super::stage::Staging>,
+    /// The nodes' cached datasets and the stage bandwidth (see `super::locality`).
+    pub locality: super::locality::Locality,
     /// GPUs idle jobs lent, with their borrowers (see `super::lend`).
     pub loans: Vec<gantry_api::idle::Loan>,
 }

@@ -43,6 +43,9 @@ pub struct Stage {
     pub node_id: String,
     /// ms since the epoch.
     pub at: i64,
+    /// Ordered for a job the queue keeps waiting: its copy runs behind its queue wait (see
+    /// `super::locality`); otherwise the queue started it and it waits for the copy.
+    pub ahead: bool,
 }
 
 /// How a job's staging stands, as the caller keeps it between passes.
@@ -169,8 +172,13 @@ pub(super) fn gang_stages(p: &super::GangPlace) -> Vec<Stage> {
     let mut out: Vec<Stage> = Vec::new();
     for w in &p.workers {
         if !out.iter().any(|st| st.node_id == w.node_id) {
-            out.push(Stage { job_id: w.job_id, node_id: w.node_id.clone(), at: p.at });
+            out.push(Stage { job_id: w.job_id, node_id: w.node_id.clone(), at: p.at, ahead: false });
         }
     }
     out
+}
+
+/// Why a job the queue started waits for a node without room that holds its inputs.
+pub(super) fn waits_for(node: &str) -> String {
+    format!("waiting for room on {node}, which holds its inputs")
 }

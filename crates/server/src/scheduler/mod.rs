@@ -157,6 +157,7 @@ pub async fn pass(app: &Arc<App>, housekeeping: &mut Housekeeping) -> Result<usi
     state.set_loans(loans);
     let staging = app.staging.snapshot(&|id| state.is_pending(id));
     state.set_staging(staging);
+    state.set_locality(app.staging.locality());
     let gap = i64::try_from(app.config.resize_interval.as_millis()).unwrap_or(i64::MAX);
     let queue = prepare(&mut state, &mut housekeeping.memory, at, gap);
     if let Ok(mut shown) = app.queue.write() {

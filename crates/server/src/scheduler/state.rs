@@ -228,6 +228,12 @@ impl State {
         self.snap.staging = staging;
     }
 
+    /// What the nodes' caches hold and how fast they fill (`crate::staging`), for placement
+    /// that prefers the data.
+    pub fn set_locality(&mut self, locality: gantry_core::sched::Locality) {
+        self.snap.locality = locality;
+    }
+
     /// Whether job `id` is pending.
     pub fn is_pending(&self, id: JobId) -> bool {
         self.snap.pending.binary_search_by_key(&id, |j| j.id).is_ok()

@@ -13,6 +13,7 @@ mod incremental;
 mod job_limits;
 mod limits;
 mod live;
+mod locality;
 mod pools;
 mod preemption;
 mod priority;

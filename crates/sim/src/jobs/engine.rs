@@ -116,6 +116,17 @@ pub trait JobPolicy {
     fn elastic(&self) -> bool {
         false
     }
+
+    /// Seconds job `job` (workload index) spends copying its dataset with the GPUs of `alloc`
+    /// held, as it starts on them (`--datasets`; 0 otherwise).
+    fn copy_on_start(&mut self, _now: u64, _job: usize, _alloc: &[usize]) -> u64 {
+        0
+    }
+
+    /// What the run measured of its datasets, when it has any (`--datasets`).
+    fn data_stats(&self) -> Option<super::data::DataStats> {
+        None
+    }
 }
 
 /// Why a simulation stopped.
@@ -232,6 +243,8 @@ pub struct RunResult {
     pub makespan_s: u64,
     /// Allocated GPU-seconds / (GPUs × makespan).
     pub utilisation: f64,
+    /// Datasets (`--datasets`): GPU time idle in copies, stage-in time and how much was hidden.
+    pub data: Option<super::data::DataStats>,
 }
 
 /// Memoised choices of elastic jobs: the batch split per (application, placement, epoch) and the
@@ -459,11 +472,12 @@ pub fn simulate(
         let decided = policy.schedule(now, &views, shape);
         drop(views);
         let step = Step { now, restart_s: config.restart_s, ranges: &ranges };
-        apply(&active, decided, &mut states, &mut ledger, jobs, step, &mut splits)?;
+        apply(&active, decided, &mut states, &mut ledger, jobs, step, &mut splits, policy)?;
         let waiting = active.iter().filter(|i| states[**i].alloc.is_empty()).count() as u32;
         let held: usize = states.iter().map(|s| s.alloc.len()).sum();
         result.queue.push((now, waiting, held as u32));
     }
+    result.data = policy.data_stats();
     finish(jobs, &states, &teams, shape, config, busy_gpu_s, result)
 }
 
@@ -485,6 +499,7 @@ struct Step<'a> {
     ranges: &'a [(u32, u32)],
 }
 
+#[allow(clippy::too_many_arguments)]
 fn apply(
     active: &[usize],
     decided: Vec<Vec<usize>>,
@@ -493,6 +508,7 @@ fn apply(
     jobs: &[JobRow],
     step: Step<'_>,
     splits: &mut Splits,
+    policy: &mut dyn JobPolicy,
 ) -> Result<(), SimError> {
     let mut decided = decided.into_iter();
     let mut changed = Vec::new();
@@ -510,7 +526,9 @@ fn apply(
     }
     for (i, alloc) in changed {
         hold(ledger, i, &alloc).map_err(|error| SimError::Refused { job: jobs[i].name.clone(), error })?;
-        states[i].reallocate(alloc, step.now, step.restart_s, splits);
+        // A job that copies its dataset as it starts holds its GPUs idle meanwhile.
+        let copy = if alloc.is_empty() { 0 } else { policy.copy_on_start(step.now, i, &alloc) };
+        states[i].reallocate(alloc, step.now, step.restart_s + copy, splits);
     }
     Ok(())
 }

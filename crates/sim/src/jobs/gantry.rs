@@ -54,6 +54,8 @@ pub struct GantryPolicy {
     teams: Vec<u32>,
     /// Every event given to the cluster, when recording.
     log: Option<Vec<Event>>,
+    /// Datasets (`--datasets`), when the run has them.
+    data: Option<super::datarun::DataRun>,
 }
 
 impl GantryPolicy {
@@ -68,7 +70,19 @@ impl GantryPolicy {
             next_id: 1,
             teams: Vec::new(),
             log: None,
+            data: None,
         }
+    }
+
+    /// A policy whose jobs read the datasets of `setup`, brought to the GPUs as `mode` says.
+    pub fn with_data(
+        mut self,
+        setup: super::data::DataSetup,
+        mode: super::data::DataMode,
+        tick_s: u64,
+    ) -> Self {
+        self.data = Some(super::datarun::DataRun::new(setup, mode, tick_s));
+        self
     }
 
     /// A policy that runs every job as an elastic job of its range, resized by the server's
@@ -91,6 +105,9 @@ impl GantryPolicy {
 
     fn apply(&mut self, event: Event) -> Vec<Decision> {
         let decided = self.cluster.apply(&event, PolicyKind::Gantry);
+        if let (Some(data), Event::Pass { at, .. }) = (&mut self.data, &event) {
+            data.decided(&decided, *at, &mut self.cluster, &self.nodes);
+        }
         if let Some(log) = &mut self.log {
             log.push(match event {
                 Event::Pass { at, resize_gap_ms, .. } => {
@@ -159,8 +176,10 @@ impl GantryPolicy {
     /// Submits a job that arrived: a plain job, an elastic one, or a gang and its workers.
     fn submit(&mut self, view: &JobView<'_>, now_ms: i64) {
         let id = self.next_id;
+        let inputs = self.data.as_mut().map(|d| d.submitted(view, id)).unwrap_or_default();
         let job = Job {
             id,
+            inputs,
             team: team_name(view.team),
             name: view.row.name.clone(),
             priority: view.row.priority,
@@ -227,13 +246,21 @@ impl GantryPolicy {
     }
 }
 
-fn team_name(t: usize) -> String {
+pub(super) fn team_name(t: usize) -> String {
     format!("team-{t}")
 }
 
 impl JobPolicy for GantryPolicy {
     fn elastic(&self) -> bool {
         self.elastic
+    }
+
+    fn copy_on_start(&mut self, now: u64, job: usize, alloc: &[usize]) -> u64 {
+        self.data.as_mut().map_or(0, |d| d.copy_on_start(now, job, alloc))
+    }
+
+    fn data_stats(&self) -> Option<super::data::DataStats> {
+        self.data.as_ref().map(|d| d.stats)
     }
 
     fn schedule(&mut self, now: u64, jobs: &[JobView<'_>], shape: &ClusterShape) -> Vec<Vec<usize>> {
@@ -251,6 +278,9 @@ impl JobPolicy for GantryPolicy {
             self.apply(Event::End(id, JobState::Succeeded));
         }
         self.set_teams(jobs, shape);
+        if let Some(data) = &mut self.data {
+            data.round(now, &mut self.cluster, shape.nodes as usize);
+        }
         for view in jobs {
             if !self.ids.contains_key(&view.id) {
                 self.submit(view, at);

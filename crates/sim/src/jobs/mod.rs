@@ -12,6 +12,8 @@
 //! Start reading at [`run_matrix`]: policies × workload files, in parallel, into a [`Report`].
 
 pub mod baselines;
+pub mod data;
+mod datarun;
 pub mod engine;
 pub mod gantry;
 pub mod profile;
@@ -134,6 +136,8 @@ pub struct Setup<'a> {
     pub config: SimConfig,
     /// Weights of the `gantry` policy.
     pub weights: &'a QueueWeights,
+    /// Datasets (`--datasets`): `gantry` runs once per [`data::DataMode`], the others not at all.
+    pub data: Option<&'a data::DataSetup>,
 }
 
 /// Runs every (policy, workload) pair on `threads` threads; `progress` is called with the number
@@ -145,9 +149,18 @@ pub fn run_matrix(
     threads: usize,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Result<Report, SimError> {
-    let Setup { profiles, shape, config, weights } = setup;
+    let Setup { profiles, shape, config, weights, data } = setup;
+    // (policy, data mode) runs: with datasets, `gantry` once per mode.
+    let runs: Vec<(JobPolicyKind, Option<data::DataMode>)> = match data {
+        None => policies.iter().map(|p| (*p, None)).collect(),
+        Some(_) => policies
+            .iter()
+            .filter(|p| **p == JobPolicyKind::Gantry)
+            .flat_map(|p| data::DataMode::ALL.into_iter().map(move |m| (*p, Some(m))))
+            .collect(),
+    };
     let pairs: Vec<(usize, usize)> =
-        (0..policies.len()).flat_map(|p| (0..workloads.len()).map(move |w| (p, w))).collect();
+        (0..runs.len()).flat_map(|p| (0..workloads.len()).map(move |w| (p, w))).collect();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<RunResult, SimError>>>> =
@@ -158,7 +171,18 @@ pub fn run_matrix(
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some((p, w)) = pairs.get(k).copied() else { break };
-                    let mut policy = policies[p].build(weights, &config);
+                    let (kind, mode) = runs[p];
+                    let mut policy = match (mode, data) {
+                        (Some(mode), Some(setup)) => {
+                            let gantry = if config.elastic {
+                                GantryPolicy::elastic(weights.clone())
+                            } else {
+                                GantryPolicy::new(weights.clone())
+                            };
+                            Box::new(gantry.with_data(setup.clone(), mode, config.tick_s))
+                        }
+                        _ => kind.build(weights, &config),
+                    };
                     let run = simulate(&workloads[w].jobs, profiles, shape, policy.as_mut(), config);
                     results.lock().expect("no thread panics while holding the lock")[k] = Some(run);
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1);
@@ -166,15 +190,17 @@ pub fn run_matrix(
             });
         }
     });
-    let mut runs = results.into_inner().expect("no thread panicked while holding the lock").into_iter();
+    let mut results = results.into_inner().expect("no thread panicked while holding the lock").into_iter();
     let mut report = Report { cluster: shape.clone(), policies: Vec::new() };
-    for policy in policies {
+    for (policy, mode) in runs {
         let mut files = Vec::new();
         for workload in workloads {
-            let run = runs.next().flatten().expect("every pair ran")?;
+            let run = results.next().flatten().expect("every pair ran")?;
             files.push((workload.file.clone(), run));
         }
-        report.policies.push(PolicyReport::new(*policy, config.elastic && policy.resizes(), files));
+        let mut r = PolicyReport::new(policy, config.elastic && policy.resizes(), files);
+        r.data = mode;
+        report.policies.push(r);
     }
     Ok(report)
 }

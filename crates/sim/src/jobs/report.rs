@@ -32,6 +32,8 @@ pub struct PolicyReport {
     pub elastic: bool,
     /// Per file.
     pub workloads: Vec<WorkloadReport>,
+    /// How jobs got their datasets (`--datasets`), when they had any.
+    pub data: Option<super::data::DataMode>,
 }
 
 /// One policy on one workload file.
@@ -81,16 +83,31 @@ impl PolicyReport {
             policy,
             elastic,
             workloads: files.into_iter().map(|(file, run)| WorkloadReport { file, run }).collect(),
+            data: None,
         }
     }
 
     /// The policy's name in tables, CSVs and charts: `gantry (elastic)` when it resized jobs.
     pub fn label(&self) -> String {
-        if self.elastic {
+        let name = if self.elastic {
             format!("{} (elastic)", self.policy.as_str())
         } else {
             self.policy.as_str().to_string()
+        };
+        match self.data {
+            Some(mode) => format!("{name} {}", mode.as_str()),
+            None => name,
         }
+    }
+
+    /// The datasets' figures summed over files, when the runs had datasets.
+    pub fn data_stats(&self) -> Option<super::data::DataStats> {
+        self.data?;
+        let mut sum = super::data::DataStats::default();
+        for w in &self.workloads {
+            sum.add(&w.run.data.unwrap_or_default());
+        }
+        Some(sum)
     }
 
     /// Mean over files of each file's mean JCT.
@@ -112,8 +129,20 @@ impl PolicyReport {
     /// The JSON object of this policy.
     pub fn json(&self) -> Value {
         let jcts = self.all_jcts();
+        let data = self.data.zip(self.data_stats()).map(|(mode, d)| {
+            json!({
+                "mode": mode.as_str(),
+                "copy_idle_gpu_h": round3(d.copy_idle_gpu_s / 3600.0),
+                "stage_in_h": round3(d.stage_in_s / 3600.0),
+                "exposed_h": round3(d.exposed_s / 3600.0),
+                "hidden_share": round3(d.hidden_share()),
+                "stagings": d.stagings,
+                "cache_hits": d.hits,
+            })
+        });
         json!({
             "policy": self.policy.as_str(),
+            "data": data,
             "elastic": self.elastic,
             "avg_jct_s": round(self.avg_jct()),
             "median_jct_s": round(quantile(&jcts, 0.5)),
@@ -149,14 +178,14 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{:<10} {:>10} {:>10} {:>10} {:>11} {:>9} {:>6} {:>6} {:>9}",
+            "{:<26} {:>10} {:>10} {:>10} {:>11} {:>9} {:>6} {:>6} {:>9}",
             "policy", "avg JCT s", "median s", "p99 s", "makespan s", "queue s", "util", "jain", "restarts"
         );
         for p in &self.policies {
             let jcts = p.all_jcts();
             let _ = writeln!(
                 s,
-                "{:<10} {:>10.0} {:>10.0} {:>10.0} {:>11.0} {:>9.0} {:>6.3} {:>6.3} {:>9.2}",
+                "{:<26} {:>10.0} {:>10.0} {:>10.0} {:>11.0} {:>9.0} {:>6.3} {:>6.3} {:>9.2}",
                 p.label(),
                 p.avg_jct(),
                 quantile(&jcts, 0.5),
@@ -166,6 +195,32 @@ impl Report {
                 p.over_files(|w| w.run.utilisation),
                 p.over_files(WorkloadReport::jain),
                 p.over_files(WorkloadReport::restarts_per_job),
+            );
+        }
+        s
+    }
+
+    /// With datasets: one row per mode, GPU-hours idle in copies, stage-in hours, the share
+    /// hidden behind queue wait, stagings and cache hits.
+    pub fn data_table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<26} {:>10} {:>14} {:>11} {:>8} {:>9} {:>6}",
+            "mode", "avg JCT s", "idle GPU-h", "stage-in h", "hidden", "stagings", "hits"
+        );
+        for p in &self.policies {
+            let Some(d) = p.data_stats() else { continue };
+            let _ = writeln!(
+                s,
+                "{:<26} {:>10.0} {:>14.2} {:>11.2} {:>7.1}% {:>9} {:>6}",
+                p.label(),
+                p.avg_jct(),
+                d.copy_idle_gpu_s / 3600.0,
+                d.stage_in_s / 3600.0,
+                d.hidden_share() * 100.0,
+                d.stagings,
+                d.hits,
             );
         }
         s

@@ -74,7 +74,7 @@ fn elastic_gantry_keeps_every_job_in_its_range_and_beats_rigid_gantry_on_a_small
     let weights = QueueWeights::default();
     let run = |elastic: bool| {
         let config = SimConfig { elastic, ..SimConfig::default() };
-        let setup = jobs::Setup { profiles: &profiles, shape: &shape, config, weights: &weights };
+        let setup = jobs::Setup { profiles: &profiles, shape: &shape, config, weights: &weights, data: None };
         // The engine refuses any width outside a job's range, so finishing is the range check.
         jobs::run_matrix(&[JobPolicyKind::Gantry], &w, setup, 1, &|_| {}).expect("every allocation accepted")
     };
@@ -97,7 +97,7 @@ fn elastic_gantry_reaches_three_thousand_seconds_at_load_one_on_pollux_workloads
     let profiles = jobs::load_profiles(&traces().join("job-profiles"), &shape, &workloads).expect("profiles");
     let weights = QueueWeights::default();
     let config = SimConfig { elastic: true, ..SimConfig::default() };
-    let setup = jobs::Setup { profiles: &profiles, shape: &shape, config, weights: &weights };
+    let setup = jobs::Setup { profiles: &profiles, shape: &shape, config, weights: &weights, data: None };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let report =
         jobs::run_matrix(&[JobPolicyKind::Gantry], &workloads, setup, threads, &|_| {}).expect("run");

@@ -26,8 +26,13 @@ fn run_dir(dir: &std::path::Path, policies: &[JobPolicyKind]) -> Report {
         jobs::load_profiles(&traces().join("traces/job-profiles"), &shape, &workloads).expect("profiles");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let weights = QueueWeights::default();
-    let setup =
-        jobs::Setup { profiles: &profiles, shape: &shape, config: SimConfig::default(), weights: &weights };
+    let setup = jobs::Setup {
+        profiles: &profiles,
+        shape: &shape,
+        config: SimConfig::default(),
+        weights: &weights,
+        data: None,
+    };
     jobs::run_matrix(policies, &workloads, setup, threads, &|_| {}).expect("simulation")
 }
 

@@ -2,6 +2,7 @@
 //! FGD result is reproduced, the ideal line holds, Gantry's policy beats FGD, and a seed fully
 //! determines a run.
 
+mod data;
 mod elastic;
 mod fuzz;
 mod jobs;

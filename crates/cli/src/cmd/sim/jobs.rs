@@ -37,6 +37,18 @@ pub struct JobsArgs {
     /// Weights of the `gantry` policy, `key=value,…` (see `docs/scheduling.md`).
     #[arg(long, default_value = "")]
     gantry_weights: String,
+    /// Datasets: a CSV `application,url,bytes[,source]`, one dataset per application. `gantry`
+    /// then runs three times: copying the dataset at every start with its GPUs held, staging
+    /// it while pending, and staging it with placement that prefers the nodes caching it; the
+    /// other policies do not run (see `docs/data.md`).
+    #[arg(long)]
+    datasets: Option<PathBuf>,
+    /// Node-local stage bandwidth with `--datasets`, MB/s (10^6 bytes a second).
+    #[arg(long, default_value_t = 500.0)]
+    stage_bandwidth: f64,
+    /// Each node's dataset cache with `--datasets`, GB (10^9 bytes).
+    #[arg(long, default_value_t = 1000.0)]
+    cache_size: f64,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -62,15 +74,42 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
         })?,
     };
     let profiles = jobs::load_profiles(&dir, &args.cluster, &workloads)?;
+    let data = match &args.datasets {
+        None => None,
+        Some(path) => {
+            if !args.policy.contains(&JobPolicyKind::Gantry) {
+                bail!("--datasets compares how gantry brings data to the GPUs; add gantry to --policy");
+            }
+            if !(args.stage_bandwidth.is_finite() && args.stage_bandwidth > 0.0) {
+                bail!("--stage-bandwidth must be a positive number of MB/s, not {}", args.stage_bandwidth);
+            }
+            if !(args.cache_size.is_finite() && args.cache_size >= 0.0) {
+                bail!("--cache-size must be a number of GB, not {}", args.cache_size);
+            }
+            let datasets = jobs::data::read_datasets(path)?;
+            Some(jobs::data::DataSetup {
+                datasets,
+                bandwidth_bps: (args.stage_bandwidth * 1e6) as u64,
+                cache_bytes: (args.cache_size * 1e9) as u64,
+            })
+        }
+    };
     let config =
         SimConfig { tick_s: 60, restart_s: args.restart_s, teams: args.teams.max(1), elastic: args.elastic };
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let total = args.policy.len() * workloads.len();
+    let runs = if data.is_some() { jobs::data::DataMode::ALL.len() } else { args.policy.len() };
+    let total = runs * workloads.len();
     let bar = super::runs_bar(total)?;
     let report = jobs::run_matrix(
         &args.policy,
         &workloads,
-        jobs::Setup { profiles: &profiles, shape: &args.cluster, config, weights: &weights },
+        jobs::Setup {
+            profiles: &profiles,
+            shape: &args.cluster,
+            config,
+            weights: &weights,
+            data: data.as_ref(),
+        },
         threads,
         &|done| bar.set_position(done as u64),
     )?;
@@ -82,6 +121,9 @@ pub fn run(args: JobsArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
         print!("{}", report.table());
+        if data.is_some() {
+            print!("\n{}", report.data_table());
+        }
     }
     Ok(())
 }
