@@ -5,16 +5,23 @@
 //! near 100 % whenever it has work. Four additions, each answering one of these facts; none is a
 //! per-trace knob:
 //!
-//! 1. **A capacity model** ([`ReplicaModel`]): how many concurrent requests one replica holds
-//!    while a new request still gets its first token within the SLO. The recommendation is
-//!    `ceil(peak concurrency / capacity)`, the peak taken over the last sync period, so a burst
-//!    that fills the queue between two syncs is counted, not averaged away. It is computed from
-//!    two service times (prefill of a typical request, its decode time) by queueing arithmetic:
-//!    a replica is loaded to the utilisation `ρ` at which the mean wait `t_p / (1 − ρ)` is a
-//!    quarter of the TTFT SLO (the p99 of an exponential wait is ≈ 4.6× its mean), and by
-//!    Little's law it then holds `ρ / t_p × (wait + decode)` requests.
-//! 2. **Panic mode**: when the last 6 s hold twice the ready replicas' capacity, or requests wait
-//!    in the gateway queue, the scale-up applies in this sync, whatever the up window.
+//! 1. **Sizing on the recent arrivals** ([`super::fluid`]): the count recommended is the fewest
+//!    replicas that would have served the arrivals of the last cold start in time, replayed
+//!    through a fluid queue of replicas each serving [`ReplicaModel::rate`] requests per
+//!    second, a request being late when it would wait longer than [`ReplicaModel::wait_s`];
+//!    at most 0.5 % of them may be (half the 1 % a 99 % SLO allows). Bursts recur: the
+//!    scale-down window (item 3) keeps the count a burst needed until it has not recurred for
+//!    three cold starts. The rate and the wait come from the profile's service times by
+//!    queueing arithmetic ([`ReplicaModel::from_service_times`]): a busy replica prefills one
+//!    typical prompt at a time (decode runs inside the prefill iterations), and a request may
+//!    wait half the TTFT SLO less its own prefill (the other half covers what a fluid queue of
+//!    one-second samples does not see: arrivals bunched within a second, uneven prompts, the
+//!    balancer's imbalance). The capacity in concurrent requests (Little's law at the
+//!    utilisation whose mean wait is a quarter of the SLO) is kept as the HPA target a driver
+//!    may use.
+//! 2. **Panic mode**: when requests wait in the gateway queue, or the sizing of item 1 on the
+//!    last 6 s alone asks for twice the ready replicas, the scale-up applies in this sync,
+//!    whatever the up window.
 //! 3. **A scale-down window tied to the cold start**: a replica released now and needed again
 //!    costs one cold start of GPU time (the ski-rental break-even is to keep an idle replica for
 //!    one cold start) but also a whole cold start of requests queued behind too few replicas.
@@ -32,7 +39,12 @@
 //! limit), scale-down window three cold starts (at least 300 s), and a 1 s sync.
 
 use super::config::{AutoscaleConfig, PolicyType, Resolved, ScalingPolicy, SelectPolicy};
+use super::fluid::replicas_for;
 use super::hpa::{History, explain, recommend};
+
+/// The share of requests the sizing lets wait beyond [`ReplicaModel::wait_s`]: a quarter of the 1 % a
+/// 99 % SLO allows.
+pub const LATE_SHARE: f64 = 0.0025;
 use super::{Bounds, Decision, Input};
 
 /// What one replica can hold and how long a new one takes.
@@ -40,6 +52,10 @@ use super::{Bounds, Decision, Input};
 pub struct ReplicaModel {
     /// Concurrent requests a replica holds within the TTFT SLO.
     pub capacity: f64,
+    /// Requests per second a busy replica serves.
+    pub rate: f64,
+    /// Seconds a request may wait for a replica before its prefill.
+    pub wait_s: f64,
     /// Seconds from a scale-up decision to a ready replica.
     pub cold_start_s: f64,
 }
@@ -51,7 +67,9 @@ impl ReplicaModel {
         let wait = slo_ttft_s / 4.0;
         let rho = (1.0 - prefill_s / wait.max(f64::MIN_POSITIVE)).clamp(0.05, 0.95);
         let capacity = (rho / prefill_s.max(1e-6) * (wait + decode_s)).max(1.0);
-        Self { capacity, cold_start_s }
+        let rate = 1.0 / prefill_s.max(1e-6);
+        let wait_s = (slo_ttft_s - prefill_s).max(slo_ttft_s / 10.0);
+        Self { capacity, rate, wait_s, cold_start_s }
     }
 }
 
@@ -115,13 +133,22 @@ impl GantryAutoscaler {
         if recent.iter().any(|s| s.concurrency() > 0.0 || s.rps > 0.0) {
             self.last_request_s = input.now_s;
         }
-        let cap = self.model.capacity;
-        let burst = input.mean(6.0, |s| Some(s.concurrency())).unwrap_or(0.0);
-        let by_capacity = (burst / cap - 1e-9).ceil().max(0.0) as u32;
+        let m = self.model;
+        let sized =
+            |seconds: f64| replicas_for(input.last(seconds), m.rate, m.wait_s, LATE_SHARE, self.bounds.max);
+        let horizon = self.down.window_s.max(m.cold_start_s).max(self.sync_s());
+        let by_arrivals = sized(horizon);
         let queued = recent.last().is_some_and(|s| s.queue_length > 0.0);
-        let panic = queued || burst >= 2.0 * cap * f64::from(input.ready.max(1));
-        let (mut raw, mut why) = if by_capacity > hpa {
-            (by_capacity, format!("concurrency {burst:.1} over 6 s, capacity {cap:.1} per replica"))
+        let panic = queued || sized(6.0) >= 2 * input.ready.max(1);
+        let (mut raw, mut why) = if by_arrivals > hpa {
+            let rps = input.mean(horizon, |s| Some(s.rps)).unwrap_or(0.0);
+            (
+                by_arrivals,
+                format!(
+                    "arrivals of the last {:.0} s (mean {rps:.1} req/s) need {by_arrivals} replicas of {:.1} req/s each",
+                    horizon, m.rate
+                ),
+            )
         } else {
             (hpa, hpa_why)
         };

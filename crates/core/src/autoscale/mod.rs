@@ -29,6 +29,7 @@
 
 pub mod baselines;
 pub mod config;
+pub mod fluid;
 pub mod gantry;
 pub mod hpa;
 #[cfg(test)]

@@ -137,18 +137,23 @@ fn ray_serve_scales_up_only_after_its_upscale_delay() {
 }
 
 fn model() -> ReplicaModel {
-    ReplicaModel { capacity: 5.0, cold_start_s: 90.0 }
+    ReplicaModel { capacity: 5.0, rate: 5.0, wait_s: 1.8, cold_start_s: 90.0 }
+}
+
+fn arriving(at_s: f64, rps: f64) -> Sample {
+    Sample { at_s, rps, in_flight: rps, ..Sample::default() }
 }
 
 #[test]
-fn gantry_answers_a_queue_in_one_sync_and_keeps_replicas_for_three_cold_starts() {
-    let mut g = GantryAutoscaler::new(in_flight(100.0), false, B, model());
-    let w = [Sample { at_s: 10.0, in_flight: 10.0, queue_length: 40.0, ..Sample::default() }];
+fn gantry_sizes_on_the_arrivals_of_its_window_and_keeps_replicas_for_three_cold_starts() {
+    let mut g = GantryAutoscaler::new(in_flight(256.0), false, B, model());
+    let w: Vec<Sample> = (1..=10).map(|t| arriving(f64::from(t), 50.0)).collect();
     let d = g.decide(&Input { now_s: 10.0, current: 2, ready: 2, window: &w });
-    assert_eq!(d.to, 10, "50 requests / capacity 5: {}", d.reason);
-    let w = [sample(290.0, 5.0)];
+    assert_eq!(d.to, 10, "50 req/s over replicas of 5 req/s: {}", d.reason);
+    assert!(d.reason.contains("need 10 replicas of 5.0 req/s"), "{}", d.reason);
+    let w = [arriving(290.0, 5.0)];
     assert_eq!(g.decide(&Input { now_s: 290.0, current: 10, ready: 10, window: &w }).to, 10);
-    let w = [sample(311.0, 5.0)];
+    let w = [arriving(311.0, 5.0)];
     assert_eq!(
         g.decide(&Input { now_s: 311.0, current: 10, ready: 10, window: &w }).to,
         1,
@@ -157,12 +162,35 @@ fn gantry_answers_a_queue_in_one_sync_and_keeps_replicas_for_three_cold_starts()
 }
 
 #[test]
+fn gantry_holds_a_burst_that_may_wait_within_the_slo_with_fewer_replicas_than_its_concurrency() {
+    let mut g = GantryAutoscaler::new(in_flight(256.0), false, B, model());
+    let mut w: Vec<Sample> = (1..=100).map(|t| arriving(f64::from(t), 5.0)).collect();
+    w[50].rps = 60.0;
+    w[50].in_flight = 60.0;
+    let d = g.decide(&Input { now_s: 100.0, current: 1, ready: 1, window: &w });
+    assert!(d.to < 12, "60 requests in one second may wait 1.8 s: {}", d.reason);
+    assert!(d.to >= 7, "60 requests need 60 / (5 × 1.8) replicas to start within 1.8 s: {}", d.reason);
+}
+
+#[test]
+fn gantry_answers_a_queue_in_one_sync_whatever_the_up_window() {
+    let c = block(
+        "metrics: [{type: in_flight, target: 256}]\nbehavior: {scale_up: {stabilization_window_s: 600}}",
+    );
+    let mut g = GantryAutoscaler::new(c, false, B, model());
+    let w = [Sample { at_s: 10.0, rps: 90.0, in_flight: 40.0, queue_length: 50.0, ..Sample::default() }];
+    let d = g.decide(&Input { now_s: 10.0, current: 2, ready: 2, window: &w });
+    assert_eq!(d.to, 10, "90 requests within 1.8 s at 5 req/s each: {}", d.reason);
+    assert!(d.reason.starts_with("scaled 2 → 10: panic:"), "{}", d.reason);
+}
+
+#[test]
 fn gantry_honours_an_explicit_hpa_behavior() {
     let c = block(
         "metrics: [{type: in_flight, target: 100}]\nbehavior: {scale_up: {policies: [{type: pods, value: 1, period_s: 60}]}}",
     );
     let mut g = GantryAutoscaler::new(c, false, B, model());
-    let w = [Sample { at_s: 0.0, queue_length: 50.0, ..Sample::default() }];
+    let w = [Sample { at_s: 0.0, rps: 50.0, queue_length: 50.0, ..Sample::default() }];
     assert_eq!(g.decide(&Input { now_s: 0.0, current: 2, ready: 2, window: &w }).to, 3);
 }
 
@@ -182,6 +210,8 @@ fn gantry_goes_to_zero_after_its_idle_time_and_back_on_the_first_request() {
 fn replica_capacity_follows_little_s_law_at_the_slo_utilisation() {
     let m = ReplicaModel::from_service_times(0.2, 1.0, 2.0, 90.0);
     assert!((m.capacity - 0.6 / 0.2 * 1.5).abs() < 1e-9, "{}", m.capacity);
+    assert!((m.rate - 5.0).abs() < 1e-9, "a busy replica prefills one 0.2 s prompt after another");
+    assert!((m.wait_s - 1.8).abs() < 1e-9, "the SLO less the request's own prefill");
 }
 
 proptest! {

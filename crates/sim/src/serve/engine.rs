@@ -87,6 +87,9 @@ struct World<'a> {
     recent_ttft: VecDeque<(f64, f64)>,
 }
 
+/// The least simulated time the warm-up lasts (see [`warmup_passes`]).
+pub const WARMUP_MIN_S: f64 = 1800.0;
+
 /// Replays `requests` against replicas of `profile` under `policy`.
 pub fn simulate(requests: &[RequestRow], profile: &Profile, policy: Autoscaler, cfg: RunConfig) -> RunResult {
     if !cfg.warmup || requests.is_empty() {
@@ -94,9 +97,29 @@ pub fn simulate(requests: &[RequestRow], profile: &Profile, policy: Autoscaler, 
     }
     let span = requests.last().map_or(0.0, |r| r.at_s);
     let offset = span + span / requests.len() as f64;
-    let mut twice = requests.to_vec();
-    twice.extend(requests.iter().map(|r| RequestRow { at_s: r.at_s + offset, ..*r }));
-    replay(&twice, profile, policy, cfg, requests.len())
+    let passes = warmup_passes(offset / cfg.rate_scale);
+    let mut repeated = Vec::with_capacity(requests.len() * (passes + 1));
+    for pass in 0..=passes {
+        let shift = offset * pass as f64;
+        repeated.extend(requests.iter().map(|r| RequestRow { at_s: r.at_s + shift, ..*r }));
+    }
+    replay(&repeated, profile, policy, cfg, requests.len() * passes)
+}
+
+/// Passes of a trace lasting `period_s` (after the rate scale) replayed before the measured
+/// one: enough to last [`WARMUP_MIN_S`], at least one.
+///
+/// Why: every policy starts with no history (no past recommendations, no delay counters) and
+/// with the same replicas; what it does in the measured pass depends on that start until its
+/// longest window or delay has passed (Ray Serve's 600 s downscale delay, HPA's 300 s, Gantry's
+/// three cold starts) and the replicas it asked for have started. One warm-up pass of a
+/// compressed trace is shorter than that (115 s at ×30, barely one cold start of 96 s), so the
+/// measured pass began in the start's transient for every policy alike: a policy that scaled
+/// down in the warm-up's first seconds entered it with thousands of requests still queued.
+/// Thirty minutes of the same load, repeated, let every policy reach the state this load
+/// leads it to.
+pub fn warmup_passes(period_s: f64) -> usize {
+    if period_s <= 0.0 { 1 } else { ((WARMUP_MIN_S / period_s).ceil() as usize).max(1) }
 }
 
 /// The run of `requests`, measuring from request `measured` on (earlier ones are warm-up).

@@ -10,10 +10,11 @@
 //! each of `hpa`, `kpa` and `rayserve` is run over a grid of targets and reported at the one
 //! with the fewest GPU-hours that meets the SLO (≥ 99 % of requests with TTFT within
 //! `slo_ttft_s`); `fixed` is the smallest constant count that meets it (an oracle). `gantry`
-//! runs once, with its target from the profile's capacity model and the SLO, never from the
+//! runs once, with its sizing from the profile's service times and the SLO, never from the
 //! trace. All runs start from the same state: `fixed`'s count ready at time 0 (the service is
 //! sized for its load when the trace begins; a 96 s cold start could not catch up otherwise),
-//! and share the balancer's seed.
+//! then at least 30 minutes of warm-up passes of the same trace ([`engine::warmup_passes`])
+//! before the measured one, and share the balancer's seed.
 
 pub mod engine;
 pub mod profile;

@@ -110,8 +110,9 @@ impl Profile {
             + self.epsilon * kv as f64
     }
 
-    /// Gantry's model of this replica for a TTFT SLO: a typical request's prefill alone, and its
-    /// decode in a batch of 16 (see [`ReplicaModel::from_service_times`]).
+    /// Gantry's model of this replica for a TTFT SLO: a typical request's prefill alone (its
+    /// inverse is the rate a busy replica serves), and its decode in a batch of 16 (see
+    /// [`ReplicaModel::from_service_times`]).
     pub fn replica_model(&self, slo_ttft_s: f64) -> ReplicaModel {
         let p = u64::from(TYPICAL_PROMPT);
         let chunks = p.div_ceil(u64::from(CHUNK_TOKENS));

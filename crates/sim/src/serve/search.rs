@@ -67,7 +67,7 @@ pub fn evaluate(
             }
             ServePolicy::Gantry => {
                 let model = profile.replica_model(s.slo_ttft_s);
-                let config = hpa_config(model.capacity);
+                let config = hpa_config(f64::from(profile.kv_seqs));
                 let g = GantryAutoscaler::new(config, false, bounds, model);
                 let r = simulate(requests, profile, Autoscaler::Gantry(g), cfg(initial));
                 Some(Outcome::new(policy, Some(model.capacity), r, s.slo_ttft_s))

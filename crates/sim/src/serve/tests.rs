@@ -124,3 +124,11 @@ fn every_policy_reports_on_the_excerpt_and_the_fixed_oracle_meets_the_slo() {
     assert_eq!(json["policies"][0]["requests"], 2000);
     assert!(report.svg().starts_with("<svg"));
 }
+
+#[test]
+fn the_warm_up_lasts_thirty_minutes_of_whole_passes() {
+    assert_eq!(engine::warmup_passes(114.6), 16, "the code trace at ×30");
+    assert_eq!(engine::warmup_passes(343.7), 6, "at ×10");
+    assert_eq!(engine::warmup_passes(3600.0), 1);
+    assert_eq!(engine::warmup_passes(0.0), 1);
+}

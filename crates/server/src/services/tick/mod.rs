@@ -1,23 +1,29 @@
 //! The controller's loop: load, decide (through [`super::plan`] and [`super::scale`]), carry
 //! out, hand the gateway its table, probe. The I/O edge of the service controller.
+//!
+//! One idea a module: this one is the loop and one service's step; [`autoscale`] the
+//! autoscaler's step, [`read`] the store read, [`replica`] the job a replica is submitted as,
+//! [`address`] where the gateway reaches it.
+
+mod address;
+mod autoscale;
+mod read;
+mod replica;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use gantry_api::elastic::GpuRange;
-use gantry_core::autoscale::Sample;
-use gantry_store::{
-    Gpu, JobFilter, JobId, JobState, NewJob, Node, Replica, Service, ServiceDecision, Store, StoreError,
-    SubmitRequest,
-};
+use gantry_store::{Gpu, JobId, JobState, NewJob, Replica, Service, ServiceDecision, StoreError};
 use tokio::sync::{mpsc, watch};
 
+use self::address::{address, resolve};
+use self::read::{Series, load};
+use self::replica::{port, replica_job};
 use super::plan::{self, Action, Phase, ReplicaState};
 use super::probe::{self, Probe};
-use super::quota::{self, TeamQuota};
+use super::quota::TeamQuota;
 use super::scale::Scaler;
-use super::signals;
 use super::{ReplicaStatus, ServiceStatus};
 use crate::app::{App, now_ms};
 use crate::gateway::{Demand, ReplicaEndpoint, Route, RoutingTable, ServiceKey};
@@ -307,113 +313,6 @@ impl Controller {
         (route, st)
     }
 
-    /// The autoscaler's decision for this tick (recorded when it changes the count); returns
-    /// the count to keep.
-    fn autoscale(
-        &mut self,
-        app: &App,
-        key: &ServiceKey,
-        service: &Service,
-        ready_replicas: &[(&gantry_store::Job, SocketAddr)],
-        at: &At<'_>,
-        effects: &mut Effects,
-    ) -> u32 {
-        let (now, ready) = (at.now, ready_replicas.len() as u32);
-        let now_s = now as f64 / 1000.0;
-        let generation = service.generation;
-        let stale = self.scalers.get(key).is_none_or(|(g, _)| *g != generation);
-        if stale {
-            match Scaler::new(&service.spec, now_s) {
-                Ok(s) => {
-                    self.scalers.insert(key.clone(), (generation, s));
-                }
-                Err(e) => {
-                    tracing::warn!(service = %key, error = %e, "a stored service has a bad autoscale block")
-                }
-            }
-        }
-        let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
-        let (gpu_utilization, sm_active) = if scaler.gpu_metrics() {
-            let uuids = ready_replicas.iter().flat_map(|(job, _)| job.gpu_uuids.iter().map(String::as_str));
-            signals::gpu_levels(uuids, &at.signals.gpus, &|node| at.signals.fresh.contains(node))
-        } else {
-            (None, None)
-        };
-        let series = scaler.series().to_vec();
-        let every = scaler.scrape_every_ms();
-        let prometheus = self.scrape(ready_replicas, &series, every, now);
-        let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
-        let snapshot = app.gateway.snapshot(key);
-        let (queued, total) = snapshot.as_ref().map_or((0, 0), |s| (s.queue_length, s.requests_total));
-        if let Some(s) = &snapshot {
-            let sample = Sample {
-                at_s: now_s,
-                in_flight: s.in_flight as f64,
-                queue_length: s.queue_length as f64,
-                rps: s.rps,
-                ttft_p95_s: (s.rps > 0.0).then_some(s.ttft_p95_s),
-                gpu_utilization,
-                sm_active,
-                prometheus,
-            };
-            scaler.observe(sample, total);
-        }
-        let held = self.held.get(key).copied().unwrap_or(0).max(if ready == 0 { queued } else { 0 });
-        if let Some(since) = self.cold.get(key).copied().filter(|_| ready > 0) {
-            self.cold.remove(key);
-            let took = (now - since) as f64 / 1000.0;
-            let reason = format!("cold start: the first replica was ready after {took:.1} s");
-            effects.scale.push((
-                service.id,
-                service.desired,
-                decision(now, service.desired, service.desired, reason),
-            ));
-        }
-        let Some(d) = scaler.decide(now_s, service.desired, ready, held) else { return service.desired };
-        if d.from == 0 {
-            self.cold.insert(key.clone(), now);
-        }
-        effects.scale.push((service.id, d.to, decision(now, d.from, d.to, d.reason)));
-        d.to
-    }
-
-    /// Sends the scrapes of `ready` replicas that are due (when `series` names any), and
-    /// returns the wanted series summed over the ready replicas' recent scrapes.
-    fn scrape(
-        &mut self,
-        ready: &[(&gantry_store::Job, SocketAddr)],
-        series: &[String],
-        every_ms: i64,
-        now: i64,
-    ) -> BTreeMap<String, f64> {
-        if series.is_empty() {
-            return BTreeMap::new();
-        }
-        for (job, addr) in ready {
-            let due = self.scraped_at.get(&job.id).is_none_or(|last| now - last >= every_ms);
-            if !due || self.scraping.contains_key(&job.id) {
-                continue;
-            }
-            let Some(tx) = self.scrape_tx.clone() else { break };
-            self.scraping.insert(job.id, now);
-            self.scraped_at.insert(job.id, now);
-            let (id, addr, wanted) = (job.id, *addr, series.to_vec());
-            tokio::spawn(async move {
-                let scraped = signals::fetch(addr).await.map(|text| signals::parse_series(&text, &wanted));
-                let _ = tx.send((id, scraped));
-            });
-        }
-        // A scrape older than three intervals (the replica stopped answering) counts no more.
-        let recent = |at: i64| now - at <= 3 * every_ms.max(1000);
-        signals::sum_scrapes(
-            ready
-                .iter()
-                .filter_map(|(job, _)| self.scraped.get(&job.id))
-                .filter(|(at, _)| recent(*at))
-                .map(|(_, s)| s),
-        )
-    }
-
     /// Counts replicas that failed since the controller started (back-off).
     fn count_failures(&mut self, key: &ServiceKey, replicas: &[Replica]) {
         for r in replicas.iter().filter(|r| r.job.state.is_terminal()) {
@@ -493,142 +392,4 @@ impl Controller {
 
 fn decision(at: i64, from: u32, to: u32, reason: String) -> ServiceDecision {
     ServiceDecision { at, from, to, reason }
-}
-
-/// What binds each service's team, by team.
-type Quotas = HashMap<String, TeamQuota>;
-
-/// One tick's read: the services, the nodes, the teams' quotas and the GPUs.
-type Read = (Vec<Loaded>, Vec<Node>, Quotas, Vec<Gpu>);
-
-/// Scraped series of one replica.
-type Series = BTreeMap<String, f64>;
-
-/// Services with their replicas, the nodes, and what binds each service's team.
-fn load(store: &dyn Store, borrow_limit: f64) -> Result<Read, StoreError> {
-    let mut out = Vec::new();
-    for service in store.services(None)? {
-        let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
-        out.push(Loaded { service, replicas });
-    }
-    let mut quotas = HashMap::new();
-    let mut all_gpus = Vec::new();
-    if !out.is_empty() {
-        all_gpus = store.gpus()?;
-        let (teams, counts, gpus) = (store.teams()?, store.job_counts()?, all_gpus.len() as u32);
-        for l in &out {
-            let name = &l.service.team;
-            if quotas.contains_key(name) {
-                continue;
-            }
-            let team = teams.iter().find(|t| t.name == *name);
-            let guarantee = team.and_then(|t| t.gpu_quota);
-            let pending = counts.iter().filter(|(t, s, _)| t == name && *s == JobState::Pending).map(|c| c.2);
-            let quota = TeamQuota {
-                team: name.clone(),
-                guarantee,
-                cap: quota::cap(guarantee, borrow_limit, gpus),
-                used_gpus: active_gpus(store, name)?,
-                pending: pending.sum(),
-                pending_limit: team
-                    .and_then(|t| t.pending_limit)
-                    .unwrap_or(crate::command::DEFAULT_PENDING_LIMIT),
-            };
-            quotas.insert(name.clone(), quota);
-        }
-    }
-    Ok((out, store.nodes()?, quotas, all_gpus))
-}
-
-/// Whole GPUs the team's jobs that have not ended ask for (a gang counts its workers).
-fn active_gpus(store: &dyn Store, team: &str) -> Result<u32, StoreError> {
-    let mut total = 0;
-    for state in [JobState::Pending, JobState::Scheduled, JobState::Running] {
-        let filter = JobFilter { state: Some(state), team: Some(team.to_owned()), ..JobFilter::default() };
-        for job in store.jobs(&filter)? {
-            let parent = job.gang.as_ref().is_some_and(|g| !g.is_worker());
-            if !parent && job.stop.is_none() {
-                total += job.request.gpus;
-            }
-        }
-    }
-    Ok(total)
-}
-
-/// The replica job for a service's current generation, listening on `port`.
-fn replica_job(s: &Service, port: u16, now: i64) -> NewJob {
-    let spec = &s.spec;
-    let mut env = spec.env.clone();
-    env.insert("PORT".into(), port.to_string());
-    let request = SubmitRequest {
-        command: spec.command.clone(),
-        gpus: GpuRange::count(spec.gpus),
-        gpu_memory_mib: spec.gpu_memory.unwrap_or(0),
-        cpu_milli: spec.cpu.map_or(0, |c| (c * 1000.0).round() as u64),
-        memory_mib: spec.memory.unwrap_or(0),
-        team: Some(s.team.clone()),
-        priority: spec.priority,
-        name: Some(s.name.clone()),
-        max_retries: Some(0),
-        env,
-        labels: spec.labels.clone(),
-        wait_for_capacity: true,
-        ..SubmitRequest::default()
-    };
-    NewJob {
-        spec: request,
-        team: s.team.clone(),
-        name: s.name.clone(),
-        submitted_at: now,
-        user: None,
-        service: Some((s.name.clone(), s.generation)),
-    }
-}
-
-fn port(job: &gantry_store::Job) -> Option<u16> {
-    job.env.get("PORT").and_then(|p| p.parse().ok())
-}
-
-/// Where the gateway reaches a running replica: its node's address and its port.
-fn address(job: &gantry_store::Job, addrs: &HashMap<String, Option<IpAddr>>) -> Option<SocketAddr> {
-    let ip = addrs.get(job.node_id.as_deref()?)?.as_ref()?;
-    Some(SocketAddr::new(*ip, port(job)?))
-}
-
-/// Each node's address: its advertised address, else its host name, resolved.
-///
-/// A node whose jobs have network namespaces publishes a replica's port with `portmap`, whose
-/// rule catches connections to the node's own addresses but, with `route_localnet` off (the
-/// agent keeps it off so that jobs never reach the node's loopback), not to `127.0.0.0/8`. A node
-/// that names itself by a loopback address is this machine: the gateway reaches its replicas
-/// through one of this machine's other addresses instead.
-async fn resolve(nodes: &[Node]) -> HashMap<String, Option<IpAddr>> {
-    let mut out = HashMap::new();
-    for n in nodes {
-        let host = n.advertise_addr.clone().unwrap_or_else(|| n.hostname.clone());
-        let ip = match host.parse::<IpAddr>() {
-            Ok(ip) => Some(ip),
-            Err(_) => tokio::net::lookup_host((host.as_str(), 0))
-                .await
-                .ok()
-                .and_then(|mut a| a.next())
-                .map(|a| a.ip()),
-        };
-        let ip = match ip {
-            Some(ip) if ip.is_loopback() && n.network == gantry_store::NodeNetwork::Cni => {
-                Some(own_address().unwrap_or(ip))
-            }
-            other => other,
-        };
-        out.insert(n.id.clone(), ip);
-    }
-    out
-}
-
-/// A non-loopback address of this machine: the source of its route toward a private address
-/// (a UDP "connection" sends nothing).
-fn own_address() -> Option<IpAddr> {
-    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0)).ok()?;
-    socket.connect(("10.255.255.254", 9)).ok()?;
-    Some(socket.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
 }
