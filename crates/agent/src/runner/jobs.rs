@@ -117,6 +117,12 @@ impl Jobs {
         out
     }
 
+    /// Attempts that run now: (job, attempt, cgroup, simulated pids), for the input meter.
+    pub fn running(&self) -> Vec<(JobId, u32, Option<Arc<Cgroup>>, Vec<u32>)> {
+        let running = self.local.iter().filter(|(_, l)| l.exit.is_none() && l.pgid.is_some());
+        running.map(|(id, l)| (*id, l.attempt, l.cgroup.clone(), l.sim_pids.clone())).collect()
+    }
+
     /// What to tell the server; the ends of jobs in `hold` are not told yet (their output is
     /// still being shipped).
     pub fn reports(&self, hold: &dyn Fn(JobId) -> bool) -> Vec<JobReport> {
