@@ -105,7 +105,7 @@ pub fn judge(cfg: &StallConfig, activity: f64, input: InputActivity) -> StallSam
 /// CPU saturation over an interval: `used_usec` of CPU time in `interval_usec` of wall time,
 /// for a job that may use `cpus` CPUs (its quota, else the node's). 0 for an empty interval.
 pub fn cpu_busy(used_usec: u64, interval_usec: u64, cpus: f64) -> f64 {
-    if interval_usec == 0 || !(cpus > 0.0) {
+    if interval_usec == 0 || !cpus.is_finite() || cpus <= 0.0 {
         return 0.0;
     }
     (used_usec as f64 / (interval_usec as f64 * cpus)).clamp(0.0, 1.0)

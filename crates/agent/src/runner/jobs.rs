@@ -61,6 +61,9 @@ pub struct Fetched {
 /// staged inputs.
 pub type Prepared = (Option<std::path::PathBuf>, Vec<(String, String)>);
 
+/// A running attempt as the input meter reads it: job, attempt, cgroup, simulated pids.
+pub type Running = (JobId, u32, Option<Arc<Cgroup>>, Vec<u32>);
+
 /// The jobs of this node.
 #[derive(Debug)]
 pub struct Jobs {
@@ -118,7 +121,7 @@ impl Jobs {
     }
 
     /// Attempts that run now: (job, attempt, cgroup, simulated pids), for the input meter.
-    pub fn running(&self) -> Vec<(JobId, u32, Option<Arc<Cgroup>>, Vec<u32>)> {
+    pub fn running(&self) -> Vec<Running> {
         let running = self.local.iter().filter(|(_, l)| l.exit.is_none() && l.pgid.is_some());
         running.map(|(id, l)| (*id, l.attempt, l.cgroup.clone(), l.sim_pids.clone())).collect()
     }

@@ -117,6 +117,9 @@ pub(super) fn record_use(
     Ok(Some(at))
 }
 
+/// A team's (and user's) GPU time used and lost to data stalls, milli-GPU-ms.
+type TeamUse = (String, Option<String>, i64, i64);
+
 /// GPU time used and lost to data stalls per team (and user) in the hours starting in
 /// `[since, until)`, milli-GPU-ms.
 pub(super) fn used(
@@ -125,7 +128,7 @@ pub(super) fn used(
     until: i64,
     by_user: bool,
     teams: Option<&str>,
-) -> Result<Vec<(String, Option<String>, i64, i64)>> {
+) -> Result<Vec<TeamUse>> {
     let user = if by_user { "j.\"user\"" } else { "NULL" };
     let sql = format!(
         "SELECT j.team, {user}, CAST(SUM(u.used_milli_ms) AS BIGINT), CAST(SUM(u.stalled_milli_ms) AS BIGINT) \
@@ -149,7 +152,7 @@ pub(super) fn stall_of_job(c: &dyn Conn, job: i64) -> Result<(i64, i64)> {
          FROM gpu_use u JOIN allocations a ON a.id = u.allocation_id JOIN jobs j ON j.id = a.job_id \
          WHERE j.id = ?1 OR j.gang_id = ?1",
     )?;
-    Ok(stmt.query_row(params![job], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    stmt.query_row(params![job], |r| Ok((r.get(0)?, r.get(1)?)))
 }
 
 /// GPU time used per job submitted at or after `since`, milli-GPU-ms.
