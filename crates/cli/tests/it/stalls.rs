@@ -76,7 +76,9 @@ fn a_job_stalled_on_its_input_is_named_with_its_input_and_its_share_and_counted_
         .expect("a percentage");
     assert!((20.0..=60.0).contains(&figure), "about 40 % lost: {said}");
     assert!(
-        finding["jobs"].as_array().is_some_and(|j| j.iter().any(|j| j["id"].to_string() == stalled)),
+        finding["jobs"]
+            .as_array()
+            .is_some_and(|j| j.iter().any(|j| j["id"].as_i64() == stalled.parse().ok())),
         "{finding}"
     );
     assert!(
