@@ -18,7 +18,7 @@ const RESERVED: &[&str] =
 const RESERVED_PREFIXES: &[&str] = &["GANTRY_", "CUDA_MPS_"];
 
 /// Names under a reserved prefix a job may declare: the simulated fleet's utilisation profile
-/// (`idle`, `steady`, `bursty`), which only the simulated GPU backend reads.
+/// (`idle`, `steady`, `bursty`, `input_stall:SHARE`), which only the simulated GPU backend reads.
 const ALLOWED: &[&str] = &["GANTRY_SIM_PROFILE"];
 
 /// Checks one declared variable; the error is a sentence naming the variable.

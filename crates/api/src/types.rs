@@ -43,6 +43,34 @@ pub struct JobDetail {
     /// lend`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loans: Vec<crate::idle::Loan>,
+    /// GPU time it lost waiting for its input, once its agent judged any of it (none before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<JobStall>,
+}
+
+/// A job's data stalls: the GPU time its agents judged and the part of it lost waiting for
+/// input (the rule: `gantry_gpu::stall`), every attempt and worker.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobStall {
+    /// GPU-hours judged (a whole GPU for an hour is 1; a slice counts its share).
+    pub measured_gpu_hours: f64,
+    /// GPU-hours of those lost waiting for input.
+    pub stalled_gpu_hours: f64,
+    /// `stalled_gpu_hours / measured_gpu_hours`, 0–1.
+    pub share: f64,
+}
+
+impl JobStall {
+    /// From the store's milli-GPU-ms; none when nothing was judged.
+    pub fn from_milli_ms(measured: i64, stalled: i64) -> Option<Self> {
+        let hours = |m: i64| m as f64 / 1000.0 / 3_600_000.0;
+        (measured > 0).then(|| JobStall {
+            measured_gpu_hours: hours(measured),
+            stalled_gpu_hours: hours(stalled),
+            share: (stalled as f64 / measured as f64).clamp(0.0, 1.0),
+        })
+    }
 }
 
 /// Which jobs to list.

@@ -53,6 +53,7 @@ pub mod findings;
 pub mod health;
 mod nvml;
 pub mod sim;
+pub mod stall;
 mod types;
 
 pub use backend::GpuBackend;

@@ -162,6 +162,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// GPU time used (utilisation × share × time, milli-GPU-ms) per job submitted at or after
     /// `since`, from the same samples as [`Store::usage`]; jobs without samples are absent.
     fn gpu_use_by_job(&self, since: i64) -> Result<Vec<(JobId, i64)>>;
+    /// A job's GPU time judged for data stalls and the part of it lost waiting for input, both
+    /// milli-GPU-ms (every attempt, and a gang's workers): `(0, 0)` when never judged.
+    fn gpu_stall_of_job(&self, id: JobId) -> Result<(i64, i64)>;
+    /// [`Store::gpu_stall_of_job`] for every job holding GPUs now, over its held allocations
+    /// only (the running attempt): `(job, measured, stalled)`; jobs never judged are absent.
+    fn gpu_stalls_held(&self) -> Result<Vec<(JobId, i64, i64)>>;
     /// Events, newest first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
 

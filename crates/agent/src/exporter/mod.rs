@@ -11,9 +11,11 @@
 //!   publishes each encoded result as the latest [`Snapshot`](sampler::Snapshot);
 //! - [`server`] serves the snapshot; a scrape only clones bytes, so its cost does not depend on
 //!   NVML latency or the number of GPUs;
+//! - [`cache`] counts the node's dataset cache and staging (the agent's `/metrics` only);
 //! - [`client`] is a tiny loopback HTTP/1.0 client for the benchmark and tests.
 
 pub mod attribution;
+pub mod cache;
 pub mod client;
 pub mod encode;
 pub mod metrics;

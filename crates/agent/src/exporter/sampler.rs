@@ -149,6 +149,8 @@ pub struct Publisher {
     counters: Counters,
     pods: Option<(Arc<PodCell>, PodUids)>,
     last: Option<Attributed>,
+    /// The node's dataset cache, when an agent serves these metrics.
+    cache: Option<Arc<super::cache::CacheMetrics>>,
 }
 
 /// A collection with its jobs and pod UIDs.
@@ -176,7 +178,13 @@ impl Publisher {
                 (cell, uids)
             }),
             last: None,
+            cache: None,
         }
+    }
+
+    /// Also appends the node's cache and staging metrics to every snapshot.
+    pub fn set_cache(&mut self, cache: Arc<super::cache::CacheMetrics>) {
+        self.cache = Some(cache);
     }
 
     /// The cell the `/metrics` route serves.
@@ -209,7 +217,11 @@ impl Publisher {
         if let Some(a) = &self.last {
             let map = self.pods.as_ref().map(|(cell, _)| cell.latest());
             let pods = Pods { map: map.as_deref(), uids: &a.uids };
-            let body = encode::encode_with_pods(&a.collection, &self.hostname, &a.jobs, pods, &self.counters);
+            let mut body =
+                encode::encode_with_pods(&a.collection, &self.hostname, &a.jobs, pods, &self.counters);
+            if let Some(cache) = &self.cache {
+                cache.encode(&mut body);
+            }
             self.cell.publish(Snapshot { body: Bytes::from(body), collected_at: Some(Instant::now()) });
         }
     }

@@ -23,6 +23,7 @@ use gantry_api::types::HeartbeatResponse;
 
 use super::error::AgentError;
 use super::jobs::Jobs;
+use super::meter::InputMeter;
 use super::ship::Shipper;
 use super::{Client, Gpus};
 
@@ -43,6 +44,7 @@ pub struct Beats {
     wait: Duration,
     known: Option<String>,
     in_flight: Option<InFlight>,
+    meter: InputMeter,
 }
 
 impl std::fmt::Debug for Beats {
@@ -58,7 +60,7 @@ impl std::fmt::Debug for Beats {
 impl Beats {
     /// No heartbeat in flight yet; each may be held up to `wait` (the heartbeat interval).
     pub fn new(client: Client, wait: Duration) -> Self {
-        Self { client, wait, known: None, in_flight: None }
+        Self { client, wait, known: None, in_flight: None, meter: InputMeter::default() }
     }
 
     /// Whether no heartbeat is in flight.
@@ -85,6 +87,7 @@ impl Beats {
         let (mut reports, processes) = gpus.collect();
         jobs.enforce_grants(&processes);
         jobs.attribute(&mut reports, &processes);
+        self.meter.judge(&mut reports, jobs, gpus);
         let attempts = jobs.attempts();
         let shipping = shipper.is_some();
         let (logs, drained) = match shipper {

@@ -30,6 +30,10 @@ const V1_CONTROLLERS: &[&str] = &["memory", "cpu", "pids", "devices", "freezer"]
 /// The v2 controllers enabled for jobs' groups.
 const V2_CONTROLLERS: &[&str] = &["memory", "cpu", "pids"];
 
+/// v2 controllers enabled only for what they count (`io.stat`: a job's reads, which the input
+/// meter judges data stalls by), when the hierarchy offers them.
+const V2_STAT_CONTROLLERS: &[&str] = &["io"];
+
 /// The CFS period the CPU quota is expressed in, µs.
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -104,7 +108,12 @@ impl Cgroups {
     fn open_v2(root: &Path, available: Vec<&str>, scope: &str) -> Result<Self, String> {
         let parent = root.join("gantry").join(scope);
         std::fs::create_dir_all(&parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-        let wanted: Vec<&str> = V2_CONTROLLERS.iter().copied().filter(|c| available.contains(c)).collect();
+        let wanted: Vec<&str> = V2_CONTROLLERS
+            .iter()
+            .chain(V2_STAT_CONTROLLERS)
+            .copied()
+            .filter(|c| available.contains(c))
+            .collect();
         for dir in [root.to_path_buf(), root.join("gantry"), parent.clone()] {
             for controller in &wanted {
                 // Already enabled is fine; a controller that cannot be enabled shows up as a

@@ -87,6 +87,13 @@ impl Gpus {
         cell
     }
 
+    /// Serves the node's cache and staging metrics beside the GPUs' (when it publishes any).
+    pub fn publish_cache(&self, cache: std::sync::Arc<crate::exporter::cache::CacheMetrics>) {
+        if let Some(metrics) = &self.metrics {
+            metrics.lock().unwrap_or_else(PoisonError::into_inner).set_cache(cache);
+        }
+    }
+
     /// Inventory in the store's terms.
     pub fn inventory(&self) -> Vec<GpuInfo> {
         let collector = self.collector.lock().unwrap_or_else(PoisonError::into_inner);
@@ -184,6 +191,12 @@ impl Gpus {
                 let _ = sim.stop_process(*pid);
             }
         }
+    }
+
+    /// What a simulated process feeds its GPU with, when its profile models it
+    /// (`GANTRY_SIM_PROFILE=input_stall:…`); `None` on real GPUs.
+    pub fn sim_input(&self, pid: u32) -> Option<gantry_gpu::stall::InputActivity> {
+        self.sim.as_ref()?.input_of(pid)
     }
 
     /// The simulated fleet's handle, for injecting faults in tests.

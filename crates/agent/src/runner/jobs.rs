@@ -61,6 +61,9 @@ pub struct Fetched {
 /// staged inputs.
 pub type Prepared = (Option<std::path::PathBuf>, Vec<(String, String)>);
 
+/// A running attempt as the input meter reads it: job, attempt, cgroup, simulated pids.
+pub type Running = (JobId, u32, Option<Arc<Cgroup>>, Vec<u32>);
+
 /// The jobs of this node.
 #[derive(Debug)]
 pub struct Jobs {
@@ -115,6 +118,12 @@ impl Jobs {
         let mut out: Vec<_> = self.local.iter().map(|(id, l)| (*id, l.attempt, l.exit.is_some())).collect();
         out.sort_unstable();
         out
+    }
+
+    /// Attempts that run now: (job, attempt, cgroup, simulated pids), for the input meter.
+    pub fn running(&self) -> Vec<Running> {
+        let running = self.local.iter().filter(|(_, l)| l.exit.is_none() && l.pgid.is_some());
+        running.map(|(id, l)| (*id, l.attempt, l.cgroup.clone(), l.sim_pids.clone())).collect()
     }
 
     /// What to tell the server; the ends of jobs in `hold` are not told yet (their output is

@@ -34,6 +34,7 @@ pub mod gpus;
 pub mod guard;
 pub mod jobs;
 pub mod logs;
+pub mod meter;
 pub mod mounts;
 pub mod netns;
 pub mod network;
@@ -152,7 +153,11 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let cache = cache::Cache::open(&cache_root, config.cache).map_err(|e| {
         AgentError::Sandbox(format!("opening the dataset cache at {}: {e}", cache_root.display()))
     })?;
-    let stager = Arc::new(stage::Stager::new(Arc::new(cache), Arc::clone(&config.sandbox)));
+    let cache_metrics = Arc::new(crate::exporter::cache::CacheMetrics::new(&config.node_id));
+    gpus.publish_cache(Arc::clone(&cache_metrics));
+    let stager = Arc::new(
+        stage::Stager::new(Arc::new(cache), Arc::clone(&config.sandbox)).with_metrics(cache_metrics),
+    );
     jobs.set_stager(Arc::clone(&stager));
     // Held for its drop: the previous registration's loop ends as the next starts, and the
     // last one with `run`.

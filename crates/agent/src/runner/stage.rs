@@ -78,6 +78,8 @@ pub struct Stager {
     /// Stagings done whose order is no longer listed (the job was placed): what its start
     /// finds, by job.
     ready: Mutex<HashMap<i64, Vec<Staged>>>,
+    /// The exporter's cache and staging counters.
+    metrics: Option<Arc<crate::exporter::cache::CacheMetrics>>,
 }
 
 /// Most finished stagings kept for jobs that have not started yet.
@@ -90,7 +92,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Stager {
     /// A stager over `cache`, whose team directories open to each team's user of `sandbox`.
     pub fn new(cache: Arc<Cache>, sandbox: Arc<Sandbox>) -> Self {
-        Self { cache, sandbox, tasks: Mutex::default(), pinned: Mutex::default(), ready: Mutex::default() }
+        Self {
+            cache,
+            sandbox,
+            tasks: Mutex::default(),
+            pinned: Mutex::default(),
+            ready: Mutex::default(),
+            metrics: None,
+        }
+    }
+
+    /// Counts what it stages, and what the cache holds, into the node exporter's `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::exporter::cache::CacheMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The cache.
@@ -219,12 +234,12 @@ impl Stager {
                 }
             };
             let staged_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
-            results.push(Input {
-                bytes: Some(l.bytes()),
-                cache_hit: Some(hit),
-                staged_s: Some(staged_s),
-                ..i.clone()
-            });
+            let input =
+                Input { bytes: Some(l.bytes()), cache_hit: Some(hit), staged_s: Some(staged_s), ..i.clone() };
+            if let Some(m) = &self.metrics {
+                m.observe(&input);
+            }
+            results.push(input);
             let path = path.display().to_string();
             staged.push(Staged {
                 name: i.name.clone(),
@@ -296,11 +311,15 @@ pub async fn report_loop(stager: Arc<Stager>, client: super::Client, node: Strin
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let cache = stager.cache().entries();
+        if let Some(m) = &stager.metrics {
+            m.set_cached(&cache);
+        }
         let req = gantry_api::types::StagingRequest {
             node_id: node.clone(),
             epoch,
             reports: stager.reports(),
-            cache: stager.cache().entries(),
+            cache,
         };
         match client.staging(&req).await {
             Ok(resp) => stager.apply(resp.orders),

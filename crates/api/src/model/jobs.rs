@@ -272,6 +272,11 @@ pub struct Usage {
     /// Allocated but idle: `gpu_hours - used_gpu_hours`, never below 0.
     #[serde(default)]
     pub waste_gpu_hours: f64,
+    /// GPU-hours lost to data stalls: the idle part of the GPU time during which the job was
+    /// reading or CPU-saturated (see `gantry_gpu::stall`), times the allocation's share. Counted
+    /// by the hour like `used_gpu_hours`; 0 where the agents could not judge.
+    #[serde(default)]
+    pub stalled_gpu_hours: f64,
     /// Jobs that held GPUs in the period.
     pub jobs: u64,
 }

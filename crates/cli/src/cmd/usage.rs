@@ -37,7 +37,9 @@ pub enum Format {
   gantry usage --since 24h      # WASTE: GPU-hours allocated while the GPUs were idle
 
 USED is each allocated GPU's NVML utilisation times the time and share it was held, counted by
-the hour (a period's edges round out to whole hours for USED); WASTE = GPU-HOURS - USED.")]
+the hour (a period's edges round out to whole hours for USED); WASTE = GPU-HOURS - USED.
+STALLED is the part of the GPU time lost waiting for input: the GPU idle while its job read
+or saturated its CPU (counted by the hour like USED; see docs/data.md, \"Data stalls\").")]
 pub struct UsageArgs {
     #[command(flatten)]
     server: ServerArgs,
@@ -64,16 +66,17 @@ pub fn run(args: UsageArgs) -> anyhow::Result<()> {
         Format::Json => table::json(&rows),
         Format::Yaml => table::yaml(&rows),
         Format::Csv => {
-            println!("team,user,gpu_hours,used_gpu_hours,waste_gpu_hours,jobs");
+            println!("team,user,gpu_hours,used_gpu_hours,waste_gpu_hours,jobs,stalled_gpu_hours");
             for r in &rows {
                 println!(
-                    "{},{},{:.4},{:.4},{:.4},{}",
+                    "{},{},{:.4},{:.4},{:.4},{},{:.4}",
                     r.team,
                     r.user.as_deref().unwrap_or(""),
                     r.gpu_hours,
                     r.used_gpu_hours,
                     r.waste_gpu_hours,
-                    r.jobs
+                    r.jobs,
+                    r.stalled_gpu_hours
                 );
             }
             Ok(())
@@ -90,12 +93,13 @@ pub fn run(args: UsageArgs) -> anyhow::Result<()> {
                         format!("{:.2}", r.gpu_hours),
                         format!("{:.2}", r.used_gpu_hours),
                         format!("{:.2}", r.waste_gpu_hours),
+                        format!("{:.2}", r.stalled_gpu_hours),
                         format!("{pct:.0}%"),
                         r.jobs.to_string(),
                     ]
                 })
                 .collect();
-            table::print(&["TEAM", "USER", "GPU-HOURS", "USED", "WASTE", "USED%", "JOBS"], &lines);
+            table::print(&["TEAM", "USER", "GPU-HOURS", "USED", "WASTE", "STALLED", "USED%", "JOBS"], &lines);
             Ok(())
         }
     }

@@ -88,10 +88,21 @@ fn in_a_browser_a_member_sees_its_job_run_finish_and_print_and_another_team_sees
     browser.screenshot(&shots, "job");
 
     // The Cancel button: a member cancels its own running job (two clicks, the second confirms).
-    let long =
-        submit(&cluster, &vision, json!({"command": ["sleep", "300"], "gpus": 1, "name": "to-cancel"}));
+    // It waits on its input all the time (the simulated fleet's `input_stall:1`): the page shows
+    // the share of its GPU time lost to data stalls.
+    let env = json!({"GANTRY_SIM_PROFILE": "input_stall:1"});
+    let long = submit(
+        &cluster,
+        &vision,
+        json!({"command": ["sleep", "300"], "gpus": 1, "name": "to-cancel", "env": env}),
+    );
     browser.goto(&format!("{}/#/job/{long}", cluster.url()));
     browser.wait_for("the job to run", "document.querySelector('#job-state')?.innerText === 'running'", WAIT);
+    browser.wait_for(
+        "the job's stalled share",
+        "(document.getElementById('job-stall')?.innerText || '').includes('100 % of its GPU time waiting for input')",
+        WAIT,
+    );
     browser.wait_for("the Cancel button", "!document.getElementById('cancel').hidden", WAIT);
     browser.click("#cancel");
     let armed = browser.js("return document.getElementById('cancel').innerText;", json!([]));

@@ -167,6 +167,20 @@ fn an_s3_input_is_staged_while_the_job_waits_then_found_cached_and_kept_from_oth
     assert!(metrics.contains(&format!("gantry_stage_bytes_total {}", 50 << 20)), "{metrics}");
     assert!(metrics.contains(&format!("team=\"vision\"}} {}", 50 << 20)), "gantry_cache_bytes: {metrics}");
     assert!(metrics.contains("gantry_stage_duration_seconds_count 2"), "{metrics}");
+    // The node's own exporter has them too, with the node's name.
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", cluster.metrics_port).parse().expect("address");
+    let node = eventually(Duration::from_secs(30), "the node exporter's cache metrics", || {
+        let body = gantry_agent::exporter::client::get(addr, "/metrics", Duration::from_secs(5)).ok()?.body;
+        (body.contains("gantry_cache_hits_total 1\n")
+            && body.contains("gantry_stage_duration_seconds_count 2\n"))
+        .then_some(body)
+    });
+    assert!(node.contains(&format!("gantry_stage_bytes_total {}\n", 50 << 20)), "{node}");
+    assert!(
+        node.contains(&format!(",team=\"vision\"}} {}", 50 << 20)),
+        "gantry_cache_bytes on the node: {node}"
+    );
+    assert!(node.contains("gantry_cache_bytes{node=\""), "{node}");
 
     // Another team's job cannot read the cached copy.
     let peek = format!("cat {cached} > /dev/null && echo READ || echo DENIED");

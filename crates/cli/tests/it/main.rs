@@ -35,6 +35,7 @@ mod sharing;
 mod sim;
 mod slurm_habits;
 mod squatting;
+mod stalls;
 mod top;
 mod transport;
 mod usage;

@@ -72,7 +72,10 @@ fn usage_totals_equal_the_allocation_history_replayed_independently() {
         assert!((waste - (allocated - used)).abs() < 1e-9, "{r}");
     }
     let csv = cluster.gantry(&["usage", "-o", "csv"]);
-    assert!(csv.starts_with("team,user,gpu_hours,used_gpu_hours,waste_gpu_hours,jobs\n"), "{csv}");
+    assert!(
+        csv.starts_with("team,user,gpu_hours,used_gpu_hours,waste_gpu_hours,jobs,stalled_gpu_hours\n"),
+        "{csv}"
+    );
     let yaml = cluster.gantry(&["usage", "-o", "yaml"]);
     assert!(yaml.contains("used_gpu_hours:") && yaml.contains("waste_gpu_hours:"), "{yaml}");
     // `nodes` is an sinfo-like summary: counts every user may see, no job names.

@@ -128,6 +128,14 @@ impl FleetHandle {
         self.lock().processes.remove(&pid).map(|_| ()).ok_or(GpuError::UnknownPid(pid))
     }
 
+    /// What the simulated process `pid` feeds its GPU with now, when its profile models it
+    /// ([`UtilProfile::input_at`]).
+    pub fn input_of(&self, pid: u32) -> Option<crate::stall::InputActivity> {
+        let fleet = self.lock();
+        let p = fleet.processes.get(&pid)?;
+        p.profile.input_at(fleet.now.saturating_sub(p.started_at))
+    }
+
     /// Schedules a fault; one whose time has passed fires on the next read.
     pub fn inject(&self, fault: Fault) -> Result<(), GpuError> {
         self.resolve(&GpuRef::Index(fault.gpu))?;

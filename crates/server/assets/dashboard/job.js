@@ -135,6 +135,7 @@ export function render({ missing, detail, chunks }, ctx) {
     <dt>Ran</dt><dd>${duration(j.started_at, j.finished_at) || '–'}</dd>
     <dt>Exit code</dt><dd>${j.exit_code ?? '–'}</dd>
     <dt>Reason</dt><dd>${j.reason || '–'}</dd>
+    ${detail.stall ? html`<dt>Stalled</dt><dd id="job-stall">${Math.round(detail.stall.share * 100)} % of its GPU time waiting for input (${detail.stall.stalled_gpu_hours.toFixed(3)} of ${detail.stall.measured_gpu_hours.toFixed(3)} GPU-hours judged)</dd>` : ''}
     ${(detail.loans || []).map((l) => l.owner === j.id
       ? html`<dt>Lent</dt><dd>${l.gpu_uuid} (idle since ${when(l.lent_at)}): ${l.borrower ? `borrowed by job ${l.borrower}` : 'no job borrows it yet'}; its own again as soon as it computes</dd>`
       : html`<dt>Borrows</dt><dd>${l.gpu_uuid} from job ${l.owner}: preempted when job ${l.owner} computes again</dd>`)}

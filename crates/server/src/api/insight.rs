@@ -5,7 +5,13 @@
 //! viewers see findings on GPUs their teams hold and on GPUs nobody holds, and the health of
 //! every GPU (which `/v1/nodes` already counts for everyone); a finding about a GPU another team
 //! holds (its job idling, throttled, starved) is left out, and the jobs named are only the
-//! caller's teams'. **Queues** (`GET /v1/queues`, any user): one row per team the caller sees
+//! caller's teams'.
+//!
+//! `input_starved` also names the job: a job holding the GPU that lost at least
+//! [`STARVED_SHARE`] of the GPU time its agent judged (at least [`STARVED_MEASURED_MS`] of it,
+//! its running attempt; the rule is `gantry_gpu::stall`) gets `job 12 lost 38 % of its GPU time
+//! waiting for input (data: s3://…)`, before the GPU layer's swing figures when that fires too.
+//! **Queues** (`GET /v1/queues`, any user): one row per team the caller sees
 //! (members and viewers: their own), as `/v1/teams` does.
 
 use std::collections::{HashMap, HashSet};
@@ -36,6 +42,23 @@ fn active_jobs(s: &dyn Store, teams: Option<Vec<String>>) -> Result<Vec<Job>, St
     Ok(jobs)
 }
 
+/// Share of its judged GPU time a job must have lost to data stalls for `input_starved`.
+pub const STARVED_SHARE: f64 = 0.1;
+
+/// GPU time a job must have been judged for before `input_starved` names it, milli-GPU-ms
+/// (10 GPU-seconds: one stalled heartbeat is not a pattern).
+pub const STARVED_MEASURED_MS: i64 = 10 * 1000 * 1000;
+
+/// `job 12 lost 38 % of its GPU time waiting for input (data: s3://…)`.
+pub fn starved_sentence(job: &Job, share: f64) -> String {
+    let inputs = if job.inputs.is_empty() {
+        "it declares no inputs".to_owned()
+    } else {
+        job.inputs.iter().map(|i| format!("{}: {}", i.name, i.url)).collect::<Vec<_>>().join(", ")
+    };
+    format!("job {} lost {:.0} % of its GPU time waiting for input ({inputs})", job.id, share * 100.0)
+}
+
 /// Findings on GPUs (idle allocations, memory near its limit, throttling, input starvation) and
 /// GPUs that are not healthy, scoped as the module documentation says.
 #[utoipa::path(get, path = "/v1/findings", security(("bearer" = [])), responses((status = 200, body = Vec<FindingView>)))]
@@ -45,12 +68,18 @@ pub async fn findings(
 ) -> Result<Json<Vec<FindingView>>, ApiError> {
     who.require_user()?;
     let teams = who.visible_teams();
-    let (views, held, jobs) = blocking(&app, move |s| {
+    let (views, held, jobs, stalls) = blocking(&app, move |s| {
         let held: HashSet<String> = s.allocations(true)?.into_iter().map(|a| a.gpu_uuid).collect();
-        Ok((gpu_views(s, teams.clone())?, held, active_jobs(s, teams)?))
+        Ok((gpu_views(s, teams.clone())?, held, active_jobs(s, teams)?, s.gpu_stalls_held()?))
     })
     .await?;
     let jobs: HashMap<i64, Job> = jobs.into_iter().map(|j| (j.id, j)).collect();
+    let starved: HashMap<i64, f64> = stalls
+        .into_iter()
+        .filter(|(_, measured, _)| *measured >= STARVED_MEASURED_MS)
+        .map(|(job, measured, stalled)| (job, stalled as f64 / measured as f64))
+        .filter(|(_, share)| *share >= STARVED_SHARE)
+        .collect();
     let mut out = Vec::new();
     for v in views {
         let refs: Vec<JobRef> = v
@@ -75,11 +104,25 @@ pub async fn findings(
         if others && who.visible_teams().is_some() {
             continue;
         }
+        let sentences: Vec<String> = v
+            .holders
+            .iter()
+            .filter_map(|h| Some((jobs.get(&h.job_id)?, *starved.get(&h.job_id)?)))
+            .map(|(j, share)| starved_sentence(j, share))
+            .collect();
+        let mut named = sentences.is_empty();
         let listed = v.gpu.sample.as_ref().and_then(|s| s.get("findings")).and_then(Value::as_array);
         for f in listed.into_iter().flatten() {
             let kind = f.get("kind").and_then(Value::as_str).unwrap_or("unknown");
-            let detail = f.get("detail").and_then(Value::as_str).unwrap_or_default();
-            out.push(finding(kind, detail.to_owned()));
+            let mut detail = f.get("detail").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if kind == "input_starved" && !named {
+                detail = format!("{}; {detail}", sentences.join("; "));
+                named = true;
+            }
+            out.push(finding(kind, detail));
+        }
+        if !named {
+            out.push(finding("input_starved", sentences.join("; ")));
         }
     }
     out.sort_by(|a, b| {

@@ -234,9 +234,11 @@ pub async fn get(
     let mut job = visible_job(&app, &who, id).await?;
     app.explain(&mut job);
     let gang = job.gang.as_ref().is_some_and(|g| !g.is_worker());
-    let (transitions, attempts, mut workers, nodes, teams, mut loans) = blocking(&app, move |s| {
+    let (transitions, attempts, mut workers, nodes, teams, mut loans, stall) = blocking(&app, move |s| {
         let workers = if gang { s.workers(id)? } else { Vec::new() };
-        Ok((s.transitions(id)?, s.attempts(id)?, workers, s.nodes()?, s.teams()?, s.loans()?))
+        let (measured, stalled) = s.gpu_stall_of_job(id)?;
+        let stall = gantry_api::types::JobStall::from_milli_ms(measured, stalled);
+        Ok((s.transitions(id)?, s.attempts(id)?, workers, s.nodes()?, s.teams()?, s.loans()?, stall))
     })
     .await?;
     loans.retain(|l| l.owner == id || l.borrower == Some(id));
@@ -248,7 +250,7 @@ pub async fn get(
     let team_pids = teams.iter().find(|t| t.name == job.team).and_then(|t| t.pids_limit);
     let limits = defaults.map(|d| d.for_job(job.request.memory_mib, job.request.cpu_milli, team_pids));
     let log_limit_bytes = app.config.log_limit_bytes;
-    Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes, workers, limits, loans }))
+    Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes, workers, limits, loans, stall }))
 }
 
 /// Cancel a job: pending jobs end now, running ones are stopped (SIGTERM, grace, SIGKILL). With

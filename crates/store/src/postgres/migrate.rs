@@ -34,6 +34,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (24, include_str!("../../migrations/postgres/0024_job_inputs.sql")),
     (25, include_str!("../../migrations/postgres/0025_gpu_loans.sql")),
     (26, include_str!("../../migrations/postgres/0026_public_sources.sql")),
+    (27, include_str!("../../migrations/postgres/0027_gpu_stalls.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

@@ -550,13 +550,15 @@ pub(super) fn usage(
             gpu_hours: hours(r.get(2)?),
             used_gpu_hours: 0.0,
             waste_gpu_hours: 0.0,
+            stalled_gpu_hours: 0.0,
             jobs: r.get(3)?,
         })
     })?;
     let mut out: Vec<Usage> = rows.collect::<Result<_>>()?;
-    for (team, user, used) in super::workflow::used(c, since, until, by_user, teams.as_deref())? {
+    for (team, user, used, stalled) in super::workflow::used(c, since, until, by_user, teams.as_deref())? {
         if let Some(u) = out.iter_mut().find(|u| u.team == team && u.user == user) {
             u.used_gpu_hours = hours(used);
+            u.stalled_gpu_hours = hours(stalled);
         }
     }
     for u in &mut out {

@@ -354,6 +354,12 @@ macro_rules! impl_store {
             fn gpu_use_by_job(&self, since: i64) -> Result<Vec<(JobId, i64)>> {
                 self.read(|c| workflow::used_by_job(c, since))
             }
+            fn gpu_stall_of_job(&self, id: JobId) -> Result<(i64, i64)> {
+                self.read(|c| workflow::stall_of_job(c, id))
+            }
+            fn gpu_stalls_held(&self) -> Result<Vec<(JobId, i64, i64)>> {
+                self.read(workflow::stalls_held)
+            }
             fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
                 self.read(|c| tokens::events(c, filter))
             }

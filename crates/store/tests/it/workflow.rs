@@ -222,3 +222,51 @@ fn heartbeat_cost_of_the_used_gpu_time_ledger() {
         with / without
     );
 }
+
+#[test]
+fn data_stalls_are_charged_to_the_judged_job_by_its_share_and_a_forged_share_is_clamped() {
+    let (_dir, store) = open();
+    let epoch = register(&*store, 2);
+    let a = store.submit(&new_job("a", 1, 0)).expect("submit").0;
+    let b = store.submit(&new_job("b", 1, 0)).expect("submit").0;
+    for (job, gpu) in [(a, "GPU-0"), (b, "GPU-1")] {
+        let grant = Grant { uuid: gpu.into(), share_milli: 1000, memory_mib: 1000 };
+        store
+            .place(&Placement { job_id: job, node_id: "n1".into(), epoch, grants: vec![grant], at: 1_000 })
+            .expect("place");
+    }
+    assert_eq!(store.gpu_stall_of_job(a).expect("stall"), (0, 0), "never judged");
+    // Every 10 s: job a's GPU judged lost 0.4 (then a forged 7.0, clamped to 1); job b's GPU
+    // carries a verdict for another job only, so b is not judged.
+    let beats = [(2_000, 0.4), (12_000, 0.4), (22_000, 0.4), (32_000, 7.0)];
+    for (at, lost) in beats {
+        let stalls = |job: JobId| serde_json::json!({ job.to_string(): { "lost": lost, "activity": 0.0 } });
+        let gpus = vec![
+            GpuReport {
+                uuid: "GPU-0".into(),
+                health: GpuHealth::Healthy,
+                sample: Some(
+                    serde_json::json!({ "sample": { "gpu_util_percent": 50.0 }, "stalls": stalls(a) }),
+                ),
+            },
+            GpuReport {
+                uuid: "GPU-1".into(),
+                health: GpuHealth::Healthy,
+                sample: Some(
+                    serde_json::json!({ "sample": { "gpu_util_percent": 50.0 }, "stalls": stalls(a) }),
+                ),
+            },
+        ];
+        let hb = Heartbeat { node_id: "n1".into(), epoch, gpus, jobs: vec![], logs: vec![] };
+        store.heartbeat(&hb, at).expect("heartbeat");
+    }
+    // The first beat starts the intervals: 3 × 10 s judged, 0.4 + 0.4 + 1.0 of them lost.
+    let (measured, stalled) = store.gpu_stall_of_job(a).expect("stall");
+    assert_eq!((measured, stalled), (30_000 * 1000, 18_000 * 1000));
+    assert_eq!(store.gpu_stall_of_job(b).expect("stall"), (0, 0), "another job's verdict is not b's");
+    assert_eq!(store.gpu_stalls_held().expect("held"), vec![(a, 30_000 * 1000, 18_000 * 1000)]);
+    let usage = store.usage(0, 100_000, false, None).expect("usage");
+    let hours = 18_000.0 / 3_600_000.0;
+    let stalled_h: f64 = usage.iter().map(|u| u.stalled_gpu_hours).sum();
+    assert!((stalled_h - hours).abs() < 1e-12, "{usage:?}");
+}

@@ -402,6 +402,14 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
             size(detail.log_limit_bytes)
         );
     }
+    if let Some(st) = &detail.stall {
+        println!(
+            "stalled   {:.0} % of its GPU time waiting for input ({:.3} of {:.3} GPU-hours judged)",
+            st.share * 100.0,
+            st.stalled_gpu_hours,
+            st.measured_gpu_hours
+        );
+    }
     if let Some(l) = &detail.limits {
         println!("limits    {}", limits(l));
     }
