@@ -10,10 +10,11 @@
 //! overtake the queue).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use gantry_core::rng::{RandomSource, SplitMix64};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, oneshot};
@@ -21,7 +22,7 @@ use tokio::time::Instant;
 
 use super::proxy::Pool;
 use super::routes::{Demand, ReplicaEndpoint, Route, ServiceKey};
-use super::stats::{GatewayMetrics, ServiceStats};
+use super::stats::{GatewayMetrics, RequestCounters, ServiceStats};
 
 /// One replica as the gateway tracks it.
 #[derive(Debug)]
@@ -33,6 +34,10 @@ pub(crate) struct Replica {
     /// Idle keep-alive connections to it.
     pub(crate) pool: Pool,
     in_flight_gauge: Gauge,
+    /// Its `gantry_service_requests_total` series.
+    pub(crate) requests: RequestCounters,
+    /// `Host` as it gets it: its own address.
+    pub(crate) host: HeaderValue,
 }
 
 impl Replica {
@@ -43,6 +48,8 @@ impl Replica {
             in_flight: AtomicUsize::new(0),
             pool: Pool::default(),
             in_flight_gauge: metrics.in_flight_gauge(key, &endpoint.id),
+            requests: metrics.request_counters(key, Some(&endpoint.id)),
+            host: super::headers::host_value(endpoint.addr),
         }
     }
 
@@ -99,7 +106,6 @@ struct Inner {
     queue_limit: usize,
     /// The route's own hold limit (`None`: the gateway's `cold_start_timeout`).
     cold_start_timeout: Option<Duration>,
-    public: bool,
     rng: SplitMix64,
     /// When the first request was held with no replica ready (a cold start in progress).
     cold_since: Option<Instant>,
@@ -113,7 +119,11 @@ pub(crate) struct Service {
     inner: Mutex<Inner>,
     pub(crate) stats: ServiceStats,
     pub(crate) metrics: GatewayMetrics,
+    /// `gantry_service_requests_total{replica="none"}`: what the gateway answered itself.
+    pub(crate) own_requests: RequestCounters,
     queue_gauge: Gauge,
+    /// The route's `public`, readable without the lock (every request asks).
+    public: AtomicBool,
 }
 
 /// The right to one request's slot on a replica; dropping it frees the slot (and hands it to
@@ -148,7 +158,6 @@ impl Service {
             can_start: false,
             queue_limit: 0,
             cold_start_timeout: None,
-            public: false,
             rng: SplitMix64::new(seed),
             cold_since: None,
             removed: false,
@@ -156,6 +165,8 @@ impl Service {
         let service = Arc::new(Self {
             stats: ServiceStats::new(&key, metrics),
             queue_gauge: metrics.queue_gauge(&key),
+            own_requests: metrics.request_counters(&key, None),
+            public: AtomicBool::new(false),
             metrics: metrics.clone(),
             inner: Mutex::new(inner),
             key,
@@ -170,7 +181,7 @@ impl Service {
 
     /// Whether anyone may call it without a token.
     pub(crate) fn is_public(&self) -> bool {
-        self.lock().public
+        self.public.load(Ordering::Acquire)
     }
 
     /// `(in flight, queued, ready replicas, replicas)` now.
@@ -208,7 +219,7 @@ impl Service {
         inner.can_start = route.can_start;
         inner.queue_limit = route.queue_limit;
         inner.cold_start_timeout = route.cold_start_timeout.map(|d| d.min(super::MAX_ROUTE_COLD_START));
-        inner.public = route.public;
+        self.public.store(route.public, Ordering::Release);
         let ready = inner.members.iter().filter(|m| m.ready).count();
         self.metrics.set_replicas(&self.key, ready, inner.members.len() - ready);
         if ready > 0
@@ -332,21 +343,21 @@ impl Service {
 /// Two random choices among the ready replicas with room (not in `avoid`): the one with fewer
 /// requests in flight.
 fn pick(inner: &mut Inner, avoid: &[String]) -> Option<Arc<Replica>> {
-    let open: Vec<usize> = (0..inner.members.len())
-        .filter(|&i| {
-            let m = &inner.members[i];
-            m.ready && m.replica.load() < m.cap && !avoid.contains(&m.replica.id)
-        })
-        .collect();
-    let chosen = match open.len() {
+    // Counted, then indexed, rather than collected: no allocation per request.
+    let is_open = |m: &Member| m.ready && m.replica.load() < m.cap && !avoid.contains(&m.replica.id);
+    let nth_open = |members: &[Member], k: usize| {
+        members.iter().enumerate().filter(|(_, m)| is_open(m)).nth(k).map_or(0, |(i, _)| i)
+    };
+    let chosen = match inner.members.iter().filter(|m| is_open(m)).count() {
         0 => return None,
-        1 => open[0],
+        1 => nth_open(&inner.members, 0),
         n => {
-            let a = open[inner.rng.index(n)];
-            let mut b = open[inner.rng.index(n - 1)];
-            if b == a {
-                b = open[n - 1];
+            let ka = inner.rng.index(n);
+            let mut kb = inner.rng.index(n - 1);
+            if kb == ka {
+                kb = n - 1;
             }
+            let (a, b) = (nth_open(&inner.members, ka), nth_open(&inner.members, kb));
             let (la, lb) = (inner.members[a].replica.load(), inner.members[b].replica.load());
             if lb < la { b } else { a }
         }

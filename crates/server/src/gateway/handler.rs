@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header, request::Parts
 use axum::response::{IntoResponse, Response};
 use axum::{Json, body::Body};
 use bytes::Bytes;
+use http_body::Body as _;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use tokio::time::Instant;
 
@@ -17,6 +18,7 @@ use super::balance::{Refusal, Service};
 use super::headers;
 use super::proxy::{self, Completion, Relay, SendError, Timeouts};
 use super::routes::ServiceKey;
+use super::stats::RequestCounters;
 use crate::error::ErrorBody;
 
 /// Answers one request.
@@ -83,6 +85,10 @@ fn split(uri: &Uri) -> Option<(ServiceKey, Uri)> {
 
 /// The whole body, within the size limit and the body timeout.
 async fn read_body(gateway: &Gateway, headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    if body.is_end_stream() {
+        // No body (a GET): nothing to read or time.
+        return Ok(Bytes::new());
+    }
     let limit = gateway.config.body_limit;
     let too_large =
         || error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {limit} bytes"));
@@ -129,7 +135,7 @@ async fn forward(
         let mut req = hyper::Request::new(Full::new(body.clone()));
         *req.method_mut() = parts.method.clone();
         *req.uri_mut() = target.clone();
-        *req.headers_mut() = headers::to_replica(&parts.headers, peer, c.tls, replica.addr);
+        *req.headers_mut() = headers::for_replica(&parts.headers, peer, c.tls, replica.host.clone());
         match proxy::send(&replica, req, timeouts).await {
             Ok((response, sender)) => {
                 let (mut head, incoming) = response.into_parts();
@@ -146,7 +152,7 @@ async fn forward(
             Err(SendError::Failed(why)) => {
                 return failed(
                     service,
-                    &replica.id,
+                    &replica.requests,
                     started,
                     StatusCode::BAD_GATEWAY,
                     format!("the replica failed before answering: {why}"),
@@ -154,19 +160,25 @@ async fn forward(
             }
             Err(SendError::Timeout(d)) => {
                 let why = format!("the replica sent no response headers within {} s", d.as_secs_f64());
-                return failed(service, &replica.id, started, StatusCode::GATEWAY_TIMEOUT, why);
+                return failed(service, &replica.requests, started, StatusCode::GATEWAY_TIMEOUT, why);
             }
         }
     }
     let why = format!("no replica of {} could be reached: {last}", service.key);
-    failed(service, "none", started, StatusCode::BAD_GATEWAY, why)
+    failed(service, &service.own_requests, started, StatusCode::BAD_GATEWAY, why)
 }
 
 /// A request a replica took but did not answer: measured and counted as an error.
-fn failed(service: &Service, replica: &str, started: Instant, status: StatusCode, why: String) -> Response {
+fn failed(
+    service: &Service,
+    counters: &RequestCounters,
+    started: Instant,
+    status: StatusCode,
+    why: String,
+) -> Response {
     let took = started.elapsed();
     service.stats.finished(took, took, true);
-    service.metrics.count(&service.key, Some(replica), status.as_u16());
+    counters.count(status.as_u16());
     error(status, why)
 }
 
@@ -197,7 +209,7 @@ fn refused(gateway: &Gateway, service: &Service, refusal: Refusal) -> Response {
             (StatusCode::SERVICE_UNAVAILABLE, format!("{key} was removed while the request waited"))
         }
     };
-    service.metrics.count(key, None, status.as_u16());
+    service.own_requests.count(status.as_u16());
     let mut answer = error(status, why);
     if status == StatusCode::TOO_MANY_REQUESTS {
         answer.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(gateway.config.retry_after_s));

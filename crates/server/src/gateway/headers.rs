@@ -11,43 +11,56 @@ use std::net::SocketAddr;
 
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Hop-by-hop headers by name (lowercase), besides those `Connection` names.
-const HOP_BY_HOP: &[&str] =
-    &["connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-connection"];
+/// Whether `name` is hop-by-hop by itself: `Connection`, `Keep-Alive`, `TE`, `Trailer`,
+/// `Transfer-Encoding`, `Upgrade` or any `Proxy-*` (header names are lowercase).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    match name.as_str() {
+        "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade" => true,
+        other => other.starts_with("proxy-"),
+    }
+}
 
 /// Headers the gateway sets itself or has dealt with (never copied from the client): `Expect`
 /// was answered by the gateway, which has the whole body before it picks a replica.
-const GATEWAY_SET: &[&str] = &[
-    "host",
-    "authorization",
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-real-ip",
-    "forwarded",
-    "expect",
-];
+fn is_gateway_set(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "host"
+            | "authorization"
+            | "x-forwarded-for"
+            | "x-forwarded-proto"
+            | "x-forwarded-host"
+            | "x-real-ip"
+            | "forwarded"
+            | "expect"
+    )
+}
 
-/// Drops hop-by-hop headers: the fixed list, any `Proxy-*`, and every name `Connection` lists.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+/// The names a `Connection` header lists (none, without allocating, when it has none).
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
+        .collect()
+}
+
+/// Drops hop-by-hop headers: the fixed list, any `Proxy-*`, and every name `Connection` lists.
+/// One pass over the names; a map with none of them is left untouched.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named = connection_named(headers);
+    let doomed: Vec<HeaderName> =
+        headers.keys().filter(|k| is_hop_by_hop(k) || named.contains(k)).cloned().collect();
+    for name in doomed {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        headers.remove(*name);
-    }
-    let proxy: Vec<HeaderName> =
-        headers.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
-    for name in proxy {
-        headers.remove(name);
-    }
+}
+
+/// `Host` for a replica at `addr`: its address (computed once per replica, not per request).
+pub fn host_value(addr: SocketAddr) -> HeaderValue {
+    HeaderValue::from_str(&addr.to_string()).unwrap_or_else(|_| HeaderValue::from_static("localhost"))
 }
 
 /// The request headers a replica gets: the client's, without hop-by-hop and gateway-set ones,
@@ -55,29 +68,44 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// saw it), `X-Forwarded-Proto`, `X-Forwarded-Host` (the client's `Host`, when it had one) and
 /// `Forwarded` (RFC 7239) saying the same.
 pub fn to_replica(client: &HeaderMap, peer: SocketAddr, tls: bool, replica: SocketAddr) -> HeaderMap {
-    let mut headers = client.clone();
-    let original_host = client.get(header::HOST).cloned();
-    strip_hop_by_hop(&mut headers);
-    for name in GATEWAY_SET {
-        headers.remove(*name);
+    for_replica(client, peer, tls, host_value(replica))
+}
+
+/// [`to_replica`] with the replica's `Host` value already made. The kept headers are copied
+/// into a fresh map in one pass (rather than the whole map cloned and then searched for each
+/// name to remove).
+pub(crate) fn for_replica(client: &HeaderMap, peer: SocketAddr, tls: bool, host: HeaderValue) -> HeaderMap {
+    let named = connection_named(client);
+    let mut headers = HeaderMap::with_capacity(client.len() + 5);
+    for (name, value) in client {
+        if !is_hop_by_hop(name) && !is_gateway_set(name) && !named.contains(name) {
+            headers.append(name.clone(), value.clone());
+        }
     }
+    let original_host = client.get(header::HOST);
     let proto = if tls { "https" } else { "http" };
     let ip = peer.ip().to_canonical();
-    let insert = |headers: &mut HeaderMap, name: HeaderName, value: String| {
-        if let Ok(value) = HeaderValue::from_str(&value) {
+    let insert = |headers: &mut HeaderMap, name: HeaderName, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
             headers.insert(name, value);
         }
     };
-    insert(&mut headers, header::HOST, replica.to_string());
-    insert(&mut headers, HeaderName::from_static("x-forwarded-for"), ip.to_string());
-    insert(&mut headers, HeaderName::from_static("x-forwarded-proto"), proto.to_owned());
-    let node = if ip.is_ipv6() { format!("\"[{ip}]\"") } else { ip.to_string() };
-    let mut forwarded = format!("for={node};proto={proto}");
-    if let Some(host) = original_host.as_ref().and_then(|h| h.to_str().ok()).filter(|h| is_host(h)) {
-        forwarded.push_str(&format!(";host=\"{host}\""));
-        insert(&mut headers, HeaderName::from_static("x-forwarded-host"), host.to_owned());
+    headers.insert(header::HOST, host);
+    let ip_text = ip.to_string();
+    insert(&mut headers, HeaderName::from_static("x-forwarded-for"), &ip_text);
+    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(proto));
+    let mut forwarded = if ip.is_ipv6() {
+        format!("for=\"[{ip_text}]\";proto={proto}")
+    } else {
+        format!("for={ip_text};proto={proto}")
+    };
+    if let Some(host) = original_host.and_then(|h| h.to_str().ok()).filter(|h| is_host(h)) {
+        forwarded.push_str(";host=\"");
+        forwarded.push_str(host);
+        forwarded.push('"');
+        insert(&mut headers, HeaderName::from_static("x-forwarded-host"), host);
     }
-    insert(&mut headers, header::FORWARDED, forwarded);
+    insert(&mut headers, header::FORWARDED, &forwarded);
     headers
 }
 

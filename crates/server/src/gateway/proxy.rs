@@ -150,7 +150,7 @@ impl Drop for Completion {
         let error = self.code >= 500 || !self.clean;
         let service = self.lease.service();
         service.stats.finished(now.duration_since(self.started), ttfb, error);
-        service.metrics.count(&service.key, Some(&self.lease.replica.id), self.code);
+        self.lease.replica.requests.count(self.code);
     }
 }
 

@@ -165,14 +165,49 @@ impl GatewayMetrics {
         }
     }
 
-    pub(crate) fn count(&self, key: &ServiceKey, replica: Option<&str>, code: u16) {
-        let labels = RequestLabels {
-            service: key.service.clone(),
-            team: key.team.clone(),
+    /// The request counters of one replica (`None`: the gateway's own answers, `replica="none"`),
+    /// resolved once per status code rather than looked up by label on every request.
+    pub(crate) fn request_counters(&self, key: &ServiceKey, replica: Option<&str>) -> RequestCounters {
+        RequestCounters {
+            family: self.requests.clone(),
+            key: key.clone(),
             replica: replica.unwrap_or("none").to_owned(),
-            code: code.to_string(),
-        };
-        self.requests.get_or_create(&labels).inc();
+            by_code: Mutex::default(),
+        }
+    }
+}
+
+fn request_labels(key: &ServiceKey, replica: &str, code: u16) -> RequestLabels {
+    RequestLabels {
+        service: key.service.clone(),
+        team: key.team.clone(),
+        replica: replica.to_owned(),
+        code: code.to_string(),
+    }
+}
+
+/// `gantry_service_requests_total` of one replica, one counter per status code seen so far: the
+/// family's label lookup (four strings built and hashed under its lock) happens once per code,
+/// not once per request. A code's series appears on its first request, as before.
+#[derive(Debug)]
+pub(crate) struct RequestCounters {
+    family: Family<RequestLabels, Counter>,
+    key: ServiceKey,
+    replica: String,
+    by_code: Mutex<Vec<(u16, Counter)>>,
+}
+
+impl RequestCounters {
+    /// One more request answered with `code`.
+    pub(crate) fn count(&self, code: u16) {
+        let mut by_code = self.by_code.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, counter)) = by_code.iter().find(|(c, _)| *c == code) {
+            counter.inc();
+            return;
+        }
+        let counter = self.family.get_or_create(&request_labels(&self.key, &self.replica, code)).clone();
+        counter.inc();
+        by_code.push((code, counter));
     }
 }
 
@@ -323,7 +358,7 @@ mod tests {
         let key = ServiceKey::new("ml", "echo");
         let route = Route::new(vec![ReplicaEndpoint::ready("r0", "127.0.0.1:1".parse().expect("addr"))]);
         gateway.set_routes(&[(key.clone(), route)].into_iter().collect());
-        metrics.gateway.count(&key, Some("r0"), 200);
+        metrics.gateway.request_counters(&key, Some("r0")).count(200);
         let text = metrics.encode().expect("encode");
         for name in [
             "gantry_service_requests_total{service=\"echo\",team=\"ml\",replica=\"r0\",code=\"200\"} 1",
