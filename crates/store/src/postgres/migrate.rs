@@ -33,6 +33,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (23, include_str!("../../migrations/postgres/0023_leader_terms.sql")),
     (24, include_str!("../../migrations/postgres/0024_job_inputs.sql")),
     (25, include_str!("../../migrations/postgres/0025_gpu_loans.sql")),
+    (26, include_str!("../../migrations/postgres/0026_audit_head_moves.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

@@ -32,6 +32,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (23, include_str!("../../migrations/0023_leader_terms.sql")),
     (24, include_str!("../../migrations/0024_job_inputs.sql")),
     (25, include_str!("../../migrations/0025_gpu_loans.sql")),
+    (26, include_str!("../../migrations/0026_audit_head_moves.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

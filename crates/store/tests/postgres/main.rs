@@ -3,6 +3,8 @@
 
 #[path = "../it/audit.rs"]
 mod audit;
+#[path = "../it/bulk.rs"]
+mod bulk;
 #[path = "../it/elastic.rs"]
 mod elastic;
 #[path = "../it/gangs.rs"]
