@@ -6,34 +6,13 @@ use crate::Result;
 use crate::audit::{GENESIS, row_hash};
 use crate::model::*;
 
-/// Appends one row after the current head and moves the head, in the caller's transaction. On
-/// PostgreSQL the head is read locked: replicas appending at once take turns, each after the
-/// other's row (unlocked, both would read one head and the database would refuse the second).
+/// Appends one row after the current head, in the caller's transaction; the database moves the
+/// head to it (migration 28). On PostgreSQL the head is read locked: replicas appending at
+/// once take turns, each after the other's row (unlocked, both would read one head and the
+/// database would refuse the second).
 pub(super) fn append(c: &dyn Conn, entry: &AuditEntry, outcome: &str) -> Result<()> {
-    let lock = match c.dialect() {
-        Dialect::Postgres => " FOR UPDATE",
-        Dialect::Sqlite => "",
-    };
-    let (last_id, last_hash) = c
-        .prepare_cached(&format!("SELECT last_id, last_hash FROM audit_head WHERE one = 1{lock}"))?
-        .query_row(params![], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?
-        .unwrap_or((0, GENESIS.to_owned()));
-    let mut row = AuditRecord {
-        id: last_id + 1,
-        at: entry.at,
-        actor: entry.actor.name.clone(),
-        role: entry.actor.role.clone(),
-        team: entry.actor.team.clone(),
-        action: entry.action.clone(),
-        target: entry.target.clone(),
-        outcome: outcome.to_owned(),
-        peer: entry.actor.peer.clone(),
-        prev_hash: last_hash,
-        hash: String::new(),
-        count: 1,
-    };
-    row.hash = row_hash(&row.prev_hash, &row);
+    let head = locked_head(c)?;
+    let row = chain(head, [(entry, outcome)]).remove(0);
     c.prepare_cached(
         "INSERT INTO audit (id, at, actor, role, team, action, target, outcome, peer, prev_hash, hash) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -51,12 +30,51 @@ pub(super) fn append(c: &dyn Conn, entry: &AuditEntry, outcome: &str) -> Result<
         row.prev_hash,
         row.hash
     ])?;
-    c.prepare_cached(
-        "INSERT INTO audit_head (one, last_id, last_hash) VALUES (1, ?1, ?2) \
-         ON CONFLICT(one) DO UPDATE SET last_id = ?1, last_hash = ?2",
-    )?
-    .execute(params![row.id, row.hash])?;
     Ok(())
+}
+
+/// The chain's head (id and hash of its last row; the genesis before any), locked on
+/// PostgreSQL until the caller's transaction ends.
+pub(crate) fn locked_head(c: &dyn Conn) -> Result<(i64, String)> {
+    let lock = match c.dialect() {
+        Dialect::Postgres => " FOR UPDATE",
+        Dialect::Sqlite => "",
+    };
+    Ok(c.prepare_cached(&format!("SELECT last_id, last_hash FROM audit_head WHERE one = 1{lock}"))?
+        .query_row(params![], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, GENESIS.to_owned())))
+}
+
+/// The rows that `entries` (each with its outcome) append after `head`, in order, each
+/// linked to the one before it.
+pub(crate) fn chain<'a>(
+    head: (i64, String),
+    entries: impl IntoIterator<Item = (&'a AuditEntry, &'a str)>,
+) -> Vec<AuditRecord> {
+    let (mut last_id, mut last_hash) = head;
+    entries
+        .into_iter()
+        .map(|(entry, outcome)| {
+            let mut row = AuditRecord {
+                id: last_id + 1,
+                at: entry.at,
+                actor: entry.actor.name.clone(),
+                role: entry.actor.role.clone(),
+                team: entry.actor.team.clone(),
+                action: entry.action.clone(),
+                target: entry.target.clone(),
+                outcome: outcome.to_owned(),
+                peer: entry.actor.peer.clone(),
+                prev_hash: last_hash.clone(),
+                hash: String::new(),
+                count: 1,
+            };
+            row.hash = row_hash(&row.prev_hash, &row);
+            (last_id, last_hash) = (row.id, row.hash.clone());
+            row
+        })
+        .collect()
 }
 
 /// Records a refusal or a failed change: on the row of the same caller's refusal for the same action and reason

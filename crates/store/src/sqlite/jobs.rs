@@ -1,6 +1,6 @@
 //! Jobs, their transitions and allocations.
 
-use crate::db::{Conn, Dialect, OptionalExtension, params};
+use crate::db::{Conn, Dialect, OptionalExtension, Value, params};
 
 use super::gangs;
 use super::rows::{self, ALLOCATION_COLUMNS, JOB_COLUMNS};
@@ -40,16 +40,40 @@ pub(super) fn insert(
     array: Option<(Option<JobId>, u32, Option<u32>)>,
     request_id: Option<&str>,
 ) -> Result<JobId> {
+    let sql = format!(
+        "INSERT INTO jobs ({INSERT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
+         ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29) RETURNING id"
+    );
+    let id: JobId =
+        c.prepare_cached(&sql)?.query_row(&insert_values(job, array, request_id)?, |r| r.get(0))?;
+    if let Some((array_id, ..)) = array {
+        c.prepare_cached("UPDATE jobs SET array_id = ?2 WHERE id = ?1")?
+            .execute(params![id, array_id.unwrap_or(id)])?;
+    }
+    super::inputs::save(c, id, &job.spec)?;
+    record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
+    if job.replicas() > 1 {
+        gangs::insert_workers(c, id, job)?;
+    }
+    Ok(id)
+}
+
+/// The columns a new job is inserted with, in the order of [`insert_values`] (its inputs are
+/// written after the row, by [`super::inputs::save`]).
+pub(crate) const INSERT_COLUMNS: &str = "request_id, team, name, priority, command, gpus, gpu_memory_mib, \
+     gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, \"user\", \
+     array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max, service, \
+     service_generation, upload, chdir, node_selector";
+
+/// The values of [`INSERT_COLUMNS`] for a new pending job (one array member when `array` is
+/// `(array id, index, limit)`).
+pub(crate) fn insert_values(
+    job: &NewJob,
+    array: Option<(Option<JobId>, u32, Option<u32>)>,
+    request_id: Option<&str>,
+) -> Result<Vec<Value>> {
     let r = job.request();
-    let id: JobId = c.prepare_cached(
-        "INSERT INTO jobs (request_id, team, name, priority, command, gpus, gpu_memory_mib, \
-         gpu_compute_pct, cpu_milli, memory_mib, state, max_retries, submitted_at, env, time_limit_s, \"user\", \
-         array_index, array_max_running, after, labels, gpu_models, workdir, replicas, gpus_max, service, \
-         service_generation, upload, chdir, node_selector) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-         ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) RETURNING id",
-    )?
-    .query_row(params![
+    Ok(params![
         request_id,
         job.team,
         job.name,
@@ -60,6 +84,7 @@ pub(super) fn insert(
         r.gpu_compute_pct,
         r.cpu_milli,
         r.memory_mib,
+        JobState::Pending.as_str(),
         job.max_retries(),
         job.submitted_at,
         rows::to_json(&job.spec.env)?,
@@ -78,17 +103,8 @@ pub(super) fn insert(
         job.spec.upload.as_ref().map(rows::to_json).transpose()?,
         job.spec.chdir,
         rows::to_json(&job.spec.node_selector)?
-    ], |r| r.get(0))?;
-    if let Some((array_id, ..)) = array {
-        c.prepare_cached("UPDATE jobs SET array_id = ?2 WHERE id = ?1")?
-            .execute(params![id, array_id.unwrap_or(id)])?;
-    }
-    super::inputs::save(c, id, &job.spec)?;
-    record_transition(c, id, None, JobState::Pending, None, job.submitted_at)?;
-    if job.replicas() > 1 {
-        gangs::insert_workers(c, id, job)?;
-    }
-    Ok(id)
+    ]
+    .to_vec())
 }
 
 pub(super) fn get(c: &dyn Conn, id: JobId) -> Result<Option<Job>> {

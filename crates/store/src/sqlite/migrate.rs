@@ -34,6 +34,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (25, include_str!("../../migrations/0025_gpu_loans.sql")),
     (26, include_str!("../../migrations/0026_public_sources.sql")),
     (27, include_str!("../../migrations/0027_gpu_stalls.sql")),
+    (28, include_str!("../../migrations/0028_audit_head_moves.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -12,20 +12,20 @@
 //! the same [`Store`] implementation (`impl_store!` below) over its own connections.
 
 mod apply;
-mod audit;
+pub(crate) mod audit;
 mod changes;
 mod conn;
 mod counts;
 mod gangs;
 mod idle;
 mod inputs;
-mod jobs;
+pub(crate) mod jobs;
 mod lease;
 mod loans;
 mod migrate;
 mod nodes;
 mod pools;
-mod rows;
+pub(crate) mod rows;
 mod scheduler;
 mod services;
 mod tokens;
@@ -62,7 +62,7 @@ impl SqliteStore {
         let mut conn = connect(&path)?;
         migrate::apply(&mut conn)?;
         let readers = (0..READERS).map(|_| connect(&path).map(Mutex::new)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { writer: Writer::start(conn, "BEGIN IMMEDIATE")?, readers, fence: Mutex::default() })
+        Ok(Self { writer: Writer::start(conn, "BEGIN IMMEDIATE", None)?, readers, fence: Mutex::default() })
     }
 
     /// The job gauges' counts as `job_counts` gave them before migration 11: a `GROUP BY` over
@@ -82,6 +82,10 @@ impl SqliteStore {
         F: FnOnce(&dyn Conn) -> Result<T> + Send + 'static,
     {
         self.writer.write(f)
+    }
+
+    fn apply_change(&self, change: Change, entry: AuditEntry) -> Result<Changed> {
+        self.write(move |c| changes::apply(c, change, entry))
     }
 
     fn read<T>(&self, f: impl FnOnce(&dyn Conn) -> Result<T>) -> Result<T> {
@@ -146,6 +150,12 @@ fn connect(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Applies an audited change in the caller's transaction (the PostgreSQL store's writer, for
+/// the submissions it does not write in bulk).
+pub(crate) fn apply_change(c: &dyn Conn, change: Change, entry: AuditEntry) -> Result<Changed> {
+    changes::apply(c, change, entry)
+}
+
 /// The [`Store`] both backends share: each method one call of the SQL in this module's files,
 /// as a write (`self.write`: the next group commit) or a read (`self.read`: a reading
 /// connection). The backend gives the two methods; [`crate::postgres::PgStore`] is the other.
@@ -169,7 +179,7 @@ macro_rules! impl_store {
         impl Store for $store {
             fn apply(&self, change: Change, audit: AuditEntry) -> Result<Changed> {
                 let entry = audit.clone();
-                let result = self.write(move |c| changes::apply(c, change, entry));
+                let result = self.apply_change(change, entry);
                 if let Err(e) = &result
                     && !matches!(e, StoreError::Closed)
                 {

@@ -156,6 +156,6 @@ pub(super) fn gpu(r: &Row) -> Result<Gpu> {
 }
 
 /// Serialises a value that cannot fail to serialise (plain data, string keys).
-pub(super) fn to_json<T: serde::Serialize>(value: &T) -> crate::Result<String> {
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> crate::Result<String> {
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
 }

@@ -2,6 +2,7 @@
 //! `sqlite.rs`: upgrades of old SQLite files, file modes) on PostgreSQL.
 
 mod audit;
+mod bulk;
 mod elastic;
 mod gangs;
 mod helpers;

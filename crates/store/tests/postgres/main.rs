@@ -4,6 +4,8 @@
 #[path = "../it/audit.rs"]
 mod audit;
 mod copy;
+#[path = "../it/bulk.rs"]
+mod bulk;
 #[path = "../it/elastic.rs"]
 mod elastic;
 #[path = "../it/gangs.rs"]
