@@ -1,4 +1,4 @@
--- Gantry store schema, version 26 (PostgreSQL; see ../0026_audit_head_moves.sql): the
+-- Gantry store schema, version 28 (PostgreSQL; see ../0028_audit_head_moves.sql): the
 -- database moves the audit chain's head as it takes each row (the store no longer writes the
 -- head itself). The check of migration 20 stays as it was: the head's row is locked, and the
 -- row must be the next id linked to the head's hash; then the row is the head. In the BEFORE
