@@ -3,9 +3,9 @@
 
 #[path = "../it/audit.rs"]
 mod audit;
-mod copy;
 #[path = "../it/bulk.rs"]
 mod bulk;
+mod copy;
 #[path = "../it/elastic.rs"]
 mod elastic;
 #[path = "../it/gangs.rs"]
