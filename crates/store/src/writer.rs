@@ -105,7 +105,9 @@ impl Writer {
                 let result = match (result, commit) {
                     (Ok(value), Ok(())) => Ok(value),
                     (Err(e), _) => Err(e),
-                    (Ok(_), Err(message)) => Err(StoreError::Conflict(format!("commit failed: {message}"))),
+                    (Ok(_), Err(message)) => {
+                        Err(StoreError::Unavailable(format!("commit failed: {message}")))
+                    }
                 };
                 // The caller may have given up waiting; nothing to do then.
                 let _ = tx.send(result);
@@ -194,7 +196,7 @@ fn reply(result: Result<Changed>, tx: mpsc::SyncSender<Result<Changed>>) -> Repl
         let result = match (result, commit) {
             (Ok(value), Ok(())) => Ok(value),
             (Err(e), _) => Err(e),
-            (Ok(_), Err(message)) => Err(StoreError::Conflict(format!("commit failed: {message}"))),
+            (Ok(_), Err(message)) => Err(StoreError::Unavailable(format!("commit failed: {message}"))),
         };
         let _ = tx.send(result);
     })
