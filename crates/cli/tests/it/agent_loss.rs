@@ -169,9 +169,12 @@ fn two_simulated_agents_on_one_machine_both_register_with_distinct_gpus() {
 #[test]
 fn a_cordoned_node_takes_no_new_work_and_a_drained_ones_jobs_are_requeued_without_spending_retries() {
     let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
-    let node = cluster.gantry(&["nodes", "-o", "json"]);
-    let nodes: Vec<serde_json::Value> = serde_json::from_str(&node).expect("nodes json");
-    let node = nodes[0]["id"].as_str().expect("node id").to_owned();
+    // `gantry up` answers before its agent has registered (seen in CI on a loaded machine).
+    let node = eventually(Duration::from_secs(20), "the local node to register", || {
+        let nodes: Vec<serde_json::Value> =
+            serde_json::from_str(&cluster.gantry(&["nodes", "-o", "json"])).ok()?;
+        Some(nodes.first()?["id"].as_str()?.to_owned())
+    });
 
     let said = cluster.gantry(&["node", "cordon", &node]);
     assert!(said.contains("cordoned"), "{said}");

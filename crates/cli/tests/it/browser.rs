@@ -85,7 +85,7 @@ impl Browser {
             args.push(format!("--ignore-certificate-errors-spki-list={pin}"));
         }
         let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
-            "binary": chrome, "args": args}}}});
+            "binary": chrome, "args": args}, "goog:loggingPrefs": {"browser": "ALL"}}}});
         let created = browser.call(reqwest::Method::POST, "/session", Some(caps)).expect("new session");
         let id = created["sessionId"].as_str().expect("session id").to_owned();
         browser.session = format!("{}/session/{id}", browser.session);
@@ -149,10 +149,15 @@ impl Browser {
     }
 
     /// Polls a JavaScript expression until it is truthy (its value) or `timeout` passes (`None`).
+    /// An expression that throws (the page is being loaded again, or is the browser's error
+    /// page) counts as not yet.
     pub fn try_wait_for(&self, expression: &str, timeout: Duration) -> Option<Value> {
         let deadline = Instant::now() + timeout;
+        let script = json!({ "script": format!("return {expression};"), "args": [] });
         loop {
-            let v = self.js(&format!("return {expression};"), json!([]));
+            let v = self
+                .call(reqwest::Method::POST, "/execute/sync", Some(script.clone()))
+                .unwrap_or(Value::Null);
             if !(v.is_null() || v == json!(false) || v == json!("") || v == json!(0)) {
                 return Some(v);
             }
@@ -161,6 +166,17 @@ impl Browser {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Sends one Chrome DevTools Protocol command (e.g. `Network.setBlockedURLs`) to the page.
+    pub fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.post("/goog/cdp/execute", json!({ "cmd": cmd, "params": params }))
+    }
+
+    /// What the page wrote to its console (and the browser's network errors) since the last call.
+    pub fn console(&self) -> Value {
+        self.call(reqwest::Method::POST, "/se/log", Some(json!({ "type": "browser" })))
+            .unwrap_or_else(Value::String)
     }
 
     /// Writes a PNG of the viewport to `dir/name.png`.

@@ -8,6 +8,7 @@ mod bench;
 mod browser;
 mod crash;
 mod dashboard;
+mod dashboard_load;
 mod db_migrate;
 mod device_plugin;
 mod elastic;

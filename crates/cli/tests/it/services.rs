@@ -539,25 +539,37 @@ fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() 
     );
 }
 
-/// Opens the Services page until it shows the sign-in form. A page load that stalled (seen in
-/// CI beside a busy gateway: only the header, for 30 s) is loaded afresh once, as a user would.
-fn sign_in_form(browser: &crate::browser::Browser, url: &str, wait: Duration) {
+/// A browser on the Services page showing the sign-in form. A page load that stalled (seen in CI
+/// beside a busy gateway: only the header, for 90 s and two reloads) is tried again in a fresh
+/// browser, as a user would open a new window; what the stalled page had loaded and logged is
+/// printed, so a failure says which request hung.
+fn sign_in_page(spki: Option<&str>, url: &str, wait: Duration) -> Option<crate::browser::Browser> {
     let form = "!document.getElementById('login').hidden";
-    for _ in 0..2 {
-        browser.goto("about:blank");
-        browser.goto(&format!("{url}/"));
+    for attempt in 1..=3 {
+        let browser = crate::browser::Browser::start(spki)?;
         browser.goto(&format!("{url}/#/services"));
         if browser.try_wait_for(form, wait).is_some() {
-            return;
+            return Some(browser);
+        }
+        let loaded = browser.js(
+            "return JSON.stringify({state: document.readyState, \
+             resources: performance.getEntriesByType('resource').map(e => [e.name, Math.round(e.startTime), Math.round(e.duration), e.responseStatus])});",
+            serde_json::json!([]),
+        );
+        eprintln!(
+            "attempt {attempt}: no sign-in form after {wait:?}; loaded {loaded}; console {}",
+            browser.console()
+        );
+        if attempt == 3 {
+            browser.wait_for("the sign-in form", form, Duration::ZERO);
         }
     }
-    browser.wait_for("the sign-in form", form, wait);
+    unreachable!("the third attempt panics")
 }
 
 #[test]
 fn in_a_browser_the_services_page_shows_a_service_its_replicas_and_decisions() {
     let s = Serving::start(&[]);
-    let Some(browser) = crate::browser::Browser::start(s.cluster.ca_spki().as_deref()) else { return };
     s.apply(
         &s.file("web", "replicas: 1..2\nautoscale: {sync_s: 1, metrics: [{type: in_flight, target: 4}]}\n"),
     );
@@ -565,7 +577,7 @@ fn in_a_browser_the_services_page_shows_a_service_its_replicas_and_decisions() {
     let job = v["replica_list"][0]["job"].as_i64().expect("a replica");
     let url = s.cluster.url();
     let wait = Duration::from_secs(30);
-    sign_in_form(&browser, &url, wait);
+    let Some(browser) = sign_in_page(s.cluster.ca_spki().as_deref(), &url, wait) else { return };
     browser.type_into("#token", &s.token);
     browser.click("#login-form button[type=submit]");
     let text = browser.wait_for(
@@ -579,10 +591,10 @@ fn in_a_browser_the_services_page_shows_a_service_its_replicas_and_decisions() {
     let text = text.as_str().unwrap_or_default();
     assert!(text.contains("1/1") && text.contains("ready") && text.contains("/ml/web/"), "{text}");
     browser.screenshot(&crate::browser::screenshot_dir(), "services");
-    // Another team's member sees no service.
+    // Signed out and in again as another team's member: no service.
     let other = s.cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
-    browser.js("sessionStorage.clear(); return true;", serde_json::json!([]));
-    sign_in_form(&browser, &url, wait);
+    browser.click("#logout");
+    browser.wait_for("the sign-in form after signing out", "!document.getElementById('login').hidden", wait);
     browser.type_into("#token", &other);
     browser.click("#login-form button[type=submit]");
     browser.wait_for("no services", "document.querySelector('#services-body .empty')", wait);

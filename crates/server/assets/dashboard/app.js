@@ -189,11 +189,24 @@ $('login-form').addEventListener('submit', async (event) => {
   const secret = $('token').value.trim();
   $('token').value = '';
   try {
-    await signIn(secret);
+    await signInRetrying(secret);
   } catch (e) {
     showLogin(e instanceof ApiError && e.status === 401 ? 'That token was refused.' : e.message);
   }
 });
+
+// A sign-in the network cut off (not one the server refused) is tried again, twice, a second
+// apart: a request aborted by a network change says nothing about the token.
+async function signInRetrying(secret) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await signIn(secret);
+    } catch (e) {
+      if (e instanceof ApiError || attempt >= 2) throw e;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
+}
 
 $('logout').addEventListener('click', () => showLogin(''));
 

@@ -41,6 +41,7 @@ const ASSETS: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("icon.svg", "image/svg+xml"),
+    asset!("boot.js", JS),
     asset!("app.js", JS),
     asset!("api.js", JS),
     asset!("view.js", JS),
