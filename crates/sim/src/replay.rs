@@ -172,6 +172,10 @@ impl VirtualCluster {
         self.memory.charge(&self.snap.active, at);
         self.snap.deps = self.dependencies();
         self.snap.at = at;
+        // As the server's staging table: only pending jobs' stagings are remembered (one that
+        // started, ended or went back to the queue is staged anew).
+        let pending: std::collections::HashSet<JobId> = self.snap.pending.iter().map(|j| j.id).collect();
+        self.snap.staging.retain(|id, _| pending.contains(id));
         self.snap.queue = self.memory.queue_input(resize_gap_ms);
         self.snap.queue.checkpointing.clone_from(&self.checkpointing);
         let decisions = if self.snap.nodes.iter().any(|n| n.state == gantry_api::model::NodeState::Ready) {

@@ -10,13 +10,17 @@
 //!   snapshot's `locality`, as the server is told by its agents), so it prefers those nodes.
 //!
 //! Each node has a cache of `cache_bytes`, per team as the agents keep it (a team's copy is
-//! not another team's), least recently used evicted first. A gang is not staged by the core:
-//! its workers copy what their nodes lack as they start, GPUs held, in the staging modes too.
+//! not another team's), least recently used evicted first. A gang is staged on every node of
+//! its placement (one copy per node); a worker that lands on a node lacking the dataset all the
+//! same copies it as it starts, GPUs held.
 //!
 //! Measured per run ([`DataStats`]): GPU-seconds held idle by copies, the stage-in time
-//! (seconds of copying ordered by `Stage` decisions) and the part of it *exposed*: the time a
-//! job the queue had started spent waiting for its copy (a copy the queue started, or one still
-//! running when the queue starts it). The rest ran behind the job's queue wait: hidden.
+//! (seconds of copying ordered by `Stage` decisions, and copies made holding GPUs) and the part
+//! of it *exposed*: copying during a round in which the queue had started its job (placed it,
+//! or kept it waiting only for that copy), up to the round's end or the copy's. Copying while
+//! the queue keeps the job waiting anyway (it would not have run then) is hidden behind its
+//! queue wait. A copy that ends within a round is reported then, and the job starts as it ends
+//! (the server passes when the agent reports it; see `super::datarun`).
 
 use std::collections::HashMap;
 use std::path::Path;

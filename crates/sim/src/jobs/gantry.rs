@@ -7,7 +7,8 @@
 //! out its decisions as the control plane and its agents do: placements start, preempted and
 //! resized jobs stop and go back to the queue. A Pollux job checkpoints and stops at once, so a
 //! pass that stopped jobs is followed, in the same round, by another that places what waited
-//! for their GPUs (at most [`PASSES`] a round). It reads nothing the server could not know:
+//! for their GPUs (at most [`PASSES`] a round); so is a pass after which a staging finished
+//! within the round (the server passes as soon as the agent reports it). It reads nothing the server could not know:
 //! arrival, GPUs asked, service received and time waited; never the remaining duration.
 //!
 //! How a workload row becomes a server job: a job of one GPU is a plain job; a job of `n` > 1
@@ -221,6 +222,11 @@ impl GantryPolicy {
             })
             .collect();
         self.next_id += 1 + i64::from(replicas);
+        if let Some(data) = &mut self.data {
+            for w in &workers {
+                data.worker(w.id, id);
+            }
+        }
         self.apply(Event::Submit(Box::new(Job { request: one, gang: Some(gang(None)), ..job })));
         for w in workers {
             self.apply(Event::Submit(Box::new(w)));
@@ -291,11 +297,17 @@ impl JobPolicy for GantryPolicy {
         for _ in 0..PASSES {
             let decided = self.apply(Event::Pass { at, resize_gap_ms: RESIZE_GAP_MS, decided: Vec::new() });
             let stopped = decided.iter().any(|d| matches!(d, Decision::Preempt(_) | Decision::Resize(_)));
+            // A staging that ends within the round is reported by its agent, and the server
+            // passes again (see `super::datarun`).
+            let staged = self.data.as_mut().is_some_and(super::datarun::DataRun::take_wake);
             // A Pollux job checkpoints and stops at once.
             self.apply(Event::StopAll);
-            if !stopped {
+            if !stopped && !staged {
                 break;
             }
+        }
+        if let Some(data) = &mut self.data {
+            data.end_round(now);
         }
         self.apply(Event::StartAll(at));
         let mut held = self.allocations();
