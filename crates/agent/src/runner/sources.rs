@@ -117,8 +117,7 @@ pub async fn copy(
             }
             _ => {
                 let from = PathBuf::from(&o.from);
-                let mut input =
-                    std::fs::File::open(&from).map_err(|e| format!("opening {}: {e}", from.display()))?;
+                let mut input = open_public(&from)?;
                 let mut buf = vec![0u8; 1 << 20];
                 loop {
                     let n = std::io::Read::read(&mut input, &mut buf)
@@ -274,8 +273,60 @@ async fn list_http(url: &str) -> Result<Listing, String> {
     })
 }
 
+/// Opens a file of a `file://` source for reading, only if every user of the node may read it.
+///
+/// The agent reads these sources as root and copies them into a cache its jobs read, so a path
+/// is copied only when any user of the node could read it anyway: a regular file readable by
+/// others (mode `o+r`), reached through directories every user may enter ([`check_public_dirs`]),
+/// opened without following a link in its last component, and checked again on the open file, so
+/// a file swapped for a link to `/etc/shadow` between the listing and the copy is refused.
+fn open_public(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() || meta.permissions().mode() & 0o004 == 0 {
+        return Err(format!(
+            "{} is not a file every user of the node may read (a file:// input copies only those)",
+            path.display()
+        ));
+    }
+    Ok(file)
+}
+
+/// Refuses a `file://` root below a directory not every user may enter (`o+x`), or a link.
+fn check_public_dirs(root: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let canonical = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    if canonical != root {
+        return Err(format!(
+            "{} goes through a symbolic link: name the path it points at ({})",
+            root.display(),
+            canonical.display()
+        ));
+    }
+    for dir in root.ancestors().skip(1) {
+        let m = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if m.permissions().mode() & 0o001 == 0 {
+            return Err(format!(
+                "{} is below {}, which not every user of the node may enter (a file:// input copies only what any user may read)",
+                root.display(),
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A file or directory tree on shared storage, versioned by the SHA-256 of its paths and bytes.
+/// Only what every user of the node may read is copied (see [`open_public`]); a directory of the
+/// tree must be readable and enterable by others, and links in it are left out.
 fn list_files(root: &Path) -> Result<Listing, String> {
+    use std::os::unix::fs::PermissionsExt;
+    check_public_dirs(root)?;
     let meta = std::fs::metadata(root).map_err(|e| format!("{}: {e}", root.display()))?;
     let mut digest = Sha256::new();
     let mut objects = Vec::new();
@@ -283,6 +334,12 @@ fn list_files(root: &Path) -> Result<Listing, String> {
     while let Some((path, rel)) = todo.pop() {
         let m = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         if m.is_dir() {
+            if m.permissions().mode() & 0o005 != 0o005 {
+                return Err(format!(
+                    "{} is a directory not every user of the node may list (a file:// input copies only what any user may read)",
+                    path.display()
+                ));
+            }
             let mut names: Vec<_> = std::fs::read_dir(&path)
                 .map_err(|e| format!("{}: {e}", path.display()))?
                 .flatten()
@@ -296,7 +353,7 @@ fn list_files(root: &Path) -> Result<Listing, String> {
         } else if m.is_file() {
             digest.update(rel.as_bytes());
             digest.update([0]);
-            let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut f = open_public(&path)?;
             let mut buf = vec![0u8; 1 << 20];
             loop {
                 let n =
@@ -320,4 +377,58 @@ fn list_files(root: &Path) -> Result<Listing, String> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    #[test]
+    fn a_file_source_copies_only_what_every_user_may_read() {
+        let dir = tempfile::tempdir().expect("dir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        chmod(&root, 0o755);
+        let data = root.join("data");
+        std::fs::create_dir(&data).expect("mkdir");
+        chmod(&data, 0o755);
+        std::fs::write(data.join("a"), b"public").expect("write");
+        chmod(&data.join("a"), 0o644);
+        let listing = list_files(&data).expect("a readable tree");
+        assert_eq!(listing.objects.len(), 1);
+
+        // A file only its owner may read (as /etc/shadow is) is refused, listed or named.
+        std::fs::write(data.join("secret"), b"root only").expect("write");
+        chmod(&data.join("secret"), 0o600);
+        let err = list_files(&data).expect_err("an owner-only file");
+        assert!(err.contains("not a file every user of the node may read"), "{err}");
+        assert!(list_files(&data.join("secret")).is_err());
+        std::fs::remove_file(data.join("secret")).expect("rm");
+
+        // A file swapped for a link after the listing is not followed.
+        std::fs::remove_file(data.join("a")).expect("rm");
+        std::os::unix::fs::symlink("/etc/shadow", data.join("a")).expect("link");
+        let err = open_public(&data.join("a")).expect_err("a link");
+        assert!(err.contains("opening"), "{err}");
+        std::fs::remove_file(data.join("a")).expect("rm");
+
+        // Below a directory others may not enter, and through a link to the tree.
+        let private = root.join("private");
+        std::fs::create_dir(&private).expect("mkdir");
+        std::fs::write(private.join("b"), b"x").expect("write");
+        chmod(&private.join("b"), 0o644);
+        chmod(&private, 0o700);
+        let err = list_files(&private.join("b")).expect_err("below a private directory");
+        assert!(err.contains("not every user of the node may enter"), "{err}");
+        let err = list_files(&private).expect_err("a private directory");
+        assert!(err.contains("not every user of the node may list"), "{err}");
+        std::os::unix::fs::symlink(&data, root.join("via")).expect("link");
+        let err = list_files(&root.join("via")).expect_err("a link");
+        assert!(err.contains("symbolic link"), "{err}");
+    }
 }

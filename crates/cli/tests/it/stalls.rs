@@ -34,8 +34,17 @@ fn findings(cluster: &Cluster) -> Vec<Value> {
 fn a_job_stalled_on_its_input_is_named_with_its_input_and_its_share_and_counted_in_usage() {
     let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB"]);
     let data = tempfile::tempdir().expect("tmp");
+    // A file:// input copies only what every user of the node may read.
+    std::fs::set_permissions(data.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
     std::fs::write(data.path().join("shard-0"), vec![7u8; 4096]).expect("write");
-    let url = format!("file://{}", data.path().display());
+    std::fs::set_permissions(
+        data.path().join("shard-0"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
+    let root = std::fs::canonicalize(data.path()).expect("canonical");
+    let url = format!("file://{}", root.display());
     let stalled = cluster
         .gantry(&[
             "submit",

@@ -42,6 +42,15 @@ fn assignment(job_id: i64, url: &str) -> gantry_api::types::Assignment {
     job.into()
 }
 
+/// A scratch directory every user may enter: a file:// input copies only what any user of the
+/// node may read.
+fn readable_tmp() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
+}
+
 async fn until_done(s: &Stager, job: i64) -> gantry_api::inputs::StageReport {
     for _ in 0..200 {
         let r = s.reports().into_iter().find(|r| r.job_id == job).expect("listed");
@@ -55,7 +64,7 @@ async fn until_done(s: &Stager, job: i64) -> gantry_api::inputs::StageReport {
 
 #[tokio::test]
 async fn a_file_input_is_staged_once_and_the_second_job_finds_it_cached() {
-    let root = tempfile::tempdir().expect("tmp");
+    let root = readable_tmp();
     let data = root.path().join("shared/data");
     std::fs::create_dir_all(data.join("sub")).expect("dirs");
     std::fs::write(data.join("a.bin"), vec![1u8; 3000]).expect("a");
@@ -85,7 +94,7 @@ async fn a_file_input_is_staged_once_and_the_second_job_finds_it_cached() {
 
 #[tokio::test]
 async fn a_failing_source_is_reported_and_retried_and_leaves_nothing_cached() {
-    let root = tempfile::tempdir().expect("tmp");
+    let root = readable_tmp();
     let s = stager(root.path(), CacheConfig { size_bytes: 1000, team_quota_bytes: 1000 });
     let big = root.path().join("big");
     std::fs::write(&big, vec![0u8; 2000]).expect("big");
@@ -109,7 +118,7 @@ async fn a_failing_source_is_reported_and_retried_and_leaves_nothing_cached() {
 
 #[tokio::test]
 async fn a_public_source_is_cached_once_for_every_team_and_a_private_one_once_per_team() {
-    let root = tempfile::tempdir().expect("tmp");
+    let root = readable_tmp();
     let (public, private) = (root.path().join("shared/public"), root.path().join("shared/private"));
     std::fs::create_dir_all(root.path().join("shared")).expect("dirs");
     std::fs::write(&public, vec![1u8; 1000]).expect("public");
