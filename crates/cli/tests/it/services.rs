@@ -539,10 +539,10 @@ fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() 
     );
 }
 
-/// A browser on the Services page showing the sign-in form. A page load that stalled (seen in CI
-/// beside a busy gateway: only the header, for 90 s and two reloads) is tried again in a fresh
-/// browser, as a user would open a new window; what the stalled page had loaded and logged is
-/// printed, so a failure says which request hung.
+/// A browser on the Services page showing the sign-in form. The page reloads itself when a
+/// network change beside the replicas' namespaces cut off its scripts (`boot.js`); a load that
+/// still stalls is tried again in a fresh browser, as a user would open a new window, and what
+/// the stalled page had loaded and logged is printed, so a failure says which request failed.
 fn sign_in_page(spki: Option<&str>, url: &str, wait: Duration) -> Option<crate::browser::Browser> {
     let form = "!document.getElementById('login').hidden";
     for attempt in 1..=3 {

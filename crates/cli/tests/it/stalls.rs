@@ -35,14 +35,13 @@ fn a_job_stalled_on_its_input_is_named_with_its_input_and_its_share_and_counted_
     let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB"]);
     let data = tempfile::tempdir().expect("tmp");
     // A file:// input copies only what every user of the node may read.
-    std::fs::set_permissions(data.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    let chmod = |path: &std::path::Path, mode| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    chmod(data.path(), 0o755);
     std::fs::write(data.path().join("shard-0"), vec![7u8; 4096]).expect("write");
-    std::fs::set_permissions(
-        data.path().join("shard-0"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .expect("chmod");
+    chmod(&data.path().join("shard-0"), 0o644);
     let root = std::fs::canonicalize(data.path()).expect("canonical");
     let url = format!("file://{}", root.display());
     let stalled = cluster

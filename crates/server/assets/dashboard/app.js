@@ -189,20 +189,20 @@ $('login-form').addEventListener('submit', async (event) => {
   const secret = $('token').value.trim();
   $('token').value = '';
   try {
-    await signInRetrying(secret);
+    await signInRetrying(secret, 2);
   } catch (e) {
     showLogin(e instanceof ApiError && e.status === 401 ? 'That token was refused.' : e.message);
   }
 });
 
-// A sign-in the network cut off (not one the server refused) is tried again, twice, a second
-// apart: a request aborted by a network change says nothing about the token.
-async function signInRetrying(secret) {
+// A sign-in the network cut off (not one the server refused) is tried again, up to `retries`
+// times a second apart: a request aborted by a network change says nothing about the token.
+async function signInRetrying(secret, retries) {
   for (let attempt = 0; ; attempt++) {
     try {
       return await signIn(secret);
     } catch (e) {
-      if (e instanceof ApiError || attempt >= 2) throw e;
+      if (e instanceof ApiError || attempt >= retries) throw e;
       await new Promise((resolve) => setTimeout(resolve, 1000));
     }
   }
@@ -225,22 +225,10 @@ async function signInWithCode(code) {
   await signIn(body.token);
 }
 
-// A saved token is tried again while the network fails (a laptop waking, a network change): only
-// the server refusing it signs the tab out.
-async function resume(saved, attempt = 0) {
-  try {
-    await signIn(saved);
-  } catch (e) {
-    if (!(e instanceof ApiError) && attempt < 60) {
-      setTimeout(() => resume(saved, attempt + 1), 1000);
-      return;
-    }
-    showLogin(e.message);
-  }
-}
-
+// A saved token is tried again for a minute while the network fails (a laptop waking, a network
+// change): only the server refusing it signs the tab out.
 const link = location.hash.match(/^#signin=([A-Za-z0-9_-]{16,128})$/);
 const saved = token.get();
 if (link) signInWithCode(link[1]).catch((e) => showLogin(e.message));
-else if (saved) resume(saved);
+else if (saved) signInRetrying(saved, 60).catch((e) => showLogin(e.message));
 else showLogin('');
