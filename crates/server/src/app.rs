@@ -28,6 +28,8 @@ pub struct App {
     pub changes: std::sync::atomic::AtomicU64,
     /// Verified tokens.
     pub tokens: TokenCache,
+    /// The rows submissions are checked against.
+    pub admission: crate::admission::AdmissionCache,
     /// Failed authentications per address.
     pub failures: FailureLimiter,
     /// Why pending jobs wait, as of the last scheduling pass (not stored: it changes every pass).

@@ -181,18 +181,26 @@ pub fn hash(secret: &str) -> String {
     Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Verified tokens by hash. Any change to tokens or users clears it, so a revocation or a role
-/// change takes effect on the next request; expiry is checked on every hit.
+/// Verified tokens by hash. Any change to tokens or users made through this replica clears it,
+/// so a revocation or a role change takes effect on the next request; one made through another
+/// replica on the same database, within [`TOKEN_MAX_AGE`], when the entry is read again.
+/// Expiry is checked on every hit.
 #[derive(Debug, Default)]
-pub struct TokenCache(RwLock<HashMap<String, TokenRecord>>);
+pub struct TokenCache(RwLock<HashMap<String, (TokenRecord, tokio::time::Instant)>>);
 
 /// Cached tokens at most; past it the cache starts over.
 const CACHE_LIMIT: usize = 10_000;
 
+/// How long a verified token is trusted before the store is asked again: the most a revocation
+/// through another replica takes to reach this one.
+pub const TOKEN_MAX_AGE: Duration = Duration::from_secs(1);
+
 impl TokenCache {
     pub(crate) async fn lookup(&self, store: &Arc<dyn Store>, secret: &str) -> Result<TokenRecord, ApiError> {
         let hash = hash(secret);
-        let hit = self.0.read().ok().and_then(|m| m.get(&hash).cloned());
+        let hit = self.0.read().ok().and_then(|m| {
+            m.get(&hash).filter(|(_, at)| at.elapsed() < TOKEN_MAX_AGE).map(|(record, _)| record.clone())
+        });
         let record = match hit {
             Some(hit) => hit,
             None => {
@@ -206,7 +214,7 @@ impl TokenCache {
                     if m.len() >= CACHE_LIMIT {
                         m.clear();
                     }
-                    m.insert(hash, record.clone());
+                    m.insert(hash, (record.clone(), tokio::time::Instant::now()));
                 }
                 record
             }

@@ -15,6 +15,7 @@ use gantry_store::{
     Placement, Store, Team, TokenKind, User,
 };
 
+use crate::admission::{AdmissionCache, View};
 use crate::app::{self, App};
 use crate::auth::Principal;
 
@@ -293,18 +294,25 @@ impl App {
                 | Command::RevokeToken { .. }
                 | Command::Join { .. }
         );
+        // A submission counts itself in the admission view; a heartbeat that ends no job and
+        // changes no GPU's health leaves it as it is; anything else may change what it holds.
+        let keeps_view = matches!(command, Command::Submit { .. })
+            || matches!(command, Command::Heartbeat { .. }) && !frees;
         let touches = crate::assigned::touches(&command);
-        let store = Arc::clone(&self.store);
+        let app = Arc::clone(self);
         let (outcome, touched) = tokio::task::spawn_blocking(move || {
-            let outcome = apply(&*store, command);
-            let touched =
-                if outcome.is_ok() { crate::assigned::touched(&*store, touches) } else { Vec::new() };
+            let store = &*app.store;
+            let outcome = apply(store, &app.admission, command);
+            let touched = if outcome.is_ok() { crate::assigned::touched(store, touches) } else { Vec::new() };
             (outcome, touched)
         })
         .await
         .map_err(|e| CommandError::Aborted(e.to_string()))?;
         if credentials_change {
             self.tokens.clear();
+        }
+        if !keeps_view {
+            self.admission.forget();
         }
         // Committed: the agents it concerns hear of it now, not on their next poll.
         for node in &touched {
@@ -325,18 +333,25 @@ impl App {
     }
 }
 
-fn apply(store: &dyn Store, command: Command) -> Result<Outcome, CommandError> {
+fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Result<Outcome, CommandError> {
     let now = app::now_ms();
     match command {
         Command::Submit { job, by } => {
             let team = job.team.clone();
-            let check = may_queue(store, &job, &by);
+            let view = admission.view(store)?;
+            let check = may_queue(&view, admission, &job, &by);
+            let adding = queued(&job);
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
-            audited(store, check, Change::Submit(job), entry)
+            let outcome = audited(store, check, Change::Submit(job), entry)?;
+            if let Outcome::Submitted { created: true, .. } = outcome {
+                admission.added(&view, &team, adding);
+            }
+            Ok(outcome)
         }
         Command::Apply { job, replace, by } => {
             let team = job.team.clone();
-            let check = may_queue(store, &job, &by);
+            let view = admission.view(store)?;
+            let check = may_queue(&view, admission, &job, &by);
             let entry = entry(&by, "job.apply", format!("team/{team}"), Some(&team), now);
             audited(store, check, Change::Apply { job, replace }, entry)
         }
@@ -459,7 +474,8 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, CommandError> {
         Command::ApplyService { team, spec, digest, by } => {
             let entry =
                 entry(&by, "service.apply", format!("service/{team}/{}", spec.name), Some(&team), now);
-            let check = by.require_member_of(&team).and_then(|()| ceiling(store, &team, spec.priority, &by));
+            let view = admission.view(store)?;
+            let check = by.require_member_of(&team).and_then(|()| ceiling(&view, &team, spec.priority, &by));
             let desired = spec.replicas.min.max(1);
             audited(store, check, Change::ApplyService { team, spec, digest, desired }, entry)
         }
@@ -483,10 +499,21 @@ fn apply(store: &dyn Store, command: Command) -> Result<Outcome, CommandError> {
 
 /// Whether `by` may queue `job`: a member of its team, within the team's priority ceiling and
 /// pending limit.
-fn may_queue(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), CommandError> {
+fn may_queue(
+    view: &View,
+    admission: &AdmissionCache,
+    job: &NewJob,
+    by: &Principal,
+) -> Result<(), CommandError> {
     by.require_member_of(&job.team)
-        .and_then(|()| within_ceiling(store, job, by))
-        .and_then(|()| pending_room(store, job))
+        .and_then(|()| ceiling(view, &job.team, job.spec.priority, by))
+        .and_then(|()| pending_room(view, admission, job))
+}
+
+/// The pending jobs a submission adds: an array's members each, a gang once (as in the job
+/// gauges).
+fn queued(job: &NewJob) -> u64 {
+    job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64)
 }
 
 /// A join token made for any node may not take over a node that is up: joining revokes the
@@ -505,21 +532,14 @@ fn join_target_free(store: &dyn Store, by: &Principal, node: &str) -> Result<(),
     Ok(())
 }
 
-/// Refuses a member's job above its team's priority ceiling (admins may go above it): any member
-/// could otherwise rank first in every queue.
-fn within_ceiling(store: &dyn Store, job: &NewJob, by: &Principal) -> Result<(), CommandError> {
-    ceiling(store, &job.team, job.spec.priority, by)
-}
-
-/// [`within_ceiling`] for a priority of `team` (a job's, or a service's replicas').
-fn ceiling(store: &dyn Store, team: &str, priority: i32, by: &Principal) -> Result<(), CommandError> {
+/// Refuses a member's priority for `team` (a job's, or a service's replicas') above the team's
+/// ceiling (admins may go above it): any member could otherwise rank first in every queue.
+fn ceiling(view: &View, team: &str, priority: i32, by: &Principal) -> Result<(), CommandError> {
     if by.require_admin().is_ok() {
         return Ok(());
     }
-    let ceiling = store
-        .teams()?
-        .iter()
-        .find(|t| t.name == team)
+    let ceiling = view
+        .team(team)
         .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling);
     if priority > ceiling {
         return Err(CommandError::Invalid(format!(
@@ -535,20 +555,10 @@ pub const DEFAULT_PENDING_LIMIT: u64 = 100_000;
 /// Refuses a submission that would take the team past its pending limit (an array counts each
 /// member; a gang counts once, as in the job gauges). Checked before the write: submissions
 /// racing each other may each pass it, by at most their own size.
-fn pending_room(store: &dyn Store, job: &NewJob) -> Result<(), CommandError> {
-    let limit = store
-        .teams()?
-        .into_iter()
-        .find(|t| t.name == job.team)
-        .and_then(|t| t.pending_limit)
-        .unwrap_or(DEFAULT_PENDING_LIMIT);
-    let pending: u64 = store
-        .job_counts()?
-        .iter()
-        .filter(|(team, state, _)| *team == job.team && *state == gantry_store::JobState::Pending)
-        .map(|(_, _, n)| n)
-        .sum();
-    let adding = job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64);
+fn pending_room(view: &View, admission: &AdmissionCache, job: &NewJob) -> Result<(), CommandError> {
+    let limit = view.team(&job.team).and_then(|t| t.pending_limit).unwrap_or(DEFAULT_PENDING_LIMIT);
+    let pending = admission.pending(view, &job.team);
+    let adding = queued(job);
     if pending + adding > limit {
         return Err(CommandError::LimitReached(format!(
             "team {} has {pending} pending jobs and may have {limit}; this submission adds {adding}: wait for some to start or cancel some",

@@ -21,6 +21,7 @@
 //! It is not the agent (see `gantry-agent`) and holds no state of its own beyond caches:
 //! restart it on the same store and it carries on.
 
+pub mod admission;
 pub mod api;
 pub mod app;
 pub mod assigned;

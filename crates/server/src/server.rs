@@ -90,6 +90,7 @@ impl Server {
             wake: Notify::new(),
             changes: Default::default(),
             tokens: TokenCache::default(),
+            admission: Default::default(),
             failures: FailureLimiter::default(),
             waiting: Default::default(),
             staging: Default::default(),

@@ -192,6 +192,14 @@ impl Database {
         Err(format!("`{text}` is neither `sqlite` nor a URL like postgres://gantry@db:5432/gantry"))
     }
 
+    /// `sqlite` or `postgresql`, for reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres(_) => "postgresql",
+        }
+    }
+
     /// Opens the store (the SQLite one in `data`), migrating it.
     pub fn open(&self, data: &Path) -> anyhow::Result<Arc<dyn Store>> {
         Ok(match self {

@@ -77,6 +77,23 @@ fn bench_submit_measures_durable_submissions_on_postgres() {
     assert_eq!(store.jobs(&JobFilter::default()).expect("jobs").len(), 200, "every one is in the database");
 }
 
+#[test]
+fn bench_pass_measures_a_scheduling_pass_on_postgres() {
+    let Some(server) = pg_harness::shared() else { return };
+    let url = server.create_database();
+    let args = ["bench", "pass", "--pending", "40", "--nodes", "1", "--gpus-per-node", "2", "--rounds", "1"];
+    let out = crate::gantry(&[&args[..], &["--json", "--db", &url]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!((v["pending"].as_u64(), v["db"].as_str()), (Some(40), Some("postgresql")), "{v}");
+    for key in ["full_pass_s", "idle_pass_s", "change_pass_s", "job_counts_s"] {
+        assert!(v[key].as_f64().is_some_and(|s| s >= 0.0), "{key} in {v}");
+    }
+    let store = PgStore::open(&url).expect("open the database");
+    let pending = JobFilter { state: Some(JobState::Pending), ..JobFilter::default() };
+    assert_eq!(store.jobs(&pending).expect("jobs").len(), 40, "the queue is in the database");
+}
+
 /// `/healthz` of a plain-HTTP server: (role, epoch).
 fn health(cluster: &Cluster) -> (String, u64) {
     use std::io::{Read, Write};
@@ -88,6 +105,43 @@ fn health(cluster: &Cluster) -> (String, u64) {
     let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
     assert_eq!(v["status"], "ok", "{v}");
     (v["role"].as_str().unwrap_or_default().to_owned(), v["epoch"].as_u64().unwrap_or_default())
+}
+
+/// The status of `GET path` with a bearer token, on a plain-HTTP server.
+fn status_with(cluster: &Cluster, path: &str, token: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", cluster.port)).expect("connect");
+    let ask = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n");
+    conn.write_all(ask.as_bytes()).expect("ask");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("answer");
+    answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("{answer}"))
+}
+
+#[test]
+fn a_token_revoked_through_one_replica_is_refused_by_the_other_within_seconds() {
+    let Some(server) = pg_harness::shared() else { return };
+    let url = server.create_database();
+    let args = ["--db", &url, "--no-tls", "--gateway-listen", "none"];
+    let a = Cluster::start_as("server", "127.0.0.1", &args);
+    let b = Cluster::start_as("server", "127.0.0.1", &args);
+    let secret = a.gantry(&["token", "create", "--team", "vision", "--user", "alice"]).trim().to_owned();
+    // Both replicas verify it, and remember it.
+    assert_eq!(status_with(&a, "/v1/jobs", &secret), 200);
+    assert_eq!(status_with(&b, "/v1/jobs", &secret), 200);
+    let tokens: Value =
+        serde_json::from_str(&a.gantry(&["token", "list", "-o", "json"])).expect("token json");
+    let id = tokens
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["user"] == "alice"))
+        .and_then(|t| t["id"].as_i64())
+        .unwrap_or_else(|| panic!("alice's token in {tokens}"));
+    a.gantry(&["token", "revoke", &id.to_string()]);
+    assert_eq!(status_with(&a, "/v1/jobs", &secret), 401, "refused at once where it was revoked");
+    // The other replica trusted its cached copy: it asks the database again within a second.
+    eventually(Duration::from_secs(5), "the other replica to refuse the revoked token", || {
+        (status_with(&b, "/v1/jobs", &secret) == 401).then_some(())
+    });
 }
 
 #[test]

@@ -110,8 +110,13 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
         })?;
     }
     let pool_name = gantry_api::pools::pool_of(&job.spec.node_selector).to_owned();
-    let pools = blocking(app, |s| s.pools()).await?;
-    if let Some(pool) = pools.iter().find(|p| p.name == pool_name).filter(|p| !p.admits(&job.team)) {
+    let view = {
+        let app = Arc::clone(app);
+        tokio::task::spawn_blocking(move || app.admission.view(&*app.store))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))??
+    };
+    if let Some(pool) = view.pools.iter().find(|p| p.name == pool_name).filter(|p| !p.admits(&job.team)) {
         return Err(ApiError::Forbidden(format!(
             "team {} may not use pool {} (its teams: {}; an admin sets them with `gantry pool set`)",
             job.team,
@@ -120,16 +125,15 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
         )));
     }
     if !job.spec.wait_for_capacity {
-        let (nodes, gpus) = blocking(app, |s| Ok((s.nodes()?, s.gpus()?))).await?;
-        let nodes = super::capacity::selected(&job.spec.node_selector, &nodes, &gpus)
+        let (nodes, gpus) = (&view.nodes, &view.gpus);
+        let nodes = super::capacity::selected(&job.spec.node_selector, nodes, gpus)
             .map_err(ApiError::Unprocessable)?;
         let request = job.request();
-        super::capacity::check(&request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
-        super::capacity::check_models(&job.spec.gpu_models, &nodes, &gpus)
+        super::capacity::check(&request, &nodes, gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_models(&job.spec.gpu_models, &nodes, gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_gang(&request, job.replicas(), &nodes, gpus)
             .map_err(ApiError::Unprocessable)?;
-        super::capacity::check_gang(&request, job.replicas(), &nodes, &gpus)
-            .map_err(ApiError::Unprocessable)?;
-        super::capacity::check_elastic(&request, &nodes, &gpus).map_err(ApiError::Unprocessable)?;
+        super::capacity::check_elastic(&request, &nodes, gpus).map_err(ApiError::Unprocessable)?;
     }
     Ok(job)
 }

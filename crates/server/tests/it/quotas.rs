@@ -195,9 +195,15 @@ async fn a_team_past_its_pending_limit_gets_429_with_a_sentence_and_only_admins_
     assert!(error.contains("team vision has 4 pending jobs and may have 5"), "{error}");
     let one = json!({"command": ["true"], "wait_for_capacity": true});
     assert_eq!(submit(one.clone()).await.expect("send").status(), StatusCode::CREATED);
-    assert_eq!(submit(one).await.expect("send").status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(submit(one.clone()).await.expect("send").status(), StatusCode::TOO_MANY_REQUESTS);
     let teams: Vec<Value> = crate::json_of(s.get("/v1/teams")).await;
     assert!(teams.iter().any(|t| t["name"] == "vision" && t["pending"] == 5), "{teams:?}");
+    // A cancel makes room at once: the checks' cached view is read again after it.
+    let jobs: Vec<Value> = crate::json_of(s.get("/v1/jobs?team=vision")).await;
+    let id = jobs.iter().filter_map(|j| j["id"].as_u64()).max().expect("a job");
+    let cancel = call(&s, &alice, Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.expect("send");
+    assert!(cancel.status().is_success(), "{}", cancel.status());
+    assert_eq!(submit(one).await.expect("send").status(), StatusCode::CREATED, "room made by the cancel");
 }
 
 #[tokio::test]
