@@ -347,6 +347,16 @@ pub struct JoinRequest {
     pub node_id: String,
 }
 
+/// An agent with news (a job of its node ended) asking the server to answer its held
+/// heartbeat now, so that it reports at once rather than after the hold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WakeRequest {
+    /// The node's id.
+    pub node_id: String,
+}
+
 /// A node's credentials, shown once: keep them private.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -12,7 +12,11 @@
 //! The exchange is a future the agent's loop selects on beside its ticks and its jobs' exits,
 //! so that time limits, stop grace periods and exits are handled while a heartbeat is held.
 //! Heartbeats stay sequential: an answer is applied before the next report is built, so a
-//! report never contradicts an answer the agent has already acted on.
+//! report never contradicts an answer the agent has already acted on. A job that ends while a
+//! heartbeat is held would be reported only when the hold passes, and its GPUs would stay taken
+//! until then (a quarter of a second with the default interval, for every job queued behind
+//! it): the agent then asks the server to answer the held heartbeat at once
+//! ([`Beats::wake`], `POST /v1/agent/wake`), and the next heartbeat carries the exit.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -105,6 +109,22 @@ impl Beats {
             let answer = client.heartbeat_waiting(&heartbeat, wait, known.as_deref()).await;
             Beat { heartbeat, answer }
         }));
+    }
+
+    /// Has the server answer the heartbeat it holds now, when it holds one: the agent has news
+    /// (a job ended) that the next heartbeat carries, and with it the room the job frees. Sent
+    /// beside the held heartbeat, not in its place, so heartbeats stay sequential; a failed
+    /// wake costs only the wait it would have saved.
+    pub fn wake(&self, node_id: &str) {
+        if self.in_flight.is_none() || self.known.is_none() {
+            return;
+        }
+        let (client, node) = (self.client.clone(), node_id.to_owned());
+        tokio::spawn(async move {
+            if let Err(e) = client.wake(&node).await {
+                tracing::debug!(error = %e, "waking the held heartbeat failed; the report goes with the next one");
+            }
+        });
     }
 
     /// The answer to the heartbeat in flight; never resolves while none is. Cancel-safe: the

@@ -105,6 +105,17 @@ impl Client {
         }
     }
 
+    /// Asks the server to answer this node's held heartbeat now (`POST /v1/agent/wake`): the
+    /// agent has news for it. An older server answers 404, which changes nothing.
+    pub async fn wake(&self, node_id: &str) -> Result<(), AgentError> {
+        let body = gantry_api::types::WakeRequest { node_id: node_id.to_owned() };
+        self.request("/v1/agent/wake", Repeat::Safe, |url| {
+            self.http.post(url).timeout(REQUEST_TIMEOUT).json(&body)
+        })
+        .await
+        .map(drop)
+    }
+
     /// Reports staging and cache; answered what to stage. A 409 (stale epoch) is an error like
     /// any other here: the heartbeat finds it too and registers again.
     pub async fn staging(

@@ -217,7 +217,10 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
                     stop_jobs(&config, &mut jobs, &mut exits, &gpus).await;
                     return Ok(());
                 }
-                Some(exit) = exits.recv() => jobs.exited(exit, &gpus),
+                Some(exit) = exits.recv() => {
+                    jobs.exited(exit, &gpus);
+                    beats.wake(node);
+                }
                 Some(done) = fetched.recv() => jobs.fetched(done, &gpus),
                 _ = tick.tick() => {
                     jobs.enforce_time_limits();

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::{Extension, Json};
 use gantry_store::{Heartbeat, NewToken, NodeRegistration, TokenKind};
 
@@ -98,6 +99,23 @@ pub async fn register(
         })),
         other => Err(ApiError::Internal(format!("register produced {other:?}"))),
     }
+}
+
+/// Answer the node's held heartbeat now: its agent has news (a job ended) that would otherwise
+/// wait for the hold to pass, and with it the room the job frees. The node's own credential
+/// only; it writes nothing.
+#[utoipa::path(post, path = "/v1/agent/wake", request_body = WakeRequest, security(("bearer" = [])),
+    responses((status = 204, description = "the node's held heartbeat, if any, is answered"),
+        (status = 403, body = ErrorBody, description = "not this node's credential")))]
+pub async fn wake(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Body(req): Body<WakeRequest>,
+) -> Result<StatusCode, ApiError> {
+    validate::word("node_id", &req.node_id)?;
+    who.require_node(&req.node_id)?;
+    app.assigned.changed(&req.node_id);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Report liveness, GPUs and jobs; get the jobs to run. With `wait_ms` and `known`, the answer

@@ -53,7 +53,7 @@ use require::require_token;
         uploads::agent_manifest, uploads::agent_blob,
         staging::agent_staging, staging::list_cache, staging::set_secret, staging::list_secrets,
         staging::list_public, staging::set_public,
-        agent::join, agent::register, agent::heartbeat, healthz, ca_pem, metrics
+        agent::join, agent::register, agent::heartbeat, agent::wake, healthz, ca_pem, metrics
     ),
     modifiers(&BearerAuth, &Described)
 )]
@@ -152,6 +152,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/agent/join", post(agent::join))
         .route("/v1/agent/register", post(agent::register))
         .route("/v1/agent/heartbeat", post(agent::heartbeat))
+        .route("/v1/agent/wake", post(agent::wake))
         .route("/v1/agent/staging", post(staging::agent_staging))
         .route("/v1/cache", get(staging::list_cache))
         .route("/v1/cache/public", get(staging::list_public).put(staging::set_public))

@@ -125,3 +125,32 @@ async fn a_heartbeat_that_asks_no_wait_or_to_a_server_that_does_not_hold_is_answ
     let again = answer(heartbeat(&s, &node, &[], waiting(&json!("0123456789abcdef"))), started).await;
     assert!(again.get("version").is_none(), "so its agents poll: {again}");
 }
+
+#[tokio::test]
+async fn a_wake_from_the_node_answers_its_held_heartbeat_and_one_from_another_node_is_refused() {
+    let s = server(true).await;
+    let node = register(&s).await;
+    let started = Instant::now();
+    let first = answer(heartbeat(&s, &node, &[], format!("?wait_ms={}", HOLD.as_millis())), started).await;
+    let held = heartbeat(&s, &node, &[], waiting(&first["version"]));
+    still_held(&held).await;
+    // Another node's credential may not cut n1's hold short.
+    let other = gantry_server::create_node_credential(&*s.store, "n2").expect("credential");
+    let wake = |credential: &str| {
+        s.http
+            .post(format!("{}/v1/agent/wake", s.url))
+            .bearer_auth(credential)
+            .json(&json!({"node_id": "n1"}))
+            .send()
+    };
+    assert_eq!(wake(&other).await.expect("send").status(), reqwest::StatusCode::FORBIDDEN);
+    still_held(&held).await;
+    let unknown =
+        s.http.post(format!("{}/v1/agent/wake", s.url)).bearer_auth(&node.0).json(&json!({"node": "n1"}));
+    assert_eq!(unknown.send().await.expect("send").status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+    // Its own agent, with a job's end to report: answered now, its work as it was.
+    let started = Instant::now();
+    assert_eq!(wake(&node.0).await.expect("send").status(), reqwest::StatusCode::NO_CONTENT);
+    let woken = answer(held, started).await;
+    assert_eq!(woken["version"], first["version"], "nothing changed but the hold: {woken}");
+}
