@@ -57,6 +57,12 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         if *stop.borrow() || stop.has_changed().is_err() {
             break;
         }
+        // The leader's reconciler (one replica warns, lends and requeues, not each of them); a
+        // follower's tracks would go stale, so the next leadership starts afresh.
+        if !app.leadership.leads() {
+            tracks.clear();
+            continue;
+        }
         if let Err(e) = pass(&app, &mut tracks).await {
             tracing::warn!(error = %e, "idle pass failed");
         }

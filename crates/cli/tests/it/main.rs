@@ -32,6 +32,7 @@ mod preemption;
 mod restart;
 mod sandbox;
 mod services;
+mod services_ha;
 mod sharing;
 mod sim;
 mod slurm_habits;

@@ -15,12 +15,12 @@ use crate::harness::{Cluster, eventually};
 const REPLICA: &str = include_str!("../data/replica.py");
 
 /// A cluster with a gateway on a free loopback port, and what a test needs of it.
-struct Serving {
-    cluster: Cluster,
-    gateway: u16,
+pub(crate) struct Serving {
+    pub(crate) cluster: Cluster,
+    pub(crate) gateway: u16,
     /// A member token of team `ml`.
-    token: String,
-    rt: tokio::runtime::Runtime,
+    pub(crate) token: String,
+    pub(crate) rt: tokio::runtime::Runtime,
     http: reqwest::Client,
 }
 
@@ -38,7 +38,7 @@ fn network() -> &'static str {
 }
 
 impl Serving {
-    fn start(extra: &[&str]) -> Self {
+    pub(crate) fn start(extra: &[&str]) -> Self {
         Self::start_in(network(), extra)
     }
 
@@ -73,7 +73,7 @@ impl Serving {
     }
 
     /// A service file for `name` of team `ml` with `extra` YAML lines.
-    fn file(&self, name: &str, extra: &str) -> std::path::PathBuf {
+    pub(crate) fn file(&self, name: &str, extra: &str) -> std::path::PathBuf {
         let shared = self.cluster.shared();
         let text = format!(
             "name: {name}\nteam: ml\nport: 8000\ncommand: [python3, {}]\nenv: {{UNREADY_DIR: {}}}\n\
@@ -86,17 +86,17 @@ impl Serving {
         path
     }
 
-    fn apply(&self, file: &std::path::Path) -> String {
+    pub(crate) fn apply(&self, file: &std::path::Path) -> String {
         self.cluster.gantry(&["service", "apply", "-f", &file.display().to_string()])
     }
 
-    fn view(&self, name: &str) -> serde_json::Value {
+    pub(crate) fn view(&self, name: &str) -> serde_json::Value {
         let text = self.cluster.gantry(&["service", "get", name, "--team", "ml", "-o", "json"]);
         serde_json::from_str(&text).expect("service json")
     }
 
     /// Waits until `check` holds for the service's view; returns that view.
-    fn until(
+    pub(crate) fn until(
         &self,
         name: &str,
         what: &str,
@@ -111,7 +111,7 @@ impl Serving {
     }
 
     /// One GET through the gateway: (status, body), or the transport error.
-    fn get(&self, path: &str, token: &str) -> Result<(u16, String), String> {
+    pub(crate) fn get(&self, path: &str, token: &str) -> Result<(u16, String), String> {
         let req = self.http.get(self.url(path)).bearer_auth(token);
         self.rt.block_on(async move {
             let r = req.send().await.map_err(|e| e.to_string())?;
@@ -179,7 +179,7 @@ impl Serving {
 /// Answers by status, and requests that got no answer.
 type Load = (std::collections::BTreeMap<u16, usize>, Vec<String>);
 
-fn ready(v: &serde_json::Value) -> u64 {
+pub(crate) fn ready(v: &serde_json::Value) -> u64 {
     v["replicas"]["ready"].as_u64().unwrap_or(0)
 }
 

@@ -360,6 +360,11 @@ impl Controller {
         if effects.scale.is_empty() && effects.submit.is_empty() && effects.stop.is_empty() {
             return Ok(());
         }
+        // The leader's controller alone scales, submits and stops replicas (one set of
+        // replicas, not one per server replica); a follower's routes its gateway's requests.
+        if !app.leadership.leads() {
+            return Ok(());
+        }
         let store = Arc::clone(&app.store);
         let submitted = !effects.submit.is_empty();
         let now = now_ms();

@@ -1,0 +1,55 @@
+//! Services on two replicas of one PostgreSQL ([`crate::pg_harness`]): the leader's service
+//! controller alone scales, submits and stops replicas, so a service gets the replicas it asked
+//! for once, not once per server replica, and a follower's gateway routes to them.
+
+use std::time::Duration;
+
+use crate::harness::Cluster;
+use crate::pg_harness;
+use crate::services::{Serving, ready};
+
+/// Replica jobs of `service` that have not ended.
+fn live_replicas(s: &Serving, service: &str) -> usize {
+    let ended = ["succeeded", "failed", "cancelled"];
+    s.cluster
+        .jobs()
+        .iter()
+        .filter(|j| j["service"] == service && !ended.iter().any(|e| j["state"] == *e))
+        .count()
+}
+
+#[test]
+fn on_two_replicas_a_service_gets_its_replicas_once_and_a_followers_gateway_routes_to_them() {
+    let Some(server) = pg_harness::shared() else { return };
+    let url = server.create_database();
+    // The leader first: it serves no gateway and runs no agent.
+    let _leader = Cluster::start_as(
+        "server",
+        "127.0.0.1",
+        &["--db", &url, "--lease-ttl", "2s", "--gateway-listen", "none"],
+    );
+    // The follower: the fleet's agent, and the gateway the test sends to.
+    let s = Serving::start(&["--db", &url, "--lease-ttl", "2s"]);
+    let healthz = s.cluster.http().get(format!("{}/healthz", s.cluster.url()));
+    let health: serde_json::Value =
+        s.rt.block_on(async { healthz.send().await?.json().await }).expect("healthz");
+    assert_eq!(health["role"], "follower", "the second replica follows: {health}");
+
+    s.apply(&s.file("pair", "replicas: 2\n"));
+    s.until("pair", "two ready replicas", 90, |v| ready(v) == 2);
+    // Both replicas' controllers have ticked many times since (every 250 ms): still two jobs.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(live_replicas(&s, "pair"), 2, "one set of replicas, not one per server replica");
+    assert_eq!(s.get("/ml/pair/hello", &s.token).map(|r| r.0), Ok(200), "through the follower's gateway");
+    // A replica that dies is replaced once.
+    let v = s.view("pair");
+    let victim = v["replica_list"][0]["job"].as_i64().expect("a replica");
+    let pid = std::fs::read_to_string(s.cluster.shared().join(format!("pid-{victim}"))).expect("pid file");
+    let killed = std::process::Command::new("kill").args(["-9", pid.trim()]).status().expect("kill");
+    assert!(killed.success());
+    s.until("pair", "the killed replica replaced", 60, |v| {
+        ready(v) == 2 && v["replica_list"].as_array().is_some_and(|l| l.iter().all(|r| r["job"] != victim))
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(live_replicas(&s, "pair"), 2, "replaced by one replica, not one per server replica");
+}
