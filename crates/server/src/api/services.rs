@@ -105,7 +105,9 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     who.require_user()?;
     let team = team_of(&who, q.team.as_deref())?;
+    let key = crate::gateway::ServiceKey::new(&team, &name);
     app.dispatch(Command::DeleteService { team, name, by: who }).await?;
+    app.gateway.remove(&key);
     Ok(StatusCode::NO_CONTENT)
 }
 

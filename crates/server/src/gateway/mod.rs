@@ -188,6 +188,15 @@ impl Gateway {
         }
     }
 
+    /// Drops one service's route now (the service was deleted: its path answers 404 from the
+    /// moment the deletion is acknowledged, not from the controller's next table).
+    pub fn remove(&self, key: &ServiceKey) {
+        let mut services = self.services.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(service) = services.remove(key) {
+            service.remove();
+        }
+    }
+
     /// The demand notices (once: the controller takes the receiver).
     pub fn demand(&self) -> Option<mpsc::Receiver<Demand>> {
         self.demand_rx.lock().unwrap_or_else(PoisonError::into_inner).take()
