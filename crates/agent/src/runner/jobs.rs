@@ -177,7 +177,21 @@ impl Jobs {
         // An attempt the server no longer lists will never be listed again.
         self.done.retain(|(id, attempt)| wanted_ids.get(id) == Some(attempt));
         for a in wanted {
-            if self.local.contains_key(&a.job_id) || self.done.contains(&(a.job_id, a.attempt)) {
+            if let Some(l) = self.local.get_mut(&a.job_id) {
+                if l.attempt == a.attempt
+                    && !a.outputs.is_empty()
+                    && l.outputs.is_none()
+                    && l.exit.is_none()
+                    && l.fetching.is_none()
+                {
+                    // An attempt adopted after a restart: its output directories are there still.
+                    let root = self.ctx.sandbox.output_root(a.job_id, a.attempt);
+                    let uid = self.ctx.sandbox.user_for(&a.team).map(|(u, _)| u.uid);
+                    l.outputs = uid.ok().and_then(|uid| super::outputs::existing(&root, &a.outputs, uid));
+                }
+                continue;
+            }
+            if self.done.contains(&(a.job_id, a.attempt)) {
                 continue;
             }
             self.start(a, gpus);
@@ -221,6 +235,7 @@ impl Jobs {
                     );
                     attempt::end_orphaned(&r);
                     super::sandbox::remove_dir(&self.ctx.sandbox.workdir(r.job_id, r.attempt));
+                    super::sandbox::remove_dir(&self.ctx.sandbox.output_root(r.job_id, r.attempt));
                     record::forget(&self.ctx.state, r.job_id, r.attempt);
                 }
             }

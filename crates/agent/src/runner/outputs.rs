@@ -100,6 +100,14 @@ pub fn make(
     Ok(Some(Dirs { root: root.to_owned(), outputs: dirs, uid: user.uid }))
 }
 
+/// The output directories [`make`] made for an attempt a previous run of the agent started
+/// (adopted after a restart), when they are there.
+pub fn existing(root: &Path, outputs: &[Output], uid: u32) -> Option<Dirs> {
+    let dirs: Vec<(Output, PathBuf)> = outputs.iter().map(|o| (o.declared(), root.join(&o.name))).collect();
+    let there = std::fs::symlink_metadata(root).is_ok_and(|m| m.is_dir());
+    (there && !dirs.is_empty()).then(|| Dirs { root: root.to_owned(), outputs: dirs, uid })
+}
+
 /// The most an output may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {

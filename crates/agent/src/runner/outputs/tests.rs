@@ -29,7 +29,10 @@ fn output_dir(root: &Path) -> u32 {
     nobody
 }
 
-fn collect(dir: &Path, uid: u32, caps: Caps) -> Result<(Tally, Vec<(String, Vec<u8>)>), String> {
+/// What a walk handed on: each file's relative path and bytes.
+type Seen = Vec<(String, Vec<u8>)>;
+
+fn collect(dir: &Path, uid: u32, caps: Caps) -> Result<(Tally, Seen), String> {
     let mut seen = Vec::new();
     let tally = walk(dir, uid, caps, &mut |rel, mut file, _| {
         let mut bytes = Vec::new();
