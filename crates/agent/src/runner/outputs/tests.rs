@@ -90,3 +90,51 @@ async fn a_refused_output_uploads_nothing_and_says_why() {
     let error = done.error.unwrap_or_default();
     assert!(error.contains("more than 4 bytes") && error.contains("nothing was uploaded"), "{error}");
 }
+
+/// An S3 endpoint that answers every request 500; counts the PUTs.
+fn failing_s3() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let puts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&puts);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream);
+            let mut first = String::new();
+            let _ = reader.read_line(&mut first);
+            if first.starts_with("PUT") {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let mut stream = reader.into_inner();
+            let _ = stream.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    (url, puts)
+}
+
+#[tokio::test]
+async fn a_failing_upload_is_tried_six_times_then_recorded_failed() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let uid = output_dir(tmp.path());
+    let (url, puts) = failing_s3();
+    let secret: super::super::sources::Secret = [
+        ("AWS_ACCESS_KEY_ID", "k"),
+        ("AWS_SECRET_ACCESS_KEY", "s"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", url.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let o = Output::new("model", "s3://bucket/p");
+    let done = upload_one(&o, &tmp.path().join("out"), uid, &secret, Caps::default(), Duration::ZERO).await;
+    assert_eq!(done.state, OutputState::Failed);
+    let error = done.error.unwrap_or_default();
+    assert!(error.contains("uploading `a` to s3://bucket/p/a") && error.contains("tried 6 times"), "{error}");
+    let n = puts.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n >= TRIES as usize, "each of the {TRIES} tries reached the endpoint: {n} PUTs");
+    assert_eq!(done.files, None, "nothing recorded as uploaded");
+}
