@@ -31,6 +31,7 @@ pub mod job_env;
 pub mod job_log_times;
 pub mod job_logs;
 pub mod model;
+pub mod outputs;
 pub mod pools;
 pub mod service;
 pub mod submit;

@@ -74,6 +74,10 @@ pub struct SubmitRequest {
     pub inputs: Vec<crate::inputs::Input>,
     /// The team secret its S3 inputs are read with.
     pub input_secret: Option<String>,
+    /// Declared outputs, uploaded when an attempt ends.
+    pub outputs: Vec<crate::outputs::Output>,
+    /// The team secret its outputs are uploaded with (none: `input_secret`).
+    pub output_secret: Option<String>,
 }
 
 impl SubmitRequest {
@@ -126,6 +130,8 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             chdir: j.chdir,
             inputs: j.inputs,
             input_secret: j.input_secret,
+            outputs: j.outputs,
+            output_secret: j.output_secret,
         })
     }
 }
@@ -160,6 +166,8 @@ impl From<SubmitRequest> for SubmitJson {
             chdir: r.chdir,
             inputs: r.inputs,
             input_secret: r.input_secret,
+            outputs: r.outputs,
+            output_secret: r.output_secret,
         }
     }
 }
@@ -295,6 +303,20 @@ pub(crate) struct SubmitJson {
     /// the agent's environment, as the AWS SDKs read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     input_secret: Option<String>,
+    /// Declared outputs (`--output NAME=URL`): each `{"name", "url"}`, the URL `s3://bucket/prefix`
+    /// (a job writes to storage the nodes mount by itself). Each attempt gets an empty directory
+    /// per output, private to the job's user, at `GANTRY_OUTPUT_<NAME>`; when the attempt ends
+    /// (succeeded, failed, cancelled or preempted), after its GPUs are released, the agent
+    /// uploads the regular files the job's user owns there to `prefix/<relative path>` (links
+    /// and other users' files are skipped and counted; at most 10 GiB and 100,000 files) and
+    /// removes the directory. `gantry job N` shows each upload's `state`, `bytes`, `files`,
+    /// `skipped`, `uploaded_s`, `attempt` and `error`. At most 16, names as inputs'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    outputs: Vec<crate::outputs::Output>,
+    /// The team secret outputs are uploaded with (keys as `input_secret`'s); none: the job's
+    /// `input_secret`, else the agent's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output_secret: Option<String>,
 }
 
 #[cfg(test)]

@@ -512,6 +512,10 @@ pub struct Assignment {
     /// `GANTRY_INPUT_<NAME>` naming it (staged before the start when it is not yet).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<crate::inputs::Input>,
+    /// Its declared outputs (names and URLs): the agent makes each an empty directory private
+    /// to the job's user (`GANTRY_OUTPUT_<NAME>`) and uploads it when the attempt ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<crate::outputs::Output>,
 }
 
 impl From<Job> for Assignment {
@@ -539,6 +543,7 @@ impl From<Job> for Assignment {
             upload: job.upload,
             chdir: job.chdir,
             inputs: job.inputs,
+            outputs: job.outputs.iter().map(crate::outputs::Output::declared).collect(),
         }
     }
 }

@@ -136,6 +136,16 @@ pub enum Command {
         /// Its inputs with the results.
         inputs: Vec<gantry_api::inputs::Input>,
     },
+    /// Record where the upload of an ended attempt's declared outputs stands, reported by the
+    /// agent of the node it ran on.
+    ReportedOutputs {
+        /// The job.
+        job: JobId,
+        /// The attempt that ended.
+        attempt: u32,
+        /// Its outputs with where each upload stands.
+        outputs: Vec<gantry_api::outputs::Output>,
+    },
     /// Create or replace a team's secret (`gantry secret set`; members of the team and admins).
     SetSecret {
         /// The team.
@@ -426,6 +436,9 @@ fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Res
         }
         Command::StagedInputs { job, inputs } => {
             store.staged_inputs(job, &inputs).map(|()| Outcome::Done).map_err(Into::into)
+        }
+        Command::ReportedOutputs { job, attempt, outputs } => {
+            store.reported_outputs(job, attempt, &outputs).map(|_| Outcome::Done).map_err(Into::into)
         }
         Command::SetSecret { team, name, data, by } => {
             let entry = entry(&by, "secret.set", format!("secret/{team}/{name}"), Some(&team), now);

@@ -106,6 +106,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records what staging found of a job's declared inputs (bytes, cache hit, time), matched
     /// by name and URL.
     fn staged_inputs(&self, id: JobId, found: &[gantry_api::inputs::Input]) -> Result<()>;
+    /// Records where the upload of an ended attempt's declared outputs stands (matched by name
+    /// and URL; an output that heard of a later attempt keeps that); returns the job's outputs.
+    fn reported_outputs(
+        &self,
+        id: JobId,
+        attempt: u32,
+        found: &[gantry_api::outputs::Output],
+    ) -> Result<Vec<gantry_api::outputs::Output>>;
     /// A team's secret with its values (`Change::SetSecret`), for the agent that stages a job
     /// of that team.
     fn secret(&self, team: &str, name: &str) -> Result<Option<std::collections::BTreeMap<String, String>>>;

@@ -60,6 +60,8 @@ pub struct Started {
     pub pid: u32,
     /// Its cgroup, when cgroups are used.
     pub cgroup: Option<Arc<Cgroup>>,
+    /// Its output directories, uploaded once it has ended.
+    pub outputs: Option<super::outputs::Dirs>,
 }
 
 /// An attempt ended and was cleaned up.
@@ -89,10 +91,21 @@ pub fn start(
     let (user, credentials) = ctx.sandbox.user_for(&a.team)?;
     let user = &user;
     let workdir = ctx.sandbox.make_workdir(a.job_id, a.attempt, user, staged)?;
+    let out_root = ctx.sandbox.output_root(a.job_id, a.attempt);
+    let outputs = match super::outputs::make(&out_root, &a.outputs, user, ctx.sandbox.has_users()) {
+        Ok(o) => o,
+        Err(e) => {
+            sandbox::remove_dir(&workdir);
+            sandbox::remove_dir(&out_root);
+            return Err(e);
+        }
+    };
+    let workdir_and_outputs = [workdir.clone(), out_root.clone()];
+    let remove_dirs = || workdir_and_outputs.iter().for_each(|d| sandbox::remove_dir(d));
     let cgroup = match ctx.sandbox.cgroup(a, &ctx.minors) {
         Ok(c) => c.map(Arc::new),
         Err(e) => {
-            sandbox::remove_dir(&workdir);
+            remove_dirs();
             return Err(e);
         }
     };
@@ -107,7 +120,7 @@ pub fn start(
             if let Some(c) = &cgroup {
                 let _ = c.remove();
             }
-            sandbox::remove_dir(&workdir);
+            remove_dirs();
             return Err(e);
         }
     };
@@ -116,7 +129,7 @@ pub fn start(
         if let Some(c) = cgroup {
             let _ = c.remove();
         }
-        sandbox::remove_dir(&workdir);
+        remove_dirs();
         if let Some(n) = &attached {
             let _ = n.net.detach();
         }
@@ -125,6 +138,13 @@ pub fn start(
         // Its declared inputs' read-only copies in the node's cache (`super::stage`).
         Ok(mut spec) => {
             spec.env.extend(inputs.iter().cloned());
+            // Its output directories, reachable through a private `/tmp` too.
+            if let Some(o) = &outputs {
+                spec.env.extend(o.env());
+                if let Some(m) = spec.mounts.as_mut() {
+                    m.keep.push(o.root.clone());
+                }
+            }
             spec
         }
         Err(e) => {
@@ -157,7 +177,7 @@ pub fn start(
         tracing::warn!(job = a.job_id, error = %e, "could not record the attempt: a restarted agent will not find it");
     }
     tasks.spawn(watch(record, Some(started.shim), ctx.clone(), exits.clone()));
-    Ok(Started { pid: started.pid, cgroup })
+    Ok(Started { pid: started.pid, cgroup, outputs })
 }
 
 /// Watches the shim of an attempt a previous run of the agent started (its record says the

@@ -125,6 +125,14 @@ impl Client {
         self.send("/v1/agent/staging", req, REQUEST_TIMEOUT, Repeat::Safe).await
     }
 
+    /// Reports an ended attempt's output uploads; answered the secret to upload with.
+    pub async fn outputs(
+        &self,
+        req: &gantry_api::outputs::OutputReport,
+    ) -> Result<gantry_api::outputs::OutputAnswer, AgentError> {
+        self.send("/v1/agent/outputs", req, REQUEST_TIMEOUT, Repeat::Safe).await
+    }
+
     /// GETs `path` (a job's upload manifest) as JSON.
     pub async fn get_json<R: DeserializeOwned>(&self, path: &str) -> Result<R, AgentError> {
         Ok(self.get(path, REQUEST_TIMEOUT).await?.json().await?)

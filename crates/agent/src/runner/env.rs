@@ -134,6 +134,7 @@ mod tests {
             upload: None,
             chdir: None,
             inputs: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 

@@ -43,6 +43,8 @@ struct Local {
     timed_out: bool,
     /// Its upload is being fetched: the assignment to start once it is, and the fetch's task.
     fetching: Option<(Box<Assignment>, tokio::task::AbortHandle)>,
+    /// Its output directories, uploaded once it has ended ([`super::outputs`]).
+    outputs: Option<super::outputs::Dirs>,
 }
 
 /// A fetch of an attempt's upload ended: its staging directory, or why it failed.
@@ -80,6 +82,8 @@ pub struct Jobs {
     client: Option<super::client::Client>,
     /// Declared inputs' staging and the node's cache (set with the client).
     stager: Option<std::sync::Arc<super::stage::Stager>>,
+    /// Where ended attempts' output uploads are reported (set with the client).
+    reporter: Option<Arc<super::outputs::Reporter>>,
 }
 
 impl Jobs {
@@ -100,12 +104,18 @@ impl Jobs {
             fetched,
             client: None,
             stager: None,
+            reporter: None,
         }
     }
 
     /// Where declared inputs are staged and found.
     pub fn set_stager(&mut self, stager: std::sync::Arc<super::stage::Stager>) {
         self.stager = Some(stager);
+    }
+
+    /// Where ended attempts' output uploads are reported.
+    pub fn set_reporter(&mut self, reporter: Arc<super::outputs::Reporter>) {
+        self.reporter = Some(reporter);
     }
 
     /// The connection to fetch uploads over.
@@ -167,7 +177,21 @@ impl Jobs {
         // An attempt the server no longer lists will never be listed again.
         self.done.retain(|(id, attempt)| wanted_ids.get(id) == Some(attempt));
         for a in wanted {
-            if self.local.contains_key(&a.job_id) || self.done.contains(&(a.job_id, a.attempt)) {
+            if let Some(l) = self.local.get_mut(&a.job_id) {
+                if l.attempt == a.attempt
+                    && !a.outputs.is_empty()
+                    && l.outputs.is_none()
+                    && l.exit.is_none()
+                    && l.fetching.is_none()
+                {
+                    // An attempt adopted after a restart: its output directories are there still.
+                    let root = self.ctx.sandbox.output_root(a.job_id, a.attempt);
+                    let uid = self.ctx.sandbox.user_for(&a.team).map(|(u, _)| u.uid);
+                    l.outputs = uid.ok().and_then(|uid| super::outputs::existing(&root, &a.outputs, uid));
+                }
+                continue;
+            }
+            if self.done.contains(&(a.job_id, a.attempt)) {
                 continue;
             }
             self.start(a, gpus);
@@ -211,6 +235,7 @@ impl Jobs {
                     );
                     attempt::end_orphaned(&r);
                     super::sandbox::remove_dir(&self.ctx.sandbox.workdir(r.job_id, r.attempt));
+                    super::sandbox::remove_dir(&self.ctx.sandbox.output_root(r.job_id, r.attempt));
                     record::forget(&self.ctx.state, r.job_id, r.attempt);
                 }
             }
@@ -238,6 +263,7 @@ impl Jobs {
             deadline,
             timed_out: false,
             fetching: None,
+            outputs: None,
         }
     }
 
@@ -265,6 +291,7 @@ impl Jobs {
             deadline: a.time_limit_s.map(|s| (Instant::now() + Duration::from_secs(s), s)),
             timed_out: false,
             fetching: None,
+            outputs: None,
         };
         if a.upload.is_some() || !a.inputs.is_empty() {
             let (Some(client), Some(stager)) = (self.client.clone(), self.stager.clone()) else {
@@ -334,6 +361,7 @@ impl Jobs {
             Ok(started) => {
                 local.pgid = Some(started.pid);
                 local.cgroup = started.cgroup;
+                local.outputs = started.outputs;
                 let memory = if a.gpu_memory_mib > 0 { a.gpu_memory_mib } else { 4096 };
                 local.sim_pids = gpus.load(job_id, started.pid, &a.gpu_uuids, memory, &a.env);
                 tracing::info!(job = job_id, attempt, gpus = ?a.gpu_uuids, "job started");
@@ -502,6 +530,15 @@ impl Jobs {
         };
         tracing::info!(job = id, attempt, ?exit, "job ended");
         l.exit = Some(exit);
+        if let Some(dirs) = l.outputs.take() {
+            // In a task of its own: the exit, which releases the GPUs, is reported meanwhile.
+            match &self.reporter {
+                Some(r) => {
+                    tokio::spawn(super::outputs::upload_attempt(Arc::clone(r), id, attempt, dirs));
+                }
+                None => super::sandbox::remove_dir(&dirs.root),
+            }
+        }
     }
 
     /// Kills every process at once (fenced: the server already gave the GPUs away) and forgets all.
@@ -515,6 +552,9 @@ impl Jobs {
                 l.signal(libc::SIGKILL);
             }
             gpus.unload(&l.sim_pids);
+            if let Some(dirs) = &l.outputs {
+                super::sandbox::remove_dir(&dirs.root);
+            }
             record::forget(&self.ctx.state, id, l.attempt);
         }
     }

@@ -38,6 +38,7 @@ pub mod meter;
 pub mod mounts;
 pub mod netns;
 pub mod network;
+pub mod outputs;
 pub mod process;
 pub mod record;
 pub mod sandbox;
@@ -149,6 +150,8 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let client =
         Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
     jobs.set_client(client.clone());
+    let reporter = Arc::new(outputs::Reporter::new(client.clone(), config.node_id.clone()));
+    jobs.set_reporter(Arc::clone(&reporter));
     let cache_root = config.sandbox.cache_root();
     let cache = cache::Cache::open(&cache_root, config.cache).map_err(|e| {
         AgentError::Sandbox(format!("opening the dataset cache at {}: {e}", cache_root.display()))
@@ -202,6 +205,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             }
         };
         tracing::info!(node = %config.node_id, epoch, "registered");
+        reporter.set_epoch(epoch);
         let reporting =
             stage::report_loop(Arc::clone(&stager), client.clone(), config.node_id.clone(), epoch);
         _staging = Some(stage::AbortOnDrop(tokio::spawn(reporting)));

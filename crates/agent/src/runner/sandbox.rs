@@ -310,6 +310,18 @@ impl Sandbox {
         self.work.join(format!("{job_id}-{attempt}"))
     }
 
+    /// The attempt's output directories' parent ([`super::outputs`]): beside its work
+    /// directory, which the shim removes as the attempt ends.
+    pub fn output_root(&self, job_id: i64, attempt: u32) -> PathBuf {
+        self.work.join(format!("{job_id}-{attempt}.out"))
+    }
+
+    /// Whether attempts run as users of their own (the agent is root): their directories are
+    /// given to those users.
+    pub fn has_users(&self) -> bool {
+        self.users.is_some()
+    }
+
     /// Where the attempt's uploaded working directory is fetched to before it becomes the work
     /// directory ([`super::upload`]); beside it, so that the rename is atomic.
     pub fn staging_dir(&self, job_id: i64, attempt: u32) -> PathBuf {
@@ -450,7 +462,9 @@ impl Sandbox {
         }
         if let Ok(entries) = std::fs::read_dir(&self.work) {
             for entry in entries.flatten() {
-                if !keep.contains(&*entry.file_name().to_string_lossy()) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                // An adopted attempt keeps its output directories too.
+                if !keep.contains(name.strip_suffix(".out").unwrap_or(&name)) {
                     remove_dir(&entry.path());
                 }
             }

@@ -189,7 +189,9 @@ fn below(root: &Path, rel: &str) -> Result<PathBuf, String> {
     Ok(root.join(p))
 }
 
-fn s3(bucket: &str, secret: &Secret) -> Result<Arc<AmazonS3>, String> {
+/// An S3 client for `bucket` with the secret's credentials and endpoint, else the agent's
+/// environment's.
+pub(super) fn s3(bucket: &str, secret: &Secret) -> Result<Arc<AmazonS3>, String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
     let env_endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).ok();

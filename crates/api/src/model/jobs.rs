@@ -128,6 +128,14 @@ pub struct Job {
     /// environment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_secret: Option<String>,
+    /// Its declared outputs, uploaded when an attempt ends, with where each upload stands
+    /// (see [`crate::outputs`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<crate::outputs::Output>,
+    /// The team secret its outputs are uploaded with (`--output-secret`; none: its
+    /// `input_secret`, else the agent's environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_secret: Option<String>,
 }
 
 impl Default for Job {
@@ -169,6 +177,8 @@ impl Default for Job {
             chdir: None,
             inputs: Vec::new(),
             input_secret: None,
+            outputs: Vec::new(),
+            output_secret: None,
         }
     }
 }

@@ -129,6 +129,12 @@ pub struct JobFile {
     /// The team secret S3 inputs are read with (`--input-secret`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_secret: Option<String>,
+    /// Declared outputs, `NAME: URL` (`--output`). Left out of the file's meaning when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
+    /// The team secret outputs are uploaded with (`--output-secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_secret: Option<String>,
     /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
     #[serde(default)]
     pub replicas: Option<u32>,
@@ -230,6 +236,9 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
     let inputs: Vec<gantry_api::inputs::Input> =
         file.inputs.iter().map(|(name, url)| gantry_api::inputs::Input::new(name, url)).collect();
     gantry_api::inputs::check(&inputs).map_err(anyhow::Error::msg)?;
+    let outputs: Vec<gantry_api::outputs::Output> =
+        file.outputs.iter().map(|(name, url)| gantry_api::outputs::Output::new(name, url)).collect();
+    gantry_api::outputs::check(&outputs).map_err(anyhow::Error::msg)?;
     Ok(JobDraft {
         program,
         name: file.name,
@@ -256,6 +265,8 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         chdir: file.chdir,
         inputs,
         input_secret: file.input_secret,
+        outputs,
+        output_secret: file.output_secret,
     })
 }
 

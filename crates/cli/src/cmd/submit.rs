@@ -143,6 +143,18 @@ pub struct SubmitArgs {
     /// AWS_SECRET_ACCESS_KEY=… AWS_ENDPOINT_URL=…`); without it, the node agent's environment.
     #[arg(long, value_name = "NAME", requires = "inputs")]
     pub(super) input_secret: Option<String>,
+    /// A directory of results to upload when the job ends, `NAME=URL` (repeatable), the URL
+    /// `s3://bucket/prefix` (a job writes to shared storage itself). The job writes into the
+    /// empty directory `$GANTRY_OUTPUT_<NAME>` (private to it); when an attempt ends —
+    /// succeeded, failed, cancelled or preempted — its files go to `prefix/<relative path>`
+    /// (links and other users' files are skipped; at most 10 GiB and 100,000 files).
+    /// Example: `--output model=s3://results/run-1`.
+    #[arg(long = "output", value_name = "NAME=URL", value_parser = gantry_api::outputs::parse)]
+    pub(super) outputs: Vec<gantry_api::outputs::Output>,
+    /// The team secret outputs are uploaded with (keys as `--input-secret`'s); without it the
+    /// `--input-secret`, else the node agent's environment.
+    #[arg(long, value_name = "NAME", requires = "outputs")]
+    pub(super) output_secret: Option<String>,
     /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
     /// Example: `--label exp=lr-sweep`.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
@@ -358,6 +370,8 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         chdir: args.chdir,
         inputs: args.inputs,
         input_secret: args.input_secret,
+        outputs: args.outputs,
+        output_secret: args.output_secret,
     };
     Ok((args.server, draft))
 }
@@ -397,6 +411,8 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("chdir", "--chdir"),
         ("inputs", "--input"),
         ("input_secret", "--input-secret"),
+        ("outputs", "--output"),
+        ("output_secret", "--output-secret"),
         ("upload", "the upload"),
         ("replicas", "--replicas"),
         ("priority", "--priority"),

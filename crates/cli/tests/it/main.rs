@@ -23,7 +23,9 @@ mod harness;
 mod idle;
 mod inputs;
 mod lend;
+mod moto;
 mod network;
+mod outputs;
 #[path = "../../../store/tests/postgres/harness.rs"]
 mod pg_harness;
 mod pools;

@@ -86,10 +86,33 @@ async fn inputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A job's declared outputs: well formed, and the secret they name is one its team holds.
+async fn outputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
+    gantry_api::outputs::check(&job.spec.outputs).map_err(ApiError::Unprocessable)?;
+    let Some(name) = job.spec.output_secret.clone() else { return Ok(()) };
+    if job.spec.outputs.is_empty() {
+        return Err(ApiError::Unprocessable(
+            "output_secret: names the secret of outputs; declare one".into(),
+        ));
+    }
+    let team = job.team.clone();
+    let found = blocking(app, move |s| s.secret(&team, &name)).await?;
+    if found.is_none() {
+        let name = job.spec.output_secret.as_deref().unwrap_or_default();
+        return Err(ApiError::Unprocessable(format!(
+            "output_secret: team {} has no secret `{name}` (gantry secret set {name} KEY=VALUE…)",
+            job.team
+        )));
+    }
+    Ok(())
+}
+
 /// A submission checked as the API checks every one: fields, disk floor, dependencies the
 /// caller may see, and (unless it waits for capacity) that some node could ever hold it.
 async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<NewJob, ApiError> {
-    let job = new_job(req, who)?;
+    let mut job = new_job(req, who)?;
+    // What an upload did is the agent's to report, never the submitter's.
+    job.spec.outputs = job.spec.outputs.iter().map(gantry_api::outputs::Output::declared).collect();
     disk_floor(app)?;
     if let Some(upload) = job.spec.upload.clone() {
         // The client's word for what it uploaded is checked against what the team holds.
@@ -103,6 +126,7 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
             })?;
     }
     inputs_checked(app, &job).await?;
+    outputs_checked(app, &job).await?;
     for d in &job.spec.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
         visible_job(app, who, d.job).await.map_err(|_| {

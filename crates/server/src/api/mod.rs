@@ -12,6 +12,7 @@ mod history;
 mod idle;
 mod insight;
 mod jobs;
+mod outputs;
 mod pools;
 mod require;
 mod services;
@@ -51,7 +52,7 @@ use require::require_token;
         services::apply, services::list, services::get, services::delete,
         uploads::missing, uploads::put_blob, uploads::put_manifest, uploads::get_manifest,
         uploads::agent_manifest, uploads::agent_blob,
-        staging::agent_staging, staging::list_cache, staging::set_secret, staging::list_secrets,
+        staging::agent_staging, outputs::agent_outputs, staging::list_cache, staging::set_secret, staging::list_secrets,
         staging::list_public, staging::set_public,
         agent::join, agent::register, agent::heartbeat, agent::wake, healthz, ca_pem, metrics
     ),
@@ -154,6 +155,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/agent/heartbeat", post(agent::heartbeat))
         .route("/v1/agent/wake", post(agent::wake))
         .route("/v1/agent/staging", post(staging::agent_staging))
+        .route("/v1/agent/outputs", post(outputs::agent_outputs))
         .route("/v1/cache", get(staging::list_cache))
         .route("/v1/cache/public", get(staging::list_public).put(staging::set_public))
         .route("/v1/secrets", get(staging::list_secrets))

@@ -14,6 +14,7 @@ mod job_limits;
 mod limits;
 mod live;
 mod locality;
+mod outputs;
 mod pools;
 mod preemption;
 mod priority;

@@ -36,6 +36,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (26, include_str!("../../migrations/postgres/0026_public_sources.sql")),
     (27, include_str!("../../migrations/postgres/0027_gpu_stalls.sql")),
     (28, include_str!("../../migrations/postgres/0028_audit_head_moves.sql")),
+    (29, include_str!("../../migrations/postgres/0029_job_outputs.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

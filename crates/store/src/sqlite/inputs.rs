@@ -14,14 +14,14 @@ use crate::db::{Conn, params};
 use crate::model::{JobId, SubmitRequest};
 use crate::{Result, StoreError};
 
-/// Writes a new (or changed pending) job's inputs and input secret.
+/// Writes a new (or changed pending) job's inputs and input secret, outputs and output secret.
 pub(super) fn save(c: &dyn Conn, id: JobId, spec: &SubmitRequest) -> Result<()> {
     let inputs = (!spec.inputs.is_empty()).then(|| rows::to_json(&spec.inputs)).transpose()?;
-    c.prepare_cached("UPDATE jobs SET inputs = ?2, input_secret = ?3 WHERE id = ?1")?.execute(params![
-        id,
-        inputs,
-        spec.input_secret
-    ])?;
+    let outputs = (!spec.outputs.is_empty()).then(|| rows::to_json(&spec.outputs)).transpose()?;
+    c.prepare_cached(
+        "UPDATE jobs SET inputs = ?2, input_secret = ?3, outputs = ?4, output_secret = ?5 WHERE id = ?1",
+    )?
+    .execute(params![id, inputs, spec.input_secret, outputs, spec.output_secret])?;
     Ok(())
 }
 

@@ -35,6 +35,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (26, include_str!("../../migrations/0026_public_sources.sql")),
     (27, include_str!("../../migrations/0027_gpu_stalls.sql")),
     (28, include_str!("../../migrations/0028_audit_head_moves.sql")),
+    (29, include_str!("../../migrations/0029_job_outputs.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

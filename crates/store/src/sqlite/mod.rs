@@ -24,6 +24,7 @@ mod lease;
 mod loans;
 mod migrate;
 mod nodes;
+mod outputs;
 mod pools;
 pub(crate) mod rows;
 mod scheduler;
@@ -278,6 +279,15 @@ macro_rules! impl_store {
             fn staged_inputs(&self, id: JobId, found: &[gantry_api::inputs::Input]) -> Result<()> {
                 let found = found.to_vec();
                 self.write(move |c| inputs::staged(c, id, &found))
+            }
+            fn reported_outputs(
+                &self,
+                id: JobId,
+                attempt: u32,
+                found: &[gantry_api::outputs::Output],
+            ) -> Result<Vec<gantry_api::outputs::Output>> {
+                let found = found.to_vec();
+                self.write(move |c| outputs::reported(c, id, attempt, &found))
             }
             fn secret(
                 &self,

@@ -11,11 +11,11 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, \"user\", \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
      replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector, \
-     inputs, input_secret";
+     inputs, input_secret, outputs, output_secret";
 
 /// How many columns [`JOB_COLUMNS`] names: a query selecting more after them reads those from
 /// this index on.
-pub(super) const JOB_COLUMN_COUNT: usize = 45;
+pub(super) const JOB_COLUMN_COUNT: usize = 47;
 
 fn corrupt(what: &str, value: &str) -> StoreError {
     StoreError::Corrupt(format!("{what}: {value:?}"))
@@ -77,6 +77,12 @@ pub(super) fn job(r: &Row) -> Result<Job> {
         chdir: r.get(41)?,
         inputs: r.get::<_, Option<String>>(43)?.map(|t| json("inputs", &t)).transpose()?.unwrap_or_default(),
         input_secret: r.get(44)?,
+        outputs: r
+            .get::<_, Option<String>>(45)?
+            .map(|t| json("outputs", &t))
+            .transpose()?
+            .unwrap_or_default(),
+        output_secret: r.get(46)?,
     })
 }
 

@@ -160,6 +160,8 @@ fn rich(name: &str) -> NewJob {
     job.spec.chdir = Some("sub".into());
     job.spec.inputs = vec![gantry_api::inputs::Input::new("data", "s3://bucket/train")];
     job.spec.input_secret = Some("s3".into());
+    job.spec.outputs = vec![gantry_api::outputs::Output::new("model", "s3://bucket/out")];
+    job.spec.output_secret = Some("out".into());
     job.user = Some("alice".into());
     job.service = Some(("vision/web".into(), 3));
     job.submitted_at = 99;

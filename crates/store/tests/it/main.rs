@@ -12,6 +12,7 @@ mod invariants;
 mod jobs;
 mod leader;
 mod nodes;
+mod outputs;
 mod props;
 mod services;
 mod sqlite;

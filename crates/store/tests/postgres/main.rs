@@ -25,6 +25,8 @@ mod jobs;
 mod leader;
 #[path = "../it/nodes.rs"]
 mod nodes;
+#[path = "../it/outputs.rs"]
+mod outputs;
 mod postgres;
 #[path = "../it/props.rs"]
 mod props;

@@ -44,6 +44,7 @@ fn assignment(manifest: &Manifest) -> Assignment {
         chdir: None,
         port: None,
         inputs: Vec::new(),
+        outputs: Vec::new(),
     }
 }
 

@@ -93,6 +93,10 @@ pub struct JobDraft {
     pub inputs: Vec<gantry_api::inputs::Input>,
     /// The team secret S3 inputs are read with (`--input-secret`).
     pub input_secret: Option<String>,
+    /// Declared outputs (`--output NAME=URL`, `outputs:`).
+    pub outputs: Vec<gantry_api::outputs::Output>,
+    /// The team secret outputs are uploaded with (`--output-secret`).
+    pub output_secret: Option<String>,
 }
 
 impl JobDraft {
@@ -137,6 +141,8 @@ impl JobDraft {
             chdir: self.chdir,
             inputs: self.inputs,
             input_secret: self.input_secret,
+            outputs: self.outputs,
+            output_secret: self.output_secret,
         })
     }
 }

@@ -123,3 +123,20 @@ fn a_script_runs_under_its_interpreter_with_its_arguments() {
     assert_eq!(argv, ["/usr/bin/env", "python3", "-c", "#!/usr/bin/env python3\nprint(1)\n", "t.py", "a"]);
     assert_eq!(script_command(Path::new("s"), "echo".into(), vec![])[0], "/bin/sh");
 }
+
+#[test]
+fn outputs_in_a_job_file_are_the_output_flags_and_a_file_url_is_refused_with_a_sentence() {
+    let flags = ["--output", "model=s3://results/run", "--output-secret", "out", "--", "train"];
+    let file = "command: [train]\noutputs: {model: s3://results/run}\noutput_secret: out\n";
+    let from_file = crate::cmd::apply::draft(crate::cmd::apply::parse(file).expect("valid"), Path::new("."));
+    let from_flags = submit_draft(&flags);
+    assert_eq!(from_file.expect("a draft"), from_flags);
+    assert_eq!(from_flags.outputs[0].env_name(), "GANTRY_OUTPUT_MODEL");
+    let bad = "command: [train]\noutputs: {model: file:///shared/x}\n";
+    let err = crate::cmd::apply::draft(crate::cmd::apply::parse(bad).expect("parses"), Path::new("."))
+        .expect_err("file:// is refused");
+    assert!(err.to_string().contains("a job writes to shared (file://) storage itself"), "{err}");
+    let err = crate::cmd::submit::parse::<SubmitArgs>(argv(&["--output", "x=file:///s", "--", "t"]))
+        .expect_err("refused");
+    assert!(err.to_string().contains("s3://bucket/prefix"), "{err}");
+}

@@ -388,6 +388,9 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         };
         println!("input     {}={}{staged}", i.name, table::printable(&i.url));
     }
+    for o in &j.outputs {
+        println!("output    {}", table::printable(&o.line()));
+    }
     if !j.node_selector.is_empty() {
         let pairs: Vec<String> = j.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("nodes     {}", pairs.join(","));
