@@ -86,9 +86,16 @@ async fn inputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A job's declared outputs: well formed, and the secret they name is one its team holds.
+/// A job's declared outputs: well formed, and written with a secret its team holds. Never
+/// with the node's own credentials: they may write where no team should (another team's
+/// results, the shared datasets), and a member could overwrite anything they reach.
 async fn outputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
     gantry_api::outputs::check(&job.spec.outputs).map_err(ApiError::Unprocessable)?;
+    if !job.spec.outputs.is_empty() && job.spec.output_secret.is_none() && job.spec.input_secret.is_none() {
+        return Err(ApiError::Unprocessable(
+            "outputs: an upload is written with the team's own credentials: name them with --output-secret NAME (a secret made with `gantry secret set NAME AWS_ACCESS_KEY_ID=… AWS_SECRET_ACCESS_KEY=…`); the node's credentials are not lent for writes".into(),
+        ));
+    }
     let Some(name) = job.spec.output_secret.clone() else { return Ok(()) };
     if job.spec.outputs.is_empty() {
         return Err(ApiError::Unprocessable(

@@ -73,10 +73,23 @@ async fn a_submissions_outputs_are_checked_with_a_sentence_each() {
     refused(&s, json!({"outputs": [out("m", "s3://bucket/p")], "output_secret": "theirs"}), "has no secret")
         .await;
     refused(&s, json!({"output_secret": "theirs"}), "declare one").await;
+    // Never with the node's own credentials, which could write where no team should.
+    refused(
+        &s,
+        json!({"outputs": [out("m", "s3://bucket/p")]}),
+        "the node's credentials are not lent for writes",
+    )
+    .await;
+    let resp = call(&s, &s.token, Method::PUT, "/v1/secrets/ours")
+        .json(&json!({"team": "default", "data": {"AWS_ACCESS_KEY_ID": "k"}}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
     // A submitter's word for what an upload did is dropped.
     let resp = submit(
         &s,
-        json!({"outputs": [{"name": "m", "url": "s3://bucket/p", "state": "uploaded", "files": 9}]}),
+        json!({"outputs": [{"name": "m", "url": "s3://bucket/p", "state": "uploaded", "files": 9}], "output_secret": "ours"}),
     )
     .await;
     assert!(resp.status().is_success(), "{}", resp.status());
