@@ -190,6 +190,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Sets the count the controller keeps, recording the decision that set it (the service
     /// controller's write; not audited, as placements are not).
     fn scale_service(&self, id: i64, desired: u32, decision: Option<ServiceDecision>) -> Result<()>;
+    /// Records what a server replica's gateway saw of services (one row per service and replica,
+    /// replaced; a `last_request_at` never moves back). Unfenced: every replica writes its own.
+    fn note_service_activity(&self, seen: &[ServiceActivity]) -> Result<()>;
+    /// Every replica's rows of [`Store::note_service_activity`].
+    fn service_activity(&self) -> Result<Vec<ServiceActivity>>;
     /// Stops a service replica (the controller: scaled down, replaced, failing its probe), with
     /// the reason on the job and in an event.
     fn stop_replica(&self, id: JobId, reason: &str, at: i64) -> Result<()>;

@@ -1,6 +1,8 @@
 //! Services on two replicas of one PostgreSQL ([`crate::pg_harness`]): the leader's service
 //! controller alone scales, submits and stops replicas, so a service gets the replicas it asked
-//! for once, not once per server replica, and a follower's gateway routes to them.
+//! for once, not once per server replica, and a follower's gateway routes to them; the leader's
+//! autoscaler counts the requests through the follower's gateway (a service used there stays
+//! up, and a request held there starts a service scaled to zero).
 
 use std::time::Duration;
 
@@ -52,4 +54,25 @@ fn on_two_replicas_a_service_gets_its_replicas_once_and_a_followers_gateway_rout
     });
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(live_replicas(&s, "pair"), 2, "replaced by one replica, not one per server replica");
+
+    // The leader's autoscaler counts the follower's requests: a service used only through the
+    // follower stays up past its idle window ...
+    s.apply(&s.file("lazy", "replicas: 0..1\nscale_to_zero_after: 3s\n"));
+    s.until("lazy", "a ready replica", 90, |v| ready(v) == 1);
+    let until = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < until {
+        assert_eq!(s.get("/ml/lazy/", &s.token).map(|r| r.0), Ok(200));
+        std::thread::sleep(Duration::from_millis(500));
+        let v = s.view("lazy");
+        assert_eq!(v["replicas"]["desired"], 1, "requests through the follower keep it up: {v}");
+    }
+    // ... scales to zero once they stop, and a request the follower holds starts it again.
+    s.until("lazy", "zero replicas", 60, |v| {
+        v["replicas"]["desired"] == 0 && v["replica_list"].as_array().is_some_and(|l| l.is_empty())
+    });
+    let (code, _) = s.get("/ml/lazy/", &s.token).expect("held, then answered");
+    assert_eq!(code, 200, "answered after the cold start");
+    let v = s.view("lazy");
+    assert!(v["decisions"].to_string().contains("scaled 0 → 1: cold start"), "{v}");
+    assert_eq!(live_replicas(&s, "lazy"), 1);
 }

@@ -309,7 +309,7 @@ pub(crate) struct WindowFigures {
 
 /// One service's serving signals now, as an autoscaler reads them: plain numbers, per service,
 /// over the last [`SNAPSHOT_WINDOW`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct ServiceSnapshot {
     /// The service.
     pub team: String,

@@ -99,6 +99,11 @@ impl Scaler {
         self.window.push_back(sample);
     }
 
+    /// Counts a request seen elsewhere (another server replica's gateway) at `at_s`.
+    pub fn saw_request_at(&mut self, at_s: f64) {
+        self.last_request_s = self.last_request_s.max(at_s);
+    }
+
     /// The decision at `now_s` for a service at `current` replicas (`ready` of them) with
     /// `held` requests waiting for a replica; `None` when the count stays.
     pub fn decide(&mut self, now_s: f64, current: u32, ready: u32, held: usize) -> Option<Decision> {

@@ -59,3 +59,20 @@ impl ServiceAction {
         }
     }
 }
+
+/// What one server replica's gateway last saw of a service (its row of `service_activity`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceActivity {
+    /// The service's team.
+    pub team: String,
+    /// The service's name.
+    pub service: String,
+    /// The server replica (its id in the leader lease).
+    pub replica: String,
+    /// ms since the epoch: the last request its gateway answered, forwarded or held.
+    pub last_request_at: i64,
+    /// Requests it holds for a ready replica, as of `at`.
+    pub held: u32,
+    /// ms since the epoch: when the row was written.
+    pub at: i64,
+}

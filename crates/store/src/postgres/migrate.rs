@@ -37,6 +37,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (27, include_str!("../../migrations/postgres/0027_gpu_stalls.sql")),
     (28, include_str!("../../migrations/postgres/0028_audit_head_moves.sql")),
     (29, include_str!("../../migrations/postgres/0029_job_outputs.sql")),
+    (30, include_str!("../../migrations/postgres/0030_service_activity.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

@@ -398,6 +398,13 @@ macro_rules! impl_store {
             fn scale_service(&self, id: i64, desired: u32, decision: Option<ServiceDecision>) -> Result<()> {
                 self.fenced(move |c| services::scale(c, id, desired, decision.as_ref()))
             }
+            fn note_service_activity(&self, seen: &[ServiceActivity]) -> Result<()> {
+                let seen = seen.to_vec();
+                self.write(move |c| services::note_activity(c, &seen))
+            }
+            fn service_activity(&self) -> Result<Vec<ServiceActivity>> {
+                self.read(services::activity)
+            }
             fn stop_replica(&self, id: JobId, reason: &str, at: i64) -> Result<()> {
                 let reason = reason.to_owned();
                 self.fenced(move |c| services::stop_replica(c, id, &reason, at))

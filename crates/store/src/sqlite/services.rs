@@ -76,6 +76,8 @@ pub(super) fn delete(c: &dyn Conn, team: &str, name: &str, at: i64) -> Result<()
         }
     }
     c.prepare_cached("DELETE FROM services WHERE id = ?1")?.execute(params![old.id])?;
+    c.prepare_cached("DELETE FROM service_activity WHERE team = ?1 AND service = ?2")?
+        .execute(params![team, name])?;
     let subject = format!("service/{team}/{name}");
     super::tokens::event(c, at, "service.deleted", &subject, "service deleted", Some(team))
 }
@@ -147,6 +149,39 @@ pub(super) fn scale(c: &dyn Conn, id: i64, desired: u32, decision: Option<&Servi
         .execute(params![id, KEPT_DECISIONS])?;
     }
     Ok(())
+}
+
+/// [`crate::Store::note_service_activity`].
+pub(super) fn note_activity(c: &dyn Conn, seen: &[ServiceActivity]) -> Result<()> {
+    let mut stmt = c.prepare_cached(
+        "INSERT INTO service_activity (team, service, replica, last_request_at, held, at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (team, service, replica) DO UPDATE SET \
+         last_request_at = CASE WHEN excluded.last_request_at > service_activity.last_request_at \
+         THEN excluded.last_request_at ELSE service_activity.last_request_at END, \
+         held = excluded.held, at = excluded.at",
+    )?;
+    for s in seen {
+        stmt.execute(params![s.team, s.service, s.replica, s.last_request_at, s.held, s.at])?;
+    }
+    Ok(())
+}
+
+/// [`crate::Store::service_activity`].
+pub(super) fn activity(c: &dyn Conn) -> Result<Vec<ServiceActivity>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT team, service, replica, last_request_at, held, at FROM service_activity ORDER BY team, service, replica",
+    )?;
+    let rows = stmt.query_map(params![], |r| {
+        Ok(ServiceActivity {
+            team: r.get(0)?,
+            service: r.get(1)?,
+            replica: r.get(2)?,
+            last_request_at: r.get(3)?,
+            held: r.get(4)?,
+            at: r.get(5)?,
+        })
+    })?;
+    rows.collect::<Result<_>>()
 }
 
 /// The last `limit` decisions, newest first.

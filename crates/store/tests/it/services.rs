@@ -77,3 +77,26 @@ fn pools_are_set_replaced_and_listed_by_name() {
         ]
     );
 }
+
+#[test]
+fn each_replicas_gateway_activity_is_kept_per_service_its_last_request_never_moves_back_and_goes_with_the_service()
+ {
+    let (_dir, store) = open();
+    apply(&*store, ECHO);
+    let seen = |replica: &str, last: i64, held: u32, at: i64| ServiceActivity {
+        team: "ml".into(),
+        service: "echo".into(),
+        replica: replica.into(),
+        last_request_at: last,
+        held,
+        at,
+    };
+    store.note_service_activity(&[seen("a", 100, 2, 110), seen("b", 90, 0, 95)]).expect("note");
+    // An older request time from a late writer does not move it back; held and at are replaced.
+    store.note_service_activity(&[seen("a", 80, 0, 120)]).expect("note");
+    assert_eq!(store.service_activity().expect("read"), vec![seen("a", 100, 0, 120), seen("b", 90, 0, 95)]);
+    store
+        .apply(Change::DeleteService { team: "ml".into(), name: "echo".into() }, admin("service.delete"))
+        .expect("delete");
+    assert!(store.service_activity().expect("read").is_empty(), "deleted with its service");
+}

@@ -67,6 +67,10 @@ impl Controller {
             scaler.observe(sample, total);
         }
         let held = self.held.get(key).copied().unwrap_or(0).max(if ready == 0 { queued } else { 0 });
+        // Requests through the other server replicas' gateways count as this one's.
+        let elsewhere = at.elsewhere.get(key).copied().unwrap_or_default();
+        scaler.saw_request_at(elsewhere.last_request_at as f64 / 1000.0);
+        let held = held.max(elsewhere.held);
         if let Some(since) = self.cold.get(key).copied().filter(|_| ready > 0) {
             self.cold.remove(key);
             let took = (now - since) as f64 / 1000.0;

@@ -3,8 +3,10 @@
 //!
 //! One idea a module: this one is the loop and one service's step; [`autoscale`] the
 //! autoscaler's step, [`read`] the store read, [`replica`] the job a replica is submitted as,
-//! [`address`] where the gateway reaches it.
+//! [`address`] where the gateway reaches it, [`activity`] the gateway activity server replicas
+//! share.
 
+mod activity;
 mod address;
 mod autoscale;
 mod read;
@@ -51,6 +53,8 @@ struct Signals<'a> {
 struct At<'a> {
     addrs: &'a HashMap<String, Option<IpAddr>>,
     signals: &'a Signals<'a>,
+    /// What the other server replicas' gateways saw (read by the leader only).
+    elsewhere: &'a HashMap<ServiceKey, activity::Elsewhere>,
     now: i64,
 }
 
@@ -130,6 +134,8 @@ struct Controller {
     /// The table last handed to the gateway (the gateway starts with an empty one): an
     /// unchanged table is not handed again, so a tick that changes nothing disturbs nothing.
     routes: RoutingTable,
+    /// What this replica, as a follower, last wrote of its gateway's activity.
+    sent: HashMap<ServiceKey, activity::Sent>,
 }
 
 impl Controller {
@@ -148,6 +154,7 @@ impl Controller {
                 .map_err(|e| StoreError::Corrupt(e.to_string()))??;
         let addrs = resolve(&nodes).await;
         let now = now_ms();
+        let elsewhere = self.elsewhere(app, now).await;
         let heard_after = now - i64::try_from(app.config.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
         let signals = Signals {
             gpus: gpus.iter().map(|g| (g.info.uuid.as_str(), g)).collect(),
@@ -167,7 +174,7 @@ impl Controller {
             seen.extend(l.replicas.iter().map(|r| r.job.id));
             let key = ServiceKey::new(&l.service.team, &l.service.name);
             let quota = quotas.get_mut(&l.service.team);
-            let at = At { addrs: &addrs, signals: &signals, now };
+            let at = At { addrs: &addrs, signals: &signals, elsewhere: &elsewhere, now };
             let (route, st) = self.service(app, &key, l, quota, &at, &mut used_ports, &mut effects);
             table.insert(key.clone(), route);
             status.insert((key.team, key.service), st);
@@ -177,6 +184,8 @@ impl Controller {
         self.scraped_at.retain(|job, _| seen.contains(job));
         self.draining.retain(|job, _| seen.contains(job));
         self.scalers.retain(|key, _| table.contains_key(key));
+        self.sent.retain(|key, _| table.contains_key(key));
+        self.share_activity(app, &table, now).await;
         self.held.clear();
         if table != self.routes {
             app.gateway.set_routes(&table);
@@ -184,6 +193,49 @@ impl Controller {
         }
         app.service_status.replace(status);
         self.carry_out(app, effects).await
+    }
+
+    /// The leader's view of the other replicas' gateways ([`activity`]); none for a lone server
+    /// (no lease) or a follower, or when the read fails (logged: the tick goes on without it).
+    async fn elsewhere(&self, app: &Arc<App>, now: i64) -> HashMap<ServiceKey, activity::Elsewhere> {
+        let Some(lease) = app.config.lease.as_ref().filter(|_| app.leadership.leads()) else {
+            return HashMap::new();
+        };
+        let store = Arc::clone(&app.store);
+        match tokio::task::spawn_blocking(move || store.service_activity()).await {
+            Ok(Ok(rows)) => activity::elsewhere(&rows, &lease.replica, now),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "reading the other replicas' gateway activity failed");
+                HashMap::new()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the other replicas' gateway activity failed");
+                HashMap::new()
+            }
+        }
+    }
+
+    /// A follower's share of [`activity`]: what its gateway saw of each service, for the
+    /// leader's autoscaler (a failed write is logged; the next tick writes again).
+    async fn share_activity(&mut self, app: &Arc<App>, table: &RoutingTable, now: i64) {
+        let Some(lease) = app.config.lease.as_ref().filter(|_| !app.leadership.leads()) else {
+            return;
+        };
+        let seen: Vec<_> = table
+            .keys()
+            .map(|key| (key.clone(), app.gateway.snapshot(key), self.held.get(key).copied().unwrap_or(0)))
+            .collect();
+        let rows = activity::rows(&lease.replica, now, &seen, &mut self.sent);
+        if rows.is_empty() {
+            return;
+        }
+        let store = Arc::clone(&app.store);
+        let written = tokio::task::spawn_blocking(move || store.note_service_activity(&rows)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::warn!(?written, "writing this replica's gateway activity failed");
+            // Written again at the next tick.
+            self.sent.clear();
+        }
     }
 
     /// One service: decide, plan, and its route.

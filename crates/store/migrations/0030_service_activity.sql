@@ -1,0 +1,16 @@
+-- Gantry store schema, version 30 (issues 19 and 21: services on several server replicas): what
+-- each replica's gateway last saw of a service, so that the leader's autoscaler, which runs on
+-- one replica, counts the requests that went through the others' gateways: a service used only
+-- through a follower does not scale to zero, and a request a follower holds for a service at
+-- zero starts it. One row per (service, replica), rewritten as the replica sees requests.
+CREATE TABLE service_activity (
+    team TEXT NOT NULL,
+    service TEXT NOT NULL,
+    replica TEXT NOT NULL,
+    -- ms since the epoch: the last request this replica's gateway answered, forwarded or held.
+    last_request_at INTEGER NOT NULL,
+    -- Requests it holds for a ready replica now (a cold start), as of `at`.
+    held INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (team, service, replica)
+);
