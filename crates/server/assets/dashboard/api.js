@@ -19,8 +19,18 @@ export class ApiError extends Error {
 /// Milliseconds spent in JSON.parse since the last reset (main-thread work of an update).
 export const cost = { parse: 0 };
 
+// A request that has not finished in this long is abandoned (its callers then retry, as after
+// any network failure): a connection a network change left hanging would otherwise hold the
+// page at its header for good.
+const REQUEST_TIMEOUT_MS = 20000;
+
 export async function request(path, secret = token.get(), method = 'GET') {
-  const res = await fetch(path, { method, headers: { Authorization: `Bearer ${secret}` }, cache: 'no-store' });
+  const res = await fetch(path, {
+    method,
+    headers: { Authorization: `Bearer ${secret}` },
+    cache: 'no-store',
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+  });
   if (!res.ok) {
     let message = `${res.status} ${res.statusText}`;
     try {
