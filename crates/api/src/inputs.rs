@@ -116,22 +116,34 @@ pub fn parse(text: &str) -> Result<Input, String> {
 /// not starting with a digit, each once (ignoring case, as the variable is upper case), URLs
 /// that parse.
 pub fn check(inputs: &[Input]) -> Result<(), String> {
-    if inputs.len() > MAX_INPUTS {
-        return Err(format!("inputs: at most {MAX_INPUTS}, not {}", inputs.len()));
+    let declared = inputs.iter().map(|i| (i.name.as_str(), i.url.as_str()));
+    check_declared("inputs", MAX_INPUTS, declared, |url| Source::parse(url).map(drop))
+}
+
+/// The rules inputs and outputs share (`what` names them in a sentence): at most `max`, names
+/// of 1 to 64 letters, digits and `_` not starting with a digit, each once ignoring case (the
+/// variable is upper case), each URL as `url` accepts it.
+pub(crate) fn check_declared<'a>(
+    what: &str,
+    max: usize,
+    declared: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    url: impl Fn(&str) -> Result<(), String>,
+) -> Result<(), String> {
+    if declared.len() > max {
+        return Err(format!("{what}: at most {max}, not {}", declared.len()));
     }
     let mut seen = std::collections::HashSet::new();
-    for i in inputs {
-        let n = &i.name;
+    for (n, u) in declared {
         let ok = (1..=64).contains(&n.len())
             && !n.starts_with(|c: char| c.is_ascii_digit())
             && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok {
-            return Err(format!("inputs: `{n}` is not a name: 1 to 64 letters, digits and `_`"));
+            return Err(format!("{what}: `{n}` is not a name: 1 to 64 letters, digits and `_`"));
         }
         if !seen.insert(n.to_ascii_uppercase()) {
-            return Err(format!("inputs: `{n}` is declared twice"));
+            return Err(format!("{what}: `{n}` is declared twice"));
         }
-        Source::parse(&i.url).map_err(|e| format!("inputs: {e}"))?;
+        url(u).map_err(|e| format!("{what}: {e}"))?;
     }
     Ok(())
 }

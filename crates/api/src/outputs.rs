@@ -158,24 +158,8 @@ pub fn parse(text: &str) -> Result<Output, String> {
 /// Checks a job's outputs: at most [`MAX_OUTPUTS`], names as inputs' (1 to 64 letters, digits
 /// and `_`, not starting with a digit, each once ignoring case), S3 URLs.
 pub fn check(outputs: &[Output]) -> Result<(), String> {
-    if outputs.len() > MAX_OUTPUTS {
-        return Err(format!("outputs: at most {MAX_OUTPUTS}, not {}", outputs.len()));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for o in outputs {
-        let n = &o.name;
-        let ok = (1..=64).contains(&n.len())
-            && !n.starts_with(|c: char| c.is_ascii_digit())
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
-            return Err(format!("outputs: `{n}` is not a name: 1 to 64 letters, digits and `_`"));
-        }
-        if !seen.insert(n.to_ascii_uppercase()) {
-            return Err(format!("outputs: `{n}` is declared twice"));
-        }
-        target(&o.url).map_err(|e| format!("outputs: {e}"))?;
-    }
-    Ok(())
+    let declared = outputs.iter().map(|o| (o.name.as_str(), o.url.as_str()));
+    crate::inputs::check_declared("outputs", MAX_OUTPUTS, declared, |url| target(url).map(drop))
 }
 
 /// An agent's report of an ended attempt's outputs (`POST /v1/agent/outputs`): first each

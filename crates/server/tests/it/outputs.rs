@@ -16,16 +16,7 @@ fn call(s: &TestServer, token: &str, method: Method, path: &str) -> reqwest::Req
 
 /// Registers `node` with 8 GPUs; its credential and epoch.
 async fn node(s: &TestServer, node: &str) -> (String, u64) {
-    let credential = gantry_server::create_node_credential(&*s.store, node).expect("credential");
-    let gpus: Vec<Value> = (0..8)
-        .map(|i| json!({"uuid": format!("GPU-{node}-{i}"), "index": i, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}))
-        .collect();
-    let body =
-        json!({"node_id": node, "hostname": node, "cpu_milli": 64000, "memory_mib": 262144, "gpus": gpus});
-    let resp =
-        call(s, &credential, Method::POST, "/v1/agent/register").json(&body).send().await.expect("send");
-    assert!(resp.status().is_success(), "{}", resp.status());
-    (credential, resp.json::<Value>().await.expect("json")["epoch"].as_u64().expect("epoch"))
+    crate::staging::node(s, node, 8).await
 }
 
 async fn submit(s: &TestServer, extra: Value) -> reqwest::Response {

@@ -15,7 +15,7 @@ fn call(s: &TestServer, token: &str, method: Method, path: &str) -> reqwest::Req
 }
 
 /// Registers `node` with `gpus` GPUs; its credential and epoch.
-async fn node(s: &TestServer, node: &str, gpus: usize) -> (String, u64) {
+pub(crate) async fn node(s: &TestServer, node: &str, gpus: usize) -> (String, u64) {
     let credential = gantry_server::create_node_credential(&*s.store, node).expect("credential");
     let gpus: Vec<Value> = (0..gpus)
         .map(|i| json!({"uuid": format!("GPU-{node}-{i}"), "index": i, "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}))
