@@ -121,7 +121,7 @@ impl Serving {
     }
 
     /// `clients` concurrent loops of GET `path` for `secs`; (answers by status, failures).
-    fn load(&self, path: &str, clients: usize, secs: f64) -> Load {
+    pub(crate) fn load(&self, path: &str, clients: usize, secs: f64) -> Load {
         self.rt.block_on(self.spawn_load(path, clients, secs)).expect("load")
     }
 

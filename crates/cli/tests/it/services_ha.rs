@@ -1,8 +1,8 @@
 //! Services on two replicas of one PostgreSQL ([`crate::pg_harness`]): the leader's service
 //! controller alone scales, submits and stops replicas, so a service gets the replicas it asked
 //! for once, not once per server replica, and a follower's gateway routes to them; the leader's
-//! autoscaler counts the requests through the follower's gateway (a service used there stays
-//! up, and a request held there starts a service scaled to zero).
+//! autoscaler counts the requests through the follower's gateway (load there scales a service
+//! up, a service used there stays up, and a request held there starts one scaled to zero).
 
 use std::time::Duration;
 
@@ -55,8 +55,16 @@ fn on_two_replicas_a_service_gets_its_replicas_once_and_a_followers_gateway_rout
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(live_replicas(&s, "pair"), 2, "replaced by one replica, not one per server replica");
 
-    // The leader's autoscaler counts the follower's requests: a service used only through the
-    // follower stays up past its idle window ...
+    // The leader's autoscaler counts the follower's requests: load only through the follower
+    // scales a service up ...
+    let autoscale = "autoscale:\n  sync_s: 1\n  metrics: [{type: in_flight, target: 1}]\n";
+    s.apply(&s.file("scaled", &format!("replicas: 1..3\n{autoscale}")));
+    s.until("scaled", "one ready replica", 90, |v| ready(v) == 1);
+    let (codes, failures) = s.load("/ml/scaled/slow?s=0.3", 6, 6.0);
+    assert!(failures.is_empty() && codes.keys().all(|c| *c == 200), "{codes:?} {failures:?}");
+    let up = s.until("scaled", "three replicas", 30, |v| v["replicas"]["desired"] == 3);
+    assert!(up["decisions"].to_string().contains("over target 1"), "{up}");
+    // ... a service used only through the follower stays up past its idle window ...
     s.apply(&s.file("lazy", "replicas: 0..1\nscale_to_zero_after: 3s\n"));
     s.until("lazy", "a ready replica", 90, |v| ready(v) == 1);
     let until = std::time::Instant::now() + Duration::from_secs(6);

@@ -6,6 +6,9 @@ CREATE TABLE service_activity (
     replica TEXT NOT NULL,
     last_request_at BIGINT NOT NULL,
     held BIGINT NOT NULL,
+    in_flight BIGINT NOT NULL DEFAULT 0,
+    queue_length BIGINT NOT NULL DEFAULT 0,
+    rps DOUBLE PRECISION NOT NULL DEFAULT 0,
     at BIGINT NOT NULL,
     PRIMARY KEY (team, service, replica)
 );

@@ -61,7 +61,7 @@ impl ServiceAction {
 }
 
 /// What one server replica's gateway last saw of a service (its row of `service_activity`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServiceActivity {
     /// The service's team.
     pub team: String,
@@ -73,6 +73,12 @@ pub struct ServiceActivity {
     pub last_request_at: i64,
     /// Requests it holds for a ready replica, as of `at`.
     pub held: u32,
+    /// Requests its gateway sent to the service's replicas and has not had answered, as of `at`.
+    pub in_flight: u32,
+    /// Requests in its gateway's queue for the service, as of `at`.
+    pub queue_length: u32,
+    /// Requests per second arriving at its gateway for the service, as of `at`.
+    pub rps: f64,
     /// ms since the epoch: when the row was written.
     pub at: i64,
 }

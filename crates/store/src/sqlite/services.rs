@@ -154,14 +154,26 @@ pub(super) fn scale(c: &dyn Conn, id: i64, desired: u32, decision: Option<&Servi
 /// [`crate::Store::note_service_activity`].
 pub(super) fn note_activity(c: &dyn Conn, seen: &[ServiceActivity]) -> Result<()> {
     let mut stmt = c.prepare_cached(
-        "INSERT INTO service_activity (team, service, replica, last_request_at, held, at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (team, service, replica) DO UPDATE SET \
+        "INSERT INTO service_activity \
+         (team, service, replica, last_request_at, held, in_flight, queue_length, rps, at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (team, service, replica) DO UPDATE SET \
          last_request_at = CASE WHEN excluded.last_request_at > service_activity.last_request_at \
          THEN excluded.last_request_at ELSE service_activity.last_request_at END, \
-         held = excluded.held, at = excluded.at",
+         held = excluded.held, in_flight = excluded.in_flight, queue_length = excluded.queue_length, \
+         rps = excluded.rps, at = excluded.at",
     )?;
     for s in seen {
-        stmt.execute(params![s.team, s.service, s.replica, s.last_request_at, s.held, s.at])?;
+        stmt.execute(params![
+            s.team,
+            s.service,
+            s.replica,
+            s.last_request_at,
+            s.held,
+            s.in_flight,
+            s.queue_length,
+            s.rps,
+            s.at
+        ])?;
     }
     Ok(())
 }
@@ -169,7 +181,8 @@ pub(super) fn note_activity(c: &dyn Conn, seen: &[ServiceActivity]) -> Result<()
 /// [`crate::Store::service_activity`].
 pub(super) fn activity(c: &dyn Conn) -> Result<Vec<ServiceActivity>> {
     let mut stmt = c.prepare_cached(
-        "SELECT team, service, replica, last_request_at, held, at FROM service_activity ORDER BY team, service, replica",
+        "SELECT team, service, replica, last_request_at, held, in_flight, queue_length, rps, at \
+         FROM service_activity ORDER BY team, service, replica",
     )?;
     let rows = stmt.query_map(params![], |r| {
         Ok(ServiceActivity {
@@ -178,7 +191,10 @@ pub(super) fn activity(c: &dyn Conn) -> Result<Vec<ServiceActivity>> {
             replica: r.get(2)?,
             last_request_at: r.get(3)?,
             held: r.get(4)?,
-            at: r.get(5)?,
+            in_flight: r.get(5)?,
+            queue_length: r.get(6)?,
+            rps: r.get(7)?,
+            at: r.get(8)?,
         })
     })?;
     rows.collect::<Result<_>>()

@@ -3,14 +3,15 @@
 //! writes what its gateway saw of each service — the last request it answered, forwarded or
 //! held, and how many it holds now for a replica (a cold start) — to `service_activity`; the
 //! leader reads the other replicas' rows every tick and counts them as its own: a request seen
-//! elsewhere keeps a service from scaling to zero, and a request held elsewhere starts a
-//! service at zero. (The HPA metrics — in flight, requests/s, queue, TTFT — stay the leader's
-//! gateway's own; `docs/ha.md` says so.)
+//! elsewhere keeps a service from scaling to zero, a request held elsewhere starts a service at
+//! zero, and the others' requests in flight, queued and per second add to the leader's
+//! gateway's own in the autoscaler's sample. (TTFT stays the leader's gateway's own.)
 //!
-//! A follower writes a row when its gateway holds requests or stops holding them, and when it
-//! saw a request since its last row and that row is [`REFRESH_MS`] old: a second of staleness
-//! against scale-to-zero windows of minutes. A held count older than [`HELD_FRESH_MS`] is not
-//! counted (a follower that stopped writing is not holding anything any more).
+//! A follower writes a row at once when its gateway starts or stops holding requests, and
+//! otherwise when it saw a request or its figures changed, at most once a [`REFRESH_MS`]: a
+//! second of staleness against syncs of a second or more and scale-to-zero windows of minutes.
+//! Held counts and figures older than [`HELD_FRESH_MS`] are not counted (a follower that stopped
+//! writing is serving nothing any more).
 
 use std::collections::HashMap;
 
@@ -25,12 +26,18 @@ pub const REFRESH_MS: i64 = 1_000;
 pub const HELD_FRESH_MS: i64 = 3_000;
 
 /// What the other replicas' gateways saw of one service.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Elsewhere {
     /// ms since the epoch: the latest request any of them saw.
     pub last_request_at: i64,
     /// Requests they hold for a ready replica now.
     pub held: usize,
+    /// Requests they sent to its replicas and have not had answered.
+    pub in_flight: f64,
+    /// Requests in their queues.
+    pub queue_length: f64,
+    /// Requests per second arriving at them.
+    pub rps: f64,
 }
 
 /// The other replicas' activity per service, from the rows `rows` (this replica's own left out).
@@ -41,6 +48,9 @@ pub fn elsewhere(rows: &[ServiceActivity], me: &str, now: i64) -> HashMap<Servic
         e.last_request_at = e.last_request_at.max(row.last_request_at);
         if now - row.at <= HELD_FRESH_MS {
             e.held += row.held as usize;
+            e.in_flight += f64::from(row.in_flight);
+            e.queue_length += f64::from(row.queue_length);
+            e.rps += row.rps;
         }
     }
     out
@@ -53,8 +63,16 @@ pub struct Sent {
     requests_total: u64,
     /// The last request it saw (ms).
     last_request_at: i64,
-    /// The last row's: request time, held count, and when it was written.
-    written: Option<(i64, usize, i64)>,
+    /// The last row's: request time, held count, figures, and when it was written.
+    written: Option<(i64, usize, Figures, i64)>,
+}
+
+/// A gateway's figures for a service, as a row carries them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Figures {
+    in_flight: u32,
+    queue_length: u32,
+    rps: f64,
 }
 
 /// A follower's rows for this tick: per service, its gateway's snapshot and the requests its
@@ -72,6 +90,11 @@ pub fn rows(
             .as_ref()
             .map_or((s.requests_total, false), |g| (g.requests_total, g.in_flight > 0 || g.queue_length > 0));
         let held = (*held).max(snapshot.as_ref().map_or(0, |g| g.queue_length));
+        let figures = snapshot.as_ref().map_or_else(Figures::default, |g| Figures {
+            in_flight: u32::try_from(g.in_flight).unwrap_or(u32::MAX),
+            queue_length: u32::try_from(g.queue_length).unwrap_or(u32::MAX),
+            rps: g.rps,
+        });
         if total != s.requests_total || busy || held > 0 {
             s.last_request_at = now;
         }
@@ -81,18 +104,22 @@ pub fn rows(
         }
         let due = match s.written {
             None => true,
-            Some((at_request, at_held, at)) => {
-                at_held != held || (s.last_request_at > at_request && now - at >= REFRESH_MS)
+            Some((at_request, at_held, at_figures, at)) => {
+                at_held != held
+                    || ((s.last_request_at > at_request || at_figures != figures) && now - at >= REFRESH_MS)
             }
         };
         if due {
-            s.written = Some((s.last_request_at, held, now));
+            s.written = Some((s.last_request_at, held, figures, now));
             out.push(ServiceActivity {
                 team: key.team.clone(),
                 service: key.service.clone(),
                 replica: me.to_owned(),
                 last_request_at: s.last_request_at,
                 held: u32::try_from(held).unwrap_or(u32::MAX),
+                in_flight: figures.in_flight,
+                queue_length: figures.queue_length,
+                rps: figures.rps,
                 at: now,
             });
         }
@@ -111,6 +138,9 @@ mod tests {
             replica: replica.into(),
             last_request_at: last,
             held,
+            in_flight: 2 * held,
+            queue_length: 0,
+            rps: 1.5,
             at,
         }
     }
@@ -120,7 +150,9 @@ mod tests {
         let rows = [row("me", 9_000, 5, 9_000), row("b", 4_000, 2, 8_000), row("c", 7_000, 1, 1_000)];
         let e = elsewhere(&rows, "me", 10_000);
         let key = ServiceKey::new("ml", "echo");
-        assert_eq!(e[&key], Elsewhere { last_request_at: 7_000, held: 2 }, "c's held count is stale");
+        let fresh =
+            Elsewhere { last_request_at: 7_000, held: 2, in_flight: 4.0, queue_length: 0.0, rps: 1.5 };
+        assert_eq!(e[&key], fresh, "c's held count and figures are stale, its last request is not");
     }
 
     fn snapshot(requests_total: u64, in_flight: usize) -> Option<ServiceSnapshot> {
@@ -138,11 +170,13 @@ mod tests {
         assert_eq!(held.iter().map(|r| (r.held, r.last_request_at)).collect::<Vec<_>>(), [(1, 2_000)]);
         let released = rows("b", 2_250, &[(key.clone(), snapshot(1, 0), 0)], &mut sent);
         assert_eq!(released.iter().map(|r| (r.held, r.last_request_at)).collect::<Vec<_>>(), [(0, 2_250)]);
-        // Answered requests: not again within a refresh, then once.
+        // Answered requests: not again within a refresh, then once, with the figures.
         assert!(rows("b", 2_500, &[(key.clone(), snapshot(5, 1), 0)], &mut sent).is_empty());
-        let later = rows("b", 3_300, &[(key.clone(), snapshot(9, 0), 0)], &mut sent);
-        assert_eq!(later.iter().map(|r| r.last_request_at).collect::<Vec<_>>(), [3_300]);
-        // Quiet: nothing more.
+        let later = rows("b", 3_300, &[(key.clone(), snapshot(9, 3), 0)], &mut sent);
+        assert_eq!(later.iter().map(|r| (r.last_request_at, r.in_flight)).collect::<Vec<_>>(), [(3_300, 3)]);
+        // The load gone: its figures, back to 0, a refresh later; then nothing more.
+        let idle = rows("b", 4_400, &[(key.clone(), snapshot(9, 0), 0)], &mut sent);
+        assert_eq!(idle.iter().map(|r| (r.last_request_at, r.in_flight)).collect::<Vec<_>>(), [(3_300, 0)]);
         assert!(rows("b", 9_000, &[(key.clone(), snapshot(9, 0), 0)], &mut sent).is_empty());
     }
 }

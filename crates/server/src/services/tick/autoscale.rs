@@ -53,12 +53,14 @@ impl Controller {
         let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
         let snapshot = app.gateway.snapshot(key);
         let (queued, total) = snapshot.as_ref().map_or((0, 0), |s| (s.queue_length, s.requests_total));
+        // Requests through the other server replicas' gateways count as this one's.
+        let elsewhere = at.elsewhere.get(key).copied().unwrap_or_default();
         if let Some(s) = &snapshot {
             let sample = Sample {
                 at_s: now_s,
-                in_flight: s.in_flight as f64,
-                queue_length: s.queue_length as f64,
-                rps: s.rps,
+                in_flight: s.in_flight as f64 + elsewhere.in_flight,
+                queue_length: s.queue_length as f64 + elsewhere.queue_length,
+                rps: s.rps + elsewhere.rps,
                 ttft_p95_s: (s.rps > 0.0).then_some(s.ttft_p95_s),
                 gpu_utilization,
                 sm_active,
@@ -67,8 +69,6 @@ impl Controller {
             scaler.observe(sample, total);
         }
         let held = self.held.get(key).copied().unwrap_or(0).max(if ready == 0 { queued } else { 0 });
-        // Requests through the other server replicas' gateways count as this one's.
-        let elsewhere = at.elsewhere.get(key).copied().unwrap_or_default();
         scaler.saw_request_at(elsewhere.last_request_at as f64 / 1000.0);
         let held = held.max(elsewhere.held);
         if let Some(since) = self.cold.get(key).copied().filter(|_| ready > 0) {
