@@ -182,25 +182,39 @@ pub fn hash(secret: &str) -> String {
 }
 
 /// Verified tokens by hash. Any change to tokens or users made through this replica clears it,
-/// so a revocation or a role change takes effect on the next request; one made through another
-/// replica on the same database, within [`TOKEN_MAX_AGE`], when the entry is read again.
-/// Expiry is checked on every hit.
+/// so a revocation or a role change takes effect on the next request. A server that may have
+/// other replicas on its database (one with a lease) also reads an entry again once it is
+/// [`TOKEN_MAX_AGE`] old, so one made through another replica takes effect within that; a lone
+/// server reads each token once. Expiry is checked on every hit.
 #[derive(Debug, Default)]
-pub struct TokenCache(RwLock<HashMap<String, (TokenRecord, tokio::time::Instant)>>);
+pub struct TokenCache {
+    entries: RwLock<HashMap<String, (TokenRecord, tokio::time::Instant)>>,
+    max_age: Option<Duration>,
+}
 
 /// Cached tokens at most; past it the cache starts over.
 const CACHE_LIMIT: usize = 10_000;
 
-/// How long a verified token is trusted before the store is asked again: the most a revocation
-/// through another replica takes to reach this one.
-pub const TOKEN_MAX_AGE: Duration = Duration::from_secs(1);
+/// How long a replica of several trusts a verified token before the store is asked again: the
+/// most a revocation through another replica takes to reach this one. (Each cached token costs
+/// a read this often: 1,000 agents' credentials, 200 reads a second.)
+pub const TOKEN_MAX_AGE: Duration = Duration::from_secs(5);
 
 impl TokenCache {
+    /// A cache for a server that may share its database with other replicas (`shared`: it
+    /// runs with a lease), whose entries are then read again at [`TOKEN_MAX_AGE`].
+    pub fn new(shared: bool) -> Self {
+        Self { entries: RwLock::default(), max_age: shared.then_some(TOKEN_MAX_AGE) }
+    }
+
     pub(crate) async fn lookup(&self, store: &Arc<dyn Store>, secret: &str) -> Result<TokenRecord, ApiError> {
         let hash = hash(secret);
-        let hit = self.0.read().ok().and_then(|m| {
-            m.get(&hash).filter(|(_, at)| at.elapsed() < TOKEN_MAX_AGE).map(|(record, _)| record.clone())
-        });
+        let fresh = |at: &tokio::time::Instant| self.max_age.is_none_or(|max| at.elapsed() < max);
+        let hit = self
+            .entries
+            .read()
+            .ok()
+            .and_then(|m| m.get(&hash).filter(|(_, at)| fresh(at)).map(|(record, _)| record.clone()));
         let record = match hit {
             Some(hit) => hit,
             None => {
@@ -210,7 +224,7 @@ impl TokenCache {
                     .await
                     .map_err(|e| ApiError::Internal(e.to_string()))??;
                 let record = found.ok_or(ApiError::Unauthorized)?;
-                if let Ok(mut m) = self.0.write() {
+                if let Ok(mut m) = self.entries.write() {
                     if m.len() >= CACHE_LIMIT {
                         m.clear();
                     }
@@ -227,7 +241,7 @@ impl TokenCache {
 
     /// Forgets every cached token.
     pub fn clear(&self) {
-        if let Ok(mut m) = self.0.write() {
+        if let Ok(mut m) = self.entries.write() {
             m.clear();
         }
     }

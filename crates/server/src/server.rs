@@ -75,6 +75,8 @@ impl Server {
         let mut gateway_config = config.gateway;
         gateway_config.tls = gateway.as_ref().is_some_and(|g| g.tls.is_some());
         let gateway_metrics = metrics.gateway.clone();
+        // A lease: other replicas may share the database.
+        let shared = config.lease.is_some();
         let app = Arc::new_cyclic(|app| App {
             gateway: Arc::new(crate::gateway::Gateway::new(
                 gateway_config,
@@ -84,12 +86,12 @@ impl Server {
             )),
             uploads: crate::uploads::Uploads::new(config.uploads_dir.clone(), config.upload_limit_bytes),
             store,
-            leadership: crate::leader::Leadership::new(config.lease.is_some()),
+            leadership: crate::leader::Leadership::new(shared),
             config,
             metrics,
             wake: Notify::new(),
             changes: Default::default(),
-            tokens: TokenCache::default(),
+            tokens: TokenCache::new(shared),
             admission: Default::default(),
             failures: FailureLimiter::default(),
             waiting: Default::default(),
