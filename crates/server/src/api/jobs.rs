@@ -70,20 +70,8 @@ pub async fn apply(
 /// A job's declared inputs: well formed, and the secret they name is one its team holds.
 async fn inputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
     gantry_api::inputs::check(&job.spec.inputs).map_err(ApiError::Unprocessable)?;
-    let Some(name) = job.spec.input_secret.clone() else { return Ok(()) };
-    if job.spec.inputs.is_empty() {
-        return Err(ApiError::Unprocessable("input_secret: names the secret of inputs; declare one".into()));
-    }
-    let team = job.team.clone();
-    let found = blocking(app, move |s| s.secret(&team, &name)).await?;
-    if found.is_none() {
-        let name = job.spec.input_secret.as_deref().unwrap_or_default();
-        return Err(ApiError::Unprocessable(format!(
-            "input_secret: team {} has no secret `{name}` (gantry secret set {name} KEY=VALUE…)",
-            job.team
-        )));
-    }
-    Ok(())
+    let (secret, declared) = (job.spec.input_secret.as_deref(), !job.spec.inputs.is_empty());
+    secret_checked(app, &job.team, "input_secret", "inputs", secret, declared).await
 }
 
 /// A job's declared outputs: well formed, and written with a secret its team holds. Never
@@ -96,19 +84,28 @@ async fn outputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
             "outputs: an upload is written with the team's own credentials: name them with --output-secret NAME (a secret made with `gantry secret set NAME AWS_ACCESS_KEY_ID=… AWS_SECRET_ACCESS_KEY=…`); the node's credentials are not lent for writes".into(),
         ));
     }
-    let Some(name) = job.spec.output_secret.clone() else { return Ok(()) };
-    if job.spec.outputs.is_empty() {
-        return Err(ApiError::Unprocessable(
-            "output_secret: names the secret of outputs; declare one".into(),
-        ));
+    let (secret, declared) = (job.spec.output_secret.as_deref(), !job.spec.outputs.is_empty());
+    secret_checked(app, &job.team, "output_secret", "outputs", secret, declared).await
+}
+
+/// The secret the field `field` names for a job's `what` (inputs or outputs): only beside some
+/// (`declared`), and one `team` holds (another team's is as unknown as none).
+async fn secret_checked(
+    app: &Arc<App>,
+    team: &str,
+    field: &str,
+    what: &str,
+    secret: Option<&str>,
+    declared: bool,
+) -> Result<(), ApiError> {
+    let Some(name) = secret else { return Ok(()) };
+    if !declared {
+        return Err(ApiError::Unprocessable(format!("{field}: names the secret of {what}; declare one")));
     }
-    let team = job.team.clone();
-    let found = blocking(app, move |s| s.secret(&team, &name)).await?;
-    if found.is_none() {
-        let name = job.spec.output_secret.as_deref().unwrap_or_default();
+    let (owner, wanted) = (team.to_owned(), name.to_owned());
+    if blocking(app, move |s| s.secret(&owner, &wanted)).await?.is_none() {
         return Err(ApiError::Unprocessable(format!(
-            "output_secret: team {} has no secret `{name}` (gantry secret set {name} KEY=VALUE…)",
-            job.team
+            "{field}: team {team} has no secret `{name}` (gantry secret set {name} KEY=VALUE…)"
         )));
     }
     Ok(())

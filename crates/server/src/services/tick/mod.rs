@@ -202,12 +202,12 @@ impl Controller {
             return HashMap::new();
         };
         let store = Arc::clone(&app.store);
-        match tokio::task::spawn_blocking(move || store.service_activity()).await {
-            Ok(Ok(rows)) => activity::elsewhere(&rows, &lease.replica, now),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "reading the other replicas' gateway activity failed");
-                HashMap::new()
-            }
+        let read = tokio::task::spawn_blocking(move || store.service_activity())
+            .await
+            .map_err(|e| StoreError::Corrupt(e.to_string()))
+            .and_then(|read| read);
+        match read {
+            Ok(rows) => activity::elsewhere(&rows, &lease.replica, now),
             Err(e) => {
                 tracing::warn!(error = %e, "reading the other replicas' gateway activity failed");
                 HashMap::new()
