@@ -240,8 +240,9 @@ pub struct ServiceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, example = "10m"))]
     pub cold_start_timeout: Option<Duration>,
-    /// The autoscaler (HPA's fields; see `gantry_core::autoscale::AutoscaleConfig`); none: the
-    /// count stays at the minimum (or at the number given).
+    /// The autoscaler (HPA's fields, and `policy: gantry` with `replica_rps`, `slo_ttft_s` and
+    /// `cold_start_s`; see `gantry_core::autoscale::AutoscaleConfig`); none: the count stays at
+    /// the minimum (or at the number given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub autoscale: Option<serde_json::Value>,

@@ -288,6 +288,24 @@ fn a_service_scales_up_to_its_max_under_concurrent_clients_and_back_down_after_i
 }
 
 #[test]
+fn gantrys_policy_sizes_a_service_on_its_arrivals_and_its_declared_replica_rate() {
+    let s = Serving::start(&[]);
+    let autoscale = "autoscale:\n  policy: gantry\n  replica_rps: 2\n  cold_start_s: 1\n  behavior:\n    \
+                     scale_down: {stabilization_window_s: 2}\n";
+    s.apply(&s.file("sized", &format!("replicas: 1..3\n{autoscale}")));
+    s.until("sized", "one ready replica", 30, |v| ready(v) == 1);
+    // Six clients at 0.3 s a request arrive at about 20 requests/s: ten replicas of 2 req/s.
+    let (codes, failures) = s.load("/ml/sized/slow?s=0.3", 6, 6.0);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(codes.keys().copied().collect::<Vec<_>>(), vec![200], "{codes:?}");
+    let up = s.until("sized", "three replicas", 20, |v| v["replicas"]["desired"] == 3);
+    let reasons: Vec<&str> =
+        up["decisions"].as_array().expect("decisions").iter().filter_map(|d| d["reason"].as_str()).collect();
+    assert!(reasons.iter().any(|r| r.contains("→ 3") && r.contains("replicas of 2.0 req/s")), "{reasons:?}");
+    s.until("sized", "back to one replica", 30, |v| v["replicas"]["desired"] == 1);
+}
+
+#[test]
 fn a_rolling_update_under_load_fails_no_request_and_ends_on_the_new_generation() {
     let s = Serving::start(&[]);
     let file = s.file("roll", "replicas: 2\n");

@@ -19,12 +19,49 @@ pub struct AutoscaleConfig {
     /// Relative band around 1.0 inside which a usage ratio changes nothing.
     #[serde(default = "default_tolerance")]
     pub tolerance: f64,
-    /// The metrics; the largest recommendation across them wins.
+    /// The metrics; the largest recommendation across them wins (`policy: gantry` may have none:
+    /// its sizing on the arrivals decides alone).
+    #[serde(default)]
     pub metrics: Vec<MetricSpec>,
     /// How fast the count may move up and down.
     #[serde(default)]
     pub behavior: Behavior,
+    /// Which policy reads the block.
+    #[serde(default, skip_serializing_if = "Policy::is_hpa")]
+    pub policy: Policy,
+    /// `policy: gantry`: the time-to-first-token objective in seconds (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_ttft_s: Option<f64>,
+    /// `policy: gantry`: seconds from a scale-up to a ready replica (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start_s: Option<f64>,
+    /// `policy: gantry`: requests per second one busy replica serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_rps: Option<f64>,
 }
+
+/// `policy:` of an `autoscale:` block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Kubernetes' HPA on the metrics, exactly as documented there.
+    #[default]
+    Hpa,
+    /// Gantry's policy: HPA's fields plus a sizing on the arrivals, a panic mode and a
+    /// scale-down window tied to the cold start.
+    Gantry,
+}
+
+impl Policy {
+    fn is_hpa(&self) -> bool {
+        *self == Self::Hpa
+    }
+}
+
+/// The TTFT objective `policy: gantry` sizes for when the block names none.
+pub const DEFAULT_SLO_TTFT_S: f64 = 2.0;
+/// The cold start `policy: gantry` assumes when the block names none.
+pub const DEFAULT_COLD_START_S: f64 = 60.0;
 
 fn default_sync_s() -> f64 {
     15.0
@@ -194,7 +231,7 @@ pub enum ConfigError {
     #[error("autoscale.tolerance must be at least 0 and below 1, got {0}")]
     Tolerance(f64),
     /// No metric.
-    #[error("autoscale.metrics needs at least one metric")]
+    #[error("autoscale.metrics needs at least one metric (policy: gantry may size on replica_rps alone)")]
     NoMetric,
     /// A target that is not a positive number.
     #[error("autoscale metric {0} needs a positive target, got {1}")]
@@ -205,6 +242,9 @@ pub enum ConfigError {
     /// A window or policy that is negative, zero where it must be positive, or not a number.
     #[error("autoscale.behavior.{0}: {1}")]
     Behavior(&'static str, String),
+    /// A model field of `policy: gantry` that is not a positive number, or set under `hpa`.
+    #[error("autoscale.{0}: {1}")]
+    Model(&'static str, String),
 }
 
 impl AutoscaleConfig {
@@ -216,9 +256,10 @@ impl AutoscaleConfig {
         if !(0.0..1.0).contains(&self.tolerance) {
             return Err(ConfigError::Tolerance(self.tolerance));
         }
-        if self.metrics.is_empty() {
+        if self.metrics.is_empty() && self.policy == Policy::Hpa {
             return Err(ConfigError::NoMetric);
         }
+        self.check_model()?;
         for m in &self.metrics {
             if !(m.target.is_finite() && m.target > 0.0) {
                 return Err(ConfigError::Target(m.kind.as_str(), m.target));
@@ -231,6 +272,40 @@ impl AutoscaleConfig {
         check_rules("scale_up", &up)?;
         check_rules("scale_down", &down)?;
         Ok(self)
+    }
+}
+
+impl AutoscaleConfig {
+    /// `replica_rps`, or the target of an `rps` metric.
+    pub fn replica_rps(&self) -> Option<f64> {
+        self.replica_rps.or_else(|| self.metrics.iter().find(|m| m.kind == MetricKind::Rps).map(|m| m.target))
+    }
+
+    fn check_model(&self) -> Result<(), ConfigError> {
+        let fields = [
+            ("slo_ttft_s", self.slo_ttft_s),
+            ("cold_start_s", self.cold_start_s),
+            ("replica_rps", self.replica_rps),
+        ];
+        for (name, value) in fields {
+            let Some(v) = value else { continue };
+            if self.policy == Policy::Hpa {
+                return Err(ConfigError::Model(name, "is read only with policy: gantry".into()));
+            }
+            if !(v.is_finite() && v > 0.0) {
+                return Err(ConfigError::Model(name, format!("must be a positive number, got {v}")));
+            }
+        }
+        if self.cold_start_s.is_some_and(|c| c > 3600.0) {
+            return Err(ConfigError::Model("cold_start_s", "must be at most 3600 s".into()));
+        }
+        if self.policy == Policy::Gantry && self.replica_rps().is_none() {
+            return Err(ConfigError::Model(
+                "replica_rps",
+                "policy: gantry needs the requests per second one busy replica serves (replica_rps, or an rps metric's target)".into(),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -38,7 +38,10 @@
 //! do Gantry's defaults differ: scale-up unlimited by rate (the cold start already is the
 //! limit), scale-down window three cold starts (at least 300 s), and a 1 s sync.
 
-use super::config::{AutoscaleConfig, PolicyType, Resolved, ScalingPolicy, SelectPolicy};
+use super::config::{
+    AutoscaleConfig, DEFAULT_COLD_START_S, DEFAULT_SLO_TTFT_S, PolicyType, Resolved, ScalingPolicy,
+    SelectPolicy,
+};
 use super::fluid::replicas_for;
 use super::hpa::{History, explain, recommend};
 
@@ -70,6 +73,26 @@ impl ReplicaModel {
         let rate = 1.0 / prefill_s.max(1e-6);
         let wait_s = (slo_ttft_s - prefill_s).max(slo_ttft_s / 10.0);
         Self { capacity, rate, wait_s, cold_start_s }
+    }
+
+    /// The model a service file declares (`policy: gantry`): a busy replica serves
+    /// `replica_rps` requests per second, so a typical request's prefill takes `1 / replica_rps`
+    /// (its decode runs batched inside later prefills and adds no exclusive time). Rate, wait
+    /// and cold start equal those of [`Self::from_service_times`] for that prefill, which is
+    /// what the simulator derives from a profile.
+    pub fn declared(replica_rps: f64, slo_ttft_s: f64, cold_start_s: f64) -> Self {
+        let rate = replica_rps.max(1e-6);
+        let derived = Self::from_service_times(1.0 / rate, 0.0, slo_ttft_s, cold_start_s);
+        Self { rate, ..derived }
+    }
+
+    /// The model of a validated block with `policy: gantry`, defaults filled in.
+    pub fn of(config: &AutoscaleConfig) -> Self {
+        Self::declared(
+            config.replica_rps().unwrap_or(1.0),
+            config.slo_ttft_s.unwrap_or(DEFAULT_SLO_TTFT_S),
+            config.cold_start_s.unwrap_or(DEFAULT_COLD_START_S),
+        )
     }
 }
 
@@ -127,7 +150,9 @@ impl GantryAutoscaler {
 
     /// One sync.
     pub fn decide(&mut self, input: &Input<'_>) -> Decision {
-        let (hpa, hpa_why) = recommend(&self.config, input);
+        // With no metric the sizing decides alone (HPA's "no data" would hold the count).
+        let metricless = self.config.metrics.is_empty();
+        let (hpa, hpa_why) = if metricless { (0, String::new()) } else { recommend(&self.config, input) };
         let recent = input.last(self.sync_s());
         let peak = recent.iter().map(|s| s.concurrency()).fold(0.0, f64::max);
         if recent.iter().any(|s| s.concurrency() > 0.0 || s.rps > 0.0) {
@@ -140,7 +165,7 @@ impl GantryAutoscaler {
         let by_arrivals = sized(horizon);
         let queued = recent.last().is_some_and(|s| s.queue_length > 0.0);
         let panic = queued || sized(6.0) >= 2 * input.ready.max(1);
-        let (mut raw, mut why) = if by_arrivals > hpa {
+        let (mut raw, mut why) = if by_arrivals > hpa || metricless {
             let rps = input.mean(horizon, |s| Some(s.rps)).unwrap_or(0.0);
             (
                 by_arrivals,

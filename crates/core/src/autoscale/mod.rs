@@ -39,8 +39,8 @@ use std::collections::BTreeMap;
 
 pub use baselines::{Fixed, Kpa, KpaConfig, RayServe, RayServeConfig};
 pub use config::{
-    AutoscaleConfig, Behavior, ConfigError, MetricKind, MetricSpec, PolicyType, ScalingPolicy, ScalingRules,
-    SelectPolicy,
+    AutoscaleConfig, Behavior, ConfigError, DEFAULT_COLD_START_S, DEFAULT_SLO_TTFT_S, MetricKind, MetricSpec,
+    Policy, PolicyType, ScalingPolicy, ScalingRules, SelectPolicy,
 };
 pub use gantry::{GantryAutoscaler, ReplicaModel};
 pub use hpa::Hpa;
@@ -167,6 +167,19 @@ pub enum Autoscaler {
 }
 
 impl Autoscaler {
+    /// The policy a validated `autoscale:` block names, for `bounds`; `sync_set` says whether
+    /// the block named `sync_s` itself (Gantry's policy syncs every second otherwise). The
+    /// server's services and the serving simulator's `gantry` both start here.
+    pub fn from_config(config: AutoscaleConfig, sync_set: bool, bounds: Bounds) -> Self {
+        match config.policy {
+            Policy::Hpa => Self::Hpa(Hpa::new(config, bounds)),
+            Policy::Gantry => {
+                let model = ReplicaModel::of(&config);
+                Self::Gantry(GantryAutoscaler::new(config, sync_set, bounds, model))
+            }
+        }
+    }
+
     /// One decision.
     pub fn decide(&mut self, input: &Input<'_>) -> Decision {
         match self {

@@ -207,6 +207,63 @@ fn gantry_goes_to_zero_after_its_idle_time_and_back_on_the_first_request() {
 }
 
 #[test]
+fn a_gantry_block_names_its_replica_model_and_needs_no_metric() {
+    let c = block("policy: gantry\nreplica_rps: 5\nslo_ttft_s: 2\ncold_start_s: 90");
+    assert_eq!((c.policy, c.replica_rps(), c.metrics.len()), (Policy::Gantry, Some(5.0), 0));
+    let m = ReplicaModel::of(&c);
+    assert_eq!((m.rate, m.cold_start_s), (5.0, 90.0));
+    assert!((m.wait_s - 1.8).abs() < 1e-9, "the SLO less one prefill of 1 / 5 s: {}", m.wait_s);
+    let rps = block("policy: gantry\nmetrics: [{type: rps, target: 3}]");
+    assert_eq!(rps.replica_rps(), Some(3.0), "an rps metric's target is the replica's rate");
+    let d = ReplicaModel::of(&rps);
+    assert_eq!((d.cold_start_s, d.wait_s), (DEFAULT_COLD_START_S, DEFAULT_SLO_TTFT_S - 1.0 / 3.0));
+    match Autoscaler::from_config(c, false, B) {
+        Autoscaler::Gantry(g) => assert_eq!(g.sync_s(), 1.0, "Gantry's sync when the block names none"),
+        other => panic!("policy: gantry builds {other:?}"),
+    }
+    assert!(matches!(Autoscaler::from_config(in_flight(2.0), false, B), Autoscaler::Hpa(_)));
+}
+
+#[test]
+fn model_fields_are_refused_under_hpa_and_checked_under_gantry() {
+    let refused = |yaml: &str| {
+        serde_norway::from_str::<AutoscaleConfig>(yaml)
+            .expect("parses")
+            .validate()
+            .expect_err("refused")
+            .to_string()
+    };
+    assert_eq!(
+        refused("metrics: [{type: in_flight, target: 2}]\nreplica_rps: 5"),
+        "autoscale.replica_rps: is read only with policy: gantry"
+    );
+    assert!(refused("policy: gantry").starts_with("autoscale.replica_rps: policy: gantry needs"));
+    assert_eq!(
+        refused("policy: gantry\nreplica_rps: 5\ncold_start_s: -1"),
+        "autoscale.cold_start_s: must be a positive number, got -1"
+    );
+    assert_eq!(
+        refused("policy: gantry\nreplica_rps: 5\ncold_start_s: 7200"),
+        "autoscale.cold_start_s: must be at most 3600 s"
+    );
+    assert!(refused("metrics: []").starts_with("autoscale.metrics needs at least one metric"));
+    assert!(serde_norway::from_str::<AutoscaleConfig>("policy: vpa\nreplica_rps: 5").is_err());
+}
+
+#[test]
+fn gantry_without_metrics_sizes_on_the_arrivals_alone_and_scales_down_when_they_stop() {
+    let c = block("policy: gantry\nreplica_rps: 5\ncold_start_s: 90");
+    let Autoscaler::Gantry(mut g) = Autoscaler::from_config(c, false, B) else { panic!("gantry") };
+    let w: Vec<Sample> =
+        (1..=10).map(|t| Sample { at_s: f64::from(t), rps: 50.0, ..Sample::default() }).collect();
+    let d = g.decide(&Input { now_s: 10.0, current: 1, ready: 1, window: &w });
+    assert_eq!(d.to, 10, "50 req/s over replicas of 5 req/s: {}", d.reason);
+    let quiet = [Sample { at_s: 400.0, ..Sample::default() }];
+    let d = g.decide(&Input { now_s: 400.0, current: 10, ready: 10, window: &quiet });
+    assert_eq!(d.to, 1, "no arrivals for longer than three cold starts: {}", d.reason);
+}
+
+#[test]
 fn replica_capacity_follows_little_s_law_at_the_slo_utilisation() {
     let m = ReplicaModel::from_service_times(0.2, 1.0, 2.0, 90.0);
     assert!((m.capacity - 0.6 / 0.2 * 1.5).abs() < 1e-9, "{}", m.capacity);

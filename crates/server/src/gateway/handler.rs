@@ -125,6 +125,7 @@ async fn forward(
     let timeouts = Timeouts { connect: c.connect_timeout, header: c.header_timeout };
     let mut avoid: Vec<String> = Vec::new();
     let mut last = String::new();
+    service.stats.arrived();
     for _ in 0..c.max_attempts.max(1) {
         let lease =
             match service.acquire(&avoid, c.queue_timeout, c.cold_start_timeout, &gateway.demand_tx).await {

@@ -222,6 +222,7 @@ impl Gateway {
             ttft_p95_s: w.ttft_p95_s,
             errors: w.errors,
             requests_total: w.requests_total,
+            arrivals_total: service.stats.arrivals_total(),
         })
     }
 

@@ -3,6 +3,7 @@
 //! [`ServiceSnapshot`] is computed for an autoscaler.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -231,6 +232,8 @@ pub(crate) struct ServiceStats {
     ttfb: Histogram,
     cold_start: Histogram,
     window: Mutex<(VecDeque<Sample>, u64)>,
+    /// Requests that reached the service (counted once each, before any queueing or retry).
+    arrivals: AtomicU64,
 }
 
 impl ServiceStats {
@@ -241,7 +244,18 @@ impl ServiceStats {
             ttfb: metrics.ttfb.get_or_create(&labels).clone(),
             cold_start: metrics.cold_start.get_or_create(&labels).clone(),
             window: Mutex::default(),
+            arrivals: AtomicU64::new(0),
         }
+    }
+
+    /// One more request reached the service (the autoscaler's arrival rate counts these).
+    pub(crate) fn arrived(&self) {
+        self.arrivals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests that reached the service so far.
+    pub(crate) fn arrivals_total(&self) -> u64 {
+        self.arrivals.load(Ordering::Relaxed)
     }
 
     pub(crate) fn cold_start(&self, took: Duration) {
@@ -339,6 +353,9 @@ pub struct ServiceSnapshot {
     pub errors: u64,
     /// Requests finished since the gateway first saw the service.
     pub requests_total: u64,
+    /// Requests that arrived since the gateway first saw the service (held, queued and
+    /// refused ones included).
+    pub arrivals_total: u64,
 }
 
 #[cfg(test)]

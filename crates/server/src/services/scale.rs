@@ -1,7 +1,14 @@
-//! How many replicas a service wants: the core's HPA on the gateway's figures every `sync_s`,
-//! scale to zero after `scale_to_zero_after` without a request, and back from zero on the first
-//! held request. A value per service carrying its window of samples; no clock (times are
-//! arguments), so the rules are tested here without a server.
+//! How many replicas a service wants: the core's policy (`autoscale.policy`: HPA, the default,
+//! or Gantry's) on the gateway's figures every sync, scale to zero after `scale_to_zero_after`
+//! without a request, and back from zero on the first held request. A value per service
+//! carrying its window of samples; no clock (times are arguments), so the rules are tested
+//! here without a server.
+//!
+//! The policy is built by `gantry_core::autoscale::Autoscaler::from_config`, the function the
+//! serving simulator builds its `gantry` policy with, and decides on the same `Sample`s: one
+//! per second at most (a tick within a second of the previous sample replaces the newest one),
+//! `rps` being the arrivals at the gateway over the sample's interval (Gantry's sizing replays
+//! them through its fluid queue), plus the other server replicas' requests per second.
 //!
 //! HPA itself never goes below one replica (Kubernetes' `minReplicas` is at least 1 unless a
 //! feature gate says otherwise); zero is this layer's: the last replica stops only after the
@@ -10,19 +17,25 @@
 
 use std::collections::VecDeque;
 
-use gantry_core::autoscale::{AutoscaleConfig, Bounds, Decision, Hpa, Input, MetricKind, Sample};
+use gantry_core::autoscale::{
+    AutoscaleConfig, Autoscaler, Bounds, Decision, Input, MetricKind, Policy, Sample,
+};
 use gantry_store::ServiceSpec;
 
-/// Samples kept: the longest stabilization window HPA allows (3,600 s) is longer, but the
-/// decision needs only the newest samples; HPA keeps its own recommendation history.
+/// Seconds of samples HPA's decision reads (its own recommendation history is kept apart).
 const WINDOW_S: f64 = 600.0;
+/// Seconds of samples Gantry's sizing may replay: its scale-down window, at most HPA's
+/// longest stabilization window (3,600 s).
+const GANTRY_WINDOW_S: f64 = 3_660.0;
 
 /// The autoscaler of one service.
 #[derive(Debug)]
 pub struct Scaler {
-    hpa: Option<Hpa>,
+    policy: Option<Autoscaler>,
     sync_s: f64,
-    window: VecDeque<Sample>,
+    window_s: f64,
+    /// Samples, oldest first, each with the gateway's arrival count when it was taken.
+    window: VecDeque<(Sample, u64)>,
     last_sync_s: f64,
     last_request_s: f64,
     requests_seen: Option<u64>,
@@ -48,15 +61,22 @@ impl Scaler {
     pub fn new(spec: &ServiceSpec, now_s: f64) -> Result<Self, String> {
         let r = spec.replicas;
         let config = autoscale_config(spec)?;
-        let sync_s = config.as_ref().map_or(15.0, |c| c.sync_s);
         let metrics = config.as_ref().map(|c| c.metrics.as_slice()).unwrap_or_default();
         let series = metrics.iter().filter_map(|m| m.series.clone()).collect();
         let gpu_metrics =
             metrics.iter().any(|m| matches!(m.kind, MetricKind::GpuUtilization | MetricKind::SmActive));
-        let hpa = config.map(|c| Hpa::new(c, Bounds { min: r.min.max(1), max: r.max }));
+        let window_s = match config.as_ref().map(|c| c.policy) {
+            Some(Policy::Gantry) => GANTRY_WINDOW_S,
+            _ => WINDOW_S,
+        };
+        let sync_set = spec.autoscale.as_ref().is_some_and(|b| b.get("sync_s").is_some());
+        let bounds = Bounds { min: r.min.max(1), max: r.max };
+        let policy = config.map(|c| Autoscaler::from_config(c, sync_set, bounds));
+        let sync_s = policy.as_ref().map_or(15.0, Autoscaler::sync_s);
         Ok(Self {
-            hpa,
+            policy,
             sync_s,
+            window_s,
             window: VecDeque::new(),
             last_sync_s: now_s,
             last_request_s: now_s,
@@ -67,6 +87,11 @@ impl Scaler {
             series,
             gpu_metrics,
         })
+    }
+
+    /// Seconds between two decisions.
+    pub fn sync_s(&self) -> f64 {
+        self.sync_s
     }
 
     /// The series to scrape from the replicas' `/metrics` (none: no scrape).
@@ -85,18 +110,31 @@ impl Scaler {
     }
 
     /// Takes one sample; `requests_total` is the gateway's count of answered requests, so a
-    /// change (or anything in flight or queued) is a request seen.
-    pub fn observe(&mut self, sample: Sample, requests_total: u64) {
+    /// change (or anything in flight or queued) is a request seen; `arrivals_total` its count
+    /// of requests that arrived, from which the sample's `rps` is the rate over its interval
+    /// (added to the `rps` the sample carries: the other server replicas').
+    pub fn observe(&mut self, mut sample: Sample, requests_total: u64, arrivals_total: u64) {
         let busy = sample.in_flight > 0.0 || sample.queue_length > 0.0;
         let answered = self.requests_seen.is_some_and(|seen| seen != requests_total);
         if busy || answered {
             self.last_request_s = sample.at_s;
         }
         self.requests_seen = Some(requests_total);
-        while self.window.front().is_some_and(|s| s.at_s < sample.at_s - WINDOW_S) {
+        // The newest sample stays open (is replaced) until its interval reaches a second.
+        let n = self.window.len();
+        if n >= 2 && self.window[n - 1].0.at_s - self.window[n - 2].0.at_s < 1.0 {
+            self.window.pop_back();
+        }
+        if let Some((prev, seen)) = self.window.back() {
+            let dt = sample.at_s - prev.at_s;
+            if dt > 0.0 {
+                sample.rps += arrivals_total.saturating_sub(*seen) as f64 / dt;
+            }
+        }
+        while self.window.front().is_some_and(|(s, _)| s.at_s < sample.at_s - self.window_s) {
             self.window.pop_front();
         }
-        self.window.push_back(sample);
+        self.window.push_back((sample, arrivals_total));
     }
 
     /// Counts a request seen elsewhere (another server replica's gateway) at `at_s`.
@@ -123,14 +161,14 @@ impl Scaler {
             let reason = format!("scaled {current} → 0: no request for {}", human(idle));
             return Some(Decision { at_s, from: current, to: 0, reason });
         }
-        let hpa = self.hpa.as_mut()?;
+        let policy = self.policy.as_mut()?;
         if now_s - self.last_sync_s < self.sync_s {
             return None;
         }
         self.last_sync_s = now_s;
-        let window: Vec<Sample> = self.window.iter().cloned().collect();
+        let window: Vec<Sample> = self.window.iter().map(|(s, _)| s.clone()).collect();
         let current = current.clamp(self.min.max(1), self.max);
-        let d = hpa.decide(&Input { now_s, current, ready, window: &window });
+        let d = policy.decide(&Input { now_s, current, ready, window: &window });
         d.changes().then_some(d)
     }
 }
@@ -164,9 +202,9 @@ mod tests {
     fn the_autoscaler_follows_hpa_on_the_gateways_in_flight_every_sync_and_says_why() {
         let block = serde_json::json!({"sync_s": 1, "metrics": [{"type": "in_flight", "target": 2}]});
         let mut s = Scaler::new(&spec("1..4", block, "15m"), 0.0).expect("scaler");
-        s.observe(sample(0.5, 7.0), 0);
+        s.observe(sample(0.5, 7.0), 0, 0);
         assert_eq!(s.decide(0.5, 1, 1, 0), None, "before the first sync");
-        s.observe(sample(1.0, 7.0), 0);
+        s.observe(sample(1.0, 7.0), 0, 0);
         let d = s.decide(1.0, 1, 1, 0).expect("a decision");
         assert_eq!((d.from, d.to), (1, 4));
         assert!(d.reason.starts_with("scaled 1 → 4: in_flight"), "{}", d.reason);
@@ -176,10 +214,10 @@ mod tests {
     fn a_service_that_may_scale_to_zero_stops_after_its_idle_time_and_comes_back_on_a_held_request() {
         let block = serde_json::json!({"sync_s": 1, "metrics": [{"type": "in_flight", "target": 2}]});
         let mut s = Scaler::new(&spec("0..2", block, "30s"), 0.0).expect("scaler");
-        s.observe(sample(10.0, 1.0), 5);
-        s.observe(sample(20.0, 0.0), 6);
+        s.observe(sample(10.0, 1.0), 5, 5);
+        s.observe(sample(20.0, 0.0), 6, 6);
         assert_eq!(s.decide(49.0, 1, 1, 0).map(|d| d.to), None, "29 s after the last request");
-        s.observe(sample(50.0, 0.0), 6);
+        s.observe(sample(50.0, 0.0), 6, 6);
         let d = s.decide(50.0, 1, 1, 0).expect("to zero");
         assert_eq!((d.from, d.to, d.reason.as_str()), (1, 0, "scaled 1 → 0: no request for 30s"));
         assert_eq!(s.decide(60.0, 0, 0, 0), None);
@@ -189,11 +227,40 @@ mod tests {
     }
 
     #[test]
+    fn gantry_sizes_on_the_gateways_arrivals_each_second_and_says_why() {
+        let block = serde_json::json!({"policy": "gantry", "replica_rps": 5, "cold_start_s": 30});
+        let mut s = Scaler::new(&spec("1..16", block, "15m"), 0.0).expect("scaler");
+        assert_eq!(s.sync_s(), 1.0, "Gantry's policy syncs every second unless the block says otherwise");
+        let mut last = None;
+        // 50 requests/s arrive; the tick samples every 250 ms; nothing is in flight (a
+        // metric HPA would read), so only the arrivals can scale the service.
+        for tick in 0..=40 {
+            let at_s = f64::from(tick) * 0.25;
+            s.observe(Sample { at_s, ..Sample::default() }, 0, (at_s * 50.0) as u64);
+            if let Some(d) = s.decide(at_s, last.as_ref().map_or(1, |d: &Decision| d.to), 1, 0) {
+                last = Some(d);
+            }
+        }
+        assert!(s.window.len() <= 12, "one sample per second: {} kept", s.window.len());
+        assert!(s.window.iter().skip(1).all(|(x, _)| (x.rps - 50.0).abs() < 1e-9), "{:?}", s.window);
+        let d = last.expect("a scale-up");
+        assert_eq!(d.to, 10, "50 req/s over replicas of 5 req/s: {}", d.reason);
+        assert!(d.reason.contains("need 10 replicas of 5.0 req/s"), "{}", d.reason);
+    }
+
+    #[test]
     fn a_bad_autoscale_block_is_refused_with_the_cores_sentence() {
         let bad = spec("1..4", serde_json::json!({"metrics": []}), "15m");
+        let why = Scaler::new(&bad, 0.0).expect_err("refused");
+        assert!(why.starts_with("autoscale.metrics needs at least one metric"), "{why}");
+        let hpa_model = spec(
+            "1..4",
+            serde_json::json!({"metrics": [{"type": "rps", "target": 2}], "cold_start_s": 30}),
+            "15m",
+        );
         assert_eq!(
-            Scaler::new(&bad, 0.0).expect_err("refused"),
-            "autoscale.metrics needs at least one metric"
+            Scaler::new(&hpa_model, 0.0).expect_err("refused"),
+            "autoscale.cold_start_s: is read only with policy: gantry"
         );
         let typo = spec("1..4", serde_json::json!({"metric": []}), "15m");
         assert!(Scaler::new(&typo, 0.0).expect_err("refused").contains("unknown field `metric`"));

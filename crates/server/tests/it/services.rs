@@ -63,6 +63,10 @@ async fn a_service_file_is_created_then_unchanged_then_configured_and_a_bad_one_
             json!({"name": "x", "port": 1, "command": ["x"], "autoscale": {"metrics": [{"type": "qps", "target": 1}]}}),
             "autoscale: unknown variant `qps`",
         ),
+        (
+            json!({"name": "x", "port": 1, "command": ["x"], "autoscale": {"policy": "gantry"}}),
+            "autoscale.replica_rps: policy: gantry needs",
+        ),
         (json!({"name": "x", "port": 1, "command": ["x"], "env": {"PORT": "1"}}), "PORT is set by Gantry"),
     ];
     for (file, sentence) in cases {

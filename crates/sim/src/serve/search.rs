@@ -4,8 +4,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gantry_core::autoscale::{
-    AutoscaleConfig, Autoscaler, Behavior, Bounds, Fixed, GantryAutoscaler, Hpa, Kpa, KpaConfig, MetricKind,
-    MetricSpec, RayServe, RayServeConfig,
+    AutoscaleConfig, Autoscaler, Behavior, Bounds, Fixed, Hpa, Kpa, KpaConfig, MetricKind, MetricSpec,
+    Policy, RayServe, RayServeConfig,
 };
 
 use super::ServePolicy;
@@ -67,9 +67,13 @@ pub fn evaluate(
             }
             ServePolicy::Gantry => {
                 let model = profile.replica_model(s.slo_ttft_s);
-                let config = hpa_config(f64::from(profile.kv_seqs));
-                let g = GantryAutoscaler::new(config, false, bounds, model);
-                let r = simulate(requests, profile, Autoscaler::Gantry(g), cfg(initial));
+                let policy_block = gantry_config(profile, s.slo_ttft_s);
+                let r = simulate(
+                    requests,
+                    profile,
+                    Autoscaler::from_config(policy_block, false, bounds),
+                    cfg(initial),
+                );
                 Some(Outcome::new(policy, Some(model.capacity), r, s.slo_ttft_s))
             }
             ServePolicy::Hpa | ServePolicy::Kpa | ServePolicy::RayServe => {
@@ -91,6 +95,25 @@ pub(crate) fn hpa_config(target: f64) -> AutoscaleConfig {
         tolerance: 0.1,
         metrics: vec![MetricSpec { kind: MetricKind::InFlight, target, series: None }],
         behavior: Behavior::default(),
+        policy: Policy::Hpa,
+        slo_ttft_s: None,
+        cold_start_s: None,
+        replica_rps: None,
+    }
+}
+
+/// The `autoscale:` block a service of `profile` would carry for `policy: gantry`: the model
+/// fields a user declares (the rate a busy replica serves, the SLO, the cold start) taken from
+/// the profile, and `in_flight` at the replica's KV capacity (its concurrency cap). The server
+/// builds its policy from such a block with the same [`Autoscaler::from_config`].
+pub(crate) fn gantry_config(profile: &Profile, slo_ttft_s: f64) -> AutoscaleConfig {
+    let model = profile.replica_model(slo_ttft_s);
+    AutoscaleConfig {
+        policy: Policy::Gantry,
+        slo_ttft_s: Some(slo_ttft_s),
+        cold_start_s: Some(profile.cold_start_s),
+        replica_rps: Some(model.rate),
+        ..hpa_config(f64::from(profile.kv_seqs))
     }
 }
 

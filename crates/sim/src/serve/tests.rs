@@ -1,8 +1,8 @@
 use std::path::Path;
 
-use gantry_core::autoscale::{Autoscaler, Bounds, Fixed, GantryAutoscaler, Hpa};
+use gantry_core::autoscale::{Autoscaler, Bounds, Fixed, GantryAutoscaler, Hpa, ReplicaModel};
 
-use super::search::hpa_config;
+use super::search::{gantry_config, hpa_config};
 use super::*;
 
 fn profile() -> Profile {
@@ -27,6 +27,27 @@ fn step_trace(low: f64, high: f64, step_s: f64, end_s: f64) -> Vec<RequestRow> {
 fn gantry(p: &Profile, bounds: Bounds) -> Autoscaler {
     let model = p.replica_model(2.0);
     Autoscaler::Gantry(GantryAutoscaler::new(hpa_config(model.capacity), false, bounds, model))
+}
+
+#[test]
+fn the_block_a_service_would_declare_decides_as_the_profiles_own_model() {
+    // The server builds `policy: gantry` from a block's `replica_rps`, `slo_ttft_s` and
+    // `cold_start_s`; the simulator's `gantry` is that block, so both run the same policy.
+    let p = profile();
+    let block = gantry_config(&p, 2.0);
+    let (declared, derived) = (ReplicaModel::of(&block), p.replica_model(2.0));
+    assert_eq!(
+        (declared.rate, declared.wait_s, declared.cold_start_s),
+        (derived.rate, derived.wait_s, derived.cold_start_s)
+    );
+    let rows = step_trace(2.0, 12.0, 120.0, 300.0);
+    let bounds = Bounds { min: 1, max: 16 };
+    let by_hand = GantryAutoscaler::new(hpa_config(f64::from(p.kv_seqs)), false, bounds, derived);
+    let a = simulate(&rows, &p, Autoscaler::Gantry(by_hand), cfg(1));
+    let b = simulate(&rows, &p, Autoscaler::from_config(block, false, bounds), cfg(1));
+    assert!(!a.decisions.is_empty(), "the step scales the service");
+    assert_eq!(a.decisions, b.decisions);
+    assert_eq!(a.ttft, b.ttft);
 }
 
 #[test]

@@ -52,7 +52,8 @@ impl Controller {
         let prometheus = self.scrape(ready_replicas, &series, every, now);
         let Some((_, scaler)) = self.scalers.get_mut(key) else { return service.desired };
         let snapshot = app.gateway.snapshot(key);
-        let (queued, total) = snapshot.as_ref().map_or((0, 0), |s| (s.queue_length, s.requests_total));
+        let (queued, total, arrived) =
+            snapshot.as_ref().map_or((0, 0, 0), |s| (s.queue_length, s.requests_total, s.arrivals_total));
         // Requests through the other server replicas' gateways count as this one's.
         let elsewhere = at.elsewhere.get(key).copied().unwrap_or_default();
         if let Some(s) = &snapshot {
@@ -60,13 +61,14 @@ impl Controller {
                 at_s: now_s,
                 in_flight: s.in_flight as f64 + elsewhere.in_flight,
                 queue_length: s.queue_length as f64 + elsewhere.queue_length,
-                rps: s.rps + elsewhere.rps,
+                // The scaler adds this gateway's arrivals over the sample's interval.
+                rps: elsewhere.rps,
                 ttft_p95_s: (s.rps > 0.0).then_some(s.ttft_p95_s),
                 gpu_utilization,
                 sm_active,
                 prometheus,
             };
-            scaler.observe(sample, total);
+            scaler.observe(sample, total, arrived);
         }
         let held = self.held.get(key).copied().unwrap_or(0).max(if ready == 0 { queued } else { 0 });
         scaler.saw_request_at(elsewhere.last_request_at as f64 / 1000.0);
