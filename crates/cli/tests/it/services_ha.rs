@@ -2,7 +2,8 @@
 //! controller alone scales, submits and stops replicas, so a service gets the replicas it asked
 //! for once, not once per server replica, and a follower's gateway routes to them; the leader's
 //! autoscaler counts the requests through the follower's gateway (load there scales a service
-//! up, a service used there stays up, and a request held there starts one scaled to zero).
+//! up, its times to first byte join the leader's `ttft_p95`, a service used there stays up, and
+//! a request held there starts one scaled to zero).
 
 use std::time::Duration;
 
@@ -64,6 +65,15 @@ fn on_two_replicas_a_service_gets_its_replicas_once_and_a_followers_gateway_rout
     assert!(failures.is_empty() && codes.keys().all(|c| *c == 200), "{codes:?} {failures:?}");
     let up = s.until("scaled", "three replicas", 30, |v| v["replicas"]["desired"] == 3);
     assert!(up["decisions"].to_string().contains("over target 1"), "{up}");
+    // ... and so does a time to first byte that only the follower's gateway measured (the
+    // leader's own gateway answers nothing, so without the follower's figures it has no data).
+    let ttft = "autoscale:\n  sync_s: 1\n  metrics: [{type: ttft_p95, target: 0.1}]\n";
+    s.apply(&s.file("ttft", &format!("replicas: 1..2\n{ttft}")));
+    s.until("ttft", "one ready replica", 90, |v| ready(v) == 1);
+    let (codes, failures) = s.load("/ml/ttft/slow?s=0.3", 2, 6.0);
+    assert!(failures.is_empty() && codes.keys().all(|c| *c == 200), "{codes:?} {failures:?}");
+    let up = s.until("ttft", "two replicas", 30, |v| v["replicas"]["desired"] == 2);
+    assert!(up["decisions"].to_string().contains("ttft_p95"), "{up}");
     // ... a service used only through the follower stays up past its idle window ...
     s.apply(&s.file("lazy", "replicas: 0..1\nscale_to_zero_after: 3s\n"));
     s.until("lazy", "a ready replica", 90, |v| ready(v) == 1);

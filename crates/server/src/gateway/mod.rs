@@ -30,6 +30,7 @@ mod balance;
 pub mod bench;
 mod handler;
 pub mod headers;
+pub mod histogram;
 mod proxy;
 pub mod routes;
 pub mod stats;
@@ -220,6 +221,7 @@ impl Gateway {
             latency_p95_s: w.latency_p95_s,
             ttft_p50_s: w.ttft_p50_s,
             ttft_p95_s: w.ttft_p95_s,
+            ttft_histogram: w.ttft_histogram,
             errors: w.errors,
             requests_total: w.requests_total,
             arrivals_total: service.stats.arrivals_total(),

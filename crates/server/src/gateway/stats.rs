@@ -295,6 +295,7 @@ impl ServiceStats {
             latency_p95_s: percentile(&durations, 0.95),
             ttft_p50_s: percentile(&ttfbs, 0.50),
             ttft_p95_s: percentile(&ttfbs, 0.95),
+            ttft_histogram: super::histogram::Histogram::of(ttfbs.iter().copied()),
             errors: samples.iter().filter(|s| s.error).count() as u64,
             requests_total: window.1,
         }
@@ -310,13 +311,14 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct WindowFigures {
     pub(crate) rps: f64,
     pub(crate) latency_p50_s: f64,
     pub(crate) latency_p95_s: f64,
     pub(crate) ttft_p50_s: f64,
     pub(crate) ttft_p95_s: f64,
+    pub(crate) ttft_histogram: super::histogram::Histogram,
     pub(crate) errors: u64,
     pub(crate) requests_total: u64,
 }
@@ -349,6 +351,9 @@ pub struct ServiceSnapshot {
     pub ttft_p50_s: f64,
     /// 95th percentile of the same.
     pub ttft_p95_s: f64,
+    /// The same times as a histogram, which adds up across server replicas' gateways.
+    #[serde(skip)]
+    pub ttft_histogram: super::histogram::Histogram,
     /// Requests over the window that ended in a 5xx or an aborted body.
     pub errors: u64,
     /// Requests finished since the gateway first saw the service.

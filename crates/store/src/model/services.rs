@@ -79,6 +79,10 @@ pub struct ServiceActivity {
     pub queue_length: u32,
     /// Requests per second arriving at its gateway for the service, as of `at`.
     pub rps: f64,
+    /// Times to first byte its gateway measured for the service over its window, as of `at`: a
+    /// histogram's `(bucket, count)` pairs (the server's `gateway::histogram` says what a bucket
+    /// holds), buckets in increasing order; empty when none was measured.
+    pub ttft_histogram: Vec<(u32, u32)>,
     /// ms since the epoch: when the row was written.
     pub at: i64,
 }

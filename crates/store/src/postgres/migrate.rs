@@ -38,6 +38,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (28, include_str!("../../migrations/postgres/0028_audit_head_moves.sql")),
     (29, include_str!("../../migrations/postgres/0029_job_outputs.sql")),
     (30, include_str!("../../migrations/postgres/0030_service_activity.sql")),
+    (31, include_str!("../../migrations/postgres/0031_service_activity_ttft.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

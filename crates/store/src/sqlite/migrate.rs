@@ -37,6 +37,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (28, include_str!("../../migrations/0028_audit_head_moves.sql")),
     (29, include_str!("../../migrations/0029_job_outputs.sql")),
     (30, include_str!("../../migrations/0030_service_activity.sql")),
+    (31, include_str!("../../migrations/0031_service_activity_ttft.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -155,14 +155,15 @@ pub(super) fn scale(c: &dyn Conn, id: i64, desired: u32, decision: Option<&Servi
 pub(super) fn note_activity(c: &dyn Conn, seen: &[ServiceActivity]) -> Result<()> {
     let mut stmt = c.prepare_cached(
         "INSERT INTO service_activity \
-         (team, service, replica, last_request_at, held, in_flight, queue_length, rps, at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (team, service, replica) DO UPDATE SET \
+         (team, service, replica, last_request_at, held, in_flight, queue_length, rps, at, ttft_histogram) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (team, service, replica) DO UPDATE SET \
          last_request_at = CASE WHEN excluded.last_request_at > service_activity.last_request_at \
          THEN excluded.last_request_at ELSE service_activity.last_request_at END, \
          held = excluded.held, in_flight = excluded.in_flight, queue_length = excluded.queue_length, \
-         rps = excluded.rps, at = excluded.at",
+         rps = excluded.rps, at = excluded.at, ttft_histogram = excluded.ttft_histogram",
     )?;
     for s in seen {
+        let ttft = rows::to_json(&s.ttft_histogram)?;
         stmt.execute(params![
             s.team,
             s.service,
@@ -172,7 +173,8 @@ pub(super) fn note_activity(c: &dyn Conn, seen: &[ServiceActivity]) -> Result<()
             s.in_flight,
             s.queue_length,
             s.rps,
-            s.at
+            s.at,
+            ttft
         ])?;
     }
     Ok(())
@@ -181,8 +183,8 @@ pub(super) fn note_activity(c: &dyn Conn, seen: &[ServiceActivity]) -> Result<()
 /// [`crate::Store::service_activity`].
 pub(super) fn activity(c: &dyn Conn) -> Result<Vec<ServiceActivity>> {
     let mut stmt = c.prepare_cached(
-        "SELECT team, service, replica, last_request_at, held, in_flight, queue_length, rps, at \
-         FROM service_activity ORDER BY team, service, replica",
+        "SELECT team, service, replica, last_request_at, held, in_flight, queue_length, rps, at, \
+         ttft_histogram FROM service_activity ORDER BY team, service, replica",
     )?;
     let rows = stmt.query_map(params![], |r| {
         Ok(ServiceActivity {
@@ -195,6 +197,7 @@ pub(super) fn activity(c: &dyn Conn) -> Result<Vec<ServiceActivity>> {
             queue_length: r.get(6)?,
             rps: r.get(7)?,
             at: r.get(8)?,
+            ttft_histogram: rows::json("service activity's TTFT histogram", &r.get::<_, String>(9)?)?,
         })
     })?;
     rows.collect::<Result<_>>()

@@ -92,6 +92,7 @@ fn each_replicas_gateway_activity_is_kept_per_service_its_last_request_never_mov
         in_flight: held + 1,
         queue_length: 0,
         rps: 2.5,
+        ttft_histogram: vec![(3, held), (40, 1)],
         at,
     };
     store.note_service_activity(&[seen("a", 100, 2, 110), seen("b", 90, 0, 95)]).expect("note");

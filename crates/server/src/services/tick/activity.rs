@@ -5,7 +5,8 @@
 //! leader reads the other replicas' rows every tick and counts them as its own: a request seen
 //! elsewhere keeps a service from scaling to zero, a request held elsewhere starts a service at
 //! zero, and the others' requests in flight, queued and per second add to the leader's
-//! gateway's own in the autoscaler's sample. (TTFT stays the leader's gateway's own.)
+//! gateway's own in the autoscaler's sample, and their times to first byte (as histograms that
+//! add, [`crate::gateway::histogram`]) join the leader's own in the sample's `ttft_p95`.
 //!
 //! A follower writes a row at once when its gateway starts or stops holding requests, and
 //! otherwise when it saw a request or its figures changed, at most once a [`REFRESH_MS`]: a
@@ -17,6 +18,7 @@ use std::collections::HashMap;
 
 use gantry_store::ServiceActivity;
 
+use crate::gateway::histogram::Histogram;
 use crate::gateway::{ServiceKey, ServiceSnapshot};
 
 /// Least time between two rows of a follower for one service while only requests come.
@@ -26,7 +28,7 @@ pub const REFRESH_MS: i64 = 1_000;
 pub const HELD_FRESH_MS: i64 = 3_000;
 
 /// What the other replicas' gateways saw of one service.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Elsewhere {
     /// ms since the epoch: the latest request any of them saw.
     pub last_request_at: i64,
@@ -38,6 +40,8 @@ pub struct Elsewhere {
     pub queue_length: f64,
     /// Requests per second arriving at them.
     pub rps: f64,
+    /// Times to first byte they measured over their windows.
+    pub ttft: Histogram,
 }
 
 /// The other replicas' activity per service, from the rows `rows` (this replica's own left out).
@@ -51,6 +55,7 @@ pub fn elsewhere(rows: &[ServiceActivity], me: &str, now: i64) -> HashMap<Servic
             e.in_flight += f64::from(row.in_flight);
             e.queue_length += f64::from(row.queue_length);
             e.rps += row.rps;
+            e.ttft.add(&Histogram::from_pairs(&row.ttft_histogram));
         }
     }
     out
@@ -120,6 +125,7 @@ pub fn rows(
                 in_flight: figures.in_flight,
                 queue_length: figures.queue_length,
                 rps: figures.rps,
+                ttft_histogram: snapshot.as_ref().map_or_else(Vec::new, |g| g.ttft_histogram.pairs()),
                 at: now,
             });
         }
@@ -141,22 +147,38 @@ mod tests {
             in_flight: 2 * held,
             queue_length: 0,
             rps: 1.5,
+            ttft_histogram: vec![(10, held)],
             at,
         }
     }
 
     #[test]
     fn the_leader_counts_the_others_latest_request_and_their_fresh_held_requests_not_its_own_row() {
-        let rows = [row("me", 9_000, 5, 9_000), row("b", 4_000, 2, 8_000), row("c", 7_000, 1, 1_000)];
+        let rows = [
+            row("me", 9_000, 5, 9_000),
+            row("b", 4_000, 2, 8_000),
+            row("c", 7_000, 1, 1_000),
+            row("d", 3_000, 3, 9_500),
+        ];
         let e = elsewhere(&rows, "me", 10_000);
         let key = ServiceKey::new("ml", "echo");
-        let fresh =
-            Elsewhere { last_request_at: 7_000, held: 2, in_flight: 4.0, queue_length: 0.0, rps: 1.5 };
-        assert_eq!(e[&key], fresh, "c's held count and figures are stale, its last request is not");
+        let fresh = Elsewhere {
+            last_request_at: 7_000,
+            held: 5,
+            in_flight: 10.0,
+            queue_length: 0.0,
+            rps: 3.0,
+            ttft: Histogram::from_pairs(&[(10, 5)]),
+        };
+        assert_eq!(
+            e[&key], fresh,
+            "c's held count and figures are stale, its last request is not; b's and d's add"
+        );
     }
 
     fn snapshot(requests_total: u64, in_flight: usize) -> Option<ServiceSnapshot> {
-        Some(ServiceSnapshot { requests_total, in_flight, ..ServiceSnapshot::default() })
+        let ttft_histogram = Histogram::of(std::iter::repeat_n(0.2, in_flight));
+        Some(ServiceSnapshot { requests_total, in_flight, ttft_histogram, ..ServiceSnapshot::default() })
     }
 
     #[test]
@@ -174,6 +196,7 @@ mod tests {
         assert!(rows("b", 2_500, &[(key.clone(), snapshot(5, 1), 0)], &mut sent).is_empty());
         let later = rows("b", 3_300, &[(key.clone(), snapshot(9, 3), 0)], &mut sent);
         assert_eq!(later.iter().map(|r| (r.last_request_at, r.in_flight)).collect::<Vec<_>>(), [(3_300, 3)]);
+        assert_eq!(later[0].ttft_histogram, Histogram::of([0.2; 3]).pairs(), "its times to first byte");
         // The load gone: its figures, back to 0, a refresh later; then nothing more.
         let idle = rows("b", 4_400, &[(key.clone(), snapshot(9, 0), 0)], &mut sent);
         assert_eq!(idle.iter().map(|r| (r.last_request_at, r.in_flight)).collect::<Vec<_>>(), [(3_300, 0)]);

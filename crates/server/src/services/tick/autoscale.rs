@@ -10,7 +10,8 @@ use gantry_store::Service;
 
 use super::{At, Controller, Effects, decision};
 use crate::app::App;
-use crate::gateway::ServiceKey;
+use crate::gateway::histogram::Histogram;
+use crate::gateway::{ServiceKey, ServiceSnapshot};
 use crate::services::scale::Scaler;
 use crate::services::signals;
 
@@ -55,7 +56,7 @@ impl Controller {
         let (queued, total, arrived) =
             snapshot.as_ref().map_or((0, 0, 0), |s| (s.queue_length, s.requests_total, s.arrivals_total));
         // Requests through the other server replicas' gateways count as this one's.
-        let elsewhere = at.elsewhere.get(key).copied().unwrap_or_default();
+        let elsewhere = at.elsewhere.get(key).cloned().unwrap_or_default();
         if let Some(s) = &snapshot {
             let sample = Sample {
                 at_s: now_s,
@@ -63,7 +64,7 @@ impl Controller {
                 queue_length: s.queue_length as f64 + elsewhere.queue_length,
                 // The scaler adds this gateway's arrivals over the sample's interval.
                 rps: elsewhere.rps,
-                ttft_p95_s: (s.rps > 0.0).then_some(s.ttft_p95_s),
+                ttft_p95_s: ttft_p95(s, &elsewhere.ttft),
                 gpu_utilization,
                 sm_active,
                 prometheus,
@@ -126,5 +127,40 @@ impl Controller {
                 .filter(|(at, _)| recent(*at))
                 .map(|(_, s)| s),
         )
+    }
+}
+
+/// The 95th percentile time to first byte of the service's requests: this gateway's exact
+/// figure when no other server replica's gateway measured any (none when none answered a
+/// request), else the percentile of every gateway's requests, from their added histograms.
+fn ttft_p95(own: &ServiceSnapshot, elsewhere: &Histogram) -> Option<f64> {
+    if elsewhere.count() == 0 {
+        return (own.rps > 0.0).then_some(own.ttft_p95_s);
+    }
+    let mut all = own.ttft_histogram.clone();
+    all.add(elsewhere);
+    all.quantile(0.95)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_p95_is_this_gateways_own_alone_and_every_gateways_once_others_measured() {
+        let own = ServiceSnapshot {
+            rps: 2.0,
+            ttft_p95_s: 0.21,
+            ttft_histogram: Histogram::of([0.2; 19].into_iter().chain([0.21])),
+            ..ServiceSnapshot::default()
+        };
+        assert_eq!(ttft_p95(&own, &Histogram::default()), Some(0.21), "exact, as before");
+        let idle = ServiceSnapshot::default();
+        assert_eq!(ttft_p95(&idle, &Histogram::default()), None, "no request answered");
+        // A follower answered 20 slow requests: the service's p95 is theirs, not the leader's.
+        let slow = Histogram::of([3.0; 20]);
+        let p95 = ttft_p95(&own, &slow).expect("p95");
+        assert!((3.0..3.6).contains(&p95), "p95 {p95}");
+        assert!(ttft_p95(&idle, &slow).expect("p95") >= 3.0, "only a follower answered");
     }
 }
