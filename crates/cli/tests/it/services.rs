@@ -306,6 +306,24 @@ fn gantrys_policy_sizes_a_service_on_its_arrivals_and_its_declared_replica_rate(
 }
 
 #[test]
+fn gantry_says_when_busy_replicas_serve_far_less_than_the_declared_replica_rate() {
+    let s = Serving::start(&[]);
+    // One request at a time, 0.3 s each: about 3.3 requests/s, where the block declares 20.
+    let autoscale = "autoscale:\n  policy: gantry\n  replica_rps: 20\n  cold_start_s: 1\n";
+    s.apply(&s.file("rated", &format!("replicas: 1..2\nmax_concurrency: 1\n{autoscale}")));
+    s.until("rated", "one ready replica", 30, |v| ready(v) == 1);
+    let load = s.spawn_load("/ml/rated/slow?s=0.3", 4, 45.0);
+    let v = s
+        .until("rated", "the replica rate said", 60, |v| v["decisions"].to_string().contains("replica rate"));
+    let said = v["decisions"].as_array().expect("decisions").iter().filter_map(|d| d["reason"].as_str());
+    let said: Vec<&str> = said.filter(|r| r.starts_with("replica rate")).collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("replica_rps 20") && said[0].contains("too few replicas"), "{}", said[0]);
+    let (codes, failures) = s.rt.block_on(load).expect("load");
+    assert!(failures.is_empty() && codes.keys().all(|c| *c == 200), "{codes:?} {failures:?}");
+}
+
+#[test]
 fn a_rolling_update_under_load_fails_no_request_and_ends_on_the_new_generation() {
     let s = Serving::start(&[]);
     let file = s.file("roll", "replicas: 2\n");

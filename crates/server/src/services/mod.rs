@@ -28,6 +28,7 @@
 pub mod plan;
 pub mod probe;
 pub mod quota;
+pub mod rate;
 pub mod scale;
 pub mod signals;
 mod tick;

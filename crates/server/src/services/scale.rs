@@ -46,6 +46,8 @@ pub struct Scaler {
     series: Vec<String>,
     /// Whether the block names `gpu_utilization` or `sm_active`.
     gpu_metrics: bool,
+    /// Gantry's policy only: whether the replicas serve the `replica_rps` the block declares.
+    rate: Option<super::rate::RateCheck>,
 }
 
 /// The `autoscale:` block read with the core's types; a sentence when it is not valid.
@@ -70,6 +72,11 @@ impl Scaler {
             _ => WINDOW_S,
         };
         let sync_set = spec.autoscale.as_ref().is_some_and(|b| b.get("sync_s").is_some());
+        let rate = config
+            .as_ref()
+            .filter(|c| c.policy == Policy::Gantry)
+            .and_then(AutoscaleConfig::replica_rps)
+            .map(super::rate::RateCheck::new);
         let bounds = Bounds { min: r.min.max(1), max: r.max };
         let policy = config.map(|c| Autoscaler::from_config(c, sync_set, bounds));
         let sync_s = policy.as_ref().map_or(15.0, Autoscaler::sync_s);
@@ -86,6 +93,7 @@ impl Scaler {
             idle_after_s: spec.scale_to_zero_after_s() as f64,
             series,
             gpu_metrics,
+            rate,
         })
     }
 
@@ -135,6 +143,16 @@ impl Scaler {
             self.window.pop_front();
         }
         self.window.push_back((sample, arrivals_total));
+    }
+
+    /// Feeds the check of the declared replica rate (Gantry's policy; see [`super::rate`]): at
+    /// `at_s`, `ready` replicas, `answered` requests answered by this gateway so far, and
+    /// whether requests wait in its queue with no other gateway sending to the service. A
+    /// sentence when the replicas serve a rate the block does not declare.
+    pub fn check_rate(&mut self, at_s: f64, ready: u32, answered: u64, saturated: bool) -> Option<String> {
+        let check = self.rate.as_mut()?;
+        check.tick(at_s, ready, answered, saturated);
+        check.note()
     }
 
     /// Counts a request seen elsewhere (another server replica's gateway) at `at_s`.
@@ -246,6 +264,26 @@ mod tests {
         let d = last.expect("a scale-up");
         assert_eq!(d.to, 10, "50 req/s over replicas of 5 req/s: {}", d.reason);
         assert!(d.reason.contains("need 10 replicas of 5.0 req/s"), "{}", d.reason);
+    }
+
+    #[test]
+    fn gantry_says_when_busy_replicas_serve_less_than_the_declared_rate_and_hpa_never_does() {
+        let block = serde_json::json!({"policy": "gantry", "replica_rps": 5});
+        let mut s = Scaler::new(&spec("1..8", block, "15m"), 0.0).expect("scaler");
+        let mut said = Vec::new();
+        // Two replicas answer 3 requests a second between them while requests queue.
+        for tick in 0..=60u32 {
+            said.extend(s.check_rate(f64::from(tick), 2, u64::from(tick) * 3, true));
+        }
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("served 1.50 req/s each") && said[0].contains("replica_rps 5"),
+            "{}",
+            said[0]
+        );
+        let hpa = serde_json::json!({"metrics": [{"type": "rps", "target": 5}]});
+        let mut h = Scaler::new(&spec("1..8", hpa, "15m"), 0.0).expect("scaler");
+        assert!((0..=60u32).all(|t| h.check_rate(f64::from(t), 2, u64::from(t) * 3, true).is_none()));
     }
 
     #[test]

@@ -70,6 +70,16 @@ impl Controller {
                 prometheus,
             };
             scaler.observe(sample, total, arrived);
+            // Requests queued here, and none through another gateway: every replica is busy
+            // with this gateway's requests, and its answers measure what a busy replica serves.
+            let saturated = s.queue_length > 0 && elsewhere.rps == 0.0 && elsewhere.in_flight == 0.0;
+            if let Some(note) = scaler.check_rate(now_s, ready, total, saturated) {
+                effects.scale.push((
+                    service.id,
+                    service.desired,
+                    decision(now, service.desired, service.desired, note),
+                ));
+            }
         }
         let held = self.held.get(key).copied().unwrap_or(0).max(if ready == 0 { queued } else { 0 });
         scaler.saw_request_at(elsewhere.last_request_at as f64 / 1000.0);
