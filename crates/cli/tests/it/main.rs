@@ -35,6 +35,7 @@ mod restart;
 mod sandbox;
 mod services;
 mod services_ha;
+mod services_preempt;
 mod sharing;
 mod sim;
 mod slurm_habits;

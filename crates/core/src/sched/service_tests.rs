@@ -140,6 +140,28 @@ fn a_pass_stops_at_most_one_replica_of_a_service() {
     assert_eq!(victims(&pass(&s)), [1]);
 }
 
+#[test]
+fn when_the_cheapest_victims_are_two_replicas_a_batch_job_goes_with_one_of_them() {
+    // A full node: a batch job that has run 10 minutes and two replicas that have run one (the
+    // queue demotes the replicas, the least GPU time lost). A job of the team wants two GPUs.
+    let mut s = cluster(&[3]);
+    running(&mut s, job(1, 1, 0, 0), "n0", &[0]);
+    s.active[0].started_at = Some(s.at - 600_000);
+    running(&mut s, job(2, 1, 0, 0), "n0", &[1]);
+    running(&mut s, job(3, 1, 0, 0), "n0", &[2]);
+    replicas(&mut s, &[2, 3], "ml/llm");
+    s.pending = vec![job(4, 2, 0, 50)];
+    let p = pass(&s);
+    let mut victims: Vec<i64> = p.preemptions.iter().map(|v| v.job_id).collect();
+    victims.sort_unstable();
+    assert!(
+        victims == [1, 2] || victims == [1, 3],
+        "the batch job and one replica: {victims:?} {:?}",
+        p.waiting
+    );
+    assert!(p.preemptions.iter().all(|v| v.by == Some(4)));
+}
+
 fn holder(id: u64, gpus: u32, lost_gpu_s: f64, service: Option<u32>) -> Holder {
     let victim = Victim { id, priority: 0, gpus, lost_gpu_s };
     Holder { node: 0, victim, cpu_milli: 0, memory_mib: 0, service }

@@ -16,7 +16,10 @@
 //! (`preempt_other_teams`). GPUs, CPU and memory that jobs already stopping will free count as
 //! free, so a job waiting for its victims to stop asks for no more. A gang is a victim as a whole
 //! (its GPUs on a node are what it frees there). A service's replicas are stopped last and at most
-//! one of each service per pass (`super::service`).
+//! one of each service per pass (`super::service`); when the jobs that lost their place are
+//! replicas of one service and so cannot all go, the room is looked for again among every
+//! running job ranked below the preemptor (the queue demotes the cheapest jobs, blind to
+//! services: two young replicas before an older batch job).
 //!
 //! A job that checkpoints (`QueueInput::checkpointing`, the job simulator's jobs) has said it
 //! may be stopped and resumed at any time: it yields to any job the queue ranks above it, of
@@ -183,8 +186,18 @@ impl<'v, 'a> Victims<'v, 'a> {
             memory_mib: req.memory_mib,
             priority: job.priority,
         };
-        let holders = self.holders(k, &req, layout);
-        let Some(room) = find_room(&shape, &rooms, &holders, parts) else {
+        let holders = self.holders(k, &req, layout, false);
+        // The queue demotes the jobs cheapest to stop, blind to services: when those are
+        // replicas of one service, which a pass stops one at a time, the room is looked for
+        // again among every running job ranked below this one (a batch job goes before the
+        // second replica).
+        let replicas_in_the_way = || self.candidates.iter().any(|c| self.services[*c].is_some());
+        let room = find_room(&shape, &rooms, &holders, parts).or_else(|| {
+            replicas_in_the_way()
+                .then(|| find_room(&shape, &rooms, &self.holders(k, &req, layout, true), parts))
+                .flatten()
+        });
+        let Some(room) = room else {
             let why = "waiting: the GPUs it needs are held by jobs it may not preempt \
                        (of equal or higher priority, or of teams within their guarantee)";
             out.waiting.push((job.id, why.into()));
@@ -253,8 +266,8 @@ impl<'v, 'a> Victims<'v, 'a> {
 
     /// The running jobs job `k` may stop, one [`Holder`] per node each holds GPUs on: the ones
     /// the queue says lost their place; for a job limited to some GPU models (which the queue
-    /// does not see), every running job ranked below it.
-    fn holders(&self, k: usize, req: &Request, layout: &Layout<'_>) -> Vec<Holder> {
+    /// does not see), or when `wide`, every running job ranked below it.
+    fn holders(&self, k: usize, req: &Request, layout: &Layout<'_>, wide: bool) -> Vec<Holder> {
         // The queue counts GPUs blind to models and pools.
         let limited =
             layout.cluster.nodes().iter().any(|n| {
@@ -262,7 +275,7 @@ impl<'v, 'a> Victims<'v, 'a> {
             });
         let below = |c: &usize| self.rank.get(*c).is_some_and(|r| *r > self.rank[k]);
         let mut pool: Vec<usize> = self.candidates.clone();
-        if limited {
+        if limited || wide {
             pool.extend(self.running.iter().filter(|(c, _)| below(c)).map(|(c, _)| *c));
             pool.sort_unstable();
             pool.dedup();
