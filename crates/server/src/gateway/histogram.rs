@@ -31,8 +31,7 @@ impl Histogram {
     pub fn of(seconds: impl IntoIterator<Item = f64>) -> Self {
         let mut h = Self::default();
         for s in seconds {
-            let c = h.counts.entry(bucket(s)).or_default();
-            *c = c.saturating_add(1);
+            h.put(bucket(s), 1);
         }
         h
     }
@@ -42,8 +41,7 @@ impl Histogram {
     pub fn from_pairs(pairs: &[(u32, u32)]) -> Self {
         let mut h = Self::default();
         for &(b, n) in pairs.iter().filter(|(_, n)| *n > 0) {
-            let c = h.counts.entry(b.min(BUCKETS - 1)).or_default();
-            *c = c.saturating_add(n);
+            h.put(b.min(BUCKETS - 1), n);
         }
         h
     }
@@ -56,9 +54,14 @@ impl Histogram {
     /// Adds `other`'s counts.
     pub fn add(&mut self, other: &Self) {
         for (b, n) in &other.counts {
-            let c = self.counts.entry(*b).or_default();
-            *c = c.saturating_add(*n);
+            self.put(*b, *n);
         }
+    }
+
+    /// Counts `n` more times in bucket `b`.
+    fn put(&mut self, b: u32, n: u32) {
+        let c = self.counts.entry(b).or_default();
+        *c = c.saturating_add(n);
     }
 
     /// Times counted.
@@ -74,13 +77,11 @@ impl Histogram {
         }
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).clamp(1, total);
         let mut seen = 0u64;
-        for (b, n) in &self.counts {
-            seen += u64::from(*n);
-            if seen >= rank {
-                return Some(upper(*b));
-            }
-        }
-        self.counts.keys().next_back().map(|b| upper(*b))
+        let (b, _) = self.counts.iter().find(|(_, n)| {
+            seen += u64::from(**n);
+            seen >= rank
+        })?;
+        Some(upper(*b))
     }
 }
 

@@ -49,7 +49,11 @@ impl RateCheck {
             && at_s > then
         {
             self.busy.push_back((at_s - then, ready, answered.saturating_sub(before)));
-            while self.busy_s() - self.busy.front().map_or(0.0, |b| b.0) >= MEASURED_S {
+            let mut kept = self.busy_s();
+            while let Some(&(oldest, ..)) = self.busy.front()
+                && kept - oldest >= MEASURED_S
+            {
+                kept -= oldest;
                 self.busy.pop_front();
             }
         }
