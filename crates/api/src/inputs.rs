@@ -205,6 +205,21 @@ pub struct StageOrder {
     pub public: Vec<String>,
 }
 
+/// Longest a source's or an upload's failure may be where people read it (a job's reason, an
+/// event, an output's error), in characters: what a source answered enters as its status, and a
+/// node (or one forging a node's report) cannot fill a row with a response body.
+pub const MAX_REASON: usize = 300;
+
+/// `text` cut to [`MAX_REASON`] characters, ending in `…` when cut.
+pub fn reason(text: &str) -> String {
+    if text.chars().count() <= MAX_REASON {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(MAX_REASON - 1).collect();
+    cut.push('…');
+    cut
+}
+
 /// The cache scope of the sources an admin marked public: one copy per node, read by every
 /// team's jobs (not a team's name: a team's name is a word).
 pub const PUBLIC_SCOPE: &str = "(public)";
@@ -268,7 +283,7 @@ impl StageReport {
     /// failure and that it will be tried again.
     pub fn reason(&self, node: &str) -> String {
         if let Some(e) = &self.error {
-            return format!("staging its inputs on {node} failed, retrying: {e}");
+            return reason(&format!("staging its inputs on {node} failed, retrying: {e}"));
         }
         if self.done {
             return format!("its inputs are staged on {node}");

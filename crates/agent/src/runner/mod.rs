@@ -28,6 +28,7 @@ pub mod client;
 pub mod cni;
 pub mod credential;
 pub mod devices;
+pub mod egress;
 pub mod env;
 pub mod error;
 pub mod gpus;
@@ -103,6 +104,9 @@ pub struct AgentConfig {
     pub labels: std::collections::BTreeMap<String, String>,
     /// The dataset cache's limits (`--cache-size`, `--cache-team-quota`).
     pub cache: cache::CacheConfig,
+    /// The networks and hosts an admin opened to jobs' sources and outputs
+    /// (`--allow-source-net`, `--allow-source-host`); by default none of the node's own.
+    pub egress: Arc<egress::Egress>,
 }
 
 /// The running executable, which serves as the shim when run with [`shim::ARG`].
@@ -150,7 +154,10 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let client =
         Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
     jobs.set_client(client.clone());
-    let reporter = Arc::new(outputs::Reporter::new(client.clone(), config.node_id.clone()));
+    let reporter = Arc::new(
+        outputs::Reporter::new(client.clone(), config.node_id.clone())
+            .with_egress(Arc::clone(&config.egress)),
+    );
     jobs.set_reporter(Arc::clone(&reporter));
     let cache_root = config.sandbox.cache_root();
     let cache = cache::Cache::open(&cache_root, config.cache).map_err(|e| {
@@ -159,7 +166,9 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let cache_metrics = Arc::new(crate::exporter::cache::CacheMetrics::new(&config.node_id));
     gpus.publish_cache(Arc::clone(&cache_metrics));
     let stager = Arc::new(
-        stage::Stager::new(Arc::new(cache), Arc::clone(&config.sandbox)).with_metrics(cache_metrics),
+        stage::Stager::new(Arc::new(cache), Arc::clone(&config.sandbox))
+            .with_metrics(cache_metrics)
+            .with_egress(Arc::clone(&config.egress)),
     );
     jobs.set_stager(Arc::clone(&stager));
     // Held for its drop: the previous registration's loop ends as the next starts, and the

@@ -244,12 +244,20 @@ pub struct Reporter {
     client: super::Client,
     node: String,
     epoch: Mutex<u64>,
+    egress: Arc<super::egress::Egress>,
 }
 
 impl Reporter {
     /// Reports for `node` over `client`; the epoch is set at each registration.
     pub fn new(client: super::Client, node: String) -> Self {
-        Self { client, node, epoch: Mutex::new(0) }
+        Self { client, node, epoch: Mutex::new(0), egress: Arc::default() }
+    }
+
+    /// Uploads go only where `egress` allows (the default: no address of the node or its
+    /// networks).
+    pub fn with_egress(mut self, egress: Arc<super::egress::Egress>) -> Self {
+        self.egress = egress;
+        self
     }
 
     /// The node registered again under `epoch`.
@@ -299,7 +307,12 @@ pub async fn upload_attempt(reporter: Arc<Reporter>, job_id: i64, attempt: u32, 
         Ok(answer) => {
             let mut results = Vec::new();
             for (o, dir) in &dirs.outputs {
-                results.push(upload_one(o, dir, dirs.uid, &answer.secret, Caps::default(), BACKOFF).await);
+                let access = super::sources::Access {
+                    secret: &answer.secret,
+                    public: false,
+                    egress: &reporter.egress,
+                };
+                results.push(upload_one(o, dir, dirs.uid, access, Caps::default(), BACKOFF).await);
             }
             results
         }
@@ -320,18 +333,27 @@ pub async fn upload_attempt(reporter: Arc<Reporter>, job_id: i64, attempt: u32, 
 }
 
 fn failed(o: &Output, error: &str) -> Output {
-    Output { state: OutputState::Failed, error: Some(error.to_owned()), ..o.declared() }
+    Output { state: OutputState::Failed, error: Some(super::sources::reason(error)), ..o.declared() }
 }
 
-/// Counts `dir`, then uploads it to `o`'s prefix: the output with its result.
+/// Counts `dir`, then uploads it to `o`'s prefix, signed with the team secret's keys (never
+/// the node's: without keys nothing is uploaded): the output with its result.
 pub async fn upload_one(
     o: &Output,
     dir: &Path,
     uid: u32,
-    secret: &super::sources::Secret,
+    access: super::sources::Access<'_>,
     caps: Caps,
     backoff: Duration,
 ) -> Output {
+    if !super::sources::has_keys(access.secret) {
+        return failed(
+            o,
+            "outputs are written only with a team secret holding AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY (--output-secret); nothing was uploaded",
+        );
+    }
+    let access = super::sources::Access { public: false, ..access };
     let started = Instant::now();
     let (bucket, prefix) = match o.target() {
         Ok(t) => t,
@@ -347,7 +369,7 @@ pub async fn upload_one(
     if let Err(e) = counted {
         return failed(o, &format!("output `{}`: {e}; nothing was uploaded", o.name));
     }
-    let store = match super::sources::s3(&bucket, secret) {
+    let store = match super::sources::s3(&bucket, access) {
         Ok(s) => s,
         Err(e) => return failed(o, &e),
     };
@@ -420,7 +442,7 @@ async fn put(
     use tokio::io::AsyncSeekExt;
     file.seek(std::io::SeekFrom::Start(0)).await.map_err(|e| e.to_string())?;
     let path = object_store::path::Path::from(key);
-    let s3 = |e: object_store::Error| format!("S3: {e}");
+    let s3 = super::sources::s3_error;
     let mut left = size;
     if size as usize <= PART {
         let mut buf = vec![0u8; size as usize];

@@ -9,9 +9,16 @@
 //! source that sends more is stopped there, and the copy fails), counting each byte into a
 //! progress counter.
 //!
-//! S3 credentials and endpoint come from the job's team secret (`AWS_ACCESS_KEY_ID`,
-//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`) when it
-//! names one, else from the agent's environment as the AWS SDKs read it (the same variables).
+//! S3 credentials and endpoint come from the job's team secret alone (`AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`); a secret
+//! without keys (or none) makes unsigned requests, as to a public bucket. The node's own
+//! credentials (the agent's environment, as the AWS SDKs read it, or its instance role) sign
+//! only for a source an admin marked public, for a job that names no keys of its own
+//! ([`Access::node_credentials`]): a member's endpoint, region or bucket never receives them.
+//! Every HTTP(S) source and every endpoint a team chose connects only where [`Egress`] allows
+//! (never the node, its metadata service or its private networks, unless an admin opened them).
+//! What a source answered enters an error as its status, never its body, and an error is at
+//! most [`MAX_REASON`] characters.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -26,6 +33,8 @@ use gantry_api::inputs::Source;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
 use sha2::{Digest, Sha256};
+
+use super::egress::{Egress, S3Connector};
 
 /// One object of a source: where it goes below the copy, its size and where to read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,17 +63,48 @@ impl Listing {
     }
 }
 
-/// The team secret's values, or none (the agent's environment).
+/// The team secret's values (empty: none).
 pub type Secret = BTreeMap<String, String>;
+
+pub use gantry_api::inputs::{MAX_REASON, reason};
+
+/// With what, and where, a source is read or written.
+#[derive(Debug, Clone, Copy)]
+pub struct Access<'a> {
+    /// The team secret the job names (its S3 keys, region and endpoint).
+    pub secret: &'a Secret,
+    /// The source is one an admin marked public: with no keys in `secret`, the node's own
+    /// credentials sign (and the node's endpoint serves).
+    pub public: bool,
+    /// Where a team's sources may connect.
+    pub egress: &'a Arc<Egress>,
+}
+
+impl Access<'_> {
+    /// Whether the node's credentials sign: a public source, and no keys of the team's.
+    pub fn node_credentials(&self) -> bool {
+        self.public && !has_keys(self.secret)
+    }
+}
+
+/// Whether a secret holds S3 keys (an access key id and its secret).
+pub fn has_keys(secret: &Secret) -> bool {
+    let set = |k: &str| secret.get(k).is_some_and(|v| !v.is_empty());
+    set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY")
+}
 
 /// Most objects one input may hold.
 const MAX_OBJECTS: usize = 1_000_000;
 
-/// What `url`'s source holds now.
-pub async fn list(url: &str, secret: &Secret) -> Result<Listing, String> {
+/// What `url`'s source holds now (an error of at most [`MAX_REASON`] characters).
+pub async fn list(url: &str, access: Access<'_>) -> Result<Listing, String> {
+    list_any(url, access).await.map_err(|e| reason(&e))
+}
+
+async fn list_any(url: &str, access: Access<'_>) -> Result<Listing, String> {
     match Source::parse(url)? {
-        Source::S3 { bucket, prefix } => list_s3(&s3(&bucket, secret)?, &prefix).await,
-        Source::Http(u) => list_http(&u).await,
+        Source::S3 { bucket, prefix } => list_s3(&s3(&bucket, access)?, &prefix).await,
+        Source::Http(u) => list_http(&u, access.egress).await,
         Source::File(path) => {
             let path = PathBuf::from(path);
             tokio::task::spawn_blocking(move || list_files(&path)).await.map_err(|e| e.to_string())?
@@ -73,17 +113,28 @@ pub async fn list(url: &str, secret: &Secret) -> Result<Listing, String> {
 }
 
 /// Copies `listing`'s objects of `url` to `to` (made new: a file for a one-object listing with
-/// an empty `rel`, else a directory), adding each byte to `done`.
+/// an empty `rel`, else a directory), adding each byte to `done` (an error of at most
+/// [`MAX_REASON`] characters).
 pub async fn copy(
     url: &str,
-    secret: &Secret,
+    access: Access<'_>,
+    listing: &Listing,
+    to: &Path,
+    done: &AtomicU64,
+) -> Result<(), String> {
+    copy_any(url, access, listing, to, done).await.map_err(|e| reason(&e))
+}
+
+async fn copy_any(
+    url: &str,
+    access: Access<'_>,
     listing: &Listing,
     to: &Path,
     done: &AtomicU64,
 ) -> Result<(), String> {
     let source = Source::parse(url)?;
     let store = match &source {
-        Source::S3 { bucket, .. } => Some(s3(bucket, secret)?),
+        Source::S3 { bucket, .. } => Some(s3(bucket, access)?),
         _ => None,
     };
     let single = listing.objects.len() == 1 && listing.objects[0].rel.is_empty();
@@ -107,11 +158,8 @@ pub async fn copy(
                 }
             }
             (Source::Http(_), _) => {
-                let mut resp = http()?.get(&o.from).send().await.map_err(|e| e.to_string())?;
-                if !resp.status().is_success() {
-                    return Err(format!("{} answered {}", o.from, resp.status()));
-                }
-                while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+                let mut resp = http_get(&o.from, access.egress, false).await?;
+                while let Some(chunk) = resp.chunk().await.map_err(|e| http_error(&e))? {
                     sink.write(&chunk)?;
                 }
             }
@@ -189,14 +237,27 @@ fn below(root: &Path, rel: &str) -> Result<PathBuf, String> {
     Ok(root.join(p))
 }
 
-/// An S3 client for `bucket` with the secret's credentials and endpoint, else the agent's
-/// environment's.
-pub(super) fn s3(bucket: &str, secret: &Secret) -> Result<Arc<AmazonS3>, String> {
+/// An S3 client for `bucket`: signed with the team secret's keys alone (unsigned without
+/// them), to the secret's endpoint only where `access.egress` allows; or, for a public source
+/// and a job with no keys of its own, as the node's environment configures it.
+pub(super) fn s3(bucket: &str, access: Access<'_>) -> Result<Arc<AmazonS3>, String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-    let env_endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).ok();
-    let mut endpoint = env_endpoint;
-    for (k, v) in secret {
+    let retry =
+        RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(20), ..RetryConfig::default() };
+    if access.node_credentials() {
+        let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        let env_endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT")).ok();
+        if env_endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+            b = b.with_allow_http(true);
+        }
+        return b.with_retry(retry).build().map(Arc::new).map_err(s3_error);
+    }
+    // Never `from_env`: the node's keys, session token, web identity and instance role stay
+    // the node's. Without keys the client signs nothing (it would otherwise ask the instance
+    // metadata service for the node role's).
+    let mut b = AmazonS3Builder::new().with_bucket_name(bucket).with_region("us-east-1");
+    let mut endpoint = None;
+    for (k, v) in access.secret {
         b = match k.as_str() {
             "AWS_ACCESS_KEY_ID" => b.with_access_key_id(v),
             "AWS_SECRET_ACCESS_KEY" => b.with_secret_access_key(v),
@@ -209,17 +270,40 @@ pub(super) fn s3(bucket: &str, secret: &Secret) -> Result<Arc<AmazonS3>, String>
             _ => b,
         };
     }
-    if endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
-        b = b.with_allow_http(true);
+    if !has_keys(access.secret) {
+        b = b.with_skip_signature(true);
     }
-    let retry =
-        RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(20), ..RetryConfig::default() };
+    let allow_http = match &endpoint {
+        Some(e) => {
+            let url = reqwest::Url::parse(e)
+                .map_err(|_| "the secret's AWS_ENDPOINT_URL is not a URL".to_owned())?;
+            access.egress.check_url(&url).map_err(|e| format!("S3 endpoint: {e}"))?;
+            url.scheme() == "http"
+        }
+        None => false,
+    };
+    b = b
+        .with_allow_http(allow_http)
+        .with_http_connector(S3Connector::new(Arc::clone(access.egress), allow_http));
     b.with_retry(retry).build().map(Arc::new).map_err(s3_error)
 }
 
-fn s3_error(e: object_store::Error) -> String {
-    // Its Display names the operation and the cause; never a credential.
-    format!("S3: {e}")
+/// An S3 failure as a sentence: what failed and the status the endpoint answered, never the
+/// body it sent (object_store's Display carries it after these words), at most [`MAX_REASON`]
+/// characters. Its Display names the operation and the cause; never a credential.
+pub(super) fn s3_error(e: object_store::Error) -> String {
+    const STATUS: &str = "Server returned non-2xx status code: ";
+    const RESPONSE: &str = "Server returned error response";
+    let text = e.to_string();
+    let text = if let Some(i) = text.find(STATUS) {
+        let status = text[i + STATUS.len()..].split(':').next().unwrap_or_default().trim();
+        format!("{}the endpoint answered {status}", &text[..i])
+    } else if let Some(i) = text.find(RESPONSE) {
+        format!("{}the endpoint answered an error", &text[..i])
+    } else {
+        text
+    };
+    reason(&format!("S3: {text}"))
 }
 
 async fn list_s3(store: &Arc<AmazonS3>, prefix: &str) -> Result<Listing, String> {
@@ -255,23 +339,49 @@ async fn list_s3(store: &Arc<AmazonS3>, prefix: &str) -> Result<Listing, String>
     Ok(Listing { version: format!("s3:{}", hex(&Sha256::digest(versions.join("\n").as_bytes()))), objects })
 }
 
-fn http() -> Result<reqwest::Client, String> {
-    super::client::builder(None, None).and_then(|b| b.build().map_err(Into::into)).map_err(|e| e.to_string())
-}
-
-async fn list_http(url: &str) -> Result<Listing, String> {
-    let resp = http()?.head(url).send().await.map_err(|e| e.to_string())?;
+/// GETs (or HEADs) `url` through `egress`: a status other than success is an error naming
+/// the status alone.
+async fn http_get(url: &str, egress: &Arc<Egress>, head: bool) -> Result<reqwest::Response, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| format!("`{url}` is not a URL"))?;
+    egress.check_url(&parsed)?;
+    let client = egress.client()?;
+    let req = if head { client.head(parsed) } else { client.get(parsed) };
+    let resp = req.send().await.map_err(|e| http_error(&e))?;
     if !resp.status().is_success() {
         return Err(format!("{url} answered {}", resp.status()));
     }
+    Ok(resp)
+}
+
+/// A failed request as a sentence: reqwest's words and each cause (where a refused address says
+/// why), never a body.
+fn http_error(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = std::error::Error::source(e);
+    while let Some(c) = cur {
+        let more = c.to_string();
+        if !s.contains(&more) {
+            s.push_str(": ");
+            s.push_str(&more);
+        }
+        cur = c.source();
+    }
+    reason(&s)
+}
+
+async fn list_http(url: &str, egress: &Arc<Egress>) -> Result<Listing, String> {
+    let resp = http_get(url, egress, true).await?;
     let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let size = header("content-length")
         .and_then(|l| l.parse().ok())
         .ok_or_else(|| format!("{url} does not declare its size (Content-Length)"))?;
     let tag = header("etag").or_else(|| header("last-modified")).unwrap_or_default();
+    let tag: String = tag.chars().take(200).collect();
+    // The URL followed to its end: redirects are checked again when the bytes are fetched.
+    let from = resp.url().to_string();
     Ok(Listing {
         version: format!("http:{tag}:{size}"),
-        objects: vec![Object { rel: String::new(), size, from: url.into() }],
+        objects: vec![Object { rel: String::new(), size, from }],
     })
 }
 

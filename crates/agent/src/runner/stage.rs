@@ -33,6 +33,7 @@ use gantry_api::inputs::{Input, PUBLIC_SCOPE, StageOrder, StageReport};
 use gantry_api::types::Assignment;
 
 use super::cache::{Cache, remove_any};
+use super::egress::Egress;
 use super::sandbox::Sandbox;
 use super::sources::{self, Secret};
 
@@ -80,6 +81,8 @@ pub struct Stager {
     ready: Mutex<HashMap<i64, Vec<Staged>>>,
     /// The exporter's cache and staging counters.
     metrics: Option<Arc<crate::exporter::cache::CacheMetrics>>,
+    /// Where sources may connect.
+    egress: Arc<Egress>,
 }
 
 /// Most finished stagings kept for jobs that have not started yet.
@@ -99,6 +102,23 @@ impl Stager {
             pinned: Mutex::default(),
             ready: Mutex::default(),
             metrics: None,
+            egress: Arc::default(),
+        }
+    }
+
+    /// Sources connect only where `egress` allows (the default: no address of the node or its
+    /// networks).
+    pub fn with_egress(mut self, egress: Arc<Egress>) -> Self {
+        self.egress = egress;
+        self
+    }
+
+    /// How `order`'s input `name` is read: its team secret, and whether an admin marked it public.
+    fn access<'a>(&'a self, order: &'a StageOrder, name: &str) -> sources::Access<'a> {
+        sources::Access {
+            secret: &order.secret,
+            public: order.public.iter().any(|p| p == name),
+            egress: &self.egress,
         }
     }
 
@@ -184,7 +204,7 @@ impl Stager {
                 }
                 Err(e) => {
                     tracing::warn!(job = order.job_id, error = %e, "staging failed; trying again later");
-                    lock(progress).error = Some(e);
+                    lock(progress).error = Some(sources::reason(&e));
                 }
             }
             tokio::time::sleep(backoff).await;
@@ -201,8 +221,8 @@ impl Stager {
     ) -> Result<(Vec<Input>, Vec<Staged>), String> {
         let mut listings = Vec::new();
         for i in &order.inputs {
-            listings
-                .push(sources::list(&i.url, &order.secret).await.map_err(|e| format!("{}: {e}", i.name))?);
+            let access = self.access(order, &i.name);
+            listings.push(sources::list(&i.url, access).await.map_err(|e| format!("{}: {e}", i.name))?);
         }
         lock(progress).total = listings.iter().map(sources::Listing::bytes).sum();
         let gid = self.sandbox.user_for(&order.team).ok().and_then(|(id, creds)| creds.map(|_| id.gid));
@@ -225,7 +245,7 @@ impl Stager {
                     let room =
                         self.cache.reserve(scope, l.bytes()).map_err(|e| format!("{}: {e}", i.name))?;
                     let tmp = self.cache.tmp_path(&dir, &i.url, &l.version);
-                    if let Err(e) = sources::copy(&i.url, &order.secret, l, &tmp, done).await {
+                    if let Err(e) = sources::copy(&i.url, self.access(order, &i.name), l, &tmp, done).await {
                         remove_any(&tmp);
                         return Err(format!("{}: {e}", i.name));
                     }

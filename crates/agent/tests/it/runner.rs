@@ -189,6 +189,7 @@ impl Harness {
             advertise_addr: None,
             labels: Default::default(),
             cache: Default::default(),
+            egress: Default::default(),
         };
         tokio::spawn(runner::run(config, gpus, stop))
     }

@@ -127,6 +127,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         cluster_ca(&args.server, args.ca.as_deref(), args.ca_sha256.as_deref(), &data.join("agent"))?;
     let sandbox = args.sandbox.build(&data, &data.join("agent"))?;
     let cache = args.sandbox.cache()?;
+    let egress = args.sandbox.egress()?;
     let token = match (&args.join_token, &args.join_token_file) {
         (_, Some(file)) => std::fs::read_to_string(file)
             .with_context(|| format!("cannot read the join token file {}", file.display()))?
@@ -152,6 +153,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         advertise_addr: args.advertise_addr,
         labels: args.labels.into_iter().collect(),
         cache,
+        egress,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -78,9 +78,27 @@ pub struct SandboxArgs {
     /// Most bytes one team's datasets may hold in the node's cache (default: `--cache-size`).
     #[arg(long, value_name = "SIZE")]
     cache_team_quota: Option<String>,
+    /// A network jobs' inputs, outputs and S3 endpoints may reach although it is the node's or
+    /// private (CIDR or one address, e.g. `10.20.0.0/16` for an internal S3; repeatable). By
+    /// default loopback, link-local (the cloud metadata service), private ranges and the node's
+    /// own addresses are refused.
+    #[arg(long = "allow-source-net", value_name = "CIDR")]
+    allow_source_nets: Vec<String>,
+    /// A host name jobs' sources may reach whatever it resolves to (e.g. `minio.internal`;
+    /// repeatable).
+    #[arg(long = "allow-source-host", value_name = "HOST")]
+    allow_source_hosts: Vec<String>,
 }
 
 impl SandboxArgs {
+    /// Where jobs' sources may connect (`--allow-source-net`, `--allow-source-host`).
+    pub fn egress(&self) -> anyhow::Result<std::sync::Arc<gantry_agent::runner::egress::Egress>> {
+        let e = gantry_agent::runner::egress::Egress::new(&self.allow_source_nets, &self.allow_source_hosts)
+            .map_err(anyhow::Error::msg)
+            .context("--allow-source-net/--allow-source-host")?;
+        Ok(std::sync::Arc::new(e))
+    }
+
     /// The dataset cache's limits.
     pub fn cache(&self) -> anyhow::Result<gantry_agent::runner::cache::CacheConfig> {
         let size_bytes = parse_size(&self.cache_size).context("--cache-size")?;

@@ -70,6 +70,8 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     let prepared = control::prepare(&args.control)?;
     let data = &prepared.data;
     let sandbox = if args.no_agent { None } else { Some(args.sandbox.build(data, &data.join("agent"))?) };
+    // Checked before anything binds: a bad --allow-source-net exits with its sentence.
+    args.sandbox.egress()?;
     let rt = control::runtime()?;
     rt.block_on(serve(args, prepared, choice, sandbox))
 }
@@ -110,6 +112,7 @@ async fn serve(
             advertise_addr: args.advertise_addr.clone(),
             labels: args.labels.iter().cloned().collect(),
             cache: args.sandbox.cache()?,
+            egress: args.sandbox.egress()?,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     } else {

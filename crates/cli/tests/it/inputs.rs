@@ -35,7 +35,7 @@ fn logs(cluster: &Cluster, id: &str) -> String {
 fn an_s3_input_is_staged_while_the_job_waits_then_found_cached_and_kept_from_other_teams() {
     let Some(moto) = moto() else { return };
     let digest = put_object(&moto, "datasets", "train/big.bin", 50 << 20);
-    let cluster = Cluster::start(&["--cache-size", "1GiB"]);
+    let cluster = Cluster::start(&["--cache-size", "1GiB", "--allow-source-net", "127.0.0.0/8"]);
     let vision = cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
     let nlp = cluster.gantry(&["token", "create", "--team", "nlp"]).trim().to_owned();
     let endpoint = format!("AWS_ENDPOINT_URL={}", moto.url);
@@ -171,7 +171,14 @@ fn fake_s3(declared: usize, sent: usize) -> String {
 fn a_source_that_sends_more_than_it_declared_is_stopped_and_one_over_the_quota_refused() {
     let more = fake_s3(1 << 20, 8 << 20);
     let big = fake_s3(4 << 20, 4 << 20);
-    let cluster = Cluster::start(&["--cache-size", "64MiB", "--cache-team-quota", "2MiB"]);
+    let cluster = Cluster::start(&[
+        "--cache-size",
+        "64MiB",
+        "--cache-team-quota",
+        "2MiB",
+        "--allow-source-net",
+        "127.0.0.0/8",
+    ]);
     let mut ids = Vec::new();
     for (name, url) in [("more", &more), ("big", &big)] {
         let endpoint = format!("AWS_ENDPOINT_URL={url}");
@@ -212,7 +219,7 @@ fn a_source_that_sends_more_than_it_declared_is_stopped_and_one_over_the_quota_r
 #[test]
 fn a_source_that_breaks_off_mid_copy_leaves_no_partial_copy_visible() {
     let short = fake_s3(1 << 20, 256 << 10);
-    let cluster = Cluster::start(&["--cache-size", "64MiB"]);
+    let cluster = Cluster::start(&["--cache-size", "64MiB", "--allow-source-net", "127.0.0.0/8"]);
     let endpoint = format!("AWS_ENDPOINT_URL={short}");
     let args =
         ["secret", "set", "short", "AWS_ACCESS_KEY_ID=k", "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1"];

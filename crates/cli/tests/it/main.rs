@@ -39,6 +39,7 @@ mod services_preempt;
 mod sharing;
 mod sim;
 mod slurm_habits;
+mod source_isolation;
 mod squatting;
 mod stalls;
 mod top;

@@ -29,7 +29,8 @@ fn stage_out(cluster: &Cluster, id: &str) -> Value {
 /// A cluster whose team `default` holds the secret `s3` for moto, and the bucket `results`.
 fn cluster(moto: &Moto) -> Cluster {
     create_bucket(moto, "results");
-    let cluster = Cluster::start(&[]);
+    // moto listens on the node's loopback, which jobs' sources reach only when an admin opens it.
+    let cluster = Cluster::start(&["--allow-source-net", "127.0.0.1"]);
     let endpoint = format!("AWS_ENDPOINT_URL={}", moto.url);
     let set = ["secret", "set", "s3", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"];
     cluster.gantry(&[&set[..], &["AWS_REGION=us-east-1", &endpoint, "--team", "default"]].concat());

@@ -82,6 +82,8 @@ mod service_tests;
 mod stage_tests;
 
 #[cfg(test)]
+mod ledger_tests;
+#[cfg(test)]
 mod standing_tests;
 
 #[cfg(test)]

@@ -140,14 +140,23 @@ impl Standing {
         }
     }
 
-    /// Puts one active job's held allocations back on the ledger, as one allocation.
+    /// Puts one active job's held allocations back on the ledger, as one allocation; a job
+    /// holding no GPU (a CPU-only job, or one whose GPU rows are gone) still holds the CPU and
+    /// memory it asked for on its node, from its row: ten 1.5-CPU jobs on a 2-CPU node run one
+    /// at a time, not all at once because none of them holds a GPU.
     fn replay(&mut self, job: &Job, allocs: &[&Held]) {
-        if allocs.is_empty() {
-            return;
-        }
         let Some(node) = job.node_id.as_deref().and_then(|n| self.index.get(n).copied()) else {
             return;
         };
+        if allocs.is_empty() {
+            let req = Request::cpu_only(job.request.cpu_milli, job.request.memory_mib);
+            self.next_id += 1;
+            let placement = Placement { node, gpus: Vec::new() };
+            if self.cluster.allocate(self.next_id, &req, &placement).is_ok() {
+                self.jobs.insert(job.id, self.next_id);
+            }
+            return;
+        }
         let indices: Vec<u32> = allocs
             .iter()
             .filter_map(|a| self.gpus[node].iter().position(|g| g.info.uuid == a.gpu_uuid))

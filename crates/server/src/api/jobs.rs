@@ -1,6 +1,7 @@
 //! Job endpoints: submit, list, get, cancel, logs. Handlers parse and validate, then hand a
 //! [`Command`] to the dispatcher (reads go straight to the store).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -71,25 +72,42 @@ pub async fn apply(
 async fn inputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
     gantry_api::inputs::check(&job.spec.inputs).map_err(ApiError::Unprocessable)?;
     let (secret, declared) = (job.spec.input_secret.as_deref(), !job.spec.inputs.is_empty());
-    secret_checked(app, &job.team, "input_secret", "inputs", secret, declared).await
+    secret_checked(app, &job.team, "input_secret", "inputs", secret, declared).await.map(|_| ())
 }
 
-/// A job's declared outputs: well formed, and written with a secret its team holds. Never
-/// with the node's own credentials: they may write where no team should (another team's
-/// results, the shared datasets), and a member could overwrite anything they reach.
+/// A job's declared outputs: well formed, and written with a secret its team holds that holds
+/// S3 keys. Never with the node's own credentials: they may write where no team should
+/// (another team's results, the shared datasets), and a member could overwrite anything they
+/// reach (a secret holding only a region or an endpoint would have the agent sign with them).
 async fn outputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
+    const KEYS: &str = "outputs: an upload is written with the team's own credentials: name them with --output-secret NAME (a secret made with `gantry secret set NAME AWS_ACCESS_KEY_ID=… AWS_SECRET_ACCESS_KEY=…`); the node's credentials are not lent for writes";
     gantry_api::outputs::check(&job.spec.outputs).map_err(ApiError::Unprocessable)?;
     if !job.spec.outputs.is_empty() && job.spec.output_secret.is_none() && job.spec.input_secret.is_none() {
-        return Err(ApiError::Unprocessable(
-            "outputs: an upload is written with the team's own credentials: name them with --output-secret NAME (a secret made with `gantry secret set NAME AWS_ACCESS_KEY_ID=… AWS_SECRET_ACCESS_KEY=…`); the node's credentials are not lent for writes".into(),
-        ));
+        return Err(ApiError::Unprocessable(KEYS.into()));
     }
     let (secret, declared) = (job.spec.output_secret.as_deref(), !job.spec.outputs.is_empty());
-    secret_checked(app, &job.team, "output_secret", "outputs", secret, declared).await
+    let named = secret_checked(app, &job.team, "output_secret", "outputs", secret, declared).await?;
+    let used = match (named, job.spec.input_secret.as_deref().filter(|_| declared)) {
+        (Some(values), _) => Some(values),
+        (None, Some(name)) => {
+            let (team, name) = (job.team.clone(), name.to_owned());
+            blocking(app, move |s| s.secret(&team, &name)).await?
+        }
+        (None, None) => None,
+    };
+    if let Some(values) = used {
+        let set = |k: &str| values.get(k).is_some_and(|v| !v.is_empty());
+        if !(set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY")) {
+            return Err(ApiError::Unprocessable(format!(
+                "{KEYS}: the secret named holds no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The secret the field `field` names for a job's `what` (inputs or outputs): only beside some
-/// (`declared`), and one `team` holds (another team's is as unknown as none).
+/// (`declared`), and one `team` holds (another team's is as unknown as none); its values.
 async fn secret_checked(
     app: &Arc<App>,
     team: &str,
@@ -97,18 +115,18 @@ async fn secret_checked(
     what: &str,
     secret: Option<&str>,
     declared: bool,
-) -> Result<(), ApiError> {
-    let Some(name) = secret else { return Ok(()) };
+) -> Result<Option<BTreeMap<String, String>>, ApiError> {
+    let Some(name) = secret else { return Ok(None) };
     if !declared {
         return Err(ApiError::Unprocessable(format!("{field}: names the secret of {what}; declare one")));
     }
     let (owner, wanted) = (team.to_owned(), name.to_owned());
-    if blocking(app, move |s| s.secret(&owner, &wanted)).await?.is_none() {
-        return Err(ApiError::Unprocessable(format!(
+    match blocking(app, move |s| s.secret(&owner, &wanted)).await? {
+        Some(values) => Ok(Some(values)),
+        None => Err(ApiError::Unprocessable(format!(
             "{field}: team {team} has no secret `{name}` (gantry secret set {name} KEY=VALUE…)"
-        )));
+        ))),
     }
-    Ok(())
 }
 
 /// A submission checked as the API checks every one: fields, disk floor, dependencies the

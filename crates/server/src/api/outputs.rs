@@ -65,7 +65,10 @@ pub async fn agent_outputs(
         }
     }
     let uploading = req.outputs.iter().any(|o| o.state == OutputState::Uploading);
-    let (attempt, outputs) = (req.attempt, req.outputs);
+    let (attempt, mut outputs) = (req.attempt, req.outputs);
+    for o in &mut outputs {
+        o.error = o.error.as_deref().map(gantry_api::inputs::reason);
+    }
     app.dispatch(Command::ReportedOutputs { job: id, attempt, outputs }).await?;
     let secret = match job.output_secret.or(job.input_secret).filter(|_| uploading) {
         Some(name) => {

@@ -55,7 +55,11 @@ pub async fn agent_staging(
             req.epoch
         )));
     }
-    let (wake, finished) = app.staging.report(&node, req.reports, req.cache);
+    let mut reports = req.reports;
+    for r in &mut reports {
+        r.error = r.error.as_deref().map(inputs::reason);
+    }
+    let (wake, finished) = app.staging.report(&node, reports, req.cache);
     record_metrics(&app, &finished);
     for (job, inputs) in finished {
         app.dispatch(Command::StagedInputs { job, inputs }).await?;

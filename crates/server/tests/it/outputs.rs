@@ -71,8 +71,24 @@ async fn a_submissions_outputs_are_checked_with_a_sentence_each() {
         "the node's credentials are not lent for writes",
     )
     .await;
+    // Nor with a secret that holds no keys (only a region or an endpoint): the agent would
+    // otherwise have had to fill the keys in from somewhere.
+    for data in [json!({"AWS_REGION": "us-east-1"}), json!({"AWS_ACCESS_KEY_ID": "k"})] {
+        let resp = call(&s, &s.token, Method::PUT, "/v1/secrets/ours")
+            .json(&json!({"team": "default", "data": data}))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+        refused(
+            &s,
+            json!({"outputs": [out("m", "s3://bucket/p")], "output_secret": "ours"}),
+            "holds no AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        )
+        .await;
+    }
     let resp = call(&s, &s.token, Method::PUT, "/v1/secrets/ours")
-        .json(&json!({"team": "default", "data": {"AWS_ACCESS_KEY_ID": "k"}}))
+        .json(&json!({"team": "default", "data": {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}}))
         .send()
         .await
         .expect("send");

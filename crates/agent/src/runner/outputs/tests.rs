@@ -85,10 +85,55 @@ async fn a_refused_output_uploads_nothing_and_says_why() {
     let uid = output_dir(tmp.path());
     let o = Output::new("model", "s3://bucket/p");
     let caps = Caps { bytes: 4, files: 100 };
-    let done = upload_one(&o, &tmp.path().join("out"), uid, &Default::default(), caps, Duration::ZERO).await;
+    let secret = keys(&[]);
+    let done = upload_one(&o, &tmp.path().join("out"), uid, access(&secret, &[]), caps, Duration::ZERO).await;
     assert_eq!(done.state, OutputState::Failed);
     let error = done.error.unwrap_or_default();
     assert!(error.contains("more than 4 bytes") && error.contains("nothing was uploaded"), "{error}");
+}
+
+/// A team secret with S3 keys and `extra`.
+fn keys(extra: &[(&str, &str)]) -> super::super::sources::Secret {
+    [("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s"), ("AWS_REGION", "us-east-1")]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Access with `secret`, to the networks `allowed` (CIDR) and the internet.
+fn access<'a>(
+    secret: &'a super::super::sources::Secret,
+    allowed: &[&str],
+) -> super::super::sources::Access<'a> {
+    let nets: Vec<String> = allowed.iter().map(|s| (*s).to_owned()).collect();
+    let egress = Box::leak(Box::new(Arc::new(super::super::egress::Egress::new(&nets, &[]).expect("nets"))));
+    super::super::sources::Access { secret, public: false, egress }
+}
+
+#[tokio::test]
+async fn an_output_without_the_teams_keys_or_to_the_nodes_loopback_uploads_nothing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let uid = output_dir(tmp.path());
+    let (url, puts) = failing_s3();
+    let o = Output::new("model", "s3://bucket/p");
+    let out = tmp.path().join("out");
+    // A secret holding only the endpoint (and region): the node's keys are never taken instead.
+    let only_endpoint: super::super::sources::Secret =
+        [("AWS_ENDPOINT_URL".to_owned(), url.clone()), ("AWS_REGION".to_owned(), "us-east-1".to_owned())]
+            .into();
+    let done =
+        upload_one(&o, &out, uid, access(&only_endpoint, &["127.0.0.0/8"]), Caps::default(), Duration::ZERO)
+            .await;
+    let error = done.error.unwrap_or_default();
+    assert!(error.contains("AWS_ACCESS_KEY_ID") && error.contains("nothing was uploaded"), "{error}");
+    // Keys, to an endpoint on the node's loopback that no admin opened.
+    let secret = keys(&[("AWS_ENDPOINT_URL", url.as_str())]);
+    let done = upload_one(&o, &out, uid, access(&secret, &[]), Caps::default(), Duration::ZERO).await;
+    let error = done.error.unwrap_or_default();
+    assert!(error.contains("loopback") && error.contains("--allow-source-net"), "{error}");
+    assert!(error.chars().count() <= 300, "{error}");
+    assert_eq!(puts.load(std::sync::atomic::Ordering::Relaxed), 0, "no request reached the endpoint");
 }
 
 /// An S3 endpoint that answers every request 500; counts the PUTs.
@@ -120,17 +165,17 @@ async fn a_failing_upload_is_tried_six_times_then_recorded_failed() {
     let tmp = tempfile::tempdir().expect("tmp");
     let uid = output_dir(tmp.path());
     let (url, puts) = failing_s3();
-    let secret: super::super::sources::Secret = [
-        ("AWS_ACCESS_KEY_ID", "k"),
-        ("AWS_SECRET_ACCESS_KEY", "s"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ENDPOINT_URL", url.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
+    let secret = keys(&[("AWS_ENDPOINT_URL", url.as_str())]);
     let o = Output::new("model", "s3://bucket/p");
-    let done = upload_one(&o, &tmp.path().join("out"), uid, &secret, Caps::default(), Duration::ZERO).await;
+    let done = upload_one(
+        &o,
+        &tmp.path().join("out"),
+        uid,
+        access(&secret, &["127.0.0.1"]),
+        Caps::default(),
+        Duration::ZERO,
+    )
+    .await;
     assert_eq!(done.state, OutputState::Failed);
     let error = done.error.unwrap_or_default();
     assert!(error.contains("uploading `a` to s3://bucket/p/a") && error.contains("tried 6 times"), "{error}");

@@ -134,6 +134,7 @@ async fn start(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<
         advertise_addr: None,
         labels: Default::default(),
         cache: Default::default(),
+        egress: Default::default(),
     };
     let agent = tokio::spawn(runner::run(agent_config, gpus, stop_rx));
     let api = Api::new(&url, &token)?;
