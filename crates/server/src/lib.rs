@@ -30,6 +30,7 @@ pub mod clock;
 pub mod command;
 pub mod config;
 pub mod credentials;
+pub mod descriptors;
 pub mod error;
 pub mod gateway;
 pub mod idle;

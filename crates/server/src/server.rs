@@ -57,7 +57,11 @@ struct GatewayListener {
 impl Server {
     /// Binds the listen address (port 0 picks a free port); a loopback address in both families
     /// (see [`crate::listen`]).
-    pub async fn bind(config: ServerConfig, store: Arc<dyn Store>) -> Result<Self, ServerError> {
+    pub async fn bind(mut config: ServerConfig, store: Arc<dyn Store>) -> Result<Self, ServerError> {
+        // Every listener's cap fits the descriptors the process has (see `descriptors`).
+        if let Some(lowered) = crate::descriptors::fit(&mut config, crate::descriptors::raise_soft_limit()) {
+            tracing::warn!("{lowered}");
+        }
         let tls = match &config.pki {
             Some(pki) => Some(pki.server_config()?),
             None => None,

@@ -341,6 +341,21 @@ async fn a_replicas_port_answers_the_gateway_on_the_node_but_no_job_of_another_t
         service: Some(("echo".into(), 1)),
         ..NewJob::default()
     };
+    // A replica is inserted only for a service that exists at its generation.
+    let spec: gantry_store::ServiceSpec = serde_json::from_value(serde_json::json!({
+        "name": "echo", "team": "a", "replicas": 1, "port": port, "command": ["sleep", "600"]
+    }))
+    .expect("a service file");
+    let actor = gantry_store::Actor { name: "root".into(), role: "admin".into(), team: None, peer: None };
+    let entry =
+        gantry_store::AuditEntry { actor, action: "service.apply".into(), target: String::new(), at: 1 };
+    let apply = gantry_store::Change::ApplyService {
+        team: "a".into(),
+        digest: "echo".into(),
+        desired: 1,
+        spec: Box::new(spec),
+    };
+    h.store.apply(apply, entry).expect("the service");
     let id = h.store.submit(&replica).expect("submit").0;
     until("the replica to listen", || marker.exists().then_some(())).await;
     let cache = h.dir.path().join(format!("agent/netns/{id}-1.json"));

@@ -8,6 +8,9 @@ use crate::model::*;
 use crate::{Result, StoreError};
 
 pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
+    if let Some((name, generation)) = &job.service {
+        service_current(c, &job.team, name, *generation)?;
+    }
     if let Some(key) = &job.spec.request_id {
         let existing = c
             .prepare_cached("SELECT id FROM jobs WHERE team = ?1 AND request_id = ?2")?
@@ -30,6 +33,30 @@ pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
         insert(c, job, Some((Some(head), *index, array.max_running)), None)?;
     }
     Ok((head, true))
+}
+
+/// Refuses a replica of a service that is gone, or of a generation it no longer runs, in the
+/// transaction that would insert it: a controller that decided to start a replica before a
+/// delete committed cannot leave it running after (on PostgreSQL the service's row is held
+/// shared until the insert commits, and the delete takes it exclusively before it lists the
+/// replicas it stops).
+fn service_current(c: &dyn Conn, team: &str, name: &str, generation: u64) -> Result<()> {
+    let lock = match c.dialect() {
+        Dialect::Postgres => " FOR SHARE",
+        Dialect::Sqlite => "",
+    };
+    let sql = format!("SELECT generation FROM services WHERE team = ?1 AND name = ?2{lock}");
+    let current: Option<u64> =
+        c.prepare_cached(&sql)?.query_row(params![team, name], |r| r.get(0)).optional()?;
+    match current {
+        None => Err(StoreError::NotFound(format!(
+            "service {name} of team {team} (deleted): no replica is started"
+        ))),
+        Some(g) if g != generation => Err(StoreError::Conflict(format!(
+            "service {name} of team {team} runs generation {g}, not {generation}: no replica of it is started"
+        ))),
+        Some(_) => Ok(()),
+    }
 }
 
 /// Inserts one job (one array member when `array` is `(array id, index, limit)`; no array id:

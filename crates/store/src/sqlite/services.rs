@@ -67,7 +67,14 @@ pub(super) fn apply(
 }
 
 pub(super) fn delete(c: &dyn Conn, team: &str, name: &str, at: i64) -> Result<()> {
-    let Some(old) = get(c, team, name)? else {
+    // Held until the deletion commits: a replica being inserted (which holds the row shared)
+    // is listed below and stopped, and one inserted after finds no service.
+    let lock = match c.dialect() {
+        crate::db::Dialect::Postgres => " FOR UPDATE",
+        crate::db::Dialect::Sqlite => "",
+    };
+    let sql = format!("SELECT {SERVICE_COLUMNS} FROM services WHERE team = ?1 AND name = ?2{lock}");
+    let Some(old) = c.prepare_cached(&sql)?.query_row(params![team, name], service).optional()? else {
         return Err(StoreError::NotFound(format!("service {name} of team {team}")));
     };
     for r in replicas(c, team, name, 0)? {

@@ -40,6 +40,9 @@ fn a_service_is_created_unchanged_then_configured_scaled_and_deleted_with_its_re
     assert_eq!(store.service("ml", "echo").expect("read").expect("service").desired, 3);
 
     let replica = NewJob { service: Some(("echo".into(), 2)), team: "ml".into(), ..new_job("r", 1, 0) };
+    let stale = NewJob { service: Some(("echo".into(), 1)), ..replica.clone() };
+    let err = store.submit(&stale).expect_err("a replica of a generation the service left");
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
     let (id, _) = store.submit(&replica).expect("submit a replica");
     let replicas = store.service_replicas("ml", "echo", 5).expect("replicas");
     assert_eq!(replicas.iter().map(|r| (r.job.id, r.generation)).collect::<Vec<_>>(), vec![(id, 2)]);
@@ -51,6 +54,10 @@ fn a_service_is_created_unchanged_then_configured_scaled_and_deleted_with_its_re
         JobState::Cancelled,
         "no replica outlives it"
     );
+    // A controller that decided to start a replica before the deletion committed starts none.
+    let err = store.submit(&replica).expect_err("a replica of a deleted service");
+    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+    assert_eq!(store.service_replicas("ml", "echo", 5).expect("replicas").len(), 1, "only the stopped one");
 }
 
 #[test]

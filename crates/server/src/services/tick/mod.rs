@@ -425,7 +425,15 @@ impl Controller {
                 store.scale_service(id, desired, Some(d))?;
             }
             for job in &effects.submit {
-                store.submit(job)?;
+                match store.submit(job) {
+                    // The service was deleted or changed since this tick read it: a stale
+                    // decision, not a failure (the next tick decides on what is there now).
+                    Err(StoreError::NotFound(why) | StoreError::Conflict(why)) => {
+                        tracing::info!(%why, "a replica decided before its service changed is not started");
+                    }
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
+                }
             }
             let mut nodes = Vec::new();
             for (job, why, node) in effects.stop {
