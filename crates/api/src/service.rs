@@ -249,7 +249,21 @@ pub struct ServiceSpec {
     /// Anyone may call it through the gateway without a token.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub public: bool,
+    /// During a rolling update, how many replicas above the count may run (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<u32>,
+    /// During a rolling update, how many of the count may be unready (default 0: a new replica
+    /// is ready before an old one leaves). Not both 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<u32>,
+    /// Seconds a generation may take to be all ready before its rollout is reported stuck
+    /// (default 600); the older generation keeps serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline_s: Option<u64>,
 }
+
+/// Default of `progress_deadline_s`: 10 minutes.
+pub const DEFAULT_PROGRESS_DEADLINE_S: u32 = 600;
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -311,7 +325,36 @@ impl ServiceSpec {
         {
             return Err(format!("cpu: must be a positive number of cores, got {cpu}"));
         }
+        if self.max_surge == Some(0) && self.max_unavailable == Some(0) {
+            return Err(
+                "max_surge and max_unavailable: not both 0, or a rolling update could neither add nor remove a replica"
+                    .into(),
+            );
+        }
+        if self.max_surge.is_some_and(|n| n > 256) || self.max_unavailable.is_some_and(|n| n > 256) {
+            return Err("max_surge and max_unavailable: at most 256".into());
+        }
+        if let Some(s) = self.progress_deadline_s
+            && !(1..=86_400).contains(&s)
+        {
+            return Err(format!("progress_deadline_s: must be 1 to 86400 seconds, got {s}"));
+        }
         self.readiness.check()
+    }
+
+    /// The rolling update's bounds: (`max_surge`, `max_unavailable`), defaults 1 and 0.
+    pub fn rollout_bounds(&self) -> (u32, u32) {
+        match (self.max_surge, self.max_unavailable) {
+            (None, None) => (1, 0),
+            (Some(s), None) => (s, u32::from(s == 0)),
+            (None, Some(u)) => (u32::from(u == 0), u),
+            (Some(s), Some(u)) => (s, u),
+        }
+    }
+
+    /// Seconds a generation may take to be all ready (`progress_deadline_s`).
+    pub fn progress_deadline_s(&self) -> u64 {
+        self.progress_deadline_s.unwrap_or(u64::from(DEFAULT_PROGRESS_DEADLINE_S))
     }
 
     /// Seconds the gateway holds a request for a cold start before 503.
@@ -477,6 +520,11 @@ pub struct ServiceView {
     /// Why the count is not what was decided, when it is not (a quota, no room).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why its rolling update is stuck, when it is: `rollout stuck: generation 3 failed
+    /// readiness 5 times: <the replica's reason and last line of output>` (the older generation
+    /// keeps serving).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
     /// Each replica.
     pub replica_list: Vec<ReplicaView>,
     /// The gateway's figures.
@@ -541,6 +589,19 @@ mod tests {
         assert!(probe.check().expect_err("refused").contains("readiness.path"));
         let name = ServiceSpec { name: "a/b".into(), ..spec() };
         assert!(name.check().is_err());
+    }
+
+    #[test]
+    fn a_rollout_needs_room_to_move_and_a_deadline_within_a_day() {
+        assert_eq!(spec().rollout_bounds(), (1, 0), "a new replica ready before an old one leaves");
+        let frozen = ServiceSpec { max_surge: Some(0), max_unavailable: Some(0), ..spec() };
+        assert!(frozen.check().expect_err("refused").contains("not both 0"));
+        let down = ServiceSpec { max_surge: Some(0), max_unavailable: Some(1), ..spec() };
+        assert_eq!((down.check(), down.rollout_bounds()), (Ok(()), (0, 1)));
+        assert_eq!(ServiceSpec { max_surge: Some(0), ..spec() }.rollout_bounds(), (0, 1));
+        let late = ServiceSpec { progress_deadline_s: Some(0), ..spec() };
+        assert!(late.check().expect_err("refused").contains("progress_deadline_s"));
+        assert_eq!(spec().progress_deadline_s(), 600);
     }
 
     #[test]

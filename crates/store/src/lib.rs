@@ -178,6 +178,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn gpu_stalls_held(&self) -> Result<Vec<(JobId, i64, i64)>>;
     /// Events, newest first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
+    /// Records an event (`kind` such as `service.rollout_stuck`, about `subject`, seen by
+    /// `team`'s users and admins).
+    fn record_event(
+        &self,
+        at: i64,
+        kind: &str,
+        subject: &str,
+        message: &str,
+        team: Option<&str>,
+    ) -> Result<()>;
 
     /// Services of `teams` (all when `None`), by team and name.
     fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>>;

@@ -190,6 +190,9 @@ fn create(a: CreateArgs) -> anyhow::Result<()> {
         cold_start_timeout: a.cold_start_timeout,
         autoscale,
         public: a.public,
+        max_surge: None,
+        max_unavailable: None,
+        progress_deadline_s: None,
     };
     checked(&spec)?;
     send(&a.server, &spec)
@@ -270,6 +273,9 @@ pub fn render(v: &ServiceView) -> String {
     );
     if let Some(why) = &v.reason {
         out.push_str(&format!("waiting   {why}\n"));
+    }
+    if let Some(why) = &v.rollout {
+        out.push_str(&format!("rollout   {}\n", table::printable(why)));
     }
     out.push_str(&format!(
         "traffic   {:.1} req/s, {} in flight, {} queued, latency p50 {:.3} s p95 {:.3} s, first byte p50 {:.3} s p95 {:.3} s\n\n",

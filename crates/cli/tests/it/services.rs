@@ -649,3 +649,70 @@ fn after_gantry_up_restarts_the_same_replica_is_probed_again_and_answers_through
     let (code, body) = s.get("/ml/steady/", &s.token).expect("through the gateway");
     assert_eq!((code, body), (200, format!("{job} 1\n")));
 }
+
+#[test]
+fn a_service_edited_from_two_replicas_to_one_converges_on_the_new_generation() {
+    // The rollout that stuck for good: more old replicas than desired and no new one ready
+    // (neither retiring an old one nor starting a new one fired).
+    let s = Serving::start(&[]);
+    let file = s.file("shrink", "replicas: 2\n");
+    s.apply(&file);
+    s.until("shrink", "two ready replicas", 30, |v| ready(v) == 2);
+    let edited = std::fs::read_to_string(&file).expect("file").replace("replicas: 2", "replicas: 1");
+    std::fs::write(&file, edited).expect("file");
+    assert_eq!(s.apply(&file).trim(), "service ml/shrink configured (generation 2)");
+    let v = s.until("shrink", "one ready replica of generation 2", 40, |v| {
+        let list = v["replica_list"].as_array().cloned().unwrap_or_default();
+        let live: Vec<&serde_json::Value> = list
+            .iter()
+            .filter(|r| ["pending", "scheduled", "running"].contains(&r["state"].as_str().unwrap_or("")))
+            .collect();
+        ready(v) == 1 && live.len() == 1 && live[0]["generation"] == 2 && live[0]["ready"] == true
+    });
+    assert_eq!(v["replicas"]["desired"], 1, "{v}");
+    assert!(v.get("rollout").is_none(), "not stuck: {v}");
+    let (code, body) = s.get("/ml/shrink/", &s.token).expect("answer");
+    assert_eq!(code, 200, "{body}");
+}
+
+#[test]
+fn a_broken_rollout_backs_off_says_it_is_stuck_with_the_replicas_error_and_the_old_generation_serves() {
+    let s = Serving::start(&[]);
+    let file = s.file("broken", "replicas: 1\nprogress_deadline_s: 3\n");
+    s.apply(&file);
+    s.until("broken", "a ready replica", 30, |v| ready(v) == 1);
+    let text = std::fs::read_to_string(&file).expect("file");
+    let broken = text.replace(
+        "command: [python3, ",
+        "command: [python3, -c, 'import sys; sys.exit(\"replica says: no model weights at /models/x\")', ",
+    );
+    assert_ne!(broken, text);
+    std::fs::write(&file, broken).expect("file");
+    assert_eq!(s.apply(&file).trim(), "service ml/broken configured (generation 2)");
+    let v = s.until("broken", "the rollout reported stuck", 60, |v| {
+        v["rollout"].as_str().is_some_and(|r| r.starts_with("rollout stuck: generation 2 failed readiness"))
+    });
+    let said = v["rollout"].as_str().unwrap_or_default();
+    assert!(said.contains("no model weights at /models/x"), "the replica's last words: {said}");
+    // The old generation keeps serving throughout.
+    let (code, _) = s.get("/ml/broken/", &s.token).expect("answer");
+    assert_eq!(code, 200);
+    let shown = s.cluster.gantry(&["service", "get", "broken", "--team", "ml"]);
+    assert!(shown.contains("rollout   rollout stuck: generation 2"), "{shown}");
+    let events = s.cluster.gantry(&["events"]);
+    assert!(events.contains("rollout stuck: generation 2"), "{events}");
+    // The rollout path backs off: over 12 s, a handful of failed replicas, not dozens.
+    std::thread::sleep(Duration::from_secs(12));
+    let failed =
+        s.cluster.jobs().into_iter().filter(|j| j["service"] == "broken" && j["state"] == "failed").count();
+    assert!((1..=10).contains(&failed), "{failed} failed replicas: no back-off on the rollout path");
+    // Fixing the file starts afresh and ends on generation 3.
+    std::fs::write(&file, text.replace("replicas: 1", "replicas: 1\nlabels: {fixed: 'yes'}")).expect("file");
+    assert_eq!(s.apply(&file).trim(), "service ml/broken configured (generation 3)");
+    s.until("broken", "generation 3 ready and the rollout no longer stuck", 40, |v| {
+        let list = v["replica_list"].as_array().cloned().unwrap_or_default();
+        ready(v) == 1
+            && v.get("rollout").is_none()
+            && list.iter().any(|r| r["generation"] == 3 && r["ready"] == true)
+    });
+}

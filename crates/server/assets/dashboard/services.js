@@ -50,6 +50,7 @@ export function render(services) {
         <div class="tile"><b>${secs(t.ttfb_p95_s)}</b> p95 first byte</div>
       </div>
       ${s.reason ? html`<p class="reason">${s.reason}</p>` : ''}
+      ${s.rollout ? html`<p class="reason rollout">${s.rollout}</p>` : ''}
       <table class="grid"><thead><tr><th>Job</th><th>State</th><th class="num">Gen</th><th>Ready</th><th>Node</th>
         <th>Address</th><th>Why</th></tr></thead><tbody>${replicas(s)}</tbody></table>
       <ul class="decisions">${decisions(s)}</ul></section>`;

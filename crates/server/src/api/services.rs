@@ -225,6 +225,7 @@ async fn view(app: &Arc<App>, s: Service) -> Result<ServiceView, ApiError> {
         generation: s.generation,
         replicas: ReplicaCounts { desired: s.desired, ready, min: r.min, max: r.max },
         reason: status.short,
+        rollout: status.rollout,
         replica_list: list,
         traffic,
         decisions,

@@ -52,6 +52,8 @@ pub struct Status {
 pub struct ServiceStatus {
     /// Why the service has fewer replicas than it wants, if it has.
     pub short: Option<String>,
+    /// Why its rollout is stuck, if it is (`rollout stuck: generation 3 failed readiness …`).
+    pub rollout: Option<String>,
     /// Each replica the controller tracks.
     pub replicas: HashMap<JobId, ReplicaStatus>,
 }

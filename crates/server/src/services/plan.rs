@@ -10,10 +10,24 @@
 //!   service whose replicas keep failing, and within the team's guarantee); more stops the
 //!   surplus, pending first, then unready, then ready ones (drained: out of the gateway's table
 //!   first, stopped once their in-flight requests are answered), newest first.
-//! - **Rolling update** (replicas of an older generation live): surge one. A new replica is
-//!   started while every new one is ready and the total is at most `desired`; an old one is
-//!   drained while a new one is ready and the total exceeds `desired`. So a new replica is ready
-//!   before an old one leaves, and the service never has fewer ready replicas than it had.
+//! - **Rolling update** (replicas of an older generation live), as a Deployment rolls:
+//!   - new replicas above `desired` (the count fell mid-rollout) go first, not-ready ones first;
+//!   - old replicas that are not ready go at once: they serve nothing and are never started
+//!     again;
+//!   - old ready replicas go as far as availability allows: at least `desired − max_unavailable`
+//!     replicas stay ready (counting new ready ones), never fewer than that because of a
+//!     retirement;
+//!   - new replicas start while the live total is below `desired + max_surge` and the new
+//!     generation is short of `desired`, within the back-off of its failures.
+//!
+//!   So with the defaults (`max_surge` 1, `max_unavailable` 0) a new replica is ready before an
+//!   old one leaves, and a service edited from 2 replicas to 1 retires its surplus old replica at
+//!   once instead of waiting for a new one it may not start (the rollout that stuck for good).
+//! - **Back-off**: the failures counted are the current generation's, reset by one of its
+//!   replicas becoming ready or by a new generation (fixing the file starts afresh).
+//! - **Progress deadline**: a generation not all ready `progress_deadline_s` after it was first
+//!   seen while its replicas fail (or while it rolls out) is *stuck*: the plan says so with the
+//!   last failure's words, the old generation keeps serving, and the back-off goes on.
 
 use gantry_store::JobId;
 
@@ -72,6 +86,36 @@ pub struct Input {
     /// More replicas the team's quota allows (`None`: no limit), and the sentence that says
     /// why when it is the limit ([`super::quota`]).
     pub room: Option<(u32, String)>,
+    /// The rolling update's bounds and deadline.
+    pub rollout: Rollout,
+}
+
+/// How a generation replaces the one before it, and since when it has been trying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    /// Live replicas above `desired` a rollout may start (`max_surge`, default 1).
+    pub max_surge: u32,
+    /// Replicas below `desired` that may be unready while it rolls (`max_unavailable`,
+    /// default 0). Both 0 reads as the defaults.
+    pub max_unavailable: u32,
+    /// When the current generation was first seen (ms).
+    pub since: i64,
+    /// How long it may take to be all ready before it is stuck (`progress_deadline_s`), ms.
+    pub deadline_ms: i64,
+    /// The current generation's last failure, in words (its last log line when there is one).
+    pub last_failure: Option<String>,
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Rollout {
+            max_surge: 1,
+            max_unavailable: 0,
+            since: 0,
+            deadline_ms: i64::from(gantry_api::service::DEFAULT_PROGRESS_DEADLINE_S) * 1000,
+            last_failure: None,
+        }
+    }
 }
 
 /// One thing to do.
@@ -92,6 +136,9 @@ pub struct Plan {
     pub actions: Vec<Action>,
     /// Why fewer replicas than desired are starting or running.
     pub short: Option<String>,
+    /// The rollout missed its progress deadline: why, in words
+    /// (`rollout stuck: generation 3 failed readiness 5 times: …`).
+    pub stuck: Option<String>,
 }
 
 /// Longest wait before a failing service's next replica.
@@ -121,7 +168,29 @@ pub fn plan(input: &Input) -> Plan {
     } else {
         roll(input, &current, &old, desired, &mut out);
     }
+    out.stuck = stuck(input, &current, !old.is_empty());
     out
+}
+
+/// Why the current generation is stuck, once it is past its deadline short of `desired` ready
+/// replicas while its replicas fail (or while an older generation still serves).
+fn stuck(input: &Input, current: &[&ReplicaState], rolling: bool) -> Option<String> {
+    let ready = current.iter().filter(|r| r.phase == Phase::Ready).count();
+    let late = input.now - input.rollout.since > input.rollout.deadline_ms;
+    if ready >= input.desired as usize || !late || (input.failures == 0 && !rolling) {
+        return None;
+    }
+    let g = input.generation;
+    let what = if input.failures > 0 {
+        format!("rollout stuck: generation {g} failed readiness {} times", input.failures)
+    } else {
+        let s = input.rollout.deadline_ms / 1000;
+        format!("rollout stuck: generation {g} has {ready} of {} replicas ready after {s} s", input.desired)
+    };
+    Some(match &input.rollout.last_failure {
+        Some(last) => gantry_api::inputs::reason(&format!("{what}: {last}")),
+        None => what,
+    })
 }
 
 /// Steady state: start or stop the difference.
@@ -141,26 +210,50 @@ fn count(input: &Input, live: &[&ReplicaState], desired: usize, out: &mut Plan) 
     }
 }
 
-/// A rolling update, surge one.
+/// A rolling update within `max_surge` and `max_unavailable` (see the module documentation).
 fn roll(input: &Input, current: &[&ReplicaState], old: &[&ReplicaState], desired: usize, out: &mut Plan) {
-    let total = current.len() + old.len();
-    let new_ready = current.iter().filter(|r| r.phase == Phase::Ready).count();
-    let new_waiting = current.len() - new_ready;
-    if desired == 0 {
-        for r in old {
+    let replaced = format!("replaced by generation {}", input.generation);
+    let (mut surge, unavailable) = (input.rollout.max_surge as usize, input.rollout.max_unavailable as usize);
+    if surge == 0 && unavailable == 0 {
+        surge = 1;
+    }
+    // New replicas above the count go first (the count fell while the rollout ran).
+    let mut current: Vec<&ReplicaState> = current.to_vec();
+    if current.len() > desired {
+        let gone = surplus(&current, current.len() - desired);
+        for r in &gone {
             out.actions.push(retire(r, "scaled down"));
         }
-        return;
+        current.retain(|r| !gone.iter().any(|g| g.job == r.job));
     }
-    if new_ready > 0 && total > desired {
-        // Not-ready old replicas go first: they serve nothing.
-        let victim = surplus(old, 1);
-        for r in victim {
-            let why = format!("replaced by generation {}", input.generation);
-            out.actions.push(retire(r, &why));
+    // Old replicas that serve nothing go at once.
+    let (old_ready, old_idle): (Vec<&ReplicaState>, Vec<&ReplicaState>) =
+        old.iter().partition(|r| r.phase == Phase::Ready);
+    for r in &old_idle {
+        out.actions.push(retire(r, &replaced));
+    }
+    // Old ready replicas, as far as availability allows.
+    let new_ready = current.iter().filter(|r| r.phase == Phase::Ready).count();
+    let new_unready = current.len() - new_ready;
+    let total = current.len() + old_ready.len();
+    let min_available = desired.saturating_sub(unavailable);
+    let may_go = total.saturating_sub(min_available + new_unready).min(old_ready.len());
+    let may_go = if desired == 0 { old_ready.len() } else { may_go };
+    for r in surplus(&old_ready, may_go) {
+        out.actions.push(retire(r, &replaced));
+    }
+    // New ones, within the surge.
+    let total = total - may_go;
+    let n = (desired + surge).saturating_sub(total).min(desired.saturating_sub(current.len()));
+    if n > 0 {
+        let started = start(input, n, out);
+        if started < n && out.short.is_none() {
+            out.short = Some(format!(
+                "{} replica(s) of generation {} cannot start yet",
+                n - started,
+                input.generation
+            ));
         }
-    } else if new_waiting == 0 && total <= desired && current.len() < desired {
-        start(input, 1, out);
     }
 }
 
@@ -204,6 +297,10 @@ fn retire(r: &ReplicaState, why: &str) -> Action {
 }
 
 #[cfg(test)]
+#[path = "plan_props.rs"]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -212,7 +309,16 @@ mod tests {
     }
 
     fn input(desired: u32, replicas: Vec<ReplicaState>) -> Input {
-        Input { generation: 1, desired, replicas, failures: 0, last_failure_at: 0, now: 10_000, room: None }
+        Input {
+            generation: 1,
+            desired,
+            replicas,
+            failures: 0,
+            last_failure_at: 0,
+            now: 10_000,
+            room: None,
+            rollout: Rollout::default(),
+        }
     }
 
     #[test]
@@ -263,9 +369,9 @@ mod tests {
         // The new one is starting: wait (no old one leaves, no second new one).
         let p = plan(&gen2(vec![r(1, 1, Phase::Ready), r(2, 1, Phase::Ready), r(3, 2, Phase::Starting)]));
         assert!(p.actions.is_empty(), "{p:?}");
-        // The new one is ready: drain the newest old one.
+        // The new one is ready: drain the newest old one, and start the next new one.
         let p = plan(&gen2(vec![r(1, 1, Phase::Ready), r(2, 1, Phase::Ready), r(3, 2, Phase::Ready)]));
-        assert_eq!(p.actions, vec![Action::Drain(2, "replaced by generation 2".into())]);
+        assert_eq!(p.actions, vec![Action::Drain(2, "replaced by generation 2".into()), Action::Start]);
         // One old left, one new ready, the other old draining: start the second new one.
         let p = plan(&gen2(vec![r(1, 1, Phase::Ready), r(2, 1, Phase::Draining), r(3, 2, Phase::Ready)]));
         assert_eq!(p.actions, vec![Action::Start]);
@@ -301,7 +407,8 @@ mod tests {
             }
             let ready = replicas.iter().filter(|x| x.phase == Phase::Ready).count();
             assert!(ready >= 3, "fewer than 3 ready: {replicas:?}");
-            assert!(replicas.len() <= 4, "more than one surge: {replicas:?}");
+            let live = replicas.iter().filter(|x| x.phase != Phase::Draining).count();
+            assert!(live <= 4, "more than one surge: {replicas:?}");
         }
         assert!(replicas.iter().all(|x| x.generation == 2 && x.phase == Phase::Ready), "{replicas:?}");
     }

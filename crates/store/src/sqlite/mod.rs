@@ -383,6 +383,18 @@ macro_rules! impl_store {
             fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
                 self.read(|c| tokens::events(c, filter))
             }
+            fn record_event(
+                &self,
+                at: i64,
+                kind: &str,
+                subject: &str,
+                message: &str,
+                team: Option<&str>,
+            ) -> Result<()> {
+                let (kind, subject, message) = (kind.to_owned(), subject.to_owned(), message.to_owned());
+                let team = team.map(str::to_owned);
+                self.write(move |c| tokens::event(c, at, &kind, &subject, &message, team.as_deref()))
+            }
             fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>> {
                 self.read(|c| services::list(c, teams.as_deref()))
             }

@@ -64,6 +64,8 @@ struct Effects {
     scale: Vec<(i64, u32, ServiceDecision)>,
     submit: Vec<NewJob>,
     stop: Vec<(JobId, String, Option<String>)>,
+    /// Events to record: (subject, message, team).
+    events: Vec<(String, String, String)>,
 }
 
 /// Runs the controller until `stop` turns true.
@@ -107,6 +109,17 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// Replicas of one generation that failed in a row (none of that generation ready since).
+#[derive(Debug, Clone, Default)]
+struct Failures {
+    generation: u64,
+    count: u32,
+    /// When the last one ended (ms).
+    last_at: i64,
+    /// The last one's reason, and its last line of output when there is one.
+    last: Option<String>,
+}
+
 #[derive(Default)]
 struct Controller {
     probe_tx: Option<mpsc::UnboundedSender<(JobId, bool)>>,
@@ -122,8 +135,13 @@ struct Controller {
     scalers: HashMap<ServiceKey, (u64, Scaler)>,
     /// Replicas out of the table waiting for their requests: (tick it began, when, why).
     draining: HashMap<JobId, (u64, i64, String)>,
-    /// Failures in a row and when the last ended, per service.
-    failures: HashMap<ServiceKey, (u32, i64)>,
+    /// Failures in a row of one generation's replicas, per service.
+    failures: HashMap<ServiceKey, Failures>,
+    /// Each service's generation, its ready replicas and when it last made progress (a new
+    /// generation seen, one more of its replicas ready, or all of them ready).
+    progress: HashMap<ServiceKey, (u64, usize, i64)>,
+    /// The generation whose stuck rollout was last recorded as an event, per service.
+    reported: HashMap<ServiceKey, u64>,
     counted: HashSet<JobId>,
     held: HashMap<ServiceKey, usize>,
     /// When a service began to come back from zero.
@@ -253,7 +271,7 @@ impl Controller {
         let (addrs, now) = (at.addrs, at.now);
         let spec = &l.service.spec;
         let threshold = spec.readiness.failure_threshold;
-        self.count_failures(key, &l.replicas);
+        self.count_failures(app, key, &l.replicas);
         let mut states = Vec::new();
         let mut st = ServiceStatus::default();
         let mut endpoints = Vec::new();
@@ -298,8 +316,11 @@ impl Controller {
             st.replicas.insert(r.job.id, ReplicaStatus { ready, address: addr, reason });
             states.push(ReplicaState { job: r.job.id, generation: r.generation, phase });
         }
-        let ready = states.iter().filter(|s| s.phase == Phase::Ready).count() as u32;
-        if ready > 0 {
+        let generation = l.service.generation;
+        let new_ready =
+            states.iter().filter(|s| s.phase == Phase::Ready && s.generation >= generation).count();
+        if new_ready > 0 || self.failures.get(key).is_some_and(|f| f.generation < generation) {
+            // One of the generation's replicas is ready, or the file changed: a fresh start.
             self.failures.remove(key);
         }
         let ready_replicas: Vec<(&gantry_store::Job, SocketAddr)> = l
@@ -310,18 +331,44 @@ impl Controller {
             .collect();
         let desired = self.autoscale(app, key, &l.service, &ready_replicas, at, effects);
         self.finish_drains(app, key, now, effects);
-        let (failures, last_failure_at) = self.failures.get(key).copied().unwrap_or_default();
+        let failed = self.failures.get(key).cloned().unwrap_or_default();
+        let since = self.progressed(key, generation, new_ready, desired as usize, now);
+        let (max_surge, max_unavailable) = spec.rollout_bounds();
+        let rollout = plan::Rollout {
+            max_surge,
+            max_unavailable,
+            since,
+            deadline_ms: i64::try_from(spec.progress_deadline_s()).unwrap_or(i64::MAX / 1000) * 1000,
+            last_failure: failed.last.clone(),
+        };
         let input = plan::Input {
-            generation: l.service.generation,
+            generation,
             desired,
             replicas: states,
-            failures,
-            last_failure_at,
+            failures: failed.count,
+            last_failure_at: failed.last_at,
             now,
             room: quota.as_ref().map(|q| q.room(spec.gpus)),
+            rollout,
         };
         let p = plan::plan(&input);
         st.short = p.short.clone();
+        st.rollout = p.stuck.clone();
+        match &p.stuck {
+            Some(why) if self.reported.get(key) != Some(&generation) => {
+                self.reported.insert(key.clone(), generation);
+                tracing::warn!(service = %key, "{why}");
+                effects.events.push((
+                    format!("service/{}/{}", l.service.team, l.service.name),
+                    why.clone(),
+                    l.service.team.clone(),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                self.reported.remove(key);
+            }
+        }
         for action in p.actions {
             match action {
                 Action::Start => match super::next_port(app.config.service_ports, self.last_port, used_ports)
@@ -365,18 +412,46 @@ impl Controller {
         (route, st)
     }
 
-    /// Counts replicas that failed since the controller started (back-off).
-    fn count_failures(&mut self, key: &ServiceKey, replicas: &[Replica]) {
+    /// Counts replicas that failed since the controller started (back-off), per generation: a
+    /// failure of an older generation's replica does not hold the newer one back.
+    fn count_failures(&mut self, app: &App, key: &ServiceKey, replicas: &[Replica]) {
         for r in replicas.iter().filter(|r| r.job.state.is_terminal()) {
             if !self.counted.insert(r.job.id) {
                 continue;
             }
             let recent = r.job.finished_at.is_some_and(|t| t >= self.started_at);
-            if recent && matches!(r.job.state, JobState::Failed | JobState::Timeout) {
-                let f = self.failures.entry(key.clone()).or_default();
-                *f = (f.0 + 1, r.job.finished_at.unwrap_or(0));
+            if !(recent && matches!(r.job.state, JobState::Failed | JobState::Timeout)) {
+                continue;
             }
+            let f = self.failures.entry(key.clone()).or_default();
+            if r.generation < f.generation {
+                continue;
+            }
+            if r.generation > f.generation {
+                *f = Failures { generation: r.generation, ..Failures::default() };
+            }
+            f.count += 1;
+            f.last_at = r.job.finished_at.unwrap_or(0);
+            f.last = Some(last_words(app, &r.job));
         }
+    }
+
+    /// When `key`'s generation last made progress: the generation first seen, one more of its
+    /// replicas ready, or as many ready as desired (a healthy service progresses every tick).
+    fn progressed(
+        &mut self,
+        key: &ServiceKey,
+        generation: u64,
+        ready: usize,
+        desired: usize,
+        now: i64,
+    ) -> i64 {
+        let p = self.progress.entry(key.clone()).or_insert((generation, ready, now));
+        if p.0 != generation || ready > p.1 || ready >= desired {
+            *p = (generation, ready, now);
+        }
+        p.1 = ready;
+        p.2
     }
 
     /// Stops drained replicas whose requests are answered (or whose drain took too long).
@@ -409,7 +484,11 @@ impl Controller {
     }
 
     async fn carry_out(&mut self, app: &Arc<App>, effects: Effects) -> Result<(), StoreError> {
-        if effects.scale.is_empty() && effects.submit.is_empty() && effects.stop.is_empty() {
+        if effects.scale.is_empty()
+            && effects.submit.is_empty()
+            && effects.stop.is_empty()
+            && effects.events.is_empty()
+        {
             return Ok(());
         }
         // The leader's controller alone scales, submits and stops replicas (one set of
@@ -436,6 +515,9 @@ impl Controller {
                 }
             }
             let mut nodes = Vec::new();
+            for (subject, message, team) in &effects.events {
+                store.record_event(now, "service.rollout_stuck", subject, message, Some(team))?;
+            }
             for (job, why, node) in effects.stop {
                 store.stop_replica(job, &why, now)?;
                 nodes.extend(node.or_else(|| store.job(job).ok().flatten().and_then(|j| j.node_id)));
@@ -453,6 +535,33 @@ impl Controller {
         }
         Ok(())
     }
+}
+
+/// A failed replica's reason, with its last line of output (stderr, else stdout) when there is
+/// one: what `rollout stuck: …` ends with.
+fn last_words(app: &App, job: &gantry_store::Job) -> String {
+    let reason = job.reason.clone().unwrap_or_else(|| format!("replica {} {}", job.id, job.state.as_str()));
+    let line = ["stderr", "stdout"].iter().find_map(|stream| {
+        let dir = gantry_api::job_logs::read_dir_for(&app.config.logs_dir, job.id, job.attempt, job.attempt);
+        let path = dir.join(stream);
+        let text = read_tail(&path, 4096)?;
+        text.lines().rev().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned)
+    });
+    match line {
+        Some(l) => format!("{reason}: {l}"),
+        None => reason,
+    }
+}
+
+/// The last `max` bytes of a file, as text.
+fn read_tail(path: &std::path::Path, max: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(max))).ok()?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
 fn decision(at: i64, from: u32, to: u32, reason: String) -> ServiceDecision {
