@@ -260,6 +260,11 @@ pub struct ServiceSpec {
     /// (default 600); the older generation keeps serving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_deadline_s: Option<u64>,
+    /// Seconds a retired replica (rolled, scaled down or to zero) may take to answer its
+    /// in-flight requests and streams, out of the gateway's table, before it is stopped
+    /// (default 30, at most 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout_s: Option<u64>,
 }
 
 /// Default of `progress_deadline_s`: 10 minutes.
@@ -339,6 +344,11 @@ impl ServiceSpec {
         {
             return Err(format!("progress_deadline_s: must be 1 to 86400 seconds, got {s}"));
         }
+        if let Some(s) = self.drain_timeout_s
+            && !(1..=3_600).contains(&s)
+        {
+            return Err(format!("drain_timeout_s: must be 1 to 3600 seconds, got {s}"));
+        }
         self.readiness.check()
     }
 
@@ -350,6 +360,11 @@ impl ServiceSpec {
             (None, Some(u)) => (u32::from(u == 0), u),
             (Some(s), Some(u)) => (s, u),
         }
+    }
+
+    /// Milliseconds a retired replica may drain (`drain_timeout_s`, default 30 s).
+    pub fn drain_timeout_ms(&self) -> i64 {
+        i64::try_from(self.drain_timeout_s.unwrap_or(30)).unwrap_or(3_600) * 1000
     }
 
     /// Seconds a generation may take to be all ready (`progress_deadline_s`).

@@ -193,6 +193,7 @@ fn create(a: CreateArgs) -> anyhow::Result<()> {
         max_surge: None,
         max_unavailable: None,
         progress_deadline_s: None,
+        drain_timeout_s: None,
     };
     checked(&spec)?;
     send(&a.server, &spec)

@@ -1,7 +1,7 @@
 # A test replica for the service tests: serves HTTP/1.1 on $PORT.
 #   GET /health      200, or 503 while the file $UNREADY_DIR/unready-$GANTRY_JOB_ID exists
 #   GET /slow?s=0.5  answers after sleeping that long (default $DELAY, else 0)
-#   GET /stream      three chunks, 0.2 s apart (chunked transfer)
+#   GET /stream      three chunks, 0.2 s apart (chunked transfer); ?n=25&gap=0.1: n chunks, gap s apart
 #   GET /metrics     `replica_waiting N` (Prometheus text), N from the file $UNREADY_DIR/waiting (else 0)
 #   GET /...         "<job id> <VERSION>\n"
 # Once listening it writes its pid to $UNREADY_DIR/pid-$GANTRY_JOB_ID (tests kill it).
@@ -39,15 +39,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = '# TYPE replica_waiting gauge\nreplica_waiting{replica="%s"} %g\n' % (JOB, waiting)
             self.answer(200, body.encode())
         elif url.path == "/stream":
+            query = urllib.parse.parse_qs(url.query)
+            n, gap = int(query.get("n", ["3"])[0]), float(query.get("gap", ["0.2"])[0])
             self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for i in range(3):
-                chunk = ("token %d\n" % i).encode()
+            for i in range(n):
+                chunk = ("data: token %d\n\n" % i).encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
-                time.sleep(0.2)
-            self.wfile.write(b"0\r\n\r\n")
+                time.sleep(gap)
+            done = b"data: [DONE]\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
         else:
             if url.path == "/slow":
                 query = urllib.parse.parse_qs(url.query)

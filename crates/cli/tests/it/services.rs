@@ -226,7 +226,7 @@ fn a_service_applied_from_a_file_answers_through_the_gateway_and_the_same_file_a
     assert!(String::from_utf8_lossy(&out.stderr).contains("the range 4..1 is empty"), "{out:?}");
 
     let streamed = s.get("/ml/echo/stream", &s.token).expect("stream");
-    assert_eq!(streamed, (200, "token 0\ntoken 1\ntoken 2\n".into()));
+    assert_eq!(streamed, (200, "data: token 0\n\ndata: token 1\n\ndata: token 2\n\ndata: [DONE]\n\n".into()));
 
     s.cluster.gantry(&["service", "delete", "echo", "--team", "ml"]);
     eventually(Duration::from_secs(20), "the replica to stop", || {
@@ -715,4 +715,73 @@ fn a_broken_rollout_backs_off_says_it_is_stuck_with_the_replicas_error_and_the_o
             && v.get("rollout").is_none()
             && list.iter().any(|r| r["generation"] == 3 && r["ready"] == true)
     });
+}
+
+#[test]
+fn two_hundred_streams_through_a_rolling_update_and_a_scale_down_are_never_cut() {
+    // Server-sent events of 2.5 s each (25 events, 0.1 s apart) while the service rolls to a
+    // new generation and then drops from 2 replicas to 1: a retired replica leaves the table
+    // first and is stopped only once its streams ended.
+    let s = Serving::start(&[]);
+    let file = s.file("sse", "replicas: 2\n");
+    s.apply(&file);
+    s.until("sse", "two ready replicas", 30, |v| ready(v) == 2);
+    let url = format!("http://127.0.0.1:{}/ml/sse/stream?n=25&gap=0.1", s.gateway);
+    let streams = {
+        let (token, http) = (s.token.clone(), s_client());
+        s.rt.spawn(async move {
+            let tasks: Vec<_> = (0..20)
+                .map(|c| {
+                    let (url, token, http) = (url.clone(), token.clone(), http.clone());
+                    tokio::spawn(async move {
+                        let mut out = Vec::new();
+                        for k in 0..10 {
+                            // Spread the starts so that some streams span every step.
+                            tokio::time::sleep(Duration::from_millis(((c * 7 + k * 3) % 10) * 30)).await;
+                            let r = http.get(&url).bearer_auth(&token).send().await;
+                            out.push(match r {
+                                Ok(r) if r.status() == 200 => match r.text().await {
+                                    Ok(body)
+                                        if body.matches("data: token").count() == 25
+                                            && body.ends_with("data: [DONE]\n\n") =>
+                                    {
+                                        Ok(())
+                                    }
+                                    Ok(body) => Err(format!(
+                                        "cut after {} events",
+                                        body.matches("data: token").count()
+                                    )),
+                                    Err(e) => Err(format!("cut: {e}")),
+                                },
+                                Ok(r) => Err(format!("status {}", r.status())),
+                                Err(e) => Err(e.to_string()),
+                            });
+                        }
+                        out
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for t in tasks {
+                all.extend(t.await.expect("client"));
+            }
+            all
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = std::fs::read_to_string(&file).expect("file");
+    std::fs::write(&file, text.replace("UNREADY_DIR:", "VERSION: '2', UNREADY_DIR:")).expect("file");
+    assert_eq!(s.apply(&file).trim(), "service ml/sse configured (generation 2)");
+    s.until("sse", "both replicas on generation 2", 40, |v| {
+        let list = v["replica_list"].as_array().cloned().unwrap_or_default();
+        let live: Vec<_> = list.iter().filter(|r| r["state"] == "running").collect();
+        ready(v) == 2 && live.len() == 2 && live.iter().all(|r| r["generation"] == 2)
+    });
+    let text = std::fs::read_to_string(&file).expect("file");
+    std::fs::write(&file, text.replace("replicas: 2", "replicas: 1")).expect("file");
+    s.apply(&file);
+    let results = s.rt.block_on(streams).expect("streams");
+    let cut: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(results.len(), 200);
+    assert!(cut.is_empty(), "{} of 200 streams cut: {cut:?}", cut.len());
 }

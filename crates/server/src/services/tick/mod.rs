@@ -30,7 +30,8 @@ use super::{ReplicaStatus, ServiceStatus};
 use crate::app::{App, now_ms};
 use crate::gateway::{Demand, ReplicaEndpoint, Route, RoutingTable, ServiceKey};
 
-/// Longest a drained replica waits for its in-flight requests before it is stopped anyway.
+/// Longest a drained replica waits for its in-flight requests before it is stopped anyway,
+/// unless its service says otherwise (`drain_timeout_s`).
 const DRAIN_TIMEOUT_MS: i64 = 30_000;
 
 /// Ended replicas read per service (for back-off).
@@ -135,6 +136,8 @@ struct Controller {
     scalers: HashMap<ServiceKey, (u64, Scaler)>,
     /// Replicas out of the table waiting for their requests: (tick it began, when, why).
     draining: HashMap<JobId, (u64, i64, String)>,
+    /// Each draining replica's longest drain (its service's `drain_timeout_s`), ms.
+    drain_limit: HashMap<JobId, i64>,
     /// Failures in a row of one generation's replicas, per service.
     failures: HashMap<ServiceKey, Failures>,
     /// Each service's generation, its ready replicas and when it last made progress (a new
@@ -201,6 +204,7 @@ impl Controller {
         self.scraped.retain(|job, _| seen.contains(job));
         self.scraped_at.retain(|job, _| seen.contains(job));
         self.draining.retain(|job, _| seen.contains(job));
+        self.drain_limit.retain(|job, _| self.draining.contains_key(job));
         self.scalers.retain(|key, _| table.contains_key(key));
         self.sent.retain(|key, _| table.contains_key(key));
         self.share_activity(app, &table, now).await;
@@ -388,6 +392,7 @@ impl Controller {
                 },
                 Action::Drain(job, why) => {
                     self.draining.insert(job, (self.ticks, now, why));
+                    self.drain_limit.insert(job, spec.drain_timeout_ms());
                 }
                 Action::Stop(job, why) => {
                     let node =
@@ -462,7 +467,8 @@ impl Controller {
             .iter()
             .filter(|(job, (tick, since, _))| {
                 let idle = app.gateway.replica_in_flight(key, &job.to_string()).is_none_or(|n| n == 0);
-                (*tick < ticks && idle) || now - since > DRAIN_TIMEOUT_MS
+                let limit = self.drain_limit.get(job).copied().unwrap_or(DRAIN_TIMEOUT_MS);
+                (*tick < ticks && idle) || now - since > limit
             })
             .map(|(job, _)| *job)
             .collect();
