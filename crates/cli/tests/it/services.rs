@@ -785,3 +785,22 @@ fn two_hundred_streams_through_a_rolling_update_and_a_scale_down_are_never_cut()
     assert_eq!(results.len(), 200);
     assert!(cut.is_empty(), "{} of 200 streams cut: {cut:?}", cut.len());
 }
+
+#[test]
+fn a_request_to_a_crash_looping_service_gets_503_at_once_with_the_replicas_error() {
+    let s = Serving::start(&[]);
+    let file = s.cluster.shared().join("crashy.yaml");
+    let text = "name: crashy\nteam: ml\nport: 8000\n\
+                command: [sh, -c, 'echo \"torch.OutOfMemoryError: CUDA out of memory\" >&2; exit 1']\n";
+    std::fs::write(&file, text).expect("file");
+    s.apply(&file);
+    s.until("crashy", "a failed replica", 30, |v| {
+        v["reason"].as_str().is_some_and(|r| r.contains("failed in a row"))
+    });
+    let started = Instant::now();
+    let (code, body) = s.get("/ml/crashy/generate", &s.token).expect("answer");
+    let waited = started.elapsed();
+    assert_eq!(code, 503, "{body}");
+    assert!(waited < Duration::from_secs(2), "held {waited:?} instead of failing fast");
+    assert!(body.contains("its replicas keep failing") && body.contains("CUDA out of memory"), "{body}");
+}

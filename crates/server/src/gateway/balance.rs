@@ -88,6 +88,8 @@ pub(crate) enum Refusal {
     NoReplica,
     /// The service left the table while the request waited.
     Gone,
+    /// No ready replica, and its replicas keep failing ([`Service::failing`] says how).
+    Failing,
 }
 
 /// A waiting request; gets its replica through the channel.
@@ -110,6 +112,8 @@ struct Inner {
     /// When the first request was held with no replica ready (a cold start in progress).
     cold_since: Option<Instant>,
     removed: bool,
+    /// The route's `failing`.
+    failing: Option<String>,
 }
 
 /// One service's replicas, queue and measurements.
@@ -161,6 +165,7 @@ impl Service {
             rng: SplitMix64::new(seed),
             cold_since: None,
             removed: false,
+            failing: None,
         };
         let service = Arc::new(Self {
             stats: ServiceStats::new(&key, metrics),
@@ -217,6 +222,7 @@ impl Service {
             self.metrics.forget_replica(&self.key, &gone.replica.id);
         }
         inner.can_start = route.can_start;
+        inner.failing = route.failing.clone();
         inner.queue_limit = route.queue_limit;
         inner.cold_start_timeout = route.cold_start_timeout.map(|d| d.min(super::MAX_ROUTE_COLD_START));
         self.public.store(route.public, Ordering::Release);
@@ -229,11 +235,16 @@ impl Service {
         }
         // A new table is a new start: what a retry avoided may be fine now.
         inner.queue.iter_mut().for_each(|w| w.avoid.clear());
-        if ready == 0 && !inner.can_start {
+        if ready == 0 && (!inner.can_start || inner.failing.is_some()) {
             // Nothing will free these waiters; answer them now rather than at their timeout.
             inner.queue.clear();
         }
         self.drain(&mut inner);
+    }
+
+    /// Why its replicas keep failing, when the route says so.
+    pub(crate) fn failing(&self) -> Option<String> {
+        self.lock().failing.clone()
     }
 
     /// The service left the table: its waiters are answered (their channels close).
@@ -271,6 +282,9 @@ impl Service {
                 return Ok(self.grant(replica));
             }
             let held = !inner.members.iter().any(|m| m.ready);
+            if held && inner.failing.is_some() {
+                return Err(Refusal::Failing);
+            }
             if held && !inner.can_start {
                 return Err(Refusal::NoReplica);
             }
@@ -295,7 +309,16 @@ impl Service {
             Ok(Ok(lease)) => Ok(lease),
             // The queue was cleared: the service left the table, or lost its last ready
             // replica with none allowed to start.
-            Ok(Err(_)) => Err(if self.lock().removed { Refusal::Gone } else { Refusal::NoReplica }),
+            Ok(Err(_)) => {
+                let inner = self.lock();
+                Err(if inner.removed {
+                    Refusal::Gone
+                } else if inner.failing.is_some() {
+                    Refusal::Failing
+                } else {
+                    Refusal::NoReplica
+                })
+            }
             Err(_) => {
                 let mut inner = self.lock();
                 inner.queue.retain(|w| !w.tx.is_closed());

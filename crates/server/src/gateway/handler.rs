@@ -206,6 +206,13 @@ fn refused(gateway: &Gateway, service: &Service, refusal: Refusal) -> Response {
             ),
         ),
         Refusal::NoReplica => (StatusCode::SERVICE_UNAVAILABLE, format!("{key} has no ready replica")),
+        Refusal::Failing => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{key} has no ready replica: {}",
+                service.failing().unwrap_or_else(|| "its replicas keep failing".into())
+            ),
+        ),
         Refusal::Gone => {
             (StatusCode::SERVICE_UNAVAILABLE, format!("{key} was removed while the request waited"))
         }

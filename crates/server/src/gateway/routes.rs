@@ -70,6 +70,10 @@ pub struct Route {
     /// How long a held request waits for a ready replica before 503 (the service file's
     /// `cold_start_timeout`); `None`: the gateway's [`super::GatewayConfig::cold_start_timeout`].
     pub cold_start_timeout: Option<std::time::Duration>,
+    /// With no ready replica, why none will be soon: its replicas keep failing (the controller's
+    /// sentence, with the last failure). A request then gets 503 with it at once instead of
+    /// being held for the cold start, and held ones are answered.
+    pub failing: Option<String>,
 }
 
 impl Route {
@@ -85,6 +89,7 @@ impl Route {
             can_start: false,
             queue_limit: Self::DEFAULT_QUEUE_LIMIT,
             cold_start_timeout: None,
+            failing: None,
         }
     }
 }

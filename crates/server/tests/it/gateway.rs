@@ -587,3 +587,34 @@ async fn an_address_that_keeps_sending_refused_tokens_gets_429_and_a_members_tok
     );
     assert_eq!(echo.hits(), 1);
 }
+
+#[tokio::test]
+async fn a_service_whose_replicas_keep_failing_answers_503_at_once_with_their_error_and_releases_held_requests()
+ {
+    let f = Fixture::start(GatewayConfig::default()).await;
+    let mut cold = Route::new(Vec::new());
+    cold.can_start = true;
+    f.route("z", cold.clone());
+    // Held while a replica starts (the default hold is 10 minutes)…
+    let held = tokio::spawn(f.get("/ml/z/hello").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "held while a replica may start");
+    // …until the controller says its replicas keep failing: answered at once, with why.
+    let failing = "its replicas keep failing (3 in a row): exited with code 1: CUDA out of memory";
+    f.route("z", Route { failing: Some(failing.into()), ..cold.clone() });
+    let answer =
+        tokio::time::timeout(Duration::from_secs(2), held).await.expect("answered at once").expect("task");
+    let answer = answer.expect("send");
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(answer.text().await.expect("text").contains("CUDA out of memory"));
+    let started = Instant::now();
+    let next = f.get("/ml/z/hello").send().await.expect("send");
+    assert_eq!(next.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(next.text().await.expect("text").contains("has no ready replica: its replicas keep failing"));
+    // A ready replica serves whatever the sentence says.
+    let up = sleeper("up", Duration::ZERO).await;
+    f.route("z", Route { replicas: vec![up.endpoint("r0")], failing: Some(failing.into()), ..cold });
+    let answer = f.get("/ml/z/hello").send().await.expect("send");
+    assert_eq!(answer.status(), StatusCode::OK);
+}

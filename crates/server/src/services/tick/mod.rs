@@ -413,6 +413,13 @@ impl Controller {
             can_start: spec.replicas.min == 0 || desired > 0,
             queue_limit: Route::DEFAULT_QUEUE_LIMIT,
             cold_start_timeout: Some(std::time::Duration::from_secs(spec.cold_start_timeout_s())),
+            failing: (failed.count > 0).then(|| {
+                let last = failed.last.as_deref().unwrap_or("no reason recorded");
+                gantry_api::inputs::reason(&format!(
+                    "its replicas keep failing ({} in a row): {last}",
+                    failed.count
+                ))
+            }),
         };
         (route, st)
     }
