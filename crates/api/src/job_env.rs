@@ -11,11 +11,21 @@
 /// Names a job may not declare, exactly: the GPU grant and the rendezvous of a gang's workers
 /// (a worker that could set its own `RANK` or `MASTER_ADDR` could join or hijack another gang's
 /// rendezvous).
-const RESERVED: &[&str] =
-    &["CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK"];
+const RESERVED: &[&str] = &[
+    "CUDA_VISIBLE_DEVICES",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "NNODES",
+];
 
-/// Prefixes a job may not declare: the agent's own variables and the MPS share limits.
-const RESERVED_PREFIXES: &[&str] = &["GANTRY_", "CUDA_MPS_"];
+/// Prefixes a job may not declare: the agent's own variables, the MPS share limits, and the
+/// launch variables of torchrun (`PET_*`) and Slurm (`SLURM_*`) Gantry sets.
+const RESERVED_PREFIXES: &[&str] = &["GANTRY_", "CUDA_MPS_", "PET_", "SLURM_"];
 
 /// Names under a reserved prefix a job may declare: the simulated fleet's utilisation profile
 /// (`idle`, `steady`, `bursty`, `input_stall:SHARE`), which only the simulated GPU backend reads.

@@ -516,6 +516,26 @@ pub struct Assignment {
     /// to the job's user (`GANTRY_OUTPUT_<NAME>`) and uploads it when the attempt ends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<crate::outputs::Output>,
+    /// What launchers read besides the rendezvous: the job's name and, for a gang's worker,
+    /// its node's place among the gang's nodes.
+    #[serde(default)]
+    pub launch: Launch,
+}
+
+/// The launch facts of an assignment that the job's row alone does not give the agent (see
+/// [`Assignment::launch`]): `SLURM_JOB_NAME`, `SLURM_NODEID`, `SLURM_JOB_NUM_NODES`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Launch {
+    /// The job's name (a gang worker's: the gang's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// A gang worker's node among the gang's nodes, in the order of their first worker's rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_rank: Option<u32>,
+    /// How many nodes the gang's workers are on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
 }
 
 impl From<Job> for Assignment {
@@ -544,6 +564,7 @@ impl From<Job> for Assignment {
             chdir: job.chdir,
             inputs: job.inputs,
             outputs: job.outputs.iter().map(crate::outputs::Output::declared).collect(),
+            launch: Launch { name: job.name, node_rank: None, nodes: None },
         }
     }
 }

@@ -40,8 +40,8 @@ pub fn raise_soft_limit() -> u64 {
 pub fn fit(config: &mut ServerConfig, limit: u64) -> Option<String> {
     let budget = usize::try_from(limit.saturating_sub(RESERVE).max(64)).unwrap_or(usize::MAX);
     let (api_was, gateway_was) = (config.max_connections, config.gateway.max_connections);
-    let api = api_was.min(budget / 4).max(16);
-    let gateway = gateway_was.min(budget.saturating_sub(api) / 2).max(16);
+    let api = api_was.min((budget / 4).max(16));
+    let gateway = gateway_was.min((budget.saturating_sub(api) / 2).max(16));
     config.max_connections = api;
     config.max_connections_per_address = config.max_connections_per_address.min(api);
     config.gateway.max_connections = gateway;
@@ -71,6 +71,10 @@ mod tests {
         let before = (big.max_connections, big.gateway.max_connections);
         assert_eq!(fit(&mut big, 1 << 20), None);
         assert_eq!((big.max_connections, big.gateway.max_connections), before);
+        // A cap set lower than the descriptors allow stays as set.
+        let mut small = ServerConfig { max_connections: 2, ..ServerConfig::local("/tmp/logs".into()) };
+        fit(&mut small, 1024);
+        assert_eq!(small.max_connections, 2);
     }
 
     #[test]

@@ -11,11 +11,24 @@
 //!    `PATH`) but never a placement variable ([`gantry_api::job_env::check`]);
 //! 3. the placement: `GANTRY_JOB_ID`, for an array member `GANTRY_ARRAY_ID` and
 //!    `GANTRY_ARRAY_INDEX`, `CUDA_VISIBLE_DEVICES` and the GPU grant
-//!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits), and for a gang's
-//!    worker the rendezvous torchrun would set (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`,
-//!    `RANK`, `LOCAL_RANK`) plus `GANTRY_GANG_ID`; for an elastic job (`--gpus 2..8`)
-//!    `WORLD_SIZE`, its width in this attempt (its number of GPUs), which changes when the
-//!    scheduler resizes it. A job can declare none of these.
+//!    (`GANTRY_GPU_MEMORY_LIMIT_MIB` and, under MPS, the MPS share limits); for an elastic job
+//!    (`--gpus 2..8`) `WORLD_SIZE`, its width in this attempt (its number of GPUs), which
+//!    changes when the scheduler resizes it;
+//! 4. the launch variables training code and launchers read ([`launch`]). A gang's worker is
+//!    one process (or one launcher) that sees its own GPUs only, so it is a "node" of its own
+//!    to a launcher: `RANK` and `WORLD_SIZE` (workers), `LOCAL_RANK` 0 and `LOCAL_WORLD_SIZE` 1
+//!    (`torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))` names a GPU it sees), `NODE_RANK`
+//!    and `NNODES` (= `RANK` and `WORLD_SIZE`), `MASTER_ADDR`, `MASTER_PORT`, `GANTRY_GANG_ID`,
+//!    and torchrun's `PET_NNODES`, `PET_NODE_RANK`, `PET_NPROC_PER_NODE` (the worker's GPUs),
+//!    `PET_MASTER_ADDR`, `PET_MASTER_PORT`: `gantry submit --replicas 4 --gpus 2 -- torchrun
+//!    train.py` runs 4 launchers of 2 processes, one world of 8. Every job gets Slurm's
+//!    `SLURM_JOB_ID` (a worker: its gang's), `SLURM_JOB_NAME`, `SLURM_NTASKS`, `SLURM_PROCID`,
+//!    `SLURM_LOCALID` (the worker's rank among the gang's workers on its node), `SLURM_NODEID`,
+//!    `SLURM_JOB_NUM_NODES`, `SLURM_GPUS_ON_NODE` (GPUs it sees), `SLURM_SUBMIT_DIR` (where it
+//!    starts), `SLURM_CPUS_PER_TASK` (when it asked for CPUs) and, for an array member,
+//!    `SLURM_ARRAY_JOB_ID` and `SLURM_ARRAY_TASK_ID`.
+//!
+//! A job can declare none of the variables of 3 and 4.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,6 +61,11 @@ pub fn build(a: &Assignment, user: &str, home: &Path) -> Result<BTreeMap<String,
         env.insert(name.clone(), value.clone());
     }
     env.extend(placement(a, mps_in_use()));
+    let start = a.chdir.clone().unwrap_or_else(|| match &a.workdir {
+        Some(w) => home.join(w).display().to_string(),
+        None => home.display().to_string(),
+    });
+    env.extend(launch(a, &start));
     Ok(env)
 }
 
@@ -84,22 +102,56 @@ fn rendezvous(a: &Assignment) -> Vec<(String, String)> {
     let Some(g) = a.gang.as_ref().filter(|g| g.is_worker()) else {
         return Vec::new();
     };
-    let (Some(rank), Some(local), Some(addr), Some(port)) =
-        (g.rank, g.local_rank, &g.master_addr, g.master_port)
+    let (Some(rank), Some(_), Some(addr), Some(port)) = (g.rank, g.local_rank, &g.master_addr, g.master_port)
     else {
         return Vec::new();
     };
+    let per_worker = a.gpu_uuids.len().max(1);
     [
         ("GANTRY_GANG_ID", g.id.to_string()),
         ("MASTER_ADDR", addr.clone()),
         ("MASTER_PORT", port.to_string()),
         ("WORLD_SIZE", g.replicas.to_string()),
         ("RANK", rank.to_string()),
-        ("LOCAL_RANK", local.to_string()),
+        ("LOCAL_RANK", "0".to_owned()),
+        ("LOCAL_WORLD_SIZE", "1".to_owned()),
+        ("NODE_RANK", rank.to_string()),
+        ("NNODES", g.replicas.to_string()),
+        ("PET_NNODES", g.replicas.to_string()),
+        ("PET_NODE_RANK", rank.to_string()),
+        ("PET_NPROC_PER_NODE", per_worker.to_string()),
+        ("PET_MASTER_ADDR", addr.clone()),
+        ("PET_MASTER_PORT", port.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
+}
+
+/// Slurm's variables, as `srun` would set them for this task (see the module documentation);
+/// `start` is the directory the job starts in.
+fn launch(a: &Assignment, start: &str) -> Vec<(String, String)> {
+    let worker = a.gang.as_ref().filter(|g| g.is_worker());
+    let job_id = worker.map_or(a.job_id, |g| g.id);
+    let mut vars = vec![
+        ("SLURM_JOB_ID", job_id.to_string()),
+        ("SLURM_JOB_NAME", a.launch.name.clone()),
+        ("SLURM_NTASKS", worker.map_or(1, |g| g.replicas).to_string()),
+        ("SLURM_PROCID", worker.and_then(|g| g.rank).unwrap_or(0).to_string()),
+        ("SLURM_LOCALID", worker.and_then(|g| g.local_rank).unwrap_or(0).to_string()),
+        ("SLURM_NODEID", a.launch.node_rank.unwrap_or(0).to_string()),
+        ("SLURM_JOB_NUM_NODES", a.launch.nodes.unwrap_or(1).to_string()),
+        ("SLURM_GPUS_ON_NODE", a.gpu_uuids.len().to_string()),
+        ("SLURM_SUBMIT_DIR", start.to_owned()),
+    ];
+    if a.cpu_milli > 0 {
+        vars.push(("SLURM_CPUS_PER_TASK", a.cpu_milli.div_ceil(1000).to_string()));
+    }
+    if let Some(array) = a.array {
+        vars.push(("SLURM_ARRAY_JOB_ID", array.id.to_string()));
+        vars.push(("SLURM_ARRAY_TASK_ID", array.index.to_string()));
+    }
+    vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 /// Whether an MPS control daemon's pipe directory is configured.
@@ -135,6 +187,7 @@ mod tests {
             chdir: None,
             inputs: Vec::new(),
             outputs: Vec::new(),
+            launch: Default::default(),
         }
     }
 
@@ -158,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gang_worker_gets_the_rendezvous_and_cannot_declare_it() {
+    fn a_gang_worker_gets_the_rendezvous_consistent_with_the_gpus_it_sees_and_cannot_declare_it() {
         let mut a = assignment(&[]);
         a.gang = Some(gantry_api::model::Gang {
             id: 5,
@@ -168,25 +221,60 @@ mod tests {
             master_addr: Some("node-a".into()),
             master_port: Some(29_505),
         });
+        a.launch = gantry_api::types::Launch { name: "train".into(), node_rank: Some(1), nodes: Some(2) };
+        a.cpu_milli = 1_500;
         let env = build(&a, "u", Path::new("/w")).expect("env");
-        let got: Vec<(&str, &str)> =
-            ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GANTRY_GANG_ID"]
-                .iter()
-                .map(|k| (*k, env[*k].as_str()))
-                .collect();
         let want = [
             ("MASTER_ADDR", "node-a"),
             ("MASTER_PORT", "29505"),
             ("WORLD_SIZE", "4"),
             ("RANK", "3"),
-            ("LOCAL_RANK", "1"),
+            // The worker sees two GPUs (GPU-a, GPU-b): its local rank names the first of them.
+            ("LOCAL_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "1"),
+            ("NODE_RANK", "3"),
+            ("NNODES", "4"),
             ("GANTRY_GANG_ID", "5"),
+            ("PET_NNODES", "4"),
+            ("PET_NODE_RANK", "3"),
+            ("PET_NPROC_PER_NODE", "2"),
+            ("PET_MASTER_ADDR", "node-a"),
+            ("PET_MASTER_PORT", "29505"),
+            ("SLURM_JOB_ID", "5"),
+            ("SLURM_JOB_NAME", "train"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_JOB_NUM_NODES", "2"),
+            ("SLURM_GPUS_ON_NODE", "2"),
+            ("SLURM_SUBMIT_DIR", "/w"),
+            ("SLURM_CPUS_PER_TASK", "2"),
         ];
+        let got: Vec<(&str, &str)> = want.iter().map(|(k, _)| (*k, env[*k].as_str())).collect();
         assert_eq!(got, want);
-        for name in ["RANK", "MASTER_ADDR"] {
+        let local: usize = env["LOCAL_RANK"].parse().expect("a number");
+        assert!(local < env["CUDA_VISIBLE_DEVICES"].split(',').count());
+        for name in ["RANK", "MASTER_ADDR", "LOCAL_WORLD_SIZE", "PET_NNODES", "SLURM_PROCID"] {
             a.env = [(name.to_owned(), "0".to_owned())].into();
             assert!(build(&a, "u", Path::new("/w")).is_err(), "{name} must not be declarable");
         }
+    }
+
+    #[test]
+    fn an_array_member_gets_slurms_array_variables_and_its_own_job_id() {
+        let a = Assignment {
+            array: Some(gantry_api::workflow::ArrayMember { id: 12, index: 3, max_running: Some(8) }),
+            chdir: Some("/shared/proj".into()),
+            ..assignment(&[])
+        };
+        let env = build(&a, "u", Path::new("/w/15-1")).expect("env");
+        let got: Vec<&str> =
+            ["SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS", "SLURM_SUBMIT_DIR"]
+                .iter()
+                .map(|k| env[*k].as_str())
+                .collect();
+        assert_eq!(got, ["7", "12", "3", "1", "/shared/proj"]);
     }
 
     #[test]
@@ -198,7 +286,7 @@ mod tests {
     #[test]
     fn a_job_gets_the_base_its_placement_and_nothing_of_the_agents() {
         let env = build(&assignment(&[]), "gantry-job", Path::new("/w/7-1")).expect("env");
-        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        let names: Vec<&str> = env.keys().map(String::as_str).filter(|n| !n.starts_with("SLURM_")).collect();
         let mut expected =
             vec!["CUDA_VISIBLE_DEVICES", "GANTRY_JOB_ID", "HOME", "LANG", "LOGNAME", "PATH", "USER"];
         expected.extend(PASSED_THROUGH.iter().filter(|n| std::env::var_os(n).is_some()));

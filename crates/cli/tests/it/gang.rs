@@ -120,10 +120,29 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
         assert!(!env["CUDA_VISIBLE_DEVICES"].contains(','), "one GPU each: {text}");
         ranks.insert(env["RANK"].clone());
         rendezvous.insert((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()));
+        // Each worker sees one GPU: its LOCAL_RANK names it (torch.cuda.set_device(LOCAL_RANK)),
+        // and it is one launcher's node (torchrun reads PET_*); Slurm's LOCALID is its place
+        // among the gang's workers on its node.
+        assert_eq!((env["LOCAL_RANK"].as_str(), env["LOCAL_WORLD_SIZE"].as_str()), ("0", "1"), "{text}");
+        let local: usize = env["LOCAL_RANK"].parse().expect("a number");
+        assert!(local < env["CUDA_VISIBLE_DEVICES"].split(',').count(), "{text}");
+        assert_eq!(env["PET_NNODES"], "4");
+        assert_eq!(env["PET_NODE_RANK"], env["RANK"]);
+        assert_eq!(env["PET_NPROC_PER_NODE"], "1");
+        assert_eq!(
+            (env["PET_MASTER_ADDR"].as_str(), env["PET_MASTER_PORT"].as_str()),
+            (env["MASTER_ADDR"].as_str(), env["MASTER_PORT"].as_str())
+        );
+        assert_eq!(env["SLURM_JOB_ID"], gang.to_string());
+        assert_eq!((env["SLURM_JOB_NAME"].as_str(), env["SLURM_NTASKS"].as_str()), ("ddp", "4"));
+        assert_eq!(env["SLURM_PROCID"], env["RANK"]);
+        assert_eq!((env["SLURM_JOB_NUM_NODES"].as_str(), env["SLURM_GPUS_ON_NODE"].as_str()), ("2", "1"));
+        let rank0_node = workers[0]["node_id"].as_str().expect("rank 0's node");
         let node = w["node_id"].as_str().expect("placed on a node").to_owned();
+        assert_eq!(env["SLURM_NODEID"], if node == rank0_node { "0" } else { "1" }, "{text}");
         assert!(
-            local_by_node.entry(node).or_default().insert(env["LOCAL_RANK"].clone()),
-            "LOCAL_RANK repeats"
+            local_by_node.entry(node).or_default().insert(env["SLURM_LOCALID"].clone()),
+            "SLURM_LOCALID repeats"
         );
     }
     assert_eq!(ranks, ["0", "1", "2", "3"].map(String::from).into_iter().collect());
@@ -135,7 +154,10 @@ fn a_gang_of_four_workers_on_two_two_gpu_nodes_runs_with_the_rendezvous_variable
     assert_eq!(addr, advertised, "MASTER_ADDR is the address rank 0's node ({rank0}) advertises");
     let two: BTreeSet<String> = ["0", "1"].map(String::from).into_iter().collect();
     assert_eq!(local_by_node.len(), 2, "two workers on each node: {local_by_node:?}");
-    assert!(local_by_node.values().all(|l| *l == two), "LOCAL_RANK 0 and 1 on each node: {local_by_node:?}");
+    assert!(
+        local_by_node.values().all(|l| *l == two),
+        "SLURM_LOCALID 0 and 1 on each node: {local_by_node:?}"
+    );
     let detail = cluster.gantry(&["job", &gang.to_string()]);
     assert!(
         detail.contains("4 workers") && detail.contains("rank   3"),

@@ -386,3 +386,32 @@ fn applying_an_edited_job_file_updates_the_pending_array_in_place_and_a_started_
     until_state(&cluster, &old, "cancelled");
     cluster.gantry(&["cancel", &new]);
 }
+
+#[test]
+fn an_sbatch_array_script_gets_slurms_variables_and_each_member_a_different_task_id() {
+    let cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB"]);
+    let dir = tempfile::tempdir().expect("dir");
+    let script = dir.path().join("sweep.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#SBATCH --array=0-3 -J sweep\n\
+         echo task=$SLURM_ARRAY_TASK_ID array=$SLURM_ARRAY_JOB_ID job=$SLURM_JOB_ID name=$SLURM_JOB_NAME ntasks=$SLURM_NTASKS\n",
+    )
+    .expect("script");
+    let out = cluster.gantry(&["submit", "--no-upload", &script.display().to_string()]);
+    let array = out.trim().to_owned();
+    let members = eventually(Duration::from_secs(90), "every member to succeed", || {
+        let list: Vec<serde_json::Value> =
+            serde_json::from_str(&cluster.gantry(&["jobs", "--array", &array, "-o", "json"])).expect("json");
+        (list.len() == 4 && list.iter().all(|j| j["state"] == "succeeded")).then_some(list)
+    });
+    let mut tasks = std::collections::BTreeSet::new();
+    for m in &members {
+        let id = m["id"].as_i64().expect("id").to_string();
+        let line = cluster.gantry(&["logs", &id]);
+        let index = m["array"]["index"].to_string();
+        assert_eq!(line, format!("task={index} array={array} job={id} name=sweep ntasks=1\n"));
+        tasks.insert(index);
+    }
+    assert_eq!(tasks.len(), 4, "four different SLURM_ARRAY_TASK_IDs: {tasks:?}");
+}

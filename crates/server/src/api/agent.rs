@@ -163,12 +163,45 @@ pub async fn heartbeat(
     } else {
         blocking(&app, |s| Ok((s.teams()?, s.loans()?))).await?
     };
+    let gangs: Vec<i64> = {
+        let mut ids: Vec<i64> =
+            jobs.iter().filter_map(|j| j.gang.as_ref().filter(|g| g.is_worker()).map(|g| g.id)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    };
+    // A worker's node among its gang's, and the gang's name (a worker's own is `name-rank`).
+    let (places, names) = if gangs.is_empty() {
+        (std::collections::HashMap::new(), std::collections::HashMap::new())
+    } else {
+        blocking(&app, move |s| {
+            let (mut places, mut names) =
+                (std::collections::HashMap::new(), std::collections::HashMap::new());
+            for g in gangs {
+                places.extend(node_places(&s.workers(g)?));
+                if let Some(gang) = s.job(g)? {
+                    names.insert(g, gang.name);
+                }
+            }
+            Ok((places, names))
+        })
+        .await?
+    };
     let pids_limit = |team: &str| teams.iter().find(|t| t.name == team).and_then(|t| t.pids_limit);
     let assignments = jobs
         .into_iter()
         .map(|job| {
             let borrowed = borrowed_memory(&loans, job.id, job.attempt);
+            let place = places.get(&job.id).copied();
+            let gang_name =
+                job.gang.as_ref().filter(|g| g.is_worker()).and_then(|g| names.get(&g.id)).cloned();
             let mut a: Assignment = job.into();
+            if let Some(name) = gang_name {
+                a.launch.name = name;
+            }
+            if let Some((node_rank, nodes)) = place {
+                (a.launch.node_rank, a.launch.nodes) = (Some(node_rank), Some(nodes));
+            }
             a.log_limit_bytes = app.config.log_limit_bytes;
             a.pids_limit = pids_limit(&a.team);
             if let Some(mib) = borrowed {
@@ -178,6 +211,26 @@ pub async fn heartbeat(
         })
         .collect();
     Ok(Json(HeartbeatResponse { assignments, version }))
+}
+
+/// Each placed worker's node among its gang's nodes (numbered in the order of their first
+/// worker's rank) and how many nodes the gang is on: Slurm's `SLURM_NODEID` and
+/// `SLURM_JOB_NUM_NODES`.
+fn node_places(workers: &[gantry_store::Job]) -> Vec<(i64, (u32, u32))> {
+    let mut ranked: Vec<&gantry_store::Job> = workers.iter().filter(|w| w.node_id.is_some()).collect();
+    ranked.sort_by_key(|w| w.gang.as_ref().and_then(|g| g.rank));
+    let mut nodes: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for w in &ranked {
+        let node = w.node_id.as_deref().unwrap_or_default();
+        let index = nodes.iter().position(|n| *n == node).unwrap_or_else(|| {
+            nodes.push(node);
+            nodes.len() - 1
+        });
+        out.push((w.id, index as u32));
+    }
+    let count = nodes.len() as u32;
+    out.into_iter().map(|(id, index)| (id, (index, count))).collect()
 }
 
 /// The GPU memory a borrower on lent GPUs may use (what the owners' processes left free, the

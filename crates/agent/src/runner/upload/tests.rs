@@ -45,6 +45,7 @@ fn assignment(manifest: &Manifest) -> Assignment {
         port: None,
         inputs: Vec::new(),
         outputs: Vec::new(),
+        launch: Default::default(),
     }
 }
 
