@@ -185,6 +185,10 @@ pub struct RunArgs {
     /// Do not say the job's state changes on stderr (its output still streams).
     #[arg(short, long)]
     quiet: bool,
+    /// Ctrl-C leaves the job running and only stops following it (by default the first
+    /// Ctrl-C cancels the job, as `srun` does, and a second within a second detaches instead).
+    #[arg(long)]
+    detach: bool,
 }
 
 /// Submits; prints the id, or with `--wait` waits for the result.
@@ -216,10 +220,49 @@ pub fn run_attached(args: RunArgs) -> anyhow::Result<()> {
     if args.submit.array.is_some() {
         bail!("`gantry run` runs one job; use `gantry submit --array` for an array");
     }
+    let detach = args.detach;
     let (api, id) = submit(args.submit, quiet)?;
     let mut announce = Announcer::new(quiet);
-    let job = block_on(super::logs::follow(&api, id, &mut announce))??;
-    watch::result_of(&job)
+    match block_on(follow_until_interrupted(&api, id, &mut announce, detach))?? {
+        Some(job) => watch::result_of(&job),
+        None => {
+            eprintln!("job {id} keeps running: gantry cancel {id}");
+            Err(watch::JobExitCode(130).into())
+        }
+    }
+}
+
+/// Follows job `id` to its end, as `srun` treats Ctrl-C: the first cancels the job (after a
+/// second in which another Ctrl-C detaches instead) and follows it to its end; with `detach`
+/// the first detaches. `None`: detached, the job left running.
+async fn follow_until_interrupted(
+    api: &Api,
+    id: i64,
+    announce: &mut Announcer,
+    detach: bool,
+) -> anyhow::Result<Option<gantry_api::model::Job>> {
+    let following = super::logs::follow(api, id, announce);
+    tokio::pin!(following);
+    tokio::select! {
+        done = &mut following => return done.map(Some),
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    if detach {
+        return Ok(None);
+    }
+    eprintln!("gantry: cancelling job {id} (Ctrl-C again within 1 s leaves it running)");
+    if tokio::time::timeout(std::time::Duration::from_secs(1), tokio::signal::ctrl_c()).await.is_ok() {
+        return Ok(None);
+    }
+    let cancelled: anyhow::Result<gantry_api::model::Job> =
+        api.post(&format!("/v1/jobs/{id}/cancel"), &serde_json::Map::new()).await;
+    if let Err(e) = cancelled {
+        eprintln!("gantry: could not cancel job {id}: {e:#}");
+    }
+    tokio::select! {
+        done = &mut following => done.map(Some),
+        _ = tokio::signal::ctrl_c() => Ok(None),
+    }
 }
 
 /// Parses the command line again with the script's directives in front of it, so that the

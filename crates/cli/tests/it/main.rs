@@ -22,6 +22,7 @@ mod gpus;
 mod harness;
 mod idle;
 mod inputs;
+mod interrupt;
 mod lend;
 mod moto;
 mod network;

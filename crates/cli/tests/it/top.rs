@@ -61,7 +61,7 @@ fn top_once_shows_a_member_its_teams_job_on_its_gpu_and_another_team_nothing_of_
     assert!(!refused.status.success(), "a bad token must fail");
 }
 
-fn tmux_present() -> bool {
+pub(crate) fn tmux_present() -> bool {
     let ok = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
     if !ok {
         assert!(std::env::var_os("CI").is_none(), "CI must have tmux (scripts/test.sh installs it)");
@@ -70,19 +70,19 @@ fn tmux_present() -> bool {
     ok
 }
 
-/// A tmux server of its own (`-L`), killed when dropped.
-struct Tmux(String);
+/// A tmux server of its own (`-L`), killed when dropped; its session is named `top`.
+pub(crate) struct Tmux(pub(crate) String);
 
 impl Tmux {
-    fn run(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn run(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux").arg("-L").arg(&self.0).args(args).output().expect("run tmux")
     }
 
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
     }
 
-    fn wait_for(&self, what: &str, needle: &str) -> String {
+    pub(crate) fn wait_for(&self, what: &str, needle: &str) -> String {
         let mut last = String::new();
         let found = eventually_or(WAIT, || {
             last = self.screen();
