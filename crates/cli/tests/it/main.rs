@@ -23,6 +23,7 @@ mod harness;
 mod idle;
 mod inputs;
 mod interrupt;
+mod job_events;
 mod lend;
 mod moto;
 mod network;

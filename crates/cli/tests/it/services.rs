@@ -803,4 +803,9 @@ fn a_request_to_a_crash_looping_service_gets_503_at_once_with_the_replicas_error
     assert_eq!(code, 503, "{body}");
     assert!(waited < Duration::from_secs(2), "held {waited:?} instead of failing fast");
     assert!(body.contains("its replicas keep failing") && body.contains("CUDA out of memory"), "{body}");
+    let events = s.cluster.gantry(&["events"]);
+    assert!(
+        events.contains("service.replica_failed") && events.contains("service crashy: replica"),
+        "{events}"
+    );
 }

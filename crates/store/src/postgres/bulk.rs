@@ -30,7 +30,9 @@ use crate::{Result, StoreError};
 /// Whether a job is written in bulk: one plain job (an array's members and a gang's workers
 /// are written as they always are).
 pub(super) fn fits(job: &NewJob) -> bool {
-    job.spec.array.is_none() && job.replicas() <= 1
+    // A service's replica is checked against its service in the insert's transaction
+    // (`jobs::submit`): it takes the one-at-a-time path.
+    job.spec.array.is_none() && job.replicas() <= 1 && job.service.is_none()
 }
 
 /// [`crate::writer::Bulk::many`] for PostgreSQL.

@@ -259,6 +259,52 @@ pub(super) fn record_transition(
          VALUES (?1, ?2, ?3, ?4, ?5, (SELECT NULLIF(attempt, 0) FROM jobs WHERE id = ?1))",
     )?
     .execute(params![id, from.map(JobState::as_str), to.as_str(), reason, at])?;
+    job_event(c, id, to, reason, at)
+}
+
+/// What a job's event names: team, name, node, service, exit code.
+type EventFacts = (String, String, Option<String>, Option<String>, Option<i64>);
+
+/// The event `gantry events` shows for a job reaching `to` (not for pending: a submission is
+/// in the audit log, and array members would flood the stream): `job.scheduled` (with its
+/// node), `job.started`, `job.succeeded`, `job.failed`, `job.oom`, `job.timeout`,
+/// `job.cancelled`; a service replica that fails is also `service.replica_failed`.
+fn job_event(c: &dyn Conn, id: JobId, to: JobState, reason: Option<&str>, at: i64) -> Result<()> {
+    let kind = match to {
+        JobState::Pending => return Ok(()),
+        JobState::Failed if reason.is_some_and(|r| r.starts_with("out of memory")) => "job.oom",
+        other => match other.as_str() {
+            "scheduled" => "job.scheduled",
+            "running" => "job.started",
+            "succeeded" => "job.succeeded",
+            "failed" => "job.failed",
+            "timeout" => "job.timeout",
+            "cancelled" => "job.cancelled",
+            _ => return Ok(()),
+        },
+    };
+    let row: Option<EventFacts> = c
+        .prepare_cached("SELECT team, name, node_id, service, exit_code FROM jobs WHERE id = ?1")?
+        .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .optional()?;
+    let Some((team, name, node, service, exit_code)) = row else { return Ok(()) };
+    let mut message = match (to, &node) {
+        (JobState::Scheduled | JobState::Running, Some(node)) => format!("{name} on {node}"),
+        _ => name.clone(),
+    };
+    if let (JobState::Failed, Some(code)) = (to, exit_code) {
+        message.push_str(&format!(": exit code {code}"));
+    }
+    if let Some(r) = reason.filter(|_| !matches!(to, JobState::Scheduled | JobState::Running)) {
+        message.push_str(": ");
+        message.extend(r.chars().take(300));
+    }
+    let subject = format!("job/{id}");
+    super::tokens::event(c, at, kind, &subject, &message, Some(&team))?;
+    if let (Some(service), JobState::Failed | JobState::Timeout) = (service, to) {
+        let message = format!("service {service}: replica {id} failed: {message}");
+        super::tokens::event(c, at, "service.replica_failed", &subject, &message, Some(&team))?;
+    }
     Ok(())
 }
 

@@ -163,7 +163,7 @@ fn rich(name: &str) -> NewJob {
     job.spec.outputs = vec![gantry_api::outputs::Output::new("model", "s3://bucket/out")];
     job.spec.output_secret = Some("out".into());
     job.user = Some("alice".into());
-    job.service = Some(("vision/web".into(), 3));
+    job.service = Some(("web".into(), 1));
     job.submitted_at = 99;
     job
 }
@@ -171,6 +171,19 @@ fn rich(name: &str) -> NewJob {
 #[test]
 fn a_job_written_with_others_at_once_is_the_job_written_alone() {
     let (_dir, store) = open();
+    // A replica is written only for a service that exists at its generation.
+    let spec: ServiceSpec =
+        serde_json::from_str(r#"{"name": "web", "port": 8000, "command": ["x"]}"#).expect("a service file");
+    let change = Change::ApplyService {
+        team: "default".into(),
+        digest: "web".into(),
+        desired: 1,
+        spec: Box::new(spec),
+    };
+    let actor = Actor { name: "root".into(), role: "admin".into(), team: None, peer: None };
+    store
+        .apply(change, AuditEntry { actor, action: "service.apply".into(), target: String::new(), at: 1 })
+        .expect("apply");
     let (alone, _) = submit(&*store, rich("alone"), "alice").expect("alone");
     const THREADS: usize = 12;
     let barrier = std::sync::Barrier::new(THREADS);
@@ -193,7 +206,7 @@ fn a_job_written_with_others_at_once_is_the_job_written_alone() {
     };
     let expected = like(alone);
     assert_eq!(expected.inputs.len(), 1);
-    assert_eq!(expected.service.as_deref(), Some("vision/web"));
+    assert_eq!(expected.service.as_deref(), Some("web"));
     for id in ids {
         assert_eq!(like(id), expected, "job {id}");
     }
