@@ -166,6 +166,21 @@ impl Cluster {
     }
 
     /// Sends `signal` (`STOP`, `CONT`) to the process without waiting for anything.
+    /// The `gantry up` process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// A line of the server process's `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`: the peak).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("a memory figure")
+    }
+
     pub fn send(&self, signal: &str) {
         let pid = self.child.as_ref().expect("running").id().to_string();
         let status = Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("kill");

@@ -6,6 +6,7 @@ mod access;
 mod agent_loss;
 mod bench;
 mod browser;
+mod budgets;
 mod crash;
 mod dashboard;
 mod dashboard_load;

@@ -128,6 +128,8 @@ pub(crate) struct Service {
     queue_gauge: Gauge,
     /// The route's `public`, readable without the lock (every request asks).
     public: AtomicBool,
+    /// The bytes of this service's request bodies held now, in KiB permits.
+    pub(crate) bodies: Arc<tokio::sync::Semaphore>,
 }
 
 /// The right to one request's slot on a replica; dropping it frees the slot (and hands it to
@@ -155,7 +157,13 @@ impl Drop for Lease {
 }
 
 impl Service {
-    pub(crate) fn new(key: ServiceKey, route: &Route, seed: u64, metrics: &GatewayMetrics) -> Arc<Self> {
+    pub(crate) fn new(
+        key: ServiceKey,
+        route: &Route,
+        seed: u64,
+        metrics: &GatewayMetrics,
+        body_budget: usize,
+    ) -> Arc<Self> {
         let inner = Inner {
             members: Vec::new(),
             queue: VecDeque::new(),
@@ -172,6 +180,7 @@ impl Service {
             queue_gauge: metrics.queue_gauge(&key),
             own_requests: metrics.request_counters(&key, None),
             public: AtomicBool::new(false),
+            bodies: Arc::new(tokio::sync::Semaphore::new(super::kib(body_budget))),
             metrics: metrics.clone(),
             inner: Mutex::new(inner),
             key,

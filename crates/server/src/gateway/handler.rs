@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, body::Body};
 use bytes::Bytes;
 use http_body::Body as _;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 
 use super::Gateway;
@@ -61,8 +61,9 @@ pub(crate) async fn handle(gateway: &Gateway, req: Request) -> Response {
     let Some(service) = service else {
         return error(StatusCode::NOT_FOUND, format!("no such service: {key}"));
     };
-    match read_body(gateway, &parts.headers, body).await {
-        Ok(body) => forward(gateway, &service, &parts, target, body, started).await,
+    match read_body(gateway, &service, &parts.headers, body).await {
+        // The body's permits are held until the request is answered (or given up).
+        Ok((body, _held)) => forward(gateway, &service, &parts, target, body, started).await,
         Err(refused) => refused,
     }
 }
@@ -83,11 +84,51 @@ fn split(uri: &Uri) -> Option<(ServiceKey, Uri)> {
     Some((ServiceKey::new(team, service), target.parse().ok()?))
 }
 
-/// The whole body, within the size limit and the body timeout.
-async fn read_body(gateway: &Gateway, headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+/// The request-body bytes a request holds against the gateway's and its service's budgets.
+#[derive(Default)]
+struct Held(Vec<tokio::sync::OwnedSemaphorePermit>);
+
+impl Held {
+    /// Takes `bytes` more from both budgets, or says why not (503, at once: a request that
+    /// cannot be held is better refused than queued in memory).
+    fn take(&mut self, gateway: &Gateway, service: &Service, bytes: usize) -> Result<(), Box<Response>> {
+        let n = u32::try_from(super::kib(bytes)).unwrap_or(u32::MAX);
+        let all = Arc::clone(&gateway.bodies).try_acquire_many_owned(n);
+        let one = Arc::clone(&service.bodies).try_acquire_many_owned(n);
+        match (all, one) {
+            (Ok(a), Ok(b)) => {
+                self.0.extend([a, b]);
+                Ok(())
+            }
+            _ => {
+                let c = &gateway.config;
+                let mut busy = error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "the gateway holds as many request bodies as it may ({} MiB in all, {} MiB for {}); retry",
+                        c.body_budget >> 20,
+                        c.body_budget_per_service >> 20,
+                        service.key
+                    ),
+                );
+                busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(c.retry_after_s));
+                Err(Box::new(busy))
+            }
+        }
+    }
+}
+
+/// The whole body, within the size limit, the body timeout and the bodies' budgets: a declared
+/// length is taken from the budgets before a byte is read, an undeclared one as it arrives.
+async fn read_body(
+    gateway: &Gateway,
+    service: &Service,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Bytes, Held), Response> {
     if body.is_end_stream() {
         // No body (a GET): nothing to read or time.
-        return Ok(Bytes::new());
+        return Ok((Bytes::new(), Held::default()));
     }
     let limit = gateway.config.body_limit;
     let too_large =
@@ -96,14 +137,35 @@ async fn read_body(gateway: &Gateway, headers: &HeaderMap, body: Body) -> Result
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let timeout = gateway.config.body_timeout;
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))),
+    let mut held = Held::default();
+    let declared = declared.map_or(0, |n| n as usize);
+    if declared > 0 {
+        held.take(gateway, service, declared).map_err(|r| *r)?;
+    }
+    let read = async {
+        let mut body = body;
+        let mut buf = bytes::BytesMut::with_capacity(declared);
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|e| error(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}")))?;
+            let Ok(data) = frame.into_data() else { continue };
+            if buf.len() + data.len() > limit {
+                return Err(too_large());
+            }
+            let beyond = (buf.len() + data.len()).saturating_sub(declared.max(buf.len()));
+            if beyond > 0 {
+                held.take(gateway, service, beyond).map_err(|r| *r)?;
+            }
+            buf.extend_from_slice(&data);
+        }
+        Ok(buf.freeze())
+    };
+    match tokio::time::timeout(gateway.config.body_timeout, read).await {
+        Ok(Ok(bytes)) => Ok((bytes, held)),
+        Ok(Err(refused)) => Err(refused),
         Err(_) => Err(error(
             StatusCode::REQUEST_TIMEOUT,
-            format!("the request body took longer than {} s", timeout.as_secs_f64()),
+            format!("the request body took longer than {} s", gateway.config.body_timeout.as_secs_f64()),
         )),
     }
 }

@@ -82,12 +82,19 @@ pub struct GatewayConfig {
     pub header_read_timeout: Duration,
     /// Time allowed for a TLS handshake.
     pub tls_handshake_timeout: Duration,
+    /// Request bodies the gateway holds at once, bytes, over every service (each is read whole
+    /// before a replica is chosen, and held through a cold start): past it a request gets 503
+    /// at once instead of the server's memory growing with every client.
+    pub body_budget: usize,
+    /// The same, for one service.
+    pub body_budget_per_service: usize,
 }
 
 impl Default for GatewayConfig {
     /// 16 MiB bodies, 30 s to read one, 2 s to connect, 5 min for response headers (a long
     /// prompt's prefill), 1 h for a whole stream, 30 s in the queue, 10 min held for a cold start,
-    /// 3 attempts; 10,000 connections, 1,024 per address, 10 s for headers.
+    /// 3 attempts; 10,000 connections, 1,024 per address, 10 s for headers; 64 MiB of request
+    /// bodies held at once, 32 MiB for one service.
     fn default() -> Self {
         Self {
             body_limit: 16 << 20,
@@ -104,6 +111,8 @@ impl Default for GatewayConfig {
             max_connections_per_address: 1024,
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
+            body_budget: 64 << 20,
+            body_budget_per_service: 32 << 20,
         }
     }
 }
@@ -120,6 +129,8 @@ pub struct Gateway {
     demand_rx: Mutex<Option<mpsc::Receiver<Demand>>>,
     /// Refused bearer tokens per client address (as the API counts failed authentications).
     refusals: crate::auth::FailureLimiter,
+    /// The bytes of request bodies held now, in KiB permits ([`GatewayConfig::body_budget`]).
+    bodies: Arc<tokio::sync::Semaphore>,
 }
 
 /// The generator each new service's seed comes from.
@@ -129,6 +140,11 @@ impl std::fmt::Debug for Seeds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Seeds")
     }
+}
+
+/// Permits for `bytes`: one a KiB, rounded up (a semaphore counts at most `u32::MAX >> 3`).
+pub(crate) fn kib(bytes: usize) -> usize {
+    bytes.div_ceil(1024).min(tokio::sync::Semaphore::MAX_PERMITS)
 }
 
 /// Demand notices buffered for the controller; past it, newer ones are dropped (the controller
@@ -159,6 +175,7 @@ impl Gateway {
             demand_tx,
             demand_rx: Mutex::new(Some(demand_rx)),
             refusals: crate::auth::FailureLimiter::default(),
+            bodies: Arc::new(tokio::sync::Semaphore::new(kib(config.body_budget))),
         }
     }
 
@@ -183,7 +200,16 @@ impl Gateway {
                 Some(service) => service.update(route),
                 None => {
                     let seed = self.rng.lock().unwrap_or_else(PoisonError::into_inner).0.next_u64();
-                    services.insert(key.clone(), Service::new(key.clone(), route, seed, &self.metrics));
+                    services.insert(
+                        key.clone(),
+                        Service::new(
+                            key.clone(),
+                            route,
+                            seed,
+                            &self.metrics,
+                            self.config.body_budget_per_service,
+                        ),
+                    );
                 }
             }
         }

@@ -618,3 +618,73 @@ async fn a_service_whose_replicas_keep_failing_answers_503_at_once_with_their_er
     let answer = f.get("/ml/z/hello").send().await.expect("send");
     assert_eq!(answer.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn request_bodies_held_past_the_gateways_budget_get_503_at_once_and_the_budget_returns() {
+    let f = Fixture::start(GatewayConfig {
+        body_budget: 2 << 20,
+        body_budget_per_service: 1 << 20,
+        ..GatewayConfig::default()
+    })
+    .await;
+    // Held: a service with no ready replica that may start one.
+    let mut cold = Route::new(Vec::new());
+    cold.can_start = true;
+    let both = |z: Route, y: Route| {
+        let table: RoutingTable =
+            [(ServiceKey::new("ml", "z"), z), (ServiceKey::new("ml", "y"), y)].into_iter().collect();
+        f.gateway.set_routes(&table);
+    };
+    both(cold.clone(), cold.clone());
+    let post = |service: &str, bytes: usize| {
+        f.http.post(format!("{}/ml/{service}/gen", f.url)).bearer_auth(TOKEN).body(vec![b'x'; bytes]).send()
+    };
+    // Two 400 KiB bodies of one service are held; a third is past its 1 MiB.
+    let held: Vec<_> = (0..2).map(|_| tokio::spawn(post("z", 400 << 10))).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(held.iter().all(|h| !h.is_finished()), "held while a replica may start");
+    let started = Instant::now();
+    let refused = post("z", 400 << 10).await.expect("send");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(refused.headers().contains_key("retry-after"));
+    let said = refused.text().await.expect("text");
+    assert!(said.contains("as many request bodies as it may") && said.contains("ml/z"), "{said}");
+    // Another service has its own share, within the gateway's 2 MiB.
+    let other: Vec<_> = (0..2).map(|_| tokio::spawn(post("y", 400 << 10))).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(other.iter().all(|h| !h.is_finished()), "the other service's bodies are held too");
+    // A chunked body (no declared length) is charged as it arrives.
+    let mut conn = tokio::net::TcpStream::connect(f.addr).await.expect("connect");
+    let head = format!(
+        "POST /ml/z/gen HTTP/1.1\r\nhost: g\r\nauthorization: Bearer {TOKEN}\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.expect("head");
+    let chunk = vec![b'y'; 128 << 10];
+    for _ in 0..8 {
+        let framed =
+            [format!("{:x}\r\n", chunk.len()).into_bytes(), chunk.clone(), b"\r\n".to_vec()].concat();
+        if conn.write_all(&framed).await.is_err() {
+            break;
+        }
+    }
+    let _ = conn.write_all(b"0\r\n\r\n").await;
+    let mut answer = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    let status = String::from_utf8_lossy(&answer[..n]).lines().next().unwrap_or_default().to_owned();
+    assert!(status.contains(" 503 "), "{status}");
+    // Once the held requests are answered, the budget is back.
+    let up = sleeper("up", Duration::ZERO).await;
+    both(
+        Route { replicas: vec![up.endpoint("r0")], ..cold.clone() },
+        Route { replicas: vec![up.endpoint("r1")], ..cold },
+    );
+    for h in held.into_iter().chain(other) {
+        let answer = tokio::time::timeout(Duration::from_secs(5), h).await.expect("answered").expect("task");
+        assert_eq!(answer.expect("send").status(), StatusCode::OK);
+    }
+    assert_eq!(post("z", 900 << 10).await.expect("send").status(), StatusCode::OK);
+}

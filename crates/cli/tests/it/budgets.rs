@@ -1,0 +1,67 @@
+//! Memory budgets against a hostile client (issue 37, point 4), measured on the `gantry up`
+//! process itself: 64 unauthenticated 16 MiB bodies to a public service held for a cold start
+//! leave its peak resident memory far below what they send (1 GiB): the gateway refuses bodies
+//! past its budget with 503.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use crate::services::Serving;
+
+/// Sends `head` and then `bytes` of body on a new connection; the connection, still open.
+fn send(addr: &str, head: &str, bytes: usize) -> Option<TcpStream> {
+    let mut conn = TcpStream::connect(addr).ok()?;
+    conn.set_write_timeout(Some(Duration::from_secs(10))).ok()?;
+    conn.write_all(head.as_bytes()).ok()?;
+    let block = vec![b'x'; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(block.len());
+        if conn.write_all(&block[..n]).is_err() {
+            break; // refused and closed: the rest is not read
+        }
+        left -= n;
+    }
+    Some(conn)
+}
+
+#[test]
+fn held_bodies_and_stalled_uploads_do_not_grow_the_servers_memory_with_what_clients_send() {
+    let s = Serving::start(&[]);
+    // A public service whose replica never becomes ready: every request is held.
+    let file = s.cluster.shared().join("held.yaml");
+    std::fs::write(
+        &file,
+        "name: held\nteam: ml\nport: 8000\npublic: true\nreplicas: 1\ncommand: [sleep, '600']\n",
+    )
+    .expect("file");
+    s.apply(&file);
+    s.until("held", "its replica starting", 30, |v| {
+        v["replica_list"].as_array().is_some_and(|l| !l.is_empty())
+    });
+    let base = s.cluster.memory_kib("VmRSS");
+    let gateway = format!("127.0.0.1:{}", s.gateway);
+    let head = format!("POST /ml/held/generate HTTP/1.1\r\nhost: g\r\ncontent-length: {}\r\n\r\n", 16 << 20);
+    let senders: Vec<_> = (0..64)
+        .map(|_| {
+            let (gateway, head) = (gateway.clone(), head.clone());
+            std::thread::spawn(move || send(&gateway, &head, 16 << 20))
+        })
+        .collect();
+    let held: Vec<TcpStream> = senders.into_iter().filter_map(|t| t.join().expect("sender")).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let after_bodies = s.cluster.memory_kib("VmHWM");
+    drop(held);
+
+    eprintln!(
+        "server memory: {} MiB before, peak {} MiB after 64 held 16 MiB bodies",
+        base >> 10,
+        after_bodies >> 10
+    );
+    assert!(after_bodies < base + (160 << 10), "{} MiB peak from {} MiB", after_bodies >> 10, base >> 10);
+    // The API still answers at once.
+    let started = std::time::Instant::now();
+    s.cluster.gantry(&["jobs"]);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
