@@ -265,6 +265,13 @@ pub struct ServiceSpec {
     /// (default 30, at most 3600).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_timeout_s: Option<u64>,
+    /// The directory beside the service file, uploaded as `gantry submit` uploads its working
+    /// directory (`service apply` sends it unless the file says `upload: false`): each replica
+    /// starts in a private copy of it, so `command: [python3, server.py]` finds `server.py`. The
+    /// server checks the team holds it; an unchanged directory has the same digest, so applying
+    /// the file again is no new generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<crate::upload::Upload>,
 }
 
 /// Default of `progress_deadline_s`: 10 minutes.

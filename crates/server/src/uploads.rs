@@ -229,6 +229,13 @@ impl Uploads {
                 kept.entry(j.team).or_default().insert(hex.to_owned());
             }
         }
+        // A service's directory is kept while the service is (its next replica starts in it).
+        let Ok(services) = store.services(None) else { return 0 };
+        for svc in services {
+            if let Some(hex) = svc.spec.upload.as_ref().and_then(|u| upload::manifest_hex(&u.digest)) {
+                kept.entry(svc.team).or_default().insert(hex.to_owned());
+            }
+        }
         let Ok(teams) = std::fs::read_dir(&self.root) else { return 0 };
         let mut removed = 0;
         for team in teams.flatten() {

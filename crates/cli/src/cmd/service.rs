@@ -53,6 +53,10 @@ pub struct ApplyArgs {
     /// The service file (YAML; `-` reads stdin).
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     file: PathBuf,
+    /// Do not upload the file's directory (as `upload: false` in the file): replicas start in
+    /// an empty private directory.
+    #[arg(long)]
+    no_upload: bool,
 }
 
 /// Arguments of `gantry service create`.
@@ -163,9 +167,44 @@ fn apply(args: ApplyArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot read {}", args.file.display()))?;
         (text, args.file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf))
     };
-    let spec = parse(&text, &base)
+    let upload = !args.no_upload && wants_upload(&text);
+    let mut spec = parse(&text, &base)
         .with_context(|| format!("{} is not a valid service file", args.file.display()))?;
+    if upload && spec.upload.is_none() {
+        spec.upload = upload_dir(&args.server, spec.team.as_deref(), &base)?;
+    }
     send(&args.server, &spec)
+}
+
+/// Whether the file asks for its directory to be uploaded (all but `upload: false`).
+fn wants_upload(text: &str) -> bool {
+    let value: Result<serde_json::Value, _> = serde_norway::from_str(text);
+    !value.is_ok_and(|v| v.get("upload") == Some(&serde_json::Value::Bool(false)))
+}
+
+/// Packs `dir` (the service file's) and uploads what the team lacks, as `submit` does.
+fn upload_dir(
+    server: &ServerArgs,
+    team: Option<&str>,
+    dir: &Path,
+) -> anyhow::Result<Option<gantry_api::upload::Upload>> {
+    let root = std::fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let never: Vec<PathBuf> = super::client::config_path().into_iter().collect();
+    let packed = super::upload::pack(&root, &never, gantry_api::upload::LIMIT_BYTES)?;
+    if packed.manifest.entries.is_empty() {
+        return Ok(None);
+    }
+    let api = Api::connect(server)?;
+    let (done, sent) = super::upload::send(&api, team, &packed)?;
+    eprintln!(
+        "uploaded {}: {} files, {} ({}); {} new",
+        root.display(),
+        done.files,
+        gantry_api::upload::human_bytes(done.bytes),
+        super::upload::short(&done.digest),
+        gantry_api::upload::human_bytes(sent.bytes)
+    );
+    Ok(Some(done))
 }
 
 fn create(a: CreateArgs) -> anyhow::Result<()> {
@@ -194,6 +233,7 @@ fn create(a: CreateArgs) -> anyhow::Result<()> {
         max_unavailable: None,
         progress_deadline_s: None,
         drain_timeout_s: None,
+        upload: None,
     };
     checked(&spec)?;
     send(&a.server, &spec)
@@ -212,6 +252,12 @@ fn send(server: &ServerArgs, spec: &ServiceSpec) -> anyhow::Result<()> {
 /// A service file: the spec's fields, with `script:` read beside the file.
 pub fn parse(text: &str, base: &Path) -> anyhow::Result<ServiceSpec> {
     let mut value: serde_json::Value = serde_norway::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(map) = value.as_object_mut()
+        && map.get("upload").is_some_and(serde_json::Value::is_boolean)
+    {
+        // `upload: false` (or true) says whether `service apply` uploads the directory.
+        map.remove("upload");
+    }
     if let Some(map) = value.as_object_mut()
         && let Some(script) = map.remove("script")
     {

@@ -76,7 +76,7 @@ impl Serving {
     pub(crate) fn file(&self, name: &str, extra: &str) -> std::path::PathBuf {
         let shared = self.cluster.shared();
         let text = format!(
-            "name: {name}\nteam: ml\nport: 8000\ncommand: [python3, {}]\nenv: {{UNREADY_DIR: {}}}\n\
+            "name: {name}\nteam: ml\nport: 8000\nupload: false\ncommand: [python3, {}]\nenv: {{UNREADY_DIR: {}}}\n\
              readiness: {{path: /health, interval_s: 0.2, timeout_s: 1, failure_threshold: 2}}\n{extra}",
             shared.join("replica.py").display(),
             shared.display()
@@ -808,4 +808,42 @@ fn a_request_to_a_crash_looping_service_gets_503_at_once_with_the_replicas_error
         events.contains("service.replica_failed") && events.contains("service crashy: replica"),
         "{events}"
     );
+}
+
+#[test]
+fn a_service_file_beside_its_server_runs_it_after_apply_and_an_unchanged_directory_is_no_new_generation() {
+    let s = Serving::start(&[]);
+    let dir = s.cluster.shared().join("app");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("server.py"), REPLICA).expect("server.py");
+    let file = dir.join("svc.yaml");
+    std::fs::write(
+        &file,
+        "name: beside\nteam: ml\nport: 8000\ncommand: [python3, server.py]\nreadiness: {path: /health, interval_s: 0.2}\n",
+    )
+    .expect("file");
+    assert_eq!(s.apply(&file).trim(), "service ml/beside created (generation 1)");
+    s.until("beside", "a ready replica running server.py from the upload", 40, |v| ready(v) == 1);
+    let (code, body) = s.get("/ml/beside/", &s.token).expect("answer");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        s.apply(&file).trim(),
+        "service ml/beside unchanged (generation 1)",
+        "the same directory again"
+    );
+    std::fs::write(dir.join("server.py"), format!("{REPLICA}\n# changed\n")).expect("server.py");
+    assert_eq!(
+        s.apply(&file).trim(),
+        "service ml/beside configured (generation 2)",
+        "a changed directory rolls"
+    );
+    // upload: false starts replicas in an empty directory, where server.py is not.
+    let bare = dir.join("bare.yaml");
+    std::fs::write(&bare, "name: bare\nteam: ml\nport: 8000\nupload: false\ncommand: [python3, server.py]\n")
+        .expect("file");
+    s.apply(&bare);
+    let v = s.until("bare", "the replica to fail", 40, |v| {
+        v["reason"].as_str().is_some_and(|r| r.contains("failed in a row"))
+    });
+    assert_eq!(ready(&v), 0);
 }

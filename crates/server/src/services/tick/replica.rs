@@ -21,6 +21,7 @@ pub(super) fn replica_job(s: &Service, port: u16, now: i64) -> NewJob {
         env,
         labels: spec.labels.clone(),
         wait_for_capacity: true,
+        upload: spec.upload.clone(),
         ..SubmitRequest::default()
     };
     NewJob {
