@@ -51,6 +51,7 @@ pub fn pack(root: &Path, never: &[PathBuf], limit: u64) -> anyhow::Result<Packed
     }
     let mut entries = Vec::new();
     let mut sources = HashMap::new();
+    let mut outside = Vec::new();
     for (rel, meta, path) in found {
         let entry = if meta.is_dir() {
             Entry::dir(rel)
@@ -59,6 +60,12 @@ pub fn pack(root: &Path, never: &[PathBuf], limit: u64) -> anyhow::Result<Packed
                 std::fs::read_link(&path).with_context(|| format!("reading the link {}", path.display()))?;
             let target =
                 target.to_str().with_context(|| format!("{}: its target is not UTF-8", path.display()))?;
+            if leaves(&rel, target) {
+                // A virtualenv's `python` → /usr/bin/python3: the job could not follow it on
+                // its node, and refusing the whole directory for it helps nobody.
+                outside.push(format!("`{rel}` is a link to `{target}`, outside the directory"));
+                continue;
+            }
             Entry::link(rel, target)
         } else {
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -68,10 +75,38 @@ pub fn pack(root: &Path, never: &[PathBuf], limit: u64) -> anyhow::Result<Packed
         };
         entries.push(entry);
     }
+    for (i, said) in outside.iter().enumerate() {
+        if i == 5 {
+            eprintln!("warning: {} more links leave the directory and are left out", outside.len() - 5);
+            break;
+        }
+        eprintln!("warning: {said}: left out of the upload (list it in .gantryignore to say so)");
+    }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     let manifest = Manifest { entries };
     manifest.check(limit).map_err(|e| anyhow::anyhow!("{e}; the job could not use it on its node"))?;
     Ok(Packed { manifest, sources })
+}
+
+/// Whether a link at `rel` (relative to the root) pointing at `target` leads outside the root,
+/// read without touching the disk: an absolute target, or more `..` than the link is deep.
+fn leaves(rel: &str, target: &str) -> bool {
+    use std::path::Component;
+    if Path::new(target).is_absolute() {
+        return true;
+    }
+    let mut depth: i64 = Path::new(rel).parent().map_or(0, |p| p.components().count() as i64);
+    for c in Path::new(target).components() {
+        match c {
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
 }
 
 /// Everything to pack under `root`: (relative path, metadata without following links, path).

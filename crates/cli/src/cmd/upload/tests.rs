@@ -42,9 +42,26 @@ fn the_executable_bit_and_links_inside_travel_and_a_link_outside_is_refused() {
     assert!(train.executable);
     let link = packed.manifest.entries.iter().find(|e| e.path == "run.sh").expect("run.sh");
     assert_eq!(link.link.as_deref(), Some("train.sh"));
+    // A link leaving the directory (absolute, or climbing above it) is left out, not refused.
     std::os::unix::fs::symlink("/etc/passwd", root.join("passwd")).expect("link");
-    let err = pack(root, &[], upload::LIMIT_BYTES).expect_err("outside");
-    assert!(err.to_string().contains("`passwd` is a link to `/etc/passwd`, outside"), "{err}");
+    std::fs::create_dir(root.join("sub")).expect("dir");
+    std::os::unix::fs::symlink("../../x", root.join("sub/up")).expect("link");
+    std::os::unix::fs::symlink("../train.sh", root.join("sub/back")).expect("link");
+    let packed = pack(root, &[], upload::LIMIT_BYTES).expect("packs without them");
+    let paths: Vec<&str> = packed.manifest.entries.iter().map(|e| e.path.as_str()).collect();
+    assert!(!paths.contains(&"passwd") && !paths.contains(&"sub/up"), "{paths:?}");
+    assert!(paths.contains(&"sub/back") && paths.contains(&"run.sh"), "{paths:?}");
+}
+
+#[test]
+fn a_link_leaves_the_directory_when_absolute_or_climbing_above_it() {
+    assert!(super::leaves("a", "/etc/passwd"));
+    assert!(super::leaves("a", "../x"));
+    assert!(super::leaves("d/a", "../../x"));
+    assert!(super::leaves("d/a", "x/../../../y"));
+    assert!(!super::leaves("d/a", "../x"));
+    assert!(!super::leaves("a", "b/c"));
+    assert!(!super::leaves("d/e/a", "../../f"));
 }
 
 #[test]
