@@ -108,7 +108,7 @@ impl ServerConfig {
             gateway: crate::gateway::GatewayConfig::default(),
             hold_heartbeats: true,
             service_tick: Duration::from_millis(250),
-            service_ports: (30000, 32767),
+            service_ports: (20000, 22999),
             service_controller: true,
             lease: None,
         }

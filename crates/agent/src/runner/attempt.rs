@@ -79,6 +79,20 @@ pub struct Ended {
 
 /// Starts attempt `a`; a task in `tasks` reports its end on `exits`. `deadline` is when its
 /// time limit runs out (ms since the Unix epoch, and the limit), kept in its record.
+/// Refuses a replica's `$PORT` that another process of the node holds (jobs share the node's
+/// network): the replica would fail to bind, or answer for that process. Bound and released at
+/// once; the controller gives the service's next replica another port.
+fn port_free(port: u16) -> Result<(), AgentError> {
+    match std::net::TcpListener::bind(("0.0.0.0", port)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(AgentError::Refused(format!(
+            "port {port} ($PORT) is in use on node {} by a process Gantry did not start; the next replica gets another port",
+            super::hostname()
+        ))),
+        Err(_) => Ok(()),
+    }
+}
+
 pub fn start(
     a: &Assignment,
     ctx: &Context,
@@ -88,6 +102,9 @@ pub fn start(
     exits: &mpsc::UnboundedSender<Ended>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Started, AgentError> {
+    if let (Some(port), None) = (a.port, ctx.sandbox.network()) {
+        port_free(port)?;
+    }
     let (user, credentials) = ctx.sandbox.user_for(&a.team)?;
     let user = &user;
     let workdir = ctx.sandbox.make_workdir(a.job_id, a.attempt, user, staged)?;

@@ -54,7 +54,7 @@ pub struct ControlArgs {
     pub gateway_listen: GatewayListen,
     /// The ports service replicas get as `$PORT` (`LO-HI`): one per live replica, unique in the
     /// cluster, so that replicas sharing a node's network never collide.
-    #[arg(long, value_name = "LO-HI", default_value = "30000-32767", value_parser = parse_port_range)]
+    #[arg(long, value_name = "LO-HI", default_value = "20000-22999", value_parser = parse_port_range)]
     pub service_ports: (u16, u16),
     /// Serve HTTPS (the default; kept for scripts that pass it).
     #[arg(long, conflicts_with = "no_tls")]

@@ -44,12 +44,17 @@ impl Serving {
 
     /// A cluster whose agent runs jobs with `--job-network network`.
     fn start_in(network: &str, extra: &[&str]) -> Self {
-        let gateway = free_port();
-        let listen = format!("127.0.0.1:{gateway}");
         // Clusters of parallel tests share this machine's ports: each gets its own 100.
         static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
         let lo = 30000 + 100 * NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ports = format!("{lo}-{}", lo + 99);
+        Self::start_with_ports(network, &format!("{lo}-{}", lo + 99), extra)
+    }
+
+    /// A cluster whose replicas get ports of `ports` (`LO-HI`).
+    fn start_with_ports(network: &str, ports: &str, extra: &[&str]) -> Self {
+        let gateway = free_port();
+        let listen = format!("127.0.0.1:{gateway}");
+        let ports = ports.to_owned();
         let mut args = vec![
             "--gateway-listen",
             &listen,
@@ -846,4 +851,31 @@ fn a_service_file_beside_its_server_runs_it_after_apply_and_an_unchanged_directo
         v["reason"].as_str().is_some_and(|r| r.contains("failed in a row"))
     });
     assert_eq!(ready(&v), 0);
+}
+
+#[test]
+fn a_replicas_port_held_by_another_process_of_the_node_is_refused_and_the_next_replica_gets_another() {
+    // Jobs on the node's own network: a port some other process listens on is not a $PORT.
+    let taken = TcpListener::bind("0.0.0.0:0").expect("a process of the node");
+    let port = taken.local_addr().expect("addr").port();
+    let (Some(next), true) = (port.checked_add(1), port > 1024) else { return };
+    if TcpListener::bind(("0.0.0.0", next)).is_err() {
+        return; // the next port is not free either: nothing to show here
+    }
+    // The controller's first port is the one after the range's start: the taken one.
+    let s = Serving::start_with_ports("shared", &format!("{}-{next}", port - 1), &[]);
+    let file = s.file("ports", "replicas: 1\n");
+    s.apply(&file);
+    let v = s.until("ports", "a ready replica on the free port", 40, |v| ready(v) == 1);
+    let list = v["replica_list"].as_array().cloned().unwrap_or_default();
+    let running = list.iter().find(|r| r["ready"] == true).expect("the ready replica");
+    assert!(running["address"].as_str().is_some_and(|a| a.ends_with(&format!(":{next}"))), "{v}");
+    let failed = s.cluster.jobs().into_iter().find(|j| j["service"] == "ports" && j["state"] == "failed");
+    let reason = failed.and_then(|j| j["reason"].as_str().map(str::to_owned)).unwrap_or_default();
+    assert!(
+        reason.contains(&format!("port {port} ($PORT) is in use on node")),
+        "{reason} {:?}",
+        s.cluster.jobs()
+    );
+    drop(taken);
 }
