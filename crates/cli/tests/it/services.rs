@@ -578,6 +578,13 @@ fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() 
         !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("not found"),
         "{refused:?}"
     );
+    // The team's viewers and operators may read the service, not call it: only members do.
+    for role in ["viewer", "operator"] {
+        let out = s.cluster.gantry(&["token", "create", "--team", "ml", "--role", role]);
+        let token = out.lines().next().expect("the secret").trim().to_owned();
+        assert_eq!(s.get("/ml/inv/", &token).map(|r| r.0), Ok(404), "a {role} of the team");
+    }
+    assert_eq!(s.get("/ml/inv/", &s.token).map(|r| r.0), Ok(200), "a member");
 }
 
 /// A browser on the Services page showing the sign-in form. The page reloads itself when a

@@ -55,7 +55,8 @@ where
 }
 
 /// The control plane's rule: a valid (unexpired, unrevoked) API token of a member of the
-/// service's team. Holds the [`crate::App`] weakly (the app holds the gateway).
+/// service's team (or an admin; not a viewer's or an operator's), or an invoke token made for
+/// the service. Holds the [`crate::App`] weakly (the app holds the gateway).
 #[derive(Debug, Clone)]
 pub struct TeamMembers {
     app: Weak<crate::App>,
@@ -74,7 +75,13 @@ impl Authorizer for TeamMembers {
             let Some(app) = self.app.upgrade() else { return false };
             let Ok(record) = app.tokens.lookup(&app.store, token).await else { return false };
             match record.kind {
-                gantry_store::TokenKind::Api => record.teams.iter().any(|t| t == &service.team),
+                // Calling a private service is using the team's GPUs: members (and admins),
+                // not its viewers or operators, who may read but not act.
+                gantry_store::TokenKind::Api => match record.role {
+                    gantry_store::Role::Admin => true,
+                    gantry_store::Role::Member => record.teams.iter().any(|t| t == &service.team),
+                    _ => false,
+                },
                 gantry_store::TokenKind::Invoke => record.service.as_deref() == Some(&service.to_string()),
                 _ => false,
             }

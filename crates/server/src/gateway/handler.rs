@@ -203,6 +203,7 @@ async fn forward(
             Ok((response, sender)) => {
                 let (mut head, incoming) = response.into_parts();
                 headers::to_client(&mut head.headers);
+                headers::scope_cookies(&mut head.headers, &format!("/{}/", service.key));
                 let done = Completion::new(lease, sender, head.status.as_u16(), started);
                 let relay = Relay::new(incoming, done, started + c.total_timeout);
                 return Response::from_parts(head, Body::new(relay));

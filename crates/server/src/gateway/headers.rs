@@ -119,9 +119,52 @@ pub fn to_client(replica: &mut HeaderMap) {
     strip_hop_by_hop(replica);
 }
 
+/// Scopes every cookie a replica sets to its service's path (`/team/service/`): all services
+/// share the gateway's origin, so a replica's `Set-Cookie: …; Path=/otherteam/` would otherwise
+/// reach browsers on another team's service. Its own `Path` and `Domain` are replaced; a cookie
+/// that is not text is dropped.
+pub fn scope_cookies(headers: &mut HeaderMap, prefix: &str) {
+    use axum::http::header::SET_COOKIE;
+    let cookies: Vec<HeaderValue> = headers.get_all(SET_COOKIE).iter().cloned().collect();
+    if cookies.is_empty() {
+        return;
+    }
+    headers.remove(SET_COOKIE);
+    for cookie in cookies {
+        let Ok(text) = cookie.to_str() else { continue };
+        let mut parts = text.split(';').map(str::trim).filter(|p| !p.is_empty());
+        let Some(pair) = parts.next() else { continue };
+        let kept = parts.filter(|attr| {
+            let name = attr.split('=').next().unwrap_or_default().trim().to_ascii_lowercase();
+            name != "path" && name != "domain"
+        });
+        let scoped: Vec<&str> = std::iter::once(pair).chain(kept).collect();
+        let line = format!("{}; Path={prefix}", scoped.join("; "));
+        if let Ok(v) = HeaderValue::from_str(&line) {
+            headers.append(SET_COOKIE, v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replicas_cookies_are_scoped_to_its_service_whatever_path_or_domain_they_name() {
+        let mut h = HeaderMap::new();
+        for c in ["sid=1; Path=/otherteam/; HttpOnly", "a=b; Domain=evil.example; path=/; Secure", "plain=x"]
+        {
+            h.append(axum::http::header::SET_COOKIE, HeaderValue::from_static(c));
+        }
+        scope_cookies(&mut h, "/ml/chat/");
+        let got: Vec<&str> =
+            h.get_all(axum::http::header::SET_COOKIE).iter().map(|v| v.to_str().expect("text")).collect();
+        assert_eq!(
+            got,
+            ["sid=1; HttpOnly; Path=/ml/chat/", "a=b; Secure; Path=/ml/chat/", "plain=x; Path=/ml/chat/"]
+        );
+    }
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         pairs
