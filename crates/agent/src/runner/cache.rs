@@ -44,7 +44,7 @@ pub struct CacheConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        Self { size_bytes: 100 << 30, team_quota_bytes: 100 << 30 }
+        Self { size_bytes: 100 << 30, team_quota_bytes: 50 << 30 }
     }
 }
 

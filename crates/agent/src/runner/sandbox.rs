@@ -226,19 +226,21 @@ impl Sandbox {
         self.reserve.capacity(cpu_milli, memory_mib)
     }
 
-    /// Limits the parent group of all jobs to the node's capacity less the reserve.
+    /// Limits the parent group of all jobs to the node's capacity less the reserve, and to three
+    /// quarters of the node's process ids.
     fn hold_back_reserve(&self) {
         let Some(cgroups) = &self.cgroups else {
             return;
         };
         cgroups.unlimit_all();
-        if self.reserve == NodeReserve::default() {
-            return;
-        }
+        // All jobs together keep a quarter of the node's process ids: eight jobs at their own
+        // 4,096 each took every pid of the node, and then the agent and the server could not fork.
+        let pids_max = jobs_pids_max();
         let (cpu_milli, memory_mib) = self.capacity(super::node_cpu_milli(), super::node_memory_mib());
         let limits = Limits {
             memory_mib: if self.reserve.memory_mib > 0 { memory_mib.max(1) } else { 0 },
             cpu_milli: if self.reserve.cpu_milli > 0 { cpu_milli.max(1) } else { 0 },
+            pids_max,
             ..Limits::default()
         };
         if let Err(e) = cgroups.limit_all(&limits) {
@@ -606,6 +608,18 @@ fn check_traversable(work: &Path) -> Result<(), AgentError> {
         }
     }
     Ok(())
+}
+
+/// Processes and threads all jobs of the node may hold at once: three quarters of the kernel's
+/// `pid_max` (or `threads-max`, whichever is lower), so the node's own daemons can always fork.
+pub fn jobs_pids_max() -> u64 {
+    let read = |path: &str| std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u64>().ok());
+    let node = match (read("/proc/sys/kernel/pid_max"), read("/proc/sys/kernel/threads-max")) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => 32_768,
+    };
+    (node / 4 * 3).max(1024)
 }
 
 #[cfg(test)]

@@ -215,6 +215,9 @@ async fn the_node_advertises_its_capacity_less_the_reserve_and_holds_all_jobs_be
     assert_eq!(limit.trim(), ((memory - 1024) << 20).to_string());
     let quota = parent("cpu.cfs_quota_us").or_else(|| parent("cpu.max")).expect("a CPU limit file");
     assert!(quota.starts_with(&((cpu - 500) * 100).to_string()), "{quota}");
+    // And all of them together to three quarters of the node's process ids.
+    let pids = parent("pids.max").expect("a pids limit file");
+    assert_eq!(pids.trim(), gantry_agent::runner::sandbox::jobs_pids_max().to_string());
     let _ = h.stop.send(true);
 }
 

@@ -75,7 +75,8 @@ pub struct SandboxArgs {
     /// running job reads are evicted to make room.
     #[arg(long, value_name = "SIZE", default_value = "100GiB")]
     cache_size: String,
-    /// Most bytes one team's datasets may hold in the node's cache (default: `--cache-size`).
+    /// Most bytes one team's datasets may hold in the node's cache (default: half of
+    /// `--cache-size`, so one team's inputs cannot empty the cache of every other's).
     #[arg(long, value_name = "SIZE")]
     cache_team_quota: Option<String>,
     /// A network jobs' inputs, outputs and S3 endpoints may reach although it is the node's or
@@ -104,7 +105,7 @@ impl SandboxArgs {
         let size_bytes = parse_size(&self.cache_size).context("--cache-size")?;
         let team_quota_bytes = match &self.cache_team_quota {
             Some(q) => parse_size(q).context("--cache-team-quota")?,
-            None => size_bytes,
+            None => size_bytes / 2,
         };
         Ok(gantry_agent::runner::cache::CacheConfig { size_bytes, team_quota_bytes })
     }
