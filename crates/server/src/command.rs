@@ -346,10 +346,14 @@ impl App {
 fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Result<Outcome, CommandError> {
     let now = app::now_ms();
     match command {
-        Command::Submit { job, by } => {
+        Command::Submit { mut job, by } => {
             let team = job.team.clone();
             let view = admission.view(store)?;
             let check = may_queue(&view, admission, &job, &by);
+            // Checked again in the insert's transaction: submissions racing each other (on
+            // this replica or another) cannot each pass the view's count.
+            job.pending_limit =
+                Some(view.team(&team).and_then(|t| t.pending_limit).unwrap_or(DEFAULT_PENDING_LIMIT));
             let adding = queued(&job);
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
             let outcome = audited(store, check, Change::Submit(job), entry)?;
@@ -566,8 +570,9 @@ fn ceiling(view: &View, team: &str, priority: i32, by: &Principal) -> Result<(),
 pub const DEFAULT_PENDING_LIMIT: u64 = 100_000;
 
 /// Refuses a submission that would take the team past its pending limit (an array counts each
-/// member; a gang counts once, as in the job gauges). Checked before the write: submissions
-/// racing each other may each pass it, by at most their own size.
+/// member; a gang counts once, as in the job gauges). Checked before the write on the cached
+/// view, and again by the store in the insert's transaction ([`gantry_store::NewJob::pending_limit`]),
+/// which holds against submissions racing each other.
 fn pending_room(view: &View, admission: &AdmissionCache, job: &NewJob) -> Result<(), CommandError> {
     let limit = view.team(&job.team).and_then(|t| t.pending_limit).unwrap_or(DEFAULT_PENDING_LIMIT);
     let pending = admission.pending(view, &job.team);

@@ -29,6 +29,9 @@ pub enum StoreError {
     /// The write would break an invariant (double allocation, stale epoch, wrong state).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The write would take a team past one of its limits (its pending jobs): a sentence.
+    #[error("{0}")]
+    LimitReached(String),
     /// The agent's epoch is older than the node's: it must register again.
     #[error("stale epoch {got} for node {node}; current is {current}")]
     StaleEpoch {

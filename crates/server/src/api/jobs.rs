@@ -231,7 +231,15 @@ fn new_job(mut req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> 
         validate::label("request_id", key)?;
     }
     req.max_retries = Some(req.max_retries.unwrap_or(3).min(100));
-    Ok(NewJob { spec: req, team, name, submitted_at: now_ms(), user: who.token.user.clone(), service: None })
+    Ok(NewJob {
+        spec: req,
+        team,
+        name,
+        submitted_at: now_ms(),
+        user: who.token.user.clone(),
+        service: None,
+        pending_limit: None,
+    })
 }
 
 /// List jobs the caller may see, newest first, a page at a time.

@@ -132,6 +132,7 @@ impl World {
                     submitted_at: self.clock,
                     user: None,
                     service: None,
+                    pending_limit: None,
                 };
                 if let Ok((id, _)) = self.store.submit(&job) {
                     self.jobs.push(id);

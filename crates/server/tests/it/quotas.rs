@@ -206,6 +206,38 @@ async fn a_team_past_its_pending_limit_gets_429_with_a_sentence_and_only_admins_
     assert_eq!(submit(one).await.expect("send").status(), StatusCode::CREATED, "room made by the cancel");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_parallel_submissions_against_a_pending_limit_of_fifty_leave_at_most_fifty_pending() {
+    let s = TestServer::start().await;
+    let limit = json!({"gpu_quota": null, "pending_limit": 50});
+    let set = s.http.put(format!("{}/v1/teams/vision", s.url)).bearer_auth(&s.token).json(&limit);
+    assert_eq!(set.send().await.expect("send").status(), StatusCode::NO_CONTENT);
+    let alice = token(&s, "alice", Role::Member, &["vision"]);
+    // Arrays of ten at once: each checks the cached count, which none of the others has
+    // reached yet; the store's check in the insert's transaction holds the limit.
+    let ten = json!({"command": ["true"], "array": "0-9", "wait_for_capacity": true});
+    let sends: Vec<_> = (0..20)
+        .map(|_| {
+            let req = call(&s, &alice, Method::POST, "/v1/jobs").json(&ten);
+            tokio::spawn(async move { req.send().await.expect("send").status() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in sends {
+        statuses.push(t.await.expect("task"));
+    }
+    let created = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::CREATED || *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    let teams: Vec<Value> = crate::json_of(s.get("/v1/teams")).await;
+    let pending =
+        teams.iter().find(|t| t["name"] == "vision").and_then(|t| t["pending"].as_u64()).unwrap_or(0);
+    assert!(pending <= 50, "{pending} pending against a limit of 50 ({created} accepted)");
+    assert_eq!(pending, created as u64 * 10);
+}
+
 #[tokio::test]
 async fn fifty_refused_heartbeats_with_a_900_kb_node_id_add_under_64_kib_to_the_database() {
     // Before, each one was audited with its node id: 50 MB that could never be removed.

@@ -187,6 +187,7 @@ fn replay(log: &[Step]) -> Vec<Vec<Decision>> {
                     submitted_at: at,
                     user: None,
                     service: None,
+                    pending_limit: None,
                 };
                 let (id, _) = server.store.submit(&job).expect("submit");
                 submitted.push(id);
@@ -404,6 +405,7 @@ fn replay_recording(log: &[gantry_sim::replay::Event], weights: &gantry_core::qu
                     submitted_at: job.submitted_at,
                     user: None,
                     service: None,
+                    pending_limit: None,
                 };
                 let (id, _) = server.store.submit(&new).expect("submit");
                 assert_eq!(id, job.id, "the simulator numbers jobs as the store does");

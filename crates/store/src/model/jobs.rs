@@ -25,6 +25,12 @@ pub struct NewJob {
     /// The service it is a replica of, and the generation of the file it runs (set by the
     /// service controller only; a client's submission never carries it).
     pub service: Option<(String, u64)>,
+    /// The team's pending limit, checked in the insert's transaction (the jobs it already has
+    /// pending and this submission's members): past it the insert is refused with
+    /// [`crate::StoreError::LimitReached`]. `None`: not checked (the service controller's
+    /// replicas, imports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_limit: Option<u64>,
 }
 
 impl NewJob {
@@ -54,6 +60,7 @@ impl Default for NewJob {
             submitted_at: 0,
             user: None,
             service: None,
+            pending_limit: None,
         }
     }
 }

@@ -37,6 +37,18 @@ pub(super) fn fits(job: &NewJob) -> bool {
 
 /// [`crate::writer::Bulk::many`] for PostgreSQL.
 pub(super) fn many(c: &dyn Conn, items: &[Submission]) -> Result<Vec<Changed>> {
+    // Each team's pending limit, for what the run adds together: a run that would pass one is
+    // refused whole, and the writer then writes each submission alone, each checked exactly.
+    let mut adding: std::collections::BTreeMap<&str, (u64, u64)> = std::collections::BTreeMap::new();
+    for s in items {
+        if let Some(limit) = s.job.pending_limit {
+            let e = adding.entry(s.job.team.as_str()).or_insert((0, limit));
+            *e = (e.0 + crate::sqlite::jobs::pending_added(&s.job), e.1.min(limit));
+        }
+    }
+    for (team, (n, limit)) in adding {
+        crate::sqlite::jobs::pending_room(c, team, limit, n)?;
+    }
     let mut known = taken(c, items)?;
     let fresh = {
         let mut seen = HashSet::new();

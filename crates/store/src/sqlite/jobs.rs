@@ -11,6 +11,9 @@ pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
     if let Some((name, generation)) = &job.service {
         service_current(c, &job.team, name, *generation)?;
     }
+    if let Some(limit) = job.pending_limit {
+        pending_room(c, &job.team, limit, pending_added(job))?;
+    }
     if let Some(key) = &job.spec.request_id {
         let existing = c
             .prepare_cached("SELECT id FROM jobs WHERE team = ?1 AND request_id = ?2")?
@@ -33,6 +36,33 @@ pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
         insert(c, job, Some((Some(head), *index, array.max_running)), None)?;
     }
     Ok((head, true))
+}
+
+/// The pending jobs a submission adds: an array's members each, a gang once (as the counts).
+pub(crate) fn pending_added(job: &NewJob) -> u64 {
+    job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64)
+}
+
+/// Refuses `adding` more pending jobs of `team` past `limit`, counted in the caller's
+/// transaction (the trigger-kept counts): on SQLite the one writer makes it exact; on
+/// PostgreSQL a transaction-scoped advisory lock per team orders the submissions of every
+/// server replica, so twenty at once cannot each see room for themselves.
+pub(crate) fn pending_room(c: &dyn Conn, team: &str, limit: u64, adding: u64) -> Result<()> {
+    if c.dialect() == Dialect::Postgres {
+        // The lock's own column is `void`, which no row reader takes: select a number beside it.
+        let lock = "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtext(CAST(?1 AS TEXT)))) AS held";
+        c.prepare_cached(lock)?.query_row(params![team], |_| Ok(()))?;
+    }
+    let pending: i64 = c
+        .prepare_cached("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE team = ?1 AND state = 'pending'")?
+        .query_row(params![team], |r| r.get(0))?;
+    let pending = u64::try_from(pending).unwrap_or(0);
+    if pending + adding > limit {
+        return Err(StoreError::LimitReached(format!(
+            "team {team} has {pending} pending jobs and may have {limit}; this submission adds {adding}: wait for some to start or cancel some"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a replica of a service that is gone, or of a generation it no longer runs, in the

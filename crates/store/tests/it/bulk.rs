@@ -212,3 +212,40 @@ fn a_job_written_with_others_at_once_is_the_job_written_alone() {
     }
     chain_holds(&*store);
 }
+
+#[test]
+fn submissions_at_once_never_take_a_team_past_its_pending_limit() {
+    let (_dir, store) = open();
+    const THREADS: usize = 20;
+    let barrier = std::sync::Barrier::new(THREADS);
+    let results: Vec<Result<(JobId, bool)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (store, barrier) = (&*store, &barrier);
+                s.spawn(move || {
+                    let mut job = new_job(&format!("a{t}"), 0, 0);
+                    job.spec.array = Some(gantry_api::workflow::ArraySpec::parse("0-9").expect("array"));
+                    job.pending_limit = Some(50);
+                    barrier.wait();
+                    submit(store, job, "alice")
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    let accepted = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(accepted, 5, "five arrays of ten fit a limit of 50: {results:?}");
+    assert!(
+        results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, StoreError::LimitReached(_))),
+        "{results:?}"
+    );
+    let pending: u64 = store
+        .job_counts()
+        .expect("counts")
+        .iter()
+        .filter(|(team, state, _)| team == "default" && *state == JobState::Pending)
+        .map(|(_, _, n)| n)
+        .sum();
+    assert_eq!(pending, 50);
+    chain_holds(&*store);
+}

@@ -215,7 +215,15 @@ fn job(team: &str, gpus: u32, priority: i32, submitted_at: i64) -> NewJob {
         memory_mib: 16_384,
         ..NewJob::default().spec
     };
-    NewJob { spec, team: team.into(), name: "bench".into(), submitted_at, user: None, service: None }
+    NewJob {
+        spec,
+        team: team.into(),
+        name: "bench".into(),
+        submitted_at,
+        user: None,
+        service: None,
+        pending_limit: None,
+    }
 }
 
 /// The median time of `rounds` runs of `f`.

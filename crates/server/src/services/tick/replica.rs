@@ -31,6 +31,7 @@ pub(super) fn replica_job(s: &Service, port: u16, now: i64) -> NewJob {
         submitted_at: now,
         user: None,
         service: Some((s.name.clone(), s.generation)),
+        pending_limit: None,
     }
 }
 
