@@ -671,9 +671,18 @@ fn revoke(store: &dyn Store, id: i64, by: &Principal, now: i64) -> Result<Outcom
     let token = store.token(id)?;
     let entry = entry(by, "token.revoke", format!("token/{id}"), None, now);
     let own = token.as_ref().is_some_and(|t| t.user.is_some() && t.user == by.token.user);
+    // An invoke token is the team's: any member of its service's team may revoke it.
+    let team_invoke = token.as_ref().is_some_and(|t| {
+        t.kind == gantry_store::TokenKind::Invoke
+            && t.service
+                .as_deref()
+                .and_then(|s| s.split_once('/'))
+                .is_some_and(|(team, _)| by.require_member_of(team).is_ok())
+    });
     let check = match token {
         None => Err(CommandError::NotFound(format!("token {id} not found"))),
         Some(_) if own && by.token.kind == gantry_store::TokenKind::Api => Ok(()),
+        Some(_) if team_invoke => Ok(()),
         Some(_) => by.require_admin().map_err(|_| CommandError::NotFound(format!("token {id} not found"))),
     };
     audited(store, check, Change::RevokeToken(id), entry)

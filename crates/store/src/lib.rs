@@ -51,6 +51,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn token(&self, id: i64) -> Result<Option<TokenRecord>>;
     /// Tokens, newest first (only one user's when given).
     fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>>;
+    /// The invoke tokens of the services of `teams`, newest first (what their members list and
+    /// may revoke).
+    fn invoke_tokens(&self, teams: Vec<String>) -> Result<Vec<TokenRecord>>;
     /// Usable admin tokens at `now`.
     fn admin_token_count(&self, now: i64) -> Result<u64>;
     /// One user.

@@ -13,7 +13,8 @@ use super::table;
 pub enum TokenCommand {
     /// Create a token (needs an admin token); prints the secret once, alone on stdout.
     Create(CreateArgs),
-    /// List tokens (an admin sees all, others their own); never shows secrets.
+    /// List tokens (an admin sees all, others their own and their teams' invoke tokens); never
+    /// shows secrets.
     List(ListArgs),
     /// Revoke a token by id; it stops working on its next request.
     Revoke(RevokeArgs),

@@ -585,6 +585,25 @@ fn an_invoke_token_calls_its_own_service_through_the_gateway_and_nothing_else() 
         assert_eq!(s.get("/ml/inv/", &token).map(|r| r.0), Ok(404), "a {role} of the team");
     }
     assert_eq!(s.get("/ml/inv/", &s.token).map(|r| r.0), Ok(200), "a member");
+
+    // Another member of the team lists the team's invoke tokens and revokes one.
+    let bob = s.cluster.gantry(&["token", "create", "--team", "ml", "--user", "bob"]).trim().to_owned();
+    let listed = s.cluster.gantry(&["token", "list", "-o", "json", "--token", &bob]);
+    let tokens: Vec<serde_json::Value> = serde_json::from_str(&listed).expect("json");
+    let id = tokens.iter().find(|t| t["kind"] == "invoke").and_then(|t| t["id"].as_i64()).expect("listed");
+    s.cluster.gantry(&["token", "revoke", &id.to_string(), "--token", &bob]);
+    assert_eq!(s.get("/ml/inv/", &invoke).map(|r| r.0), Ok(404), "revoked by a member of the team");
+    // An invoke token stops working when its creator leaves the team.
+    let carol = s.cluster.gantry(&["token", "create", "--team", "ml", "--user", "carol"]).trim().to_owned();
+    let out = s.cluster.gantry(&["token", "create", "--service", "inv", "--team", "ml", "--token", &carol]);
+    let hers = out.lines().next().expect("the secret").trim().to_owned();
+    assert_eq!(s.get("/ml/inv/", &hers).map(|r| r.0), Ok(200));
+    s.cluster.gantry(&["user", "set", "carol", "--team", "vision"]);
+    let gone = eventually(Duration::from_secs(10), "carol's invoke token refused", || {
+        let code = s.get("/ml/inv/", &hers).map(|r| r.0).ok()?;
+        (code == 404).then_some(code)
+    });
+    assert_eq!(gone, 404);
 }
 
 /// A browser on the Services page showing the sign-in form. The page reloads itself when a

@@ -96,7 +96,10 @@ async fn invoke_token(
     let key = format!("{team}/{service}");
     let name = req.name.clone().unwrap_or_else(|| format!("invoke {key}"));
     validate::label("name", &name)?;
-    Ok(NewToken { service: Some(key), ..credentials::new_token(secret, TokenKind::Invoke, &name, Some(ttl)) })
+    // Bound to its creator: revoked when they no longer act for the team (a membership or role
+    // change, in the store's transaction).
+    let token = credentials::new_token(secret, TokenKind::Invoke, &name, Some(ttl));
+    Ok(NewToken { service: Some(key), user: who.token.user.clone(), ..token })
 }
 
 fn join_token(req: &TokenRequest, secret: &str, ttl: Duration) -> Result<NewToken, ApiError> {
@@ -158,15 +161,28 @@ async fn ensure_user(
     Ok(name)
 }
 
-/// Tokens: all of them for an admin, else the caller's own. Secrets are never shown.
+/// Tokens: all of them for an admin, else the caller's own and the invoke tokens of the
+/// services of the teams it is a member of (which it may revoke). Secrets are never shown.
 #[utoipa::path(get, path = "/v1/tokens", security(("bearer" = [])), responses((status = 200, body = Vec<TokenRecord>)))]
 pub async fn list_tokens(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
 ) -> Result<Json<Vec<TokenRecord>>, ApiError> {
     who.require_user()?;
-    let user = if who.require_admin().is_ok() { None } else { who.token.user.clone() };
-    Ok(Json(blocking(&app, move |s| s.tokens(user.as_deref())).await?))
+    if who.require_admin().is_ok() {
+        return Ok(Json(blocking(&app, |s| s.tokens(None)).await?));
+    }
+    let user = who.token.user.clone();
+    let teams: Vec<String> =
+        who.token.teams.iter().filter(|t| who.require_member_of(t).is_ok()).cloned().collect();
+    let (mut own, team) = blocking(&app, move |s| {
+        let team = if teams.is_empty() { Vec::new() } else { s.invoke_tokens(teams)? };
+        Ok((s.tokens(user.as_deref())?, team))
+    })
+    .await?;
+    own.extend(team.into_iter().filter(|t| !own.iter().any(|o| o.id == t.id)).collect::<Vec<_>>());
+    own.sort_by_key(|t| std::cmp::Reverse(t.id));
+    Ok(Json(own))
 }
 
 /// Revoke a token (admin, or the token's own user); it stops working on the next request.

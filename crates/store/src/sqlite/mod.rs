@@ -209,6 +209,9 @@ macro_rules! impl_store {
             fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>> {
                 self.read(|c| tokens::list(c, user))
             }
+            fn invoke_tokens(&self, teams: Vec<String>) -> Result<Vec<TokenRecord>> {
+                self.read(|c| tokens::invoke_tokens(c, &teams))
+            }
             fn admin_token_count(&self, now: i64) -> Result<u64> {
                 self.read(|c| tokens::admin_count(c, now))
             }

@@ -92,6 +92,45 @@ pub(super) fn list(c: &dyn Conn, user: Option<&str>) -> Result<Vec<TokenRecord>>
     rows.into_iter().map(|t| with_teams(c, t)).collect()
 }
 
+/// The invoke tokens of the services of `teams` (their key is `team/service`).
+pub(super) fn invoke_tokens(c: &dyn Conn, teams: &[String]) -> Result<Vec<TokenRecord>> {
+    let sql = format!(
+        "SELECT {TOKEN_COLUMNS} FROM tokens t LEFT JOIN users u ON u.name = t.\"user\" \
+         WHERE t.kind = 'invoke' AND EXISTS (SELECT 1 FROM json_each(?1) j WHERE t.service LIKE j.value || '/%') \
+         ORDER BY t.id DESC"
+    );
+    let mut stmt = c.prepare_cached(&sql)?;
+    let rows =
+        stmt.query_map(params![super::rows::to_json(&teams)?], token_row)?.collect::<Result<Vec<_>>>()?;
+    rows.into_iter().map(|t| with_teams(c, t)).collect()
+}
+
+/// Revokes `user`'s invoke tokens of services of teams they no longer act for (a member of
+/// the service's team, or an admin), in the transaction that changed them.
+fn revoke_stale_invoke_tokens(c: &dyn Conn, user: &User, at: i64) -> Result<()> {
+    let held: Vec<(i64, Option<String>)> = c
+        .prepare_cached(
+            "SELECT id, service FROM tokens WHERE kind = 'invoke' AND \"user\" = ?1 AND revoked_at IS NULL",
+        )?
+        .query_map(params![&user.name], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_>>()?;
+    for (id, service) in held {
+        let team = service.as_deref().and_then(|s| s.split_once('/')).map(|(t, _)| t.to_owned());
+        let keeps = match user.role {
+            Role::Admin => true,
+            Role::Member => team.is_some_and(|t| user.teams.contains(&t)),
+            _ => false,
+        };
+        if !keeps {
+            c.prepare_cached("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1")?.execute(params![id, at])?;
+            let message =
+                format!("invoke token {id} revoked: {} no longer acts for its service's team", user.name);
+            event(c, at, "token.revoked", &format!("token/{id}"), &message, None)?;
+        }
+    }
+    Ok(())
+}
+
 /// Number of usable admin tokens at `now`.
 pub(super) fn admin_count(c: &dyn Conn, now: i64) -> Result<u64> {
     c.prepare_cached(
@@ -154,7 +193,7 @@ pub(super) fn set_user(c: &dyn Conn, user: &User, at: i64) -> Result<()> {
         c.prepare_cached("INSERT INTO user_teams (\"user\", team) VALUES (?1, ?2) ON CONFLICT DO NOTHING")?
             .execute(params![&user.name, team])?;
     }
-    Ok(())
+    revoke_stale_invoke_tokens(c, user, at)
 }
 
 pub(super) fn user(c: &dyn Conn, name: &str) -> Result<Option<User>> {
