@@ -69,6 +69,8 @@ pub struct ServerConfig {
     pub uploads_dir: PathBuf,
     /// Most bytes an uploaded working directory's files may add up to.
     pub upload_limit_bytes: u64,
+    /// Most bytes of uploaded files one team may hold (`--upload-team-quota`).
+    pub upload_team_quota_bytes: u64,
     /// Run the service controller (the default). Off, the gateway's table is whatever the
     /// embedder hands [`crate::gateway::Gateway::set_routes`] (the controller would replace it
     /// whenever its own table changes).
@@ -86,6 +88,7 @@ impl ServerConfig {
         Self {
             uploads_dir: logs_dir.with_file_name("uploads"),
             upload_limit_bytes: gantry_api::upload::LIMIT_BYTES,
+            upload_team_quota_bytes: crate::uploads::DEFAULT_TEAM_QUOTA,
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             heartbeat_timeout: Duration::from_secs(10),
             node_lost_after: Duration::from_secs(300),

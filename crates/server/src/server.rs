@@ -88,7 +88,8 @@ impl Server {
                 gateway_metrics,
                 Box::new(gantry_core::rng::SplitMix64::new(seed())),
             )),
-            uploads: crate::uploads::Uploads::new(config.uploads_dir.clone(), config.upload_limit_bytes),
+            uploads: crate::uploads::Uploads::new(config.uploads_dir.clone(), config.upload_limit_bytes)
+                .with_team_quota(config.upload_team_quota_bytes),
             store,
             leadership: crate::leader::Leadership::new(shared),
             config,

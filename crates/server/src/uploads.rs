@@ -39,6 +39,9 @@ pub enum UploadError {
     /// The team holds no such upload.
     #[error("{0}")]
     NotFound(String),
+    /// The team's uploads would pass its quota (507).
+    #[error("{0}")]
+    QuotaFull(String),
     /// Reading or writing the upload directory failed.
     #[error("{what}: {source}")]
     Io {
@@ -49,11 +52,19 @@ pub enum UploadError {
     },
 }
 
+/// Bytes of files one team's uploads may hold by default: 4 GiB.
+pub const DEFAULT_TEAM_QUOTA: u64 = 4 << 30;
+
 /// The uploads directory.
 #[derive(Debug)]
 pub struct Uploads {
     root: PathBuf,
     limit: u64,
+    /// Most bytes of files one team's uploads may hold on the server's disk.
+    team_quota: u64,
+    /// The bytes of each team's files as last counted and since added (counted again after a
+    /// sweep).
+    held: std::sync::Mutex<HashMap<String, u64>>,
     /// The file digests of recently read manifests, by team and manifest digest: an agent
     /// fetching an upload's files asks for each one, and reading the manifest per file would
     /// make a large upload quadratic.
@@ -69,7 +80,31 @@ const NAMES_KEPT: usize = 64;
 impl Uploads {
     /// Uploads under `root` (`<data>/uploads`), manifests of at most `limit` bytes of files.
     pub fn new(root: PathBuf, limit: u64) -> Self {
-        Self { root, limit, names: Default::default() }
+        Self {
+            root,
+            limit,
+            team_quota: DEFAULT_TEAM_QUOTA,
+            held: Default::default(),
+            names: Default::default(),
+        }
+    }
+
+    /// The same, each team holding at most `bytes` of files (`--upload-team-quota`).
+    pub fn with_team_quota(mut self, bytes: u64) -> Self {
+        self.team_quota = bytes;
+        self
+    }
+
+    /// The bytes of the team's files now (counted once, then kept up to date).
+    fn held_by(&self, team: &str) -> Result<u64, UploadError> {
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = held.get(team) {
+            return Ok(*n);
+        }
+        let dir = self.team_dir(team)?.join("blobs");
+        let n = listing(&dir).iter().filter_map(|(p, _)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+        held.insert(team.to_owned(), n);
+        Ok(n)
     }
 
     /// Whether the team's manifest `digest` names the file `sha256`.
@@ -148,7 +183,27 @@ impl Uploads {
         if got != sha256 {
             return Err(UploadError::Refused(format!("the body's SHA-256 is {got}, not {sha256}")));
         }
-        write_atomically(&path, bytes)
+        if path.exists() {
+            // Held already: the same bytes again take no more room.
+            return write_atomically(&path, bytes);
+        }
+        let (held, adding) = (self.held_by(team)?, bytes.len() as u64);
+        if held + adding > self.team_quota {
+            return Err(UploadError::QuotaFull(format!(
+                "team {team}'s uploads hold {} of its {}; this file adds {}: files no job uses are removed an hour after they were sent",
+                upload::human_bytes(held),
+                upload::human_bytes(self.team_quota),
+                upload::human_bytes(adding)
+            )));
+        }
+        write_atomically(&path, bytes)?;
+        *self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(team.to_owned())
+            .or_default() += adding;
+        Ok(())
     }
 
     /// Checks `manifest` and that the team holds each of its files with the size it says, then
@@ -236,6 +291,8 @@ impl Uploads {
                 kept.entry(svc.team).or_default().insert(hex.to_owned());
             }
         }
+        // Counted again from the disk after what the sweep removes.
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
         let Ok(teams) = std::fs::read_dir(&self.root) else { return 0 };
         let mut removed = 0;
         for team in teams.flatten() {

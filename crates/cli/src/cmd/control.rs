@@ -56,6 +56,11 @@ pub struct ControlArgs {
     /// cluster, so that replicas sharing a node's network never collide.
     #[arg(long, value_name = "LO-HI", default_value = "20000-22999", value_parser = parse_port_range)]
     pub service_ports: (u16, u16),
+    /// Most bytes of uploaded working-directory files one team may hold on the server's disk
+    /// (files no job uses go an hour after they were sent): `4GiB`. Past it an upload gets 507
+    /// with the figures.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB")]
+    pub upload_team_quota: String,
     /// Serve HTTPS (the default; kept for scripts that pass it).
     #[arg(long, conflicts_with = "no_tls")]
     pub tls: bool,
@@ -143,6 +148,7 @@ pub fn prepare(args: &ControlArgs) -> anyhow::Result<Prepared> {
     }
     super::sandbox::parse_size(&args.log_quota).context("--log-quota")?;
     super::sandbox::parse_size(&args.min_free_disk).context("--min-free-disk")?;
+    super::sandbox::parse_size(&args.upload_team_quota).context("--upload-team-quota")?;
     let data = match &args.data_dir {
         Some(d) => d.clone(),
         None => default_data_dir()?,
@@ -314,6 +320,8 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.pki = pki.clone();
     config.gateway_listen = args.gateway_listen.0;
     config.service_ports = args.service_ports;
+    config.upload_team_quota_bytes =
+        super::sandbox::parse_size(&args.upload_team_quota).context("--upload-team-quota")?;
     if matches!(args.db, Database::Postgres(_)) {
         let replica = replica_id(&prepared.data)?;
         config.lease =

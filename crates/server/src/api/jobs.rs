@@ -68,6 +68,23 @@ pub async fn apply(
     }
 }
 
+/// The client's word for what it uploaded (a job's or a service's working directory), checked
+/// against what `team` holds: 422 when it holds no such upload.
+pub(super) async fn upload_held(
+    app: &Arc<App>,
+    team: &str,
+    upload: gantry_api::upload::Upload,
+) -> Result<(), ApiError> {
+    let (app, team) = (Arc::clone(app), team.to_owned());
+    tokio::task::spawn_blocking(move || app.uploads.confirm(&team, &upload))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(|e| match e {
+            crate::uploads::UploadError::NotFound(m) => ApiError::Unprocessable(format!("upload: {m}")),
+            e => e.into(),
+        })
+}
+
 /// A job's declared inputs: well formed, and the secret they name is one its team holds.
 async fn inputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
     gantry_api::inputs::check(&job.spec.inputs).map_err(ApiError::Unprocessable)?;
@@ -137,15 +154,7 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
     job.spec.outputs = job.spec.outputs.iter().map(gantry_api::outputs::Output::declared).collect();
     disk_floor(app)?;
     if let Some(upload) = job.spec.upload.clone() {
-        // The client's word for what it uploaded is checked against what the team holds.
-        let (app, team) = (Arc::clone(app), job.team.clone());
-        tokio::task::spawn_blocking(move || app.uploads.confirm(&team, &upload))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .map_err(|e| match e {
-                crate::uploads::UploadError::NotFound(m) => ApiError::Unprocessable(format!("upload: {m}")),
-                e => e.into(),
-            })?;
+        upload_held(app, &job.team, upload).await?;
     }
     inputs_checked(app, &job).await?;
     outputs_checked(app, &job).await?;

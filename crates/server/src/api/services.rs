@@ -52,15 +52,7 @@ pub async fn apply(
     spec.team = Some(team.clone());
     check(&app, &spec).await?;
     if let Some(upload) = spec.upload.clone() {
-        // The client's word for what it uploaded is checked against what the team holds.
-        let (app, owner) = (Arc::clone(&app), team.clone());
-        tokio::task::spawn_blocking(move || app.uploads.confirm(&owner, &upload))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?
-            .map_err(|e| match e {
-                crate::uploads::UploadError::NotFound(m) => ApiError::Unprocessable(format!("upload: {m}")),
-                e => e.into(),
-            })?;
+        super::jobs::upload_held(&app, &team, upload).await?;
     }
     let digest = digest(&spec)?;
     let name = spec.name.clone();

@@ -40,6 +40,7 @@ impl From<UploadError> for ApiError {
         match e {
             UploadError::Refused(m) => ApiError::Unprocessable(m),
             UploadError::NotFound(m) => ApiError::NotFound(m),
+            UploadError::QuotaFull(m) => ApiError::InsufficientStorage(m),
             e @ UploadError::Io { .. } => ApiError::Internal(e.to_string()),
         }
     }

@@ -216,15 +216,7 @@ impl World {
     /// fail; until nothing changes for a while (or a bound).
     fn calm(&mut self) -> Result<(), TestCaseError> {
         for _ in 0..400 {
-            let broken: Vec<JobId> = self
-                .replicas
-                .iter()
-                .filter(|r| r.phase == Phase::Starting && self.broken.contains(&r.generation))
-                .map(|r| r.job)
-                .collect();
-            for job in broken {
-                self.fail(job);
-            }
+            self.fail_broken();
             for r in &mut self.replicas {
                 if r.phase == Phase::Starting && !self.broken.contains(&r.generation) {
                     r.phase = Phase::Ready;
@@ -327,6 +319,12 @@ fn a_broken_generation_backs_off_is_reported_stuck_with_its_last_words_and_the_o
 impl World {
     /// One calm tick (see [`World::calm`]).
     fn calm_once(&mut self) {
+        self.fail_broken();
+        self.tick().expect("tick");
+    }
+
+    /// The starting replicas of a broken generation exit, failed.
+    fn fail_broken(&mut self) {
         let broken: Vec<JobId> = self
             .replicas
             .iter()
@@ -336,6 +334,5 @@ impl World {
         for job in broken {
             self.fail(job);
         }
-        self.tick().expect("tick");
     }
 }

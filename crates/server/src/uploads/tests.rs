@@ -111,3 +111,20 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_teams_uploads_stay_within_its_quota_and_the_same_file_again_takes_no_room() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let u = Uploads::new(dir.path().join("uploads"), upload::LIMIT_BYTES).with_team_quota(100);
+    let (a, b) = (vec![b'a'; 60], vec![b'b'; 60]);
+    u.put_blob("vision", &upload::hex_sha256(&a), &a).expect("within the quota");
+    u.put_blob("vision", &upload::hex_sha256(&a), &a).expect("the same file again");
+    let err = u.put_blob("vision", &upload::hex_sha256(&b), &b).expect_err("past the quota");
+    assert!(matches!(err, UploadError::QuotaFull(_)), "{err}");
+    assert!(err.to_string().contains("team vision's uploads hold 60 B of its 100 B"), "{err}");
+    // Another team has its own.
+    u.put_blob("nlp", &upload::hex_sha256(&b), &b).expect("another team's quota");
+    // Counted again from the disk by a new server.
+    let again = Uploads::new(dir.path().join("uploads"), upload::LIMIT_BYTES).with_team_quota(100);
+    assert!(matches!(again.put_blob("vision", &upload::hex_sha256(&b), &b), Err(UploadError::QuotaFull(_))));
+}
