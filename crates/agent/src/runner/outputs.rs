@@ -307,12 +307,8 @@ pub async fn upload_attempt(reporter: Arc<Reporter>, job_id: i64, attempt: u32, 
         Ok(answer) => {
             let mut results = Vec::new();
             for (o, dir) in &dirs.outputs {
-                let access = super::sources::Access {
-                    secret: &answer.secret,
-                    public: false,
-                    egress: &reporter.egress,
-                };
-                results.push(upload_one(o, dir, dirs.uid, access, Caps::default(), BACKOFF).await);
+                let (secret, egress) = (&answer.secret, &reporter.egress);
+                results.push(upload_one(o, dir, dirs.uid, secret, egress, Caps::default(), BACKOFF).await);
             }
             results
         }
@@ -342,18 +338,20 @@ pub async fn upload_one(
     o: &Output,
     dir: &Path,
     uid: u32,
-    access: super::sources::Access<'_>,
+    secret: &super::sources::Secret,
+    egress: &Arc<super::egress::Egress>,
     caps: Caps,
     backoff: Duration,
 ) -> Output {
-    if !super::sources::has_keys(access.secret) {
+    if !super::sources::has_keys(secret) {
         return failed(
             o,
             "outputs are written only with a team secret holding AWS_ACCESS_KEY_ID and \
              AWS_SECRET_ACCESS_KEY (--output-secret); nothing was uploaded",
         );
     }
-    let access = super::sources::Access { public: false, ..access };
+    // Never a public source's node credentials: outputs write.
+    let access = super::sources::Access { secret, public: false, egress };
     let started = Instant::now();
     let (bucket, prefix) = match o.target() {
         Ok(t) => t,

@@ -86,7 +86,8 @@ async fn a_refused_output_uploads_nothing_and_says_why() {
     let o = Output::new("model", "s3://bucket/p");
     let caps = Caps { bytes: 4, files: 100 };
     let secret = keys(&[]);
-    let done = upload_one(&o, &tmp.path().join("out"), uid, access(&secret, &[]), caps, Duration::ZERO).await;
+    let done =
+        upload_one(&o, &tmp.path().join("out"), uid, &secret, &egress(&[]), caps, Duration::ZERO).await;
     assert_eq!(done.state, OutputState::Failed);
     let error = done.error.unwrap_or_default();
     assert!(error.contains("more than 4 bytes") && error.contains("nothing was uploaded"), "{error}");
@@ -101,14 +102,10 @@ fn keys(extra: &[(&str, &str)]) -> super::super::sources::Secret {
         .collect()
 }
 
-/// Access with `secret`, to the networks `allowed` (CIDR) and the internet.
-fn access<'a>(
-    secret: &'a super::super::sources::Secret,
-    allowed: &[&str],
-) -> super::super::sources::Access<'a> {
+/// Where uploads may go: the networks `allowed` (CIDR) and the internet.
+fn egress(allowed: &[&str]) -> Arc<super::super::egress::Egress> {
     let nets: Vec<String> = allowed.iter().map(|s| (*s).to_owned()).collect();
-    let egress = Box::leak(Box::new(Arc::new(super::super::egress::Egress::new(&nets, &[]).expect("nets"))));
-    super::super::sources::Access { secret, public: false, egress }
+    Arc::new(super::super::egress::Egress::new(&nets, &[]).expect("nets"))
 }
 
 #[tokio::test]
@@ -123,13 +120,13 @@ async fn an_output_without_the_teams_keys_or_to_the_nodes_loopback_uploads_nothi
         [("AWS_ENDPOINT_URL".to_owned(), url.clone()), ("AWS_REGION".to_owned(), "us-east-1".to_owned())]
             .into();
     let done =
-        upload_one(&o, &out, uid, access(&only_endpoint, &["127.0.0.0/8"]), Caps::default(), Duration::ZERO)
+        upload_one(&o, &out, uid, &only_endpoint, &egress(&["127.0.0.0/8"]), Caps::default(), Duration::ZERO)
             .await;
     let error = done.error.unwrap_or_default();
     assert!(error.contains("AWS_ACCESS_KEY_ID") && error.contains("nothing was uploaded"), "{error}");
     // Keys, to an endpoint on the node's loopback that no admin opened.
     let secret = keys(&[("AWS_ENDPOINT_URL", url.as_str())]);
-    let done = upload_one(&o, &out, uid, access(&secret, &[]), Caps::default(), Duration::ZERO).await;
+    let done = upload_one(&o, &out, uid, &secret, &egress(&[]), Caps::default(), Duration::ZERO).await;
     let error = done.error.unwrap_or_default();
     assert!(error.contains("loopback") && error.contains("--allow-source-net"), "{error}");
     assert!(error.chars().count() <= 300, "{error}");
@@ -171,7 +168,8 @@ async fn a_failing_upload_is_tried_six_times_then_recorded_failed() {
         &o,
         &tmp.path().join("out"),
         uid,
-        access(&secret, &["127.0.0.1"]),
+        &secret,
+        &egress(&["127.0.0.1"]),
         Caps::default(),
         Duration::ZERO,
     )
