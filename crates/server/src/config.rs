@@ -52,6 +52,10 @@ pub struct ServerConfig {
     pub resize_interval: Duration,
     /// What the server keeps of jobs' output: the team quota, retention, the free-space floor.
     pub output: crate::output::OutputLimits,
+    /// The API's unix socket (`<data>/api.sock` for `gantry up` and `gantry server`; `None`: TCP
+    /// only): the local CLI's and agent's way in, which no number of TCP connections can fill
+    /// (see [`crate::transport`]). Mode 0600: the server's user (and root) only.
+    pub socket: Option<PathBuf>,
     /// Where the serving gateway listens (`None`: not served); TLS on any address but loopback.
     pub gateway_listen: Option<SocketAddr>,
     /// The gateway's limits and timeouts.
@@ -107,6 +111,7 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             resize_interval: Duration::from_secs(300),
             output: crate::output::OutputLimits::default(),
+            socket: None,
             gateway_listen: None,
             gateway: crate::gateway::GatewayConfig::default(),
             hold_heartbeats: true,

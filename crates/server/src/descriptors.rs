@@ -11,8 +11,12 @@
 
 use crate::config::ServerConfig;
 
-/// Descriptors kept for everything but the listeners' connections.
+/// Descriptors kept for everything but the listeners' connections (the unix socket's
+/// [`SOCKET_CONNECTIONS`] included).
 pub const RESERVE: u64 = 512;
+
+/// Open connections at most on the API's unix socket (the local CLI and agent).
+pub const SOCKET_CONNECTIONS: usize = 64;
 
 /// Raises the soft limit on open files to the hard limit (once is enough; again is harmless);
 /// the soft limit in force afterwards.

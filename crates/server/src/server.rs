@@ -41,6 +41,7 @@ pub enum ServerError {
 pub struct Server {
     app: Arc<App>,
     listeners: Vec<TcpListener>,
+    socket: Option<tokio::net::UnixListener>,
     missing: Option<String>,
     tls: Option<Arc<rustls::ServerConfig>>,
     gateway: Option<GatewayListener>,
@@ -74,6 +75,12 @@ impl Server {
         if let Some(missing) = &missing {
             tracing::warn!("{missing}");
         }
+        // Not fatal: TCP serves everything; the socket only keeps the local clients' way in.
+        let socket = config.socket.as_deref().and_then(|path| {
+            bind_socket(path)
+                .inspect_err(|e| tracing::warn!(path = %path.display(), error = %e, "the API's unix socket is not served"))
+                .ok()
+        });
         let (gateway, gateway_missing) = bind_gateway(&config, tls.as_ref()).await;
         let metrics = Metrics::default();
         let mut gateway_config = config.gateway;
@@ -110,7 +117,7 @@ impl Server {
             assigned: Default::default(),
             service_status: Default::default(),
         });
-        Ok(Self { app, listeners: bound.listeners, missing, tls, gateway, gateway_missing })
+        Ok(Self { app, listeners: bound.listeners, socket, missing, tls, gateway, gateway_missing })
     }
 
     /// The gateway's addresses (empty when it is not served).
@@ -138,6 +145,11 @@ impl Server {
     /// Every address bound: the listen address, then its other loopback family if bound.
     pub fn local_addrs(&self) -> Result<Vec<SocketAddr>, ServerError> {
         Ok(self.listeners.iter().map(TcpListener::local_addr).collect::<Result<_, _>>()?)
+    }
+
+    /// The API's unix socket, when it is served.
+    pub fn socket_path(&self) -> Option<&std::path::Path> {
+        self.socket.as_ref().and(self.app.config.socket.as_deref())
     }
 
     /// Why the other loopback family is not bound, when the machine lacks it (no IPv6).
@@ -199,7 +211,14 @@ impl Server {
             shutdown.await;
             app.closing.send_replace(true);
         };
-        transport::serve(self.listeners, router, self.tls, limits, shutdown).await;
+        let socket = self.socket.take().map(|listener| transport::UnixSocket {
+            listener,
+            max_connections: crate::descriptors::SOCKET_CONNECTIONS,
+        });
+        transport::serve(self.listeners, socket, router, self.tls, limits, shutdown).await;
+        if let Some(path) = &self.app.config.socket {
+            let _ = std::fs::remove_file(path);
+        }
         let _ = stop_tx.send(true);
         let _ = scheduler.await;
         let _ = sweeper.await;
@@ -215,6 +234,33 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Binds the API's unix socket at `path`, mode 0600. A socket left there by a server that is
+/// gone is replaced (whoever runs this holds the data directory's lock); one that answers, or
+/// anything that is not a socket, is an error.
+fn bind_socket(path: &std::path::Path) -> Result<tokio::net::UnixListener, ServerError> {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    let refused = |why: &str| ServerError::Serve(std::io::Error::other(format!("{}: {why}", path.display())));
+    // sun_path holds 108 bytes with its terminating NUL.
+    if path.as_os_str().len() > 107 {
+        return Err(refused("longer than a unix socket's path may be (107 bytes)"));
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(refused("exists and is not a socket"));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(refused("another server answers on this socket"));
+        }
+        std::fs::remove_file(path)?;
+    }
+    // A connection in the moment before the mode narrows gains nothing TCP's loopback would
+    // not: every request still needs a token.
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(tokio::net::UnixListener::from_std(listener)?)
 }
 
 /// Binds the gateway's address, when one is set: TLS (the API's certificate) on any address but

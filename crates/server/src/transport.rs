@@ -21,6 +21,13 @@
 //! 4. gets [`axum::extract::ConnectInfo`]`<SocketAddr>` (and, with a verified client certificate,
 //!    [`PeerCert`]) inserted into every request.
 //!
+//! Loopback counts as one address: `127.0.0.0/8` holds 16 million of them, and a local client
+//! dialling from `127.0.1.x` must not get a fresh per-address allowance for each. The local CLI
+//! and agent then need a way in that no other local client can fill: the unix socket
+//! ([`UnixSocket`], `<data>/api.sock`), served the same way (TLS included, so the client keeps
+//! its URL and pinned CA) by its own accept loop with its own connection cap. Its peers are
+//! reported as `127.0.0.1:0`.
+//!
 //! HTTP/2 is not offered: HTTP/1.1 keeps one set of timeouts that is easy to reason about, and
 //! agents and the CLI send one small request at a time.
 
@@ -36,7 +43,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
@@ -61,6 +68,16 @@ pub struct Limits {
     pub shutdown_grace: Duration,
 }
 
+/// The API's unix socket: its own accept loop and cap, so that connections over TCP (from any
+/// number of loopback addresses) never hold the local CLI and agent out.
+#[derive(Debug)]
+pub struct UnixSocket {
+    /// The bound socket.
+    pub listener: UnixListener,
+    /// Open connections at most on it; more wait in the backlog.
+    pub max_connections: usize,
+}
+
 /// What every connection needs.
 #[derive(Debug, Clone)]
 struct Shared {
@@ -70,28 +87,59 @@ struct Shared {
 }
 
 /// Serves `router` on `listeners` (one address, or both loopback families: see [`crate::listen`])
-/// until `shutdown` resolves, then lets in-flight requests finish (up to
-/// [`Limits::shutdown_grace`]) and closes idle connections at once.
+/// and on `unix` when given, until `shutdown` resolves, then lets in-flight requests finish (up
+/// to [`Limits::shutdown_grace`]) and closes idle connections at once.
 pub async fn serve(
     listeners: Vec<TcpListener>,
+    unix: Option<UnixSocket>,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let per_address = PerAddress::new(limits.max_connections_per_address);
     let graceful = GracefulShutdown::new();
     let shared = Shared { router, tls, limits };
-    tokio::pin!(shutdown);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let signal = async move {
+        shutdown.await;
+        stop_tx.send_replace(true);
+    };
+    let tcp = accept_tcp(listeners, &shared, &graceful, stop.clone());
+    let local = async {
+        if let Some(unix) = unix {
+            accept_unix(unix, &shared, &graceful, stop).await;
+        }
+    };
+    tokio::join!(signal, tcp, local);
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!(grace = ?limits.shutdown_grace, "requests still running at shutdown were abandoned");
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Accepts TCP connections until `stop`, each under the global and its address's cap.
+async fn accept_tcp(
+    listeners: Vec<TcpListener>,
+    shared: &Shared,
+    graceful: &GracefulShutdown,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(shared.limits.max_connections.max(1)));
+    let per_address = PerAddress::new(shared.limits.max_connections_per_address);
     let mut turn = 0;
+    let stopped = stopped(stop);
+    tokio::pin!(stopped);
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&permits).acquire_owned() => match permit {
                 Ok(p) => p,
                 Err(_) => break, // closed: never, the semaphore lives as long as the loop
             },
-            () = &mut shutdown => break,
+            () = &mut stopped => break,
         };
         let (stream, peer) = tokio::select! {
             accepted = crate::listen::accept_any(&listeners, &mut turn) => match accepted {
@@ -101,7 +149,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = &mut stopped => break,
         };
         let Some(slot) = per_address.take(peer.ip()) else {
             tracing::debug!(%peer, "closed a connection past the per-address limit");
@@ -109,12 +157,55 @@ pub async fn serve(
             continue;
         };
         let span = tracing::info_span!("connection", %peer);
-        let permit = (permit, slot);
-        tokio::spawn(connection(stream, peer, shared.clone(), graceful.watcher(), permit).instrument(span));
+        let permit = (permit, Some(slot));
+        tokio::spawn(
+            tcp_connection(stream, peer, shared.clone(), graceful.watcher(), permit).instrument(span),
+        );
     }
-    drop(listeners);
-    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await.is_err() {
-        tracing::warn!(grace = ?limits.shutdown_grace, "requests still running at shutdown were abandoned");
+}
+
+/// Accepts unix-socket connections until `stop`, under the socket's own cap.
+async fn accept_unix(
+    unix: UnixSocket,
+    shared: &Shared,
+    graceful: &GracefulShutdown,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(unix.max_connections.max(1)));
+    let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+    let stopped = stopped(stop);
+    tokio::pin!(stopped);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut stopped => break,
+        };
+        let stream = tokio::select! {
+            accepted = unix.listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+            () = &mut stopped => break,
+        };
+        let span = tracing::info_span!("connection", peer = "unix");
+        let shared = shared.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(
+            async move {
+                let _permit = permit;
+                match shared.tls.clone() {
+                    None => http(TokioIo::new(stream), peer, None, &shared, watcher).await,
+                    Some(config) => tls_then_http(stream, config, peer, &shared, watcher).await,
+                }
+            }
+            .instrument(span),
+        );
     }
 }
 
@@ -137,8 +228,10 @@ impl PerAddress {
         Self { open: Arc::default(), limit: limit.max(1) }
     }
 
-    /// A slot for `ip`, unless it has `limit` connections open.
+    /// A slot for `ip`, unless it has `limit` connections open. Every loopback address (and
+    /// an IPv4-mapped one) counts as `127.0.0.1`.
     fn take(&self, ip: IpAddr) -> Option<AddressSlot> {
+        let ip = source(ip);
         let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = open.entry(ip).or_insert(0);
         if *n >= self.limit {
@@ -147,6 +240,12 @@ impl PerAddress {
         *n += 1;
         Some(AddressSlot { of: self.clone(), ip })
     }
+}
+
+/// The source a connection counts against: one for all of loopback.
+fn source(ip: IpAddr) -> IpAddr {
+    let ip = ip.to_canonical();
+    if ip.is_loopback() { IpAddr::from([127, 0, 0, 1]) } else { ip }
 }
 
 impl Drop for AddressSlot {
@@ -171,37 +270,47 @@ async fn accept_failed(e: std::io::Error) {
     }
 }
 
-async fn connection(
+async fn tcp_connection(
     stream: TcpStream,
     peer: SocketAddr,
     shared: Shared,
     watcher: Watcher,
-    _permit: (OwnedSemaphorePermit, AddressSlot),
+    _permit: (OwnedSemaphorePermit, Option<AddressSlot>),
 ) {
     let _ = stream.set_nodelay(true);
     let Some(config) = shared.tls.clone() else {
         return http(TokioIo::new(stream), peer, None, &shared, watcher).await;
     };
+    match tokio::time::timeout(shared.limits.tls_handshake_timeout, speaks_tls(&stream)).await {
+        Ok(true) => {}
+        Ok(false) => return refuse_plain_http(stream).await,
+        Err(_) => return, // not a byte within the handshake's time
+    }
+    tls_then_http(stream, config, peer, &shared, watcher).await;
+}
+
+/// The TLS handshake (within [`Limits::tls_handshake_timeout`]), then HTTP over it.
+async fn tls_then_http<S>(
+    stream: S,
+    config: Arc<rustls::ServerConfig>,
+    peer: SocketAddr,
+    shared: &Shared,
+    watcher: Watcher,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let acceptor = TlsAcceptor::from(config);
-    let handshake = async {
-        if !speaks_tls(&stream).await {
-            refuse_plain_http(stream).await;
-            return None;
+    let tls = match tokio::time::timeout(shared.limits.tls_handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            return;
         }
-        match acceptor.accept(stream).await {
-            Ok(tls) => Some(tls),
-            Err(e) => {
-                tracing::debug!(error = %e, "TLS handshake failed");
-                None
-            }
-        }
-    };
-    let Ok(Some(tls)) = tokio::time::timeout(shared.limits.tls_handshake_timeout, handshake).await else {
-        return;
+        Err(_) => return,
     };
     let cert = tls.get_ref().1.peer_certificates().and_then(<[_]>::first);
     let cert = cert.and_then(|c| Some(PeerCert { common_name: common_name(c)?, sha256: sha256_hex(c) }));
-    http(TokioIo::new(tls), peer, cert, &shared, watcher).await;
+    http(TokioIo::new(tls), peer, cert, shared, watcher).await;
 }
 
 /// HTTP/1.1 on an established (and, with TLS, handshaken) connection.
@@ -260,5 +369,31 @@ async fn refuse_plain_http(mut stream: TcpStream) {
     if stream.write_all(answer.as_bytes()).await.is_ok() {
         let _ = stream.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loopback_address_counts_as_one_source() {
+        let one = IpAddr::from([127, 0, 0, 1]);
+        for ip in ["127.0.1.7", "127.255.255.254", "::1", "::ffff:127.0.3.4"] {
+            assert_eq!(source(ip.parse().expect("ip")), one, "{ip}");
+        }
+        for ip in ["10.0.0.1", "::ffff:10.0.0.1", "2001:db8::1"] {
+            let parsed: IpAddr = ip.parse().expect("ip");
+            assert_eq!(source(parsed), parsed.to_canonical(), "{ip}");
+        }
+        let limit = PerAddress::new(2);
+        let held: Vec<_> =
+            ["127.0.0.1", "127.0.1.1"].iter().filter_map(|ip| limit.take(ip.parse().ok()?)).collect();
+        assert_eq!(held.len(), 2);
+        assert!(
+            limit.take("127.9.9.9".parse().expect("ip")).is_none(),
+            "a third loopback address is the same source"
+        );
+        assert!(limit.take("10.0.0.1".parse().expect("ip")).is_some());
     }
 }

@@ -56,7 +56,23 @@ impl Client {
         ca_pem: Option<&str>,
         client_cert: Option<(&str, &str)>,
     ) -> Result<Self, AgentError> {
-        let http = builder(ca_pem, client_cert)?.timeout(REQUEST_TIMEOUT).build()?;
+        Self::with_socket(base, token, ca_pem, client_cert, None)
+    }
+
+    /// As [`Self::with_tls`], every request going through the server's unix `socket` when one is
+    /// given (the URL still names the server: its certificate is checked against it).
+    pub fn with_socket(
+        base: &str,
+        token: &str,
+        ca_pem: Option<&str>,
+        client_cert: Option<(&str, &str)>,
+        socket: Option<&std::path::Path>,
+    ) -> Result<Self, AgentError> {
+        let mut builder = builder(ca_pem, client_cert)?.timeout(REQUEST_TIMEOUT);
+        if let Some(socket) = socket {
+            builder = builder.unix_socket(socket);
+        }
+        let http = builder.build()?;
         let servers = failover::parse_servers(base).map_err(AgentError::Servers)?.into();
         Ok(Self { http, servers, rotation: Arc::default(), token: token.to_owned() })
     }

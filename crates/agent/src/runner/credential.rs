@@ -42,7 +42,13 @@ pub async fn obtain(config: &AgentConfig) -> Result<Identity, AgentError> {
             file.display()
         )));
     }
-    let client = Client::with_tls(&config.server, &config.token, config.ca_pem.as_deref(), None)?;
+    let client = Client::with_socket(
+        &config.server,
+        &config.token,
+        config.ca_pem.as_deref(),
+        None,
+        config.server_socket.as_deref(),
+    )?;
     let joined = client.join(&config.node_id).await?;
     if let Some(ca) = &joined.ca_pem
         && config.ca_pem.is_some()

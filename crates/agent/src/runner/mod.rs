@@ -107,6 +107,9 @@ pub struct AgentConfig {
     /// The networks and hosts an admin opened to jobs' sources and outputs
     /// (`--allow-source-net`, `--allow-source-host`); by default none of the node's own.
     pub egress: Arc<egress::Egress>,
+    /// The server's unix socket when it runs on this machine (`gantry up`'s own agent): requests
+    /// go through it, where no number of TCP connections to the server can hold them out.
+    pub server_socket: Option<PathBuf>,
 }
 
 /// The running executable, which serves as the shim when run with [`shim::ARG`].
@@ -151,8 +154,13 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     };
     let client_cert =
         identity.client_cert.as_ref().or(config.client_cert.as_ref()).map(|(c, k)| (c.as_str(), k.as_str()));
-    let client =
-        Client::with_tls(&config.server, &identity.credential, config.ca_pem.as_deref(), client_cert)?;
+    let client = Client::with_socket(
+        &config.server,
+        &identity.credential,
+        config.ca_pem.as_deref(),
+        client_cert,
+        config.server_socket.as_deref(),
+    )?;
     jobs.set_client(client.clone());
     let reporter = Arc::new(
         outputs::Reporter::new(client.clone(), config.node_id.clone())

@@ -190,6 +190,7 @@ impl Harness {
             labels: Default::default(),
             cache: Default::default(),
             egress: Default::default(),
+            server_socket: None,
         };
         tokio::spawn(runner::run(config, gpus, stop))
     }

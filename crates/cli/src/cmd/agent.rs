@@ -154,6 +154,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         labels: args.labels.into_iter().collect(),
         cache,
         egress,
+        server_socket: None,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -237,6 +237,15 @@ impl Api {
         // https even without a CA: a token is never sent in clear to whatever holds the port.
         let base =
             args.server.clone().or(context.server_list()).unwrap_or_else(|| "https://127.0.0.1:7070".into());
+        // The server this context's data directory belongs to also listens on a unix socket
+        // there, which no number of TCP connections to it can fill (see gantry_server::transport).
+        let single = failover::parse_servers(&base).is_ok_and(|s| s.len() == 1);
+        let socket = context
+            .data_dir
+            .as_deref()
+            .filter(|_| context_server && single)
+            .map(|d| d.join(super::control::SOCKET))
+            .filter(|s| std::os::unix::net::UnixStream::connect(s).is_ok());
         let token = args.token.clone().filter(|t| !t.is_empty()).or(context.token);
         let token = token.ok_or_else(|| {
             anyhow!(
@@ -244,7 +253,7 @@ impl Api {
                 path_text()
             )
         })?;
-        Self::with_ca(&base, &token, ca.as_deref())
+        Self::through(&base, &token, ca.as_deref(), socket.as_deref())
     }
 
     /// A client for `base` with `token`, trusting the system's roots for https.
@@ -255,8 +264,23 @@ impl Api {
     /// A client for `base` (one URL, or several separated by commas) with `token` that pins
     /// `ca_pem` for https.
     pub fn with_ca(base: &str, token: &str, ca_pem: Option<&str>) -> anyhow::Result<Self> {
-        let http =
-            gantry_agent::runner::client::builder(ca_pem, None)?.timeout(Duration::from_secs(30)).build()?;
+        Self::through(base, token, ca_pem, None)
+    }
+
+    /// As [`Self::with_ca`], every request going through the server's unix `socket` when given
+    /// (the URL still names the server, and its certificate is checked against it).
+    pub fn through(
+        base: &str,
+        token: &str,
+        ca_pem: Option<&str>,
+        socket: Option<&std::path::Path>,
+    ) -> anyhow::Result<Self> {
+        let mut builder =
+            gantry_agent::runner::client::builder(ca_pem, None)?.timeout(Duration::from_secs(30));
+        if let Some(socket) = socket {
+            builder = builder.unix_socket(socket);
+        }
+        let http = builder.build()?;
         let servers = failover::parse_servers(base).map_err(|e| anyhow!("--server: {e}"))?.into();
         Ok(Self {
             http,

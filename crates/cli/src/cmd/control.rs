@@ -319,6 +319,7 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     };
     config.pki = pki.clone();
     config.gateway_listen = args.gateway_listen.0;
+    config.socket = Some(prepared.data.join(SOCKET));
     config.service_ports = args.service_ports;
     config.upload_team_quota_bytes =
         super::sandbox::parse_size(&args.upload_team_quota).context("--upload-team-quota")?;
@@ -350,6 +351,9 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     announce_tokens(&*prepared.store, &url, pki.as_deref(), &prepared.data, args.context.as_deref())?;
     Ok(Control { server, url, pki, prepared })
 }
+
+/// The API's unix socket in the data directory (the local CLI and agent use it when they can).
+pub const SOCKET: &str = "api.sock";
 
 /// `--gateway-listen`: an address, or `none`.
 #[derive(Debug, Clone, Copy)]

@@ -140,7 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             request_timeout: gang_timeout + Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
         };
-        transport::serve(vec![listener], routes(ext), tls, limits, shutdown_signal()).await;
+        transport::serve(vec![listener], None, routes(ext), tls, limits, shutdown_signal()).await;
         anyhow::Ok(())
     })
 }

@@ -113,6 +113,7 @@ async fn serve(
             labels: args.labels.iter().cloned().collect(),
             cache: args.sandbox.cache()?,
             egress: args.sandbox.egress()?,
+            server_socket: control.server.socket_path().map(Path::to_path_buf),
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     } else {

@@ -26,6 +26,7 @@ mod inputs;
 mod interrupt;
 mod job_events;
 mod lend;
+mod local_socket;
 mod moto;
 mod network;
 mod outputs;

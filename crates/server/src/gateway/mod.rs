@@ -305,7 +305,7 @@ impl Gateway {
             request_timeout,
             shutdown_grace: Duration::from_secs(30),
         };
-        crate::transport::serve(listeners, self.router(), tls, limits, shutdown).await;
+        crate::transport::serve(listeners, None, self.router(), tls, limits, shutdown).await;
     }
 
     /// Binds `addr` (both loopback families for a loopback address) and serves.

@@ -104,7 +104,7 @@ async fn echo_server(pki: Option<&Pki>) -> (String, tokio::sync::oneshot::Sender
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router = Router::new().route("/who", get(who));
-    tokio::spawn(transport::serve(vec![listener], router, tls, limits, async move {
+    tokio::spawn(transport::serve(vec![listener], None, router, tls, limits, async move {
         let _ = rx.await;
     }));
     (format!("{scheme}://{addr}"), tx)

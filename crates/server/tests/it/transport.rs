@@ -96,7 +96,7 @@ async fn shutdown_finishes_a_running_request_without_waiting_for_idle_keep_alive
         shutdown_grace: Duration::from_secs(30),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(transport::serve(vec![listener], router, None, limits, async move {
+    let server = tokio::spawn(transport::serve(vec![listener], None, router, None, limits, async move {
         let _ = stop_rx.await;
     }));
     // An idle keep-alive connection: one request answered, then silence.

@@ -135,6 +135,7 @@ async fn start(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<
         labels: Default::default(),
         cache: Default::default(),
         egress: Default::default(),
+        server_socket: None,
     };
     let agent = tokio::spawn(runner::run(agent_config, gpus, stop_rx));
     let api = Api::new(&url, &token)?;
