@@ -39,6 +39,9 @@ pub enum UploadError {
     /// The team holds no such upload.
     #[error("{0}")]
     NotFound(String),
+    /// A blob passes the cap on a working directory (413).
+    #[error("{0}")]
+    TooLarge(String),
     /// The team's uploads would pass its quota (507).
     #[error("{0}")]
     QuotaFull(String),
@@ -65,6 +68,9 @@ pub struct Uploads {
     /// The bytes of each team's files as last counted and since added (counted again after a
     /// sweep).
     held: std::sync::Mutex<HashMap<String, u64>>,
+    /// Room each team's uploads in progress have taken (their declared length, else the cap),
+    /// shared with each [`BlobWriter`] and given back when it ends.
+    reserved: std::sync::Arc<std::sync::Mutex<HashMap<String, u64>>>,
     /// The file digests of recently read manifests, by team and manifest digest: an agent
     /// fetching an upload's files asks for each one, and reading the manifest per file would
     /// make a large upload quadratic.
@@ -85,6 +91,7 @@ impl Uploads {
             limit,
             team_quota: DEFAULT_TEAM_QUOTA,
             held: Default::default(),
+            reserved: Default::default(),
             names: Default::default(),
         }
     }
@@ -175,35 +182,91 @@ impl Uploads {
 
     /// Keeps `bytes` as the team's blob `sha256`, refused unless they hash to it.
     pub fn put_blob(&self, team: &str, sha256: &str, bytes: &[u8]) -> Result<(), UploadError> {
+        let mut writer = self.blob_writer(team, sha256, Some(bytes.len() as u64))?;
+        writer.write(bytes)?;
+        self.finish_blob(writer)
+    }
+
+    /// Starts receiving the team's blob `sha256` of `declared` bytes (`None`: not said; the cap
+    /// is reserved) into a temporary file: refused at once when the declared size passes the
+    /// cap or the team's quota (counting the room its other uploads in progress took).
+    pub fn blob_writer(
+        &self,
+        team: &str,
+        sha256: &str,
+        declared: Option<u64>,
+    ) -> Result<BlobWriter, UploadError> {
         let path = self.blob_path(team, sha256)?;
-        if (bytes.len() as u64) > self.limit {
-            return Err(UploadError::Refused(upload::over_limit(bytes.len() as u64, self.limit)));
+        if let Some(n) = declared
+            && n > self.limit
+        {
+            return Err(UploadError::TooLarge(upload::over_limit(n, self.limit)));
         }
-        let got = upload::hex_sha256(bytes);
-        if got != sha256 {
-            return Err(UploadError::Refused(format!("the body's SHA-256 is {got}, not {sha256}")));
+        let room = declared.unwrap_or(self.limit);
+        let held = self.held_by(team)?;
+        {
+            let mut reserved = self.reserved.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let taken = reserved.entry(team.to_owned()).or_default();
+            if !path.exists() && held + *taken + room > self.team_quota {
+                return Err(self.quota_full(team, held + *taken, room));
+            }
+            *taken += room;
         }
-        if path.exists() {
+        let reservation =
+            Reservation { of: std::sync::Arc::clone(&self.reserved), team: team.to_owned(), room };
+        let dir = path.parent().expect("a blob path has a directory");
+        std::fs::create_dir_all(dir).map_err(|e| io(&format!("creating {}", dir.display()), e))?;
+        let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), unique()));
+        let file =
+            std::fs::File::create_new(&tmp).map_err(|e| io(&format!("creating {}", tmp.display()), e))?;
+        Ok(BlobWriter {
+            file,
+            tmp,
+            path,
+            team: team.to_owned(),
+            sha256: sha256.to_owned(),
+            hasher: <sha2::Sha256 as sha2::Digest>::new(),
+            written: 0,
+            limit: self.limit,
+            _reservation: reservation,
+        })
+    }
+
+    /// Keeps what `writer` received as its blob, refused unless it hashes to the digest it
+    /// names and fits the team's quota.
+    pub fn finish_blob(&self, mut writer: BlobWriter) -> Result<(), UploadError> {
+        let digest = sha2::Digest::finalize_reset(&mut writer.hasher);
+        let got: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        if got != writer.sha256 {
+            return Err(UploadError::Refused(format!("the body's SHA-256 is {got}, not {}", writer.sha256)));
+        }
+        writer.file.sync_all().map_err(|e| io(&format!("writing {}", writer.tmp.display()), e))?;
+        if writer.path.exists() {
             // Held already: the same bytes again take no more room.
-            return write_atomically(&path, bytes);
+            return writer.rename();
         }
-        let (held, adding) = (self.held_by(team)?, bytes.len() as u64);
-        if held + adding > self.team_quota {
-            return Err(UploadError::QuotaFull(format!(
-                "team {team}'s uploads hold {} of its {}; this file adds {}: files no job uses are removed an hour after they were sent",
-                upload::human_bytes(held),
-                upload::human_bytes(self.team_quota),
-                upload::human_bytes(adding)
-            )));
+        let (team, adding) = (writer.team.clone(), writer.written);
+        let held = self.held_by(&team)?;
+        let others = {
+            let reserved = self.reserved.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            reserved.get(&team).copied().unwrap_or(0).saturating_sub(writer._reservation.room)
+        };
+        if held + others + adding > self.team_quota {
+            return Err(self.quota_full(&team, held + others, adding));
         }
-        write_atomically(&path, bytes)?;
-        *self
-            .held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(team.to_owned())
-            .or_default() += adding;
+        writer.rename()?;
+        *self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(team).or_default() +=
+            adding;
         Ok(())
+    }
+
+    fn quota_full(&self, team: &str, held: u64, adding: u64) -> UploadError {
+        UploadError::QuotaFull(format!(
+            "team {team}'s uploads hold {} of its {}; this file adds {}: files no job uses are removed an hour after they were sent",
+            upload::human_bytes(held),
+            upload::human_bytes(self.team_quota),
+            upload::human_bytes(adding)
+        ))
     }
 
     /// Checks `manifest` and that the team holds each of its files with the size it says, then
@@ -321,6 +384,69 @@ impl Uploads {
             }
         }
         removed
+    }
+}
+
+/// A blob being received: written to a temporary file beside its place and hashed as it
+/// arrives, so a body never has to fit in memory. Dropped unfinished, the file goes.
+#[derive(Debug)]
+pub struct BlobWriter {
+    file: std::fs::File,
+    tmp: PathBuf,
+    path: PathBuf,
+    team: String,
+    sha256: String,
+    hasher: sha2::Sha256,
+    written: u64,
+    limit: u64,
+    _reservation: Reservation,
+}
+
+impl BlobWriter {
+    /// Appends `bytes`; refused once the blob passes the cap.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), UploadError> {
+        self.written += bytes.len() as u64;
+        if self.written > self.limit {
+            return Err(UploadError::TooLarge(upload::over_limit(self.written, self.limit)));
+        }
+        sha2::Digest::update(&mut self.hasher, bytes);
+        self.file.write_all(bytes).map_err(|e| io(&format!("writing {}", self.tmp.display()), e))
+    }
+
+    /// Bytes received so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    fn rename(self) -> Result<(), UploadError> {
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| io(&format!("writing {}", self.path.display()), e))
+        // `drop` then finds no temporary file to remove.
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+/// Room an upload in progress holds of its team's quota, given back when dropped.
+#[derive(Debug)]
+struct Reservation {
+    of: std::sync::Arc<std::sync::Mutex<HashMap<String, u64>>>,
+    team: String,
+    room: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut reserved = self.of.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = reserved.get_mut(&self.team) {
+            *n = n.saturating_sub(self.room);
+            if *n == 0 {
+                reserved.remove(&self.team);
+            }
+        }
     }
 }
 

@@ -65,3 +65,51 @@ fn held_bodies_and_stalled_uploads_do_not_grow_the_servers_memory_with_what_clie
     s.cluster.gantry(&["jobs"]);
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
+
+#[test]
+fn stalled_blob_uploads_stream_to_disk_and_leave_nothing_behind() {
+    use crate::harness::{Cluster, eventually};
+    let cluster = Cluster::start(&["--no-tls", "--no-agent"]);
+    let token = cluster.token();
+    let base = cluster.memory_kib("VmRSS");
+    let api = format!("127.0.0.1:{}", cluster.port);
+    // Eight uploads that declare 100 MiB, send 96 MiB and stall (the digest is of nothing they
+    // send: they are never finished).
+    let sha = gantry_api::upload::hex_sha256(b"never sent");
+    let head = format!(
+        "PUT /v1/uploads/blobs/{sha}?team=ml HTTP/1.1\r\nhost: g\r\nauthorization: Bearer {token}\r\n\
+         content-type: application/octet-stream\r\ncontent-length: {}\r\n\r\n",
+        100 << 20
+    );
+    let senders: Vec<_> = (0..8)
+        .map(|_| {
+            let (api, head) = (api.clone(), head.clone());
+            std::thread::spawn(move || send(&api, &head, 96 << 20))
+        })
+        .collect();
+    let stalled: Vec<TcpStream> = senders.into_iter().filter_map(|t| t.join().expect("sender")).collect();
+    assert_eq!(stalled.len(), 8);
+    let blobs = cluster.data_dir().join("uploads/ml/blobs");
+    let partial = || {
+        std::fs::read_dir(&blobs)
+            .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+    };
+    // What they sent is on disk, not in the server's memory.
+    let on_disk: u64 = eventually(Duration::from_secs(30), "the stalled uploads to reach the disk", || {
+        partial().ok().filter(|n: &u64| *n >= 8 * (95 << 20))
+    });
+    let peak = cluster.memory_kib("VmHWM");
+    eprintln!(
+        "8 stalled 100 MiB uploads: {} MiB on disk; server memory {} MiB before, peak {} MiB",
+        on_disk >> 20,
+        base >> 10,
+        peak >> 10
+    );
+    assert!(peak < base + (160 << 10), "{} MiB peak from {} MiB", peak >> 10, base >> 10);
+    // Clients that go away leave no partial file behind.
+    drop(stalled);
+    eventually(Duration::from_secs(30), "the partial uploads to be removed", || {
+        partial().ok().filter(|n| *n == 0)
+    });
+    cluster.gantry(&["jobs"]);
+}

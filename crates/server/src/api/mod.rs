@@ -111,7 +111,6 @@ pub fn router(app: Arc<App>) -> Router {
     // An upload's file may be as large as the cap; its manifest and digest list hold up to
     // 100 000 entries.
     const LISTS: usize = 32 << 20;
-    let blobs = usize::try_from(app.config.upload_limit_bytes).unwrap_or(usize::MAX).max(limit);
     let authed = Router::new()
         .route("/v1/jobs", post(jobs::submit).get(jobs::list))
         .route("/v1/jobs/apply", post(jobs::apply))
@@ -145,7 +144,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/findings", get(insight::findings))
         .route("/v1/queues", get(insight::queues))
         .route("/v1/uploads/missing", post(uploads::missing).layer(DefaultBodyLimit::max(LISTS)))
-        .route("/v1/uploads/blobs/{sha256}", put(uploads::put_blob).layer(DefaultBodyLimit::max(blobs)))
+        // Streamed to disk under the upload cap by the handler itself.
+        .route("/v1/uploads/blobs/{sha256}", put(uploads::put_blob))
         .route("/v1/uploads/manifest", put(uploads::put_manifest).layer(DefaultBodyLimit::max(LISTS)))
         .route("/v1/uploads/manifests/{digest}", get(uploads::get_manifest))
         .route("/v1/agent/jobs/{id}/upload", get(uploads::agent_manifest))

@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
@@ -40,6 +39,7 @@ impl From<UploadError> for ApiError {
         match e {
             UploadError::Refused(m) => ApiError::Unprocessable(m),
             UploadError::NotFound(m) => ApiError::NotFound(m),
+            UploadError::TooLarge(m) => ApiError::Rejected(axum::http::StatusCode::PAYLOAD_TOO_LARGE, m),
             UploadError::QuotaFull(m) => ApiError::InsufficientStorage(m),
             e @ UploadError::Io { .. } => ApiError::Internal(e.to_string()),
         }
@@ -103,14 +103,71 @@ pub async fn put_blob(
     Extension(who): Extension<Principal>,
     Path(sha256): Path<String>,
     Query(q): Query<TeamQuery>,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Result<StatusCode, ApiError> {
     let team = team_of(q.team.as_deref(), &who)?;
     who.require_member_of(&team)?;
     super::jobs::disk_floor(&app)?;
-    on_disk(&app, move |u| u.put_blob(&team, &sha256, &body)).await?;
+    // Streamed to disk as it arrives: a body is never held in memory whole, and a declared
+    // length past the cap or the team's quota is refused before a byte is read.
+    let declared = http_body::Body::size_hint(&body).exact();
+    let mut frames = body.into_data_stream();
+    let mut writer = match on_disk(&app, move |u| u.blob_writer(&team, &sha256, declared)).await {
+        Ok(w) => w,
+        Err(e) => return Err(drained(&mut frames, e).await),
+    };
+    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_SIZE);
+    loop {
+        let frame = futures_util::StreamExt::next(&mut frames).await;
+        let end = match frame {
+            Some(Ok(bytes)) => {
+                buf.extend_from_slice(&bytes);
+                false
+            }
+            Some(Err(e)) => return Err(ApiError::BadRequest(format!("the body could not be read: {e}"))),
+            None => true,
+        };
+        if buf.len() >= WRITE_SIZE || (end && !buf.is_empty()) {
+            let chunk = std::mem::replace(&mut buf, Vec::with_capacity(WRITE_SIZE));
+            let written = tokio::task::spawn_blocking(move || writer.write(&chunk).map(|()| writer))
+                .await
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            writer = match written {
+                Ok(w) => w,
+                Err(e) => return Err(drained(&mut frames, e).await),
+            };
+        }
+        if end {
+            break;
+        }
+    }
+    on_disk(&app, move |u| u.finish_blob(writer)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Reads and discards the rest of a refused body (at most [`DRAIN_LIMIT`] bytes), then gives
+/// back `error`. An HTTP/1.1 client sends its whole body before it reads the answer: closing
+/// the connection on unread bytes resets it, and the client would see a broken pipe instead
+/// of the sentence. Nothing read is kept.
+async fn drained<S, E>(frames: &mut S, error: impl Into<ApiError>) -> ApiError
+where
+    S: futures_util::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+{
+    let mut read = 0u64;
+    while read < DRAIN_LIMIT {
+        match futures_util::StreamExt::next(frames).await {
+            Some(Ok(bytes)) => read += bytes.len() as u64,
+            _ => break,
+        }
+    }
+    error.into()
+}
+
+/// Most bytes of a refused body read (and discarded) so that its client sees the answer.
+const DRAIN_LIMIT: u64 = 256 << 20;
+
+/// Bytes of a blob gathered before each write to disk.
+const WRITE_SIZE: usize = 1 << 20;
 
 /// Post a working directory's manifest once its files are uploaded: checked (paths and links
 /// inside, under the cap, every file present with its size) and kept; the answer is what a

@@ -128,3 +128,27 @@ fn a_teams_uploads_stay_within_its_quota_and_the_same_file_again_takes_no_room()
     let again = Uploads::new(dir.path().join("uploads"), upload::LIMIT_BYTES).with_team_quota(100);
     assert!(matches!(again.put_blob("vision", &upload::hex_sha256(&b), &b), Err(UploadError::QuotaFull(_))));
 }
+
+#[test]
+fn uploads_in_progress_hold_room_of_the_quota_and_a_blob_past_the_cap_is_cut_off() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let u = Uploads::new(dir.path().join("uploads"), 80).with_team_quota(100);
+    let (a, b) = (vec![b'a'; 60], vec![b'b'; 60]);
+    let first = u.blob_writer("vision", &upload::hex_sha256(&a), Some(60)).expect("room");
+    let err =
+        u.blob_writer("vision", &upload::hex_sha256(&b), Some(60)).expect_err("the first holds 60 of 100");
+    assert!(matches!(err, UploadError::QuotaFull(_)), "{err}");
+    let err =
+        u.blob_writer("vision", &upload::hex_sha256(&b), None).expect_err("an undeclared one takes the cap");
+    assert!(matches!(err, UploadError::QuotaFull(_)), "{err}");
+    drop(first); // a client that went away gives its room back and leaves no file
+    assert!(walk(&dir.path().join("uploads")).is_empty(), "{:?}", walk(dir.path()));
+    let mut second = u.blob_writer("vision", &upload::hex_sha256(&b), Some(60)).expect("room again");
+    second.write(&b).expect("write");
+    u.finish_blob(second).expect("kept");
+    let err = u.blob_writer("nlp", &upload::hex_sha256(&a), Some(81)).expect_err("declared past the cap");
+    assert!(matches!(err, UploadError::TooLarge(_)), "{err}");
+    let mut undeclared = u.blob_writer("nlp", &upload::hex_sha256(&a), None).expect("undeclared");
+    undeclared.write(&[0; 80]).expect("up to the cap");
+    assert!(matches!(undeclared.write(&[0]), Err(UploadError::TooLarge(_))), "one byte past the cap");
+}
