@@ -78,6 +78,8 @@ pub struct SubmitRequest {
     pub outputs: Vec<crate::outputs::Output>,
     /// The team secret its outputs are uploaded with (none: `input_secret`).
     pub output_secret: Option<String>,
+    /// The container image it runs in (none: a process on the node).
+    pub image: Option<String>,
 }
 
 impl SubmitRequest {
@@ -132,6 +134,7 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             input_secret: j.input_secret,
             outputs: j.outputs,
             output_secret: j.output_secret,
+            image: j.image,
         })
     }
 }
@@ -168,6 +171,7 @@ impl From<SubmitRequest> for SubmitJson {
             input_secret: r.input_secret,
             outputs: r.outputs,
             output_secret: r.output_secret,
+            image: r.image,
         }
     }
 }
@@ -317,6 +321,14 @@ pub(crate) struct SubmitJson {
     /// `input_secret`, else the agent's environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     output_secret: Option<String>,
+    /// The container image the job runs in (`--image`): a registry reference
+    /// (`host[:port]/repo:tag` or `…@sha256:…`; Docker Hub's short names as Docker reads them).
+    /// The node pulls it before the job starts (the job's `image` then carries the digest it
+    /// runs); the command replaces the image's `Cmd` and keeps its `Entrypoint`, and the job runs
+    /// as its team's user, its work directory bound in at the same path. 422 for a malformed
+    /// reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    image: Option<String>,
 }
 
 #[cfg(test)]

@@ -520,6 +520,9 @@ pub struct Assignment {
     /// its node's place among the gang's nodes.
     #[serde(default)]
     pub launch: Launch,
+    /// The container image it runs in (none: a process on the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::model::JobImage>,
 }
 
 /// The launch facts of an assignment that the job's row alone does not give the agent (see
@@ -565,8 +568,20 @@ impl From<Job> for Assignment {
             inputs: job.inputs,
             outputs: job.outputs.iter().map(crate::outputs::Output::declared).collect(),
             launch: Launch { name: job.name, node_rank: None, nodes: None },
+            image: job.image,
         }
     }
+}
+
+/// A node's word for the digest a job's image resolved to (`POST /v1/agent/jobs/{id}/image`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResolvedImage {
+    /// The attempt that pulled it.
+    pub attempt: u32,
+    /// The manifest digest, `sha256:…`.
+    pub digest: String,
 }
 
 /// An agent's report of its staging and cache (`POST /v1/agent/staging`, every second or so).

@@ -42,6 +42,9 @@ pub struct BundleSpec {
     pub shm_bytes: u64,
     /// Device nodes to create in the container (GPUs), with their type, major and minor.
     pub devices: Vec<Device>,
+    /// The cgroup the runtime puts the container in (`cgroupsPath`; runc manages it), or `None`
+    /// (crun with `--cgroup-manager=disabled`: the container stays in the runtime's).
+    pub cgroups_path: Option<String>,
 }
 
 /// A host path bound into the container.
@@ -116,6 +119,19 @@ pub fn config(spec: &BundleSpec) -> Value {
             |d| json!({"allow": true, "type": "c", "major": d.major, "minor": d.minor, "access": "rwm"}),
         ))
         .collect();
+    let mut linux = json!({
+        "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+        "devices": devices,
+        "resources": {"devices": device_rules},
+        "maskedPaths": [
+            "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+            "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"
+        ],
+        "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+    });
+    if let Some(path) = &spec.cgroups_path {
+        linux["cgroupsPath"] = json!(path);
+    }
     json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -130,16 +146,7 @@ pub fn config(spec: &BundleSpec) -> Value {
         "root": {"path": spec.rootfs, "readonly": false},
         "hostname": spec.hostname,
         "mounts": mounts,
-        "linux": {
-            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
-            "devices": devices,
-            "resources": {"devices": device_rules},
-            "maskedPaths": [
-                "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"
-            ],
-            "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
-        },
+        "linux": linux,
     })
 }
 
@@ -184,6 +191,7 @@ mod tests {
             tmp_bytes: 1 << 20,
             shm_bytes: 2 << 20,
             devices: vec![Device { path: "/dev/nvidia0".into(), major: 195, minor: 0 }],
+            cgroups_path: Some("/gantry/n1/job-1-0".into()),
         };
         let c = config(&spec);
         assert_eq!(c["process"]["capabilities"]["effective"], json!([]));
@@ -196,6 +204,7 @@ mod tests {
         assert!(shm["options"].as_array().expect("options").contains(&json!("size=2097152")));
         assert_eq!(c["linux"]["resources"]["devices"][0], json!({"allow": false, "access": "rwm"}));
         assert_eq!(c["linux"]["resources"]["devices"][1]["minor"], json!(0));
+        assert_eq!(c["linux"]["cgroupsPath"], json!("/gantry/n1/job-1-0"));
         let root = config(&BundleSpec { uid: 0, ..spec });
         assert!(
             root["process"]["capabilities"]["effective"]

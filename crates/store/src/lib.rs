@@ -109,6 +109,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records what staging found of a job's declared inputs (bytes, cache hit, time), matched
     /// by name and URL.
     fn staged_inputs(&self, id: JobId, found: &[gantry_api::inputs::Input]) -> Result<()>;
+    /// Records the manifest digest a node resolved a job's image to; the first one stays
+    /// (every later attempt runs it). `NotFound` for a job without an image.
+    fn resolved_image(&self, id: JobId, digest: &str) -> Result<()>;
     /// Records where the upload of an ended attempt's declared outputs stands (matched by name
     /// and URL; an output that heard of a later attempt keeps that); returns the job's outputs.
     fn reported_outputs(

@@ -51,6 +51,8 @@ pub struct Context {
     pub shim: PathBuf,
     /// The node's GPU UUIDs and their device minors ([`super::devices`]).
     pub minors: Arc<std::collections::BTreeMap<String, u32>>,
+    /// Container images and the OCI runtime (`None`: the store could not be opened).
+    pub images: Option<Arc<super::images::Images>>,
 }
 
 /// A started attempt, as the job table keeps it.
@@ -97,8 +99,11 @@ pub fn start(
     a: &Assignment,
     ctx: &Context,
     deadline: Option<(i64, u64)>,
-    staged: Option<&std::path::Path>,
-    inputs: &[(String, String)],
+    (staged, inputs, image): (
+        Option<&std::path::Path>,
+        &[(String, String)],
+        Option<&gantry_image::store::Image>,
+    ),
     exits: &mpsc::UnboundedSender<Ended>,
     tasks: &mut JoinSet<()>,
 ) -> Result<Started, AgentError> {
@@ -169,7 +174,27 @@ pub fn start(
             return Err(e);
         }
     };
+    let spec = match image {
+        None => spec,
+        Some(image) => {
+            let outputs_root = outputs.as_ref().map(|o| o.root.clone());
+            match containerize(spec, a, ctx, image, cgroup.as_deref(), outputs_root, inputs) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    cleanup(&cgroup);
+                    return Err(e);
+                }
+            }
+        }
+    };
     let started = match shim::launch(&ctx.shim, &spec) {
+        Err(e) if spec.container.is_some() => {
+            if let Some(c) = &spec.container {
+                c.remove();
+            }
+            cleanup(&cgroup);
+            return Err(e);
+        }
         Ok(started) => started,
         Err(e) => {
             cleanup(&cgroup);
@@ -195,6 +220,130 @@ pub fn start(
     }
     tasks.spawn(watch(record, Some(started.shim), ctx.clone(), exits.clone()));
     Ok(Started { pid: started.pid, cgroup, outputs })
+}
+
+/// Turns a process job's `spec` into the same job in a container of `image`: its root file
+/// system mounted, its bundle written, and the runtime as what the shim starts (as root, in the
+/// attempt's cgroup and network namespace; the container's process runs as the job's user).
+fn containerize(
+    mut spec: Spec,
+    a: &Assignment,
+    ctx: &Context,
+    image: &gantry_image::store::Image,
+    cgroup: Option<&Cgroup>,
+    outputs_root: Option<PathBuf>,
+    inputs: &[(String, String)],
+) -> Result<Spec, AgentError> {
+    use gantry_image::bundle::{self, Bind, BundleSpec};
+    let images = ctx
+        .images
+        .as_ref()
+        .ok_or_else(|| AgentError::Refused("this node cannot run container images".into()))?;
+    let runtime = images.runtime().map_err(AgentError::Refused)?.to_path_buf();
+    let id = format!("gantry-{}-{}", a.job_id, a.attempt);
+    let dir = ctx.state.join("containers").join(&id);
+    if dir.exists() {
+        gantry_image::store::Rootfs::at(&dir).remove();
+    }
+    let refused = |e: &dyn std::fmt::Display| AgentError::Refused(format!("preparing its container: {e}"));
+    let rootfs = images.store().mount_rootfs(image, &dir).map_err(|e| refused(&e))?;
+    // The image's environment, then the job's; the image's PATH stays (its tools are there).
+    let mut env: Vec<(String, String)> = image.config.env();
+    let image_path = env.iter().any(|(k, _)| k == "PATH");
+    for (k, v) in &spec.env {
+        if k == "PATH" && image_path {
+            continue;
+        }
+        env.retain(|(name, _)| name != k);
+        env.push((k.clone(), v.clone()));
+    }
+    if !image_path {
+        env.push(("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()));
+    }
+    let (uid, gid, groups) = match &spec.user {
+        Some(c) => (c.uid, c.gid, c.groups.clone()),
+        None => (super::users::current_uid(), super::users::current_gid(), Vec::new()),
+    };
+    let mut binds = vec![Bind {
+        source: spec.workdir.clone(),
+        destination: spec.workdir.display().to_string(),
+        readonly: false,
+    }];
+    if let Some(root) = outputs_root {
+        binds.push(Bind { destination: root.display().to_string(), source: root, readonly: false });
+    }
+    for (_, path) in inputs {
+        let path = PathBuf::from(path);
+        if path.is_absolute() && path.exists() {
+            binds.push(Bind { destination: path.display().to_string(), source: path, readonly: true });
+        }
+    }
+    let sizes = spec.mounts.as_ref().map(|m| (m.tmp_bytes, m.shm_bytes));
+    let memory = a.memory_mib << 20;
+    let tmp_bytes = sizes.map_or(1 << 30, |s| s.0);
+    let shm_bytes = sizes.and_then(|s| s.1).unwrap_or(if memory > 0 { memory } else { 1 << 30 });
+    let argv = image.config.argv(&spec.argv, None);
+    if argv.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(AgentError::Refused(
+            "the image has no entrypoint or command, and the job gave none".into(),
+        ));
+    }
+    let cgroups_path =
+        if super::images::is_crun(&runtime) { None } else { cgroup.and_then(Cgroup::runtime_path) };
+    let bundle_spec = BundleSpec {
+        rootfs: rootfs.path.clone(),
+        argv,
+        env,
+        cwd: spec.cwd.display().to_string(),
+        uid,
+        gid,
+        additional_gids: groups,
+        hostname: format!("job-{}", a.job_id),
+        binds,
+        tmp_bytes,
+        shm_bytes,
+        devices: gpu_devices(a, ctx),
+        cgroups_path,
+    };
+    let bundle_dir = dir.join("bundle");
+    if let Err(e) = bundle::write(&bundle_dir, &bundle_spec) {
+        rootfs.remove();
+        return Err(refused(&e));
+    }
+    let state_root = ctx.state.join("runtime");
+    spec.argv = bundle::run_argv(&runtime, &bundle_dir, &id, &state_root);
+    spec.env =
+        [("PATH".to_owned(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned())]
+            .into();
+    spec.cwd = bundle_dir;
+    spec.user = None;
+    spec.mounts = None;
+    spec.container = Some(shim::Container { dir, runtime, state_root, id });
+    Ok(spec)
+}
+
+/// The device nodes of the GPUs granted to `a` (and the driver's control nodes) that this node
+/// has, as the container makes them.
+fn gpu_devices(a: &Assignment, ctx: &Context) -> Vec<gantry_image::bundle::Device> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let mut paths: Vec<String> =
+        a.gpu_uuids.iter().filter_map(|u| ctx.minors.get(u)).map(|m| format!("/dev/nvidia{m}")).collect();
+    if !paths.is_empty() {
+        paths.extend(["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"].map(String::from));
+    }
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let m = std::fs::metadata(&p).ok().filter(|m| m.file_type().is_char_device())?;
+            let rdev = m.rdev();
+            Some(gantry_image::bundle::Device {
+                path: p,
+                major: i64::from(libc::major(rdev)),
+                minor: i64::from(libc::minor(rdev)),
+            })
+        })
+        .collect()
 }
 
 /// Watches the shim of an attempt a previous run of the agent started (its record says the
@@ -242,6 +391,7 @@ fn spec(
         log_limit: limit,
         state: ctx.state.clone(),
         net: attached.map(|n| n.net.clone()),
+        container: None,
     })
 }
 

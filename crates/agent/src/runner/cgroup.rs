@@ -388,6 +388,21 @@ impl Mount {
     }
 }
 
+impl Cgroup {
+    /// The group's path below its hierarchy's mount point (`/gantry/<scope>/…`): what an OCI
+    /// runtime's `cgroupsPath` names.
+    pub fn runtime_path(&self) -> Option<String> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mounts = parse_mounts(&mounts);
+        let dir = self.dirs.first()?;
+        let mount = mounts
+            .iter()
+            .filter(|m| m.fstype.starts_with("cgroup") && dir.starts_with(&m.point))
+            .max_by_key(|m| m.point.as_os_str().len())?;
+        Some(format!("/{}", dir.strip_prefix(&mount.point).ok()?.display()))
+    }
+}
+
 fn parse_mounts(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|line| {

@@ -82,6 +82,15 @@ impl Client {
         &self.servers[self.rotation.current()]
     }
 
+    /// Tells the server the digest a job's image resolved to (answered 204).
+    pub async fn report_image(&self, job_id: i64, attempt: u32, digest: &str) -> Result<(), AgentError> {
+        let body = gantry_api::types::ResolvedImage { attempt, digest: digest.to_owned() };
+        let path = format!("/v1/agent/jobs/{job_id}/image");
+        self.request(&path, Repeat::Safe, |url| self.http.post(url).timeout(REQUEST_TIMEOUT).json(&body))
+            .await?;
+        Ok(())
+    }
+
     /// Trades the join token this client holds for the node's credential.
     pub async fn join(&self, node_id: &str) -> Result<JoinResponse, AgentError> {
         let body = JoinRequest { node_id: node_id.to_owned() };

@@ -188,6 +188,7 @@ mod tests {
             inputs: Vec::new(),
             outputs: Vec::new(),
             launch: Default::default(),
+            image: None,
         }
     }
 

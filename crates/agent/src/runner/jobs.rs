@@ -59,9 +59,16 @@ pub struct Fetched {
     pub result: Result<Prepared, String>,
 }
 
-/// What [`prepare`] made ready: the upload's staging directory, and the variables naming the
-/// staged inputs.
-pub type Prepared = (Option<std::path::PathBuf>, Vec<(String, String)>);
+/// What [`prepare`] made ready.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// The upload's staging directory (none: no upload).
+    pub staging: Option<std::path::PathBuf>,
+    /// The variables naming the staged inputs.
+    pub inputs: Vec<(String, String)>,
+    /// The job's image, pulled.
+    pub image: Option<gantry_image::store::Image>,
+}
 
 /// A running attempt as the input meter reads it: job, attempt, cgroup, simulated pids.
 pub type Running = (JobId, u32, Option<Arc<Cgroup>>, Vec<u32>);
@@ -293,7 +300,7 @@ impl Jobs {
             fetching: None,
             outputs: None,
         };
-        if a.upload.is_some() || !a.inputs.is_empty() {
+        if a.upload.is_some() || !a.inputs.is_empty() || a.image.is_some() {
             let (Some(client), Some(stager)) = (self.client.clone(), self.stager.clone()) else {
                 local.exit =
                     Some(not_started("no connection to fetch its working directory or inputs over".into()));
@@ -301,16 +308,16 @@ impl Jobs {
                 return;
             };
             let staging = self.ctx.sandbox.staging_dir(job_id, attempt);
-            let (task_a, fetched) = (a.clone(), self.fetched.clone());
+            let (task_a, fetched, images) = (a.clone(), self.fetched.clone(), self.ctx.images.clone());
             let task = tokio::spawn(async move {
-                let result = prepare(&client, &stager, &task_a, &staging).await;
+                let result = prepare(&client, &stager, images.as_deref(), &task_a, &staging).await;
                 let _ = fetched.send(Fetched { job_id, attempt, result });
             });
             local.fetching = Some((Box::new(a), task.abort_handle()));
             self.local.insert(job_id, local);
             return;
         }
-        self.launch(local, &a, None, &[], gpus);
+        self.launch(local, &a, Prepared::default(), gpus);
     }
 
     /// A fetch ended: starts its attempt in the fetched directory, or fails it with the reason.
@@ -318,7 +325,7 @@ impl Jobs {
     pub fn fetched(&mut self, f: Fetched, gpus: &Gpus) {
         let waiting = self.local.get_mut(&f.job_id).filter(|l| l.attempt == f.attempt);
         let Some((a, _)) = waiting.and_then(|l| l.fetching.take()) else {
-            if let Ok((Some(staging), _)) = &f.result {
+            if let Ok(Prepared { staging: Some(staging), .. }) = &f.result {
                 super::sandbox::remove_dir(staging);
             }
             self.release_inputs(f.job_id);
@@ -326,7 +333,7 @@ impl Jobs {
         };
         let Some(local) = self.local.remove(&f.job_id) else { return };
         match f.result {
-            Ok((staging, inputs)) => self.launch(local, &a, staging.as_deref(), &inputs, gpus),
+            Ok(prepared) => self.launch(local, &a, prepared, gpus),
             Err(e) => {
                 tracing::warn!(job = f.job_id, error = %e, "the job's working directory or inputs could not be fetched");
                 let mut local = local;
@@ -342,18 +349,19 @@ impl Jobs {
         }
     }
 
-    fn launch(
-        &mut self,
-        mut local: Local,
-        a: &Assignment,
-        staged: Option<&std::path::Path>,
-        inputs: &[(String, String)],
-        gpus: &Gpus,
-    ) {
+    fn launch(&mut self, mut local: Local, a: &Assignment, prepared: Prepared, gpus: &Gpus) {
         let (job_id, attempt) = (a.job_id, a.attempt);
         let deadline =
             a.time_limit_s.map(|s| (unix_ms() + i64::try_from(s * 1000).unwrap_or(i64::MAX / 2), s));
-        let started = attempt::start(a, &self.ctx, deadline, staged, inputs, &self.exits, &mut self.tasks);
+        let staged = prepared.staging.as_deref();
+        let started = attempt::start(
+            a,
+            &self.ctx,
+            deadline,
+            (staged, &prepared.inputs, prepared.image.as_ref()),
+            &self.exits,
+            &mut self.tasks,
+        );
         if let (Err(_), Some(staged)) = (&started, staged) {
             super::sandbox::remove_dir(staged);
         }
@@ -587,22 +595,42 @@ impl Jobs {
 async fn prepare(
     client: &super::client::Client,
     stager: &super::stage::Stager,
+    images: Option<&super::images::Images>,
     a: &Assignment,
     staging: &std::path::Path,
 ) -> Result<Prepared, String> {
     let (job_id, attempt) = (a.job_id, a.attempt);
+    let image = match &a.image {
+        None => None,
+        Some(wanted) => {
+            let images =
+                images.ok_or_else(|| format!("node {} cannot run container images", super::hostname()))?;
+            let started = std::time::Instant::now();
+            let image = images
+                .pull(&wanted.reference, wanted.digest.as_deref())
+                .await
+                .map_err(|e| format!("pulling its image: {e}"))?;
+            tracing::info!(job = job_id, attempt, image = %image.reference, secs = started.elapsed().as_secs_f64(), "pulled the job's image");
+            if wanted.digest.is_none()
+                && let Err(e) = client.report_image(job_id, attempt, image.digest.as_str()).await
+            {
+                tracing::warn!(job = job_id, error = %e, "could not report the image's digest");
+            }
+            Some(image)
+        }
+    };
     let inputs = if a.inputs.is_empty() {
         Vec::new()
     } else {
         stager.inputs_for(a, &Default::default()).await.map_err(|e| format!("staging its inputs: {e}"))?
     };
     if a.upload.is_none() {
-        return Ok((None, inputs));
+        return Ok(Prepared { staging: None, inputs, image });
     }
     match super::upload::fetch(client, a, staging).await {
         Ok(bytes) => {
             tracing::info!(job = job_id, attempt, bytes, "fetched the job's working directory");
-            Ok((Some(staging.to_owned()), inputs))
+            Ok(Prepared { staging: Some(staging.to_owned()), inputs, image })
         }
         Err(e) => {
             stager.release(job_id);

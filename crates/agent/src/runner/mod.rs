@@ -33,6 +33,7 @@ pub mod env;
 pub mod error;
 pub mod gpus;
 pub mod guard;
+pub mod images;
 pub mod jobs;
 pub mod logs;
 pub mod meter;
@@ -107,6 +108,9 @@ pub struct AgentConfig {
     /// The networks and hosts an admin opened to jobs' sources and outputs
     /// (`--allow-source-net`, `--allow-source-host`); by default none of the node's own.
     pub egress: Arc<egress::Egress>,
+    /// How this node pulls and runs container images (`--insecure-registry`, `--oci-runtime`,
+    /// `--pull-stall-timeout`).
+    pub images: images::ImagesConfig,
     /// The server's unix socket when it runs on this machine (`gantry up`'s own agent): requests
     /// go through it, where no number of TCP connections to the server can hold them out.
     pub server_socket: Option<PathBuf>,
@@ -131,6 +135,13 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         state: config.state_dir.clone(),
         shim: config.shim.clone(),
         minors: Arc::new(gpus.minors()),
+        images: match images::Images::open(&config.state_dir, &config.images, Arc::clone(&config.egress)) {
+            Ok(i) => Some(Arc::new(i)),
+            Err(e) => {
+                tracing::warn!(error = %e, "container images are not available on this node");
+                None
+            }
+        },
     };
     let mut jobs = jobs::Jobs::new(exit_tx, fetched_tx, ctx, config.grace);
     let keep = jobs.recover(record::recover(&config.state_dir), &gpus);

@@ -78,6 +78,38 @@ pub struct Spec {
     /// The attempt's network namespace (`None`: the node's network).
     #[serde(default)]
     pub net: Option<NetRef>,
+    /// The container `argv` runs (an OCI runtime), removed when the attempt ends (`None`: a
+    /// process job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
+}
+
+/// An attempt's container: what the shim removes once it has ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Container {
+    /// Its directory: the bundle, the overlay's mount point, upper and work directories.
+    pub dir: PathBuf,
+    /// The OCI runtime.
+    pub runtime: PathBuf,
+    /// The runtime's state directory (`--root`).
+    pub state_root: PathBuf,
+    /// The container's id.
+    pub id: String,
+}
+
+impl Container {
+    /// Deletes the container's runtime state and unmounts and removes its root file system.
+    pub fn remove(&self) {
+        let _ = Command::new(&self.runtime)
+            .arg("--root")
+            .arg(&self.state_root)
+            .args(["delete", "--force", &self.id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        gantry_image::store::Rootfs::at(&self.dir).remove();
+    }
 }
 
 /// A shim that started its job.
@@ -175,6 +207,9 @@ pub fn main() -> i32 {
         {
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+    if let Some(container) = &spec.container {
+        container.remove();
     }
     sandbox::remove_dir(&spec.workdir);
     if let Some(net) = &spec.net {

@@ -117,6 +117,20 @@ fn sandbox_error(why: String) -> AgentError {
     AgentError::Sandbox(why)
 }
 
+/// The agent's own user id (a job with no user of its own runs as it).
+#[allow(unsafe_code)] // reason: geteuid(2) has no wrapper in std.
+pub fn current_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The agent's own group id.
+#[allow(unsafe_code)] // reason: getegid(2) has no wrapper in std.
+pub fn current_gid() -> u32 {
+    // SAFETY: getegid takes no arguments and cannot fail.
+    unsafe { libc::getegid() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,3 +154,4 @@ mod tests {
         assert!(!me.name.is_empty());
     }
 }
+

@@ -191,6 +191,7 @@ impl Harness {
             cache: Default::default(),
             egress: Default::default(),
             server_socket: None,
+            images: Default::default(),
         };
         tokio::spawn(runner::run(config, gpus, stop))
     }

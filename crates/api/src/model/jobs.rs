@@ -136,6 +136,23 @@ pub struct Job {
     /// `input_secret`, else the agent's environment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_secret: Option<String>,
+    /// The container image it runs in (`--image`; none: a process on the node's own root file
+    /// system).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<JobImage>,
+}
+
+/// A job's container image: the reference it was submitted with and, once resolved, the
+/// manifest digest every attempt runs (`{"ref": "…", "digest": "sha256:…"}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobImage {
+    /// The reference as given (`registry/repo:tag`, Docker Hub short names allowed).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The manifest digest (`sha256:…`): pinned in the reference, else none until resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 impl Default for Job {
@@ -179,6 +196,7 @@ impl Default for Job {
             input_secret: None,
             outputs: Vec::new(),
             output_secret: None,
+            image: None,
         }
     }
 }

@@ -155,6 +155,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         cache,
         egress,
         server_socket: None,
+        images: args.sandbox.images()?,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -135,6 +135,9 @@ pub struct JobFile {
     /// The team secret outputs are uploaded with (`--output-secret`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_secret: Option<String>,
+    /// The container image it runs in (`--image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
     #[serde(default)]
     pub replicas: Option<u32>,
@@ -267,6 +270,7 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         input_secret: file.input_secret,
         outputs,
         output_secret: file.output_secret,
+        image: file.image,
     })
 }
 

@@ -89,6 +89,18 @@ pub struct SandboxArgs {
     /// repeatable).
     #[arg(long = "allow-source-host", value_name = "HOST")]
     allow_source_hosts: Vec<String>,
+    /// A registry (`HOST:PORT`) jobs' images are pulled from over plain HTTP, which may be on
+    /// the node's own networks (a site's registry; repeatable). TLS for every other.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    insecure_registries: Vec<String>,
+    /// The OCI runtime that runs jobs' containers: `runc`, `crun` or a path (default: runc
+    /// where it is installed, else crun).
+    #[arg(long, value_name = "RUNTIME")]
+    oci_runtime: Option<String>,
+    /// An image pull that receives nothing for this many seconds fails (no overall cap: a large
+    /// image that keeps arriving is never cut off).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    pull_stall_timeout: u64,
 }
 
 impl SandboxArgs {
@@ -98,6 +110,24 @@ impl SandboxArgs {
             .map_err(anyhow::Error::msg)
             .context("--allow-source-net/--allow-source-host")?;
         Ok(std::sync::Arc::new(e))
+    }
+
+    /// How the node pulls and runs container images.
+    pub fn images(&self) -> anyhow::Result<gantry_agent::runner::images::ImagesConfig> {
+        for r in &self.insecure_registries {
+            let ok = r.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                anyhow::bail!("--insecure-registry {r}: give a HOST:PORT, e.g. 127.0.0.1:5000");
+            }
+        }
+        if self.pull_stall_timeout == 0 {
+            anyhow::bail!("--pull-stall-timeout must be at least 1 second");
+        }
+        Ok(gantry_agent::runner::images::ImagesConfig {
+            insecure_registries: self.insecure_registries.clone(),
+            runtime: self.oci_runtime.clone(),
+            stall_timeout: std::time::Duration::from_secs(self.pull_stall_timeout),
+        })
     }
 
     /// The dataset cache's limits.

@@ -96,6 +96,8 @@ fn apply(option: &str, value: Option<&str>, out: &mut Translated) -> anyhow::Res
             }
             push("--workdir", v.to_owned());
         }
+        // pyxis's name for a job's image.
+        "--container-image" => push("--image", pyxis_image(v)),
         "-o" | "--output" | "-e" | "--error" => out.warnings.push(format!(
             "#SBATCH {option} is not applied: Gantry keeps the job's output itself (gantry logs ID)"
         )),
@@ -104,6 +106,12 @@ fn apply(option: &str, value: Option<&str>, out: &mut Translated) -> anyhow::Res
         )),
     }
     Ok(())
+}
+
+/// pyxis/enroot write a registry's host before `#` (`nvcr.io#nvidia/pytorch:24.05-py3`); Docker
+/// writes `/`.
+fn pyxis_image(value: &str) -> String {
+    value.replacen('#', "/", 1)
 }
 
 /// `gpu:2`, `gpu:a100:2` or `gpu` (one) → (model, count).
@@ -170,6 +178,18 @@ mod tests {
             t.flags.join(" "),
             "--gpus 4 --gpu-model a100 --after ok:12,ok:13,any:14 --workdir out --gpus 2 --gpu-model h100"
         );
+    }
+
+    #[test]
+    fn pyxis_container_images_are_honoured_in_either_spelling() {
+        for (line, image) in [
+            ("--container-image=nvcr.io#nvidia/pytorch:24.05-py3", "nvcr.io/nvidia/pytorch:24.05-py3"),
+            ("--container-image ubuntu:22.04", "ubuntu:22.04"),
+        ] {
+            let t = translate(&words(line)).expect("translated");
+            assert_eq!(t.flags, ["--image", image], "{line}");
+            assert!(t.warnings.is_empty(), "{line}");
+        }
     }
 
     #[test]

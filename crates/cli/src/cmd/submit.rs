@@ -155,6 +155,13 @@ pub struct SubmitArgs {
     /// `--input-secret`, else the node agent's environment.
     #[arg(long, value_name = "NAME", requires = "outputs")]
     pub(super) output_secret: Option<String>,
+    /// Run in a container of this image: a registry reference (`host[:port]/repo:tag`,
+    /// `…@sha256:…`, Docker Hub short names as Docker reads them). The node pulls it before the
+    /// job starts; the command replaces the image's CMD and keeps its ENTRYPOINT; the job runs as
+    /// its team's user with its working directory bound in at the same path.
+    /// Example: `--image nvcr.io/nvidia/pytorch:24.05-py3`.
+    #[arg(long, value_name = "REF", conflicts_with = "chdir")]
+    pub(super) image: Option<String>,
     /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
     /// Example: `--label exp=lr-sweep`.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
@@ -415,6 +422,7 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         input_secret: args.input_secret,
         outputs: args.outputs,
         output_secret: args.output_secret,
+        image: args.image,
     };
     Ok((args.server, draft))
 }
@@ -456,6 +464,7 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("input_secret", "--input-secret"),
         ("outputs", "--output"),
         ("output_secret", "--output-secret"),
+        ("image", "--image"),
         ("upload", "the upload"),
         ("replicas", "--replicas"),
         ("priority", "--priority"),

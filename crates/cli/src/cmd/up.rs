@@ -114,6 +114,7 @@ async fn serve(
             cache: args.sandbox.cache()?,
             egress: args.sandbox.egress()?,
             server_socket: control.server.socket_path().map(Path::to_path_buf),
+            images: args.sandbox.images()?,
         };
         Some(tokio::spawn(runner::run(agent_config, gpus, stop_rx)))
     } else {

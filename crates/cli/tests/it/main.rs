@@ -7,6 +7,7 @@ mod agent_loss;
 mod bench;
 mod browser;
 mod budgets;
+mod containers;
 mod crash;
 mod dashboard;
 mod dashboard_load;

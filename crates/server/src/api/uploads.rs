@@ -16,6 +16,7 @@ use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::{Extension, Json};
+use gantry_api::types::ResolvedImage;
 use gantry_api::upload::{Manifest, MissingRequest, MissingResponse, Upload};
 use gantry_store::JobId;
 use serde::Deserialize;
@@ -213,6 +214,32 @@ pub async fn agent_manifest(
 ) -> Result<Json<Manifest>, ApiError> {
     let (team, upload) = placed_here(&app, &who, id).await?;
     Ok(Json(on_disk(&app, move |u| u.manifest(&team, &upload.digest)).await?))
+}
+
+/// A node's word for the manifest digest a job's image resolved to (its tag, pulled there):
+/// the job records the first one, and every later attempt runs that digest.
+#[utoipa::path(post, path = "/v1/agent/jobs/{id}/image", params(("id" = i64, Path, description = "job id")),
+    request_body = ResolvedImage, security(("bearer" = [])),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn agent_image(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<JobId>,
+    Body(req): Body<ResolvedImage>,
+) -> Result<StatusCode, ApiError> {
+    let node = who.token.node.clone().unwrap_or_default();
+    who.require_node(&node)?;
+    let valid = req.digest.strip_prefix("sha256:").is_some_and(gantry_api::upload::is_hex_sha256);
+    if !valid {
+        return Err(ApiError::Unprocessable("digest: sha256: and 64 lowercase hex digits".into()));
+    }
+    let job = blocking(&app, move |s| s.job(id)).await?;
+    match job {
+        Some(j) if j.node_id.as_deref() == Some(node.as_str()) && j.image.is_some() => {}
+        _ => return Err(ApiError::NotFound(format!("job {id} with an image is not placed on node {node}"))),
+    }
+    blocking(&app, move |s| s.resolved_image(id, &req.digest)).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// One file of the working directory of a job placed on the caller's node.

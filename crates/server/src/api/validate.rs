@@ -128,6 +128,16 @@ pub fn workflow(r: &SubmitRequest) -> Result<(), ApiError> {
             return Err(bad("chdir", "starts the job in a path on the node: not with workdir or upload"));
         }
     }
+    if let Some(image) = &r.image {
+        gantry_image::Reference::parse(image)
+            .map_err(|e| ApiError::Unprocessable(format!("image: {}", e.trim_start_matches("image "))))?;
+        if r.chdir.is_some() {
+            return Err(bad(
+                "chdir",
+                "a path on the node is not in a container's file system: not with image",
+            ));
+        }
+    }
     if r.array.is_some() && r.replicas.is_some_and(|n| n > 1) {
         return Err(bad("array", "an array of gangs is not supported: give array or replicas, not both"));
     }

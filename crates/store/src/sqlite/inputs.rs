@@ -18,10 +18,42 @@ use crate::{Result, StoreError};
 pub(super) fn save(c: &dyn Conn, id: JobId, spec: &SubmitRequest) -> Result<()> {
     let inputs = (!spec.inputs.is_empty()).then(|| rows::to_json(&spec.inputs)).transpose()?;
     let outputs = (!spec.outputs.is_empty()).then(|| rows::to_json(&spec.outputs)).transpose()?;
+    let image = image_json(spec)?;
     c.prepare_cached(
-        "UPDATE jobs SET inputs = ?2, input_secret = ?3, outputs = ?4, output_secret = ?5 WHERE id = ?1",
+        "UPDATE jobs SET inputs = ?2, input_secret = ?3, outputs = ?4, output_secret = ?5, image = ?6 WHERE id = ?1",
     )?
-    .execute(params![id, inputs, spec.input_secret, outputs, spec.output_secret])?;
+    .execute(params![id, inputs, spec.input_secret, outputs, spec.output_secret, image])?;
+    Ok(())
+}
+
+/// A new job's image column: its reference and the digest the reference pins, if any.
+pub(crate) fn image_json(spec: &SubmitRequest) -> Result<Option<String>> {
+    spec.image
+        .as_ref()
+        .map(|r| rows::to_json(&gantry_api::model::JobImage { reference: r.clone(), digest: pinned(r) }))
+        .transpose()
+}
+
+/// The digest a reference pins (`…@sha256:…`), if it pins one.
+fn pinned(reference: &str) -> Option<String> {
+    reference.rsplit_once('@').map(|(_, d)| d.to_owned()).filter(|d| d.starts_with("sha256:"))
+}
+
+/// Records the manifest digest a node resolved a job's image to (the first resolution wins:
+/// every later attempt runs it).
+pub(super) fn resolved_image(c: &dyn Conn, id: JobId, digest: &str) -> Result<()> {
+    let text: Option<Option<String>> = c
+        .prepare_cached("SELECT image FROM jobs WHERE id = ?1")?
+        .query_map(params![id], |r| r.get(0))?
+        .next()
+        .transpose()?;
+    let Some(Some(text)) = text else { return Err(StoreError::NotFound(format!("job {id}'s image"))) };
+    let mut image: gantry_api::model::JobImage = rows::json("image", &text)?;
+    if image.digest.is_none() {
+        image.digest = Some(digest.to_owned());
+        c.prepare_cached("UPDATE jobs SET image = ?2 WHERE id = ?1")?
+            .execute(params![id, rows::to_json(&image)?])?;
+    }
     Ok(())
 }
 

@@ -18,7 +18,7 @@ mod conn;
 mod counts;
 mod gangs;
 mod idle;
-mod inputs;
+pub(crate) mod inputs;
 pub(crate) mod jobs;
 mod lease;
 mod loans;
@@ -282,6 +282,10 @@ macro_rules! impl_store {
             fn staged_inputs(&self, id: JobId, found: &[gantry_api::inputs::Input]) -> Result<()> {
                 let found = found.to_vec();
                 self.write(move |c| inputs::staged(c, id, &found))
+            }
+            fn resolved_image(&self, id: JobId, digest: &str) -> Result<()> {
+                let digest = digest.to_owned();
+                self.write(move |c| inputs::resolved_image(c, id, &digest))
             }
             fn reported_outputs(
                 &self,

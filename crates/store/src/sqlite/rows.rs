@@ -11,11 +11,11 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, g
      gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, \"user\", \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
      replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector, \
-     inputs, input_secret, outputs, output_secret";
+     inputs, input_secret, outputs, output_secret, image";
 
 /// How many columns [`JOB_COLUMNS`] names: a query selecting more after them reads those from
 /// this index on.
-pub(super) const JOB_COLUMN_COUNT: usize = 47;
+pub(super) const JOB_COLUMN_COUNT: usize = 48;
 
 fn corrupt(what: &str, value: &str) -> StoreError {
     StoreError::Corrupt(format!("{what}: {value:?}"))
@@ -83,6 +83,7 @@ pub(super) fn job(r: &Row) -> Result<Job> {
             .transpose()?
             .unwrap_or_default(),
         output_secret: r.get(46)?,
+        image: r.get::<_, Option<String>>(47)?.map(|t| json("image", &t)).transpose()?,
     })
 }
 

@@ -46,6 +46,7 @@ fn assignment(manifest: &Manifest) -> Assignment {
         inputs: Vec::new(),
         outputs: Vec::new(),
         launch: Default::default(),
+        image: None,
     }
 }
 

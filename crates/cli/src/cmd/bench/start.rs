@@ -136,6 +136,7 @@ async fn start(args: &StartBenchArgs, dir: &Path, hold: bool) -> anyhow::Result<
         cache: Default::default(),
         egress: Default::default(),
         server_socket: None,
+        images: Default::default(),
     };
     let agent = tokio::spawn(runner::run(agent_config, gpus, stop_rx));
     let api = Api::new(&url, &token)?;

@@ -97,6 +97,8 @@ pub struct JobDraft {
     pub outputs: Vec<gantry_api::outputs::Output>,
     /// The team secret outputs are uploaded with (`--output-secret`).
     pub output_secret: Option<String>,
+    /// The container image it runs in (`--image`, `image:`, `#SBATCH --container-image`).
+    pub image: Option<String>,
 }
 
 impl JobDraft {
@@ -143,6 +145,7 @@ impl JobDraft {
             input_secret: self.input_secret,
             outputs: self.outputs,
             output_secret: self.output_secret,
+            image: self.image,
         })
     }
 }

@@ -375,6 +375,10 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
             table::printable(&u.digest)
         );
     }
+    if let Some(image) = &j.image {
+        let digest = image.digest.as_deref().unwrap_or("not resolved yet (the node that pulls it records it)");
+        println!("image     {}  {}", table::printable(&image.reference), table::printable(digest));
+    }
     if let Some(dir) = &j.chdir {
         println!("chdir     {} (on the node)", table::printable(dir));
     }

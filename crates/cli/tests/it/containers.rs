@@ -1,0 +1,79 @@
+//! Jobs in containers (issue 40), end to end on `gantry up`: an image built here from Debian's
+//! static busybox is pushed by skopeo to Debian's docker-registry on loopback (named with
+//! `--insecure-registry`), and `gantry run --image` runs a command in it through the node's OCI
+//! runtime, as the team's user, its working directory bound in; the job records the digest it
+//! ran; a bad reference is refused at submission; an image on the node's loopback that no admin
+//! opened is refused by the egress guard.
+
+use std::time::Duration;
+
+use crate::harness::{Cluster, eventually};
+
+#[path = "../../../image/testing.rs"]
+mod testing;
+
+#[test]
+fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its_digest() {
+    let Some((registry_bin, skopeo, _runc, busybox)) = testing::tools() else { return };
+    let work = tempfile::tempdir().expect("temp dir");
+    let layout = work.path().join("layout");
+    let manifest = testing::layout(&layout, &busybox);
+    let (_registry, port) = testing::start_registry(&registry_bin, work.path());
+    let image = format!("127.0.0.1:{port}/team/busybox:v1");
+    testing::push(&skopeo, &layout, &image);
+    let registry = format!("127.0.0.1:{port}");
+    let cluster = Cluster::start(&["--insecure-registry", &registry]);
+    eventually(Duration::from_secs(20), "the local agent to register", || {
+        cluster.gantry(&["nodes"]).contains("ready").then_some(())
+    });
+
+    let out = cluster.try_gantry(&[
+        "run",
+        "--image",
+        &image,
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/marker; echo FROM_IMAGE=$FROM_IMAGE; echo uid=$(id -u); echo job=$GANTRY_JOB_ID; pwd",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("from layer two"), "the image's file system: {stdout}\n{stderr}");
+    assert!(stdout.contains("FROM_IMAGE=yes"), "the image's environment: {stdout}");
+    assert!(!stdout.contains("uid=0\n"), "the job's user, not root: {stdout}");
+    let jobs = cluster.jobs();
+    let job = jobs.iter().find(|j| j["image"].is_object()).expect("the job with its image");
+    assert_eq!(job["image"]["ref"], image.as_str());
+    eventually(Duration::from_secs(10), "the job to record the digest it ran", || {
+        let jobs = cluster.jobs();
+        let job = jobs.iter().find(|j| j["image"].is_object())?;
+        (job["image"]["digest"] == manifest.as_str()).then_some(())
+    });
+
+    let id = job["id"].to_string();
+    let shown = cluster.gantry(&["describe", "job", &id]);
+    assert!(shown.contains(&format!("image     {image}  {manifest}")), "{shown}");
+
+    // Its exit status is the container's.
+    let failed = cluster.try_gantry(&["run", "--image", &image, "--", "sh", "-c", "exit 3"]);
+    assert_eq!(failed.status.code(), Some(3), "{}", String::from_utf8_lossy(&failed.stderr));
+
+    // A malformed reference is refused at submission, with a sentence naming the flag.
+    let bad = cluster.try_gantry(&["submit", "--image", "Not A Ref", "--", "true"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--image"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+
+    // A registry on the node's loopback that no admin named is not reached.
+    let hidden = format!("127.0.0.2:{port}/team/busybox:v1");
+    let refused = cluster.try_gantry(&["run", "--image", &hidden, "--", "true"]);
+    assert!(!refused.status.success());
+    let jobs = cluster.jobs();
+    let job = jobs.iter().find(|j| j["image"]["ref"] == hidden.as_str()).expect("the refused job");
+    let reason = job["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("may not reach the node"), "{reason}");
+}
