@@ -76,12 +76,12 @@ fi
 # there, the container tests must run (they fail rather than skip).
 if [ "$(id -u)" = 0 ]; then
   missing=""
-  for t in docker-registry skopeo runc crun busybox; do
+  for t in docker-registry skopeo runc crun busybox htpasswd; do
     command -v "$t" >/dev/null 2>&1 || missing="$missing $t"
   done
   if [ -n "$missing" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's docker-registry, skopeo, runc, crun and busybox-static for the container tests" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry skopeo runc crun busybox-static >/dev/null) \
+    echo "installing Debian's docker-registry, skopeo, runc, crun, busybox-static and apache2-utils (htpasswd) for the container tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry skopeo runc crun busybox-static apache2-utils >/dev/null) \
       || echo "warning: could not install the container tools; the container tests are SKIPPED" >&2
   fi
   if command -v docker-registry >/dev/null 2>&1 && command -v skopeo >/dev/null 2>&1 \

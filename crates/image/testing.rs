@@ -141,13 +141,29 @@ impl Drop for Killed {
 }
 
 pub fn start_registry(binary: &Path, dir: &Path) -> (Killed, u16) {
+    start_registry_with(binary, dir, None)
+}
+
+/// A registry that asks for a user name and password (HTTP basic, an htpasswd file made with
+/// Debian's `htpasswd`).
+pub fn start_private_registry(binary: &Path, dir: &Path, user: &str, password: &str) -> (Killed, u16) {
+    let htpasswd = tool("htpasswd").expect("htpasswd (apache2-utils)");
+    let out = Command::new(htpasswd).args(["-Bbn", user, password]).output().expect("htpasswd");
+    assert!(out.status.success());
+    let file = dir.join("htpasswd");
+    std::fs::write(&file, &out.stdout).expect("htpasswd file");
+    start_registry_with(binary, dir, Some(&file))
+}
+
+fn start_registry_with(binary: &Path, dir: &Path, htpasswd: Option<&Path>) -> (Killed, u16) {
     let port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let config = dir.join("registry.yml");
     std::fs::write(
         &config,
         format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-            dir.join("storage").display()
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{}",
+            dir.join("storage").display(),
+            htpasswd.map_or(String::new(), |f| format!("auth:\n  htpasswd:\n    realm: gantry-test\n    path: {}\n", f.display()))
         ),
     )
     .expect("config");
@@ -169,8 +185,17 @@ pub fn start_registry(binary: &Path, dir: &Path) -> (Killed, u16) {
 
 /// Pushes the layout's `v1` to `target` (`host:port/repo:tag`) with skopeo.
 pub fn push(skopeo: &Path, layout: &Path, target: &str) {
-    let pushed = Command::new(skopeo)
-        .args(["copy", "--dest-tls-verify=false", "--preserve-digests"])
+    push_as(skopeo, layout, target, None);
+}
+
+/// The same, logged in as `creds` (`user:password`).
+pub fn push_as(skopeo: &Path, layout: &Path, target: &str, creds: Option<&str>) {
+    let mut cmd = Command::new(skopeo);
+    cmd.args(["copy", "--dest-tls-verify=false", "--preserve-digests"]);
+    if let Some(c) = creds {
+        cmd.args(["--dest-creds", c]);
+    }
+    let pushed = cmd
         .arg(format!("oci:{}:v1", layout.display()))
         .arg(format!("docker://{target}"))
         .output()

@@ -174,10 +174,11 @@ pub fn check_secret(name: &str, data: &BTreeMap<String, String>) -> Result<(), S
     for (k, v) in data {
         let key_ok = !k.is_empty()
             && !k.starts_with(|c: char| c.is_ascii_digit())
-            && k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            && k.len() <= 128
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !key_ok || v.len() > 4096 {
             return Err(format!(
-                "secret `{name}`: `{k}` must be upper-case letters, digits and `_`, its value at most 4096 bytes"
+                "secret `{name}`: `{k}` must be letters, digits and `_` (not a digit first), its value at most 4096 bytes"
             ));
         }
     }

@@ -80,6 +80,8 @@ pub struct SubmitRequest {
     pub output_secret: Option<String>,
     /// The container image it runs in (none: a process on the node).
     pub image: Option<String>,
+    /// The team secret its image's registry is logged in to with (`username`, `password`).
+    pub registry_secret: Option<String>,
 }
 
 impl SubmitRequest {
@@ -135,6 +137,7 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             outputs: j.outputs,
             output_secret: j.output_secret,
             image: j.image,
+            registry_secret: j.registry_secret,
         })
     }
 }
@@ -172,6 +175,7 @@ impl From<SubmitRequest> for SubmitJson {
             outputs: r.outputs,
             output_secret: r.output_secret,
             image: r.image,
+            registry_secret: r.registry_secret,
         }
     }
 }
@@ -329,6 +333,12 @@ pub(crate) struct SubmitJson {
     /// reference.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     image: Option<String>,
+    /// The team secret (`gantry secret set NAME username=… password=…`) the image's registry is
+    /// logged in to with (HTTP basic, or the registry's token service); none: anonymous. A
+    /// layer the node holds from another team's pull is used only after the manifest was
+    /// fetched with these credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    registry_secret: Option<String>,
 }
 
 #[cfg(test)]

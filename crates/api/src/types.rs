@@ -584,6 +584,24 @@ pub struct ResolvedImage {
     pub digest: String,
 }
 
+/// The registry login of a job's image, for the node that pulls it
+/// (`GET /v1/agent/jobs/{id}/registry-credentials`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RegistryCredentials {
+    /// The user name.
+    pub username: String,
+    /// The password or token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredentials").field("username", &self.username).finish_non_exhaustive()
+    }
+}
+
 /// An agent's report of its staging and cache (`POST /v1/agent/staging`, every second or so).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

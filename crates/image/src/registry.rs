@@ -87,7 +87,9 @@ impl Default for RegistryConfig {
 pub struct Registry {
     http: reqwest::Client,
     config: RegistryConfig,
-    tokens: Mutex<HashMap<(String, String), String>>,
+    /// Pull tokens by registry, repository and whose credentials got them: a token one team's
+    /// credentials earned is never sent for another team's pull.
+    tokens: Mutex<HashMap<(String, String, Digest), String>>,
 }
 
 /// A manifest resolved from a reference: its digest and content.
@@ -280,7 +282,11 @@ impl Registry {
         range: Option<&str>,
         accept: &str,
     ) -> Result<reqwest::Response, PullError> {
-        let key = (r.registry.clone(), r.repository.clone());
+        let who = creds.map_or_else(
+            || Digest::of(b"anonymous"),
+            |c| Digest::of(format!("{}\0{}", c.username, c.password).as_bytes()),
+        );
+        let key = (r.registry.clone(), r.repository.clone(), who);
         let mut tries = 0;
         let mut authenticated = false;
         loop {

@@ -82,6 +82,17 @@ impl Client {
         &self.servers[self.rotation.current()]
     }
 
+    /// The registry login of a job's image (its team secret's `username` and `password`).
+    pub async fn registry_credentials(
+        &self,
+        job_id: i64,
+    ) -> Result<gantry_api::types::RegistryCredentials, AgentError> {
+        let path = format!("/v1/agent/jobs/{job_id}/registry-credentials");
+        let resp =
+            self.request(&path, Repeat::Safe, |url| self.http.get(url).timeout(REQUEST_TIMEOUT)).await?;
+        Ok(resp.json().await?)
+    }
+
     /// Tells the server the digest a job's image resolved to (answered 204).
     pub async fn report_image(&self, job_id: i64, attempt: u32, digest: &str) -> Result<(), AgentError> {
         let body = gantry_api::types::ResolvedImage { attempt, digest: digest.to_owned() };

@@ -94,7 +94,12 @@ impl Images {
 
     /// Pulls `reference`, pinned to `digest` when the job has one (what the node holds
     /// already is not fetched again).
-    pub async fn pull(&self, reference: &str, digest: Option<&str>) -> Result<Image, String> {
+    pub async fn pull(
+        &self,
+        reference: &str,
+        digest: Option<&str>,
+        creds: Option<&gantry_image::registry::Credentials>,
+    ) -> Result<Image, String> {
         self.runtime()?;
         let mut r = Reference::parse(reference)?;
         if let Some(d) = digest {
@@ -107,7 +112,7 @@ impl Images {
             self.egress.check_url(&url).map_err(|e| format!("image {reference}: {e}"))?;
         }
         self.registry
-            .pull(&r, None, &self.store)
+            .pull(&r, creds, &self.store)
             .await
             .map_err(|e| gantry_api::inputs::reason(&e.to_string()))
     }

@@ -606,8 +606,18 @@ async fn prepare(
             let images =
                 images.ok_or_else(|| format!("node {} cannot run container images", super::hostname()))?;
             let started = std::time::Instant::now();
+            let creds = match &wanted.secret {
+                None => None,
+                Some(_) => {
+                    let c = client
+                        .registry_credentials(job_id)
+                        .await
+                        .map_err(|e| format!("fetching its registry credentials: {e}"))?;
+                    Some(gantry_image::registry::Credentials { username: c.username, password: c.password })
+                }
+            };
             let image = images
-                .pull(&wanted.reference, wanted.digest.as_deref())
+                .pull(&wanted.reference, wanted.digest.as_deref(), creds.as_ref())
                 .await
                 .map_err(|e| format!("pulling its image: {e}"))?;
             tracing::info!(job = job_id, attempt, image = %image.reference, secs = started.elapsed().as_secs_f64(), "pulled the job's image");

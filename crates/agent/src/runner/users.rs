@@ -154,4 +154,3 @@ mod tests {
         assert!(!me.name.is_empty());
     }
 }
-

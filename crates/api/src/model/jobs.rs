@@ -153,6 +153,10 @@ pub struct JobImage {
     /// The manifest digest (`sha256:…`): pinned in the reference, else none until resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// The team secret (`username`, `password`) the registry is logged in to with
+    /// (`--registry-secret`; none: anonymous).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 impl Default for Job {

@@ -138,6 +138,9 @@ pub struct JobFile {
     /// The container image it runs in (`--image`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The team secret the image's registry is logged in to with (`--registry-secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_secret: Option<String>,
     /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
     #[serde(default)]
     pub replicas: Option<u32>,
@@ -271,6 +274,7 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         outputs,
         output_secret: file.output_secret,
         image: file.image,
+        registry_secret: file.registry_secret,
     })
 }
 

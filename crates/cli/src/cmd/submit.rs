@@ -162,6 +162,10 @@ pub struct SubmitArgs {
     /// Example: `--image nvcr.io/nvidia/pytorch:24.05-py3`.
     #[arg(long, value_name = "REF", conflicts_with = "chdir")]
     pub(super) image: Option<String>,
+    /// The team secret the image's registry is logged in to with (`gantry secret set NAME
+    /// username=… password=…`; for NGC `username='$oauthtoken' password=<API key>`).
+    #[arg(long, value_name = "NAME", requires = "image")]
+    pub(super) registry_secret: Option<String>,
     /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
     /// Example: `--label exp=lr-sweep`.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
@@ -423,6 +427,7 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         outputs: args.outputs,
         output_secret: args.output_secret,
         image: args.image,
+        registry_secret: args.registry_secret,
     };
     Ok((args.server, draft))
 }
@@ -465,6 +470,7 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("outputs", "--output"),
         ("output_secret", "--output-secret"),
         ("image", "--image"),
+        ("registry_secret", "--registry-secret"),
         ("upload", "the upload"),
         ("replicas", "--replicas"),
         ("priority", "--priority"),

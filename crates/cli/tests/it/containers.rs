@@ -77,3 +77,63 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
     let reason = job["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("may not reach the node"), "{reason}");
 }
+
+#[test]
+fn a_private_registry_is_pulled_from_with_the_teams_secret_and_never_with_another_teams() {
+    let Some((registry_bin, skopeo, _runc, busybox)) = testing::tools() else { return };
+    if testing::tool("htpasswd").is_none() {
+        assert!(
+            std::env::var_os("GANTRY_REQUIRE_CONTAINER_TESTS").is_none(),
+            "htpasswd (apache2-utils) is missing"
+        );
+        eprintln!("SKIPPED: needs htpasswd (apache2-utils)");
+        return;
+    }
+    let work = tempfile::tempdir().expect("temp dir");
+    let layout = work.path().join("layout");
+    testing::layout(&layout, &busybox);
+    let (_registry, port) = testing::start_private_registry(&registry_bin, work.path(), "alice", "s3cret");
+    let image = format!("127.0.0.1:{port}/vision/private:v1");
+    testing::push_as(&skopeo, &layout, &image, Some("alice:s3cret"));
+    let cluster = Cluster::start(&["--insecure-registry", &format!("127.0.0.1:{port}")]);
+    let vision = cluster.gantry(&["token", "create", "--team", "vision"]).trim().to_owned();
+    let nlp = cluster.gantry(&["token", "create", "--team", "nlp"]).trim().to_owned();
+    let as_team = |token: &str, args: &[&str]| {
+        crate::harness::command(cluster.home.path())
+            .env("GANTRY_TOKEN", token)
+            .args(args)
+            .output()
+            .expect("gantry")
+    };
+    eventually(Duration::from_secs(20), "the local agent to register", || {
+        cluster.gantry(&["nodes"]).contains("ready").then_some(())
+    });
+    let set = as_team(&vision, &["secret", "set", "reg", "username=alice", "password=s3cret"]);
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+
+    // Without credentials the registry refuses, and the job says what to do.
+    let anonymous = as_team(&vision, &["run", "--image", &image, "--", "true"]);
+    assert!(!anonymous.status.success());
+    let jobs = cluster.jobs();
+    let reason = jobs.iter().find_map(|j| j["reason"].as_str().filter(|r| r.contains("pulling its image")));
+    assert!(reason.is_some_and(|r| r.contains("--registry-secret")), "{jobs:?}");
+
+    // With the team's secret it runs.
+    let run =
+        as_team(&vision, &["run", "--image", &image, "--registry-secret", "reg", "--", "cat", "/etc/marker"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stdout).contains("from layer two"));
+
+    // Another team cannot name it, and its anonymous pull of the same image is refused though the
+    // node holds every layer.
+    let other = as_team(&nlp, &["submit", "--image", &image, "--registry-secret", "reg", "--", "true"]);
+    assert!(!other.status.success());
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("no secret `reg`"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    let other = as_team(&nlp, &["run", "--image", &image, "--", "cat", "/etc/marker"]);
+    assert!(!other.status.success(), "another team ran a private image it has no login for");
+    assert!(!String::from_utf8_lossy(&other.stdout).contains("from layer two"));
+}

@@ -123,6 +123,23 @@ async fn outputs_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A job's registry secret: beside an image, one its team holds, with a user name and password.
+async fn registry_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> {
+    let secret = job.spec.registry_secret.as_deref();
+    let named =
+        secret_checked(app, &job.team, "registry_secret", "an image", secret, job.spec.image.is_some())
+            .await?;
+    if let Some(values) = named {
+        let set = |k: &str| values.get(k).is_some_and(|v| !v.is_empty());
+        if !(set("username") && set("password")) {
+            return Err(ApiError::Unprocessable(
+                "registry_secret: the secret must hold `username` and `password` (gantry secret set NAME username=… password=…)".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The secret the field `field` names for a job's `what` (inputs or outputs): only beside some
 /// (`declared`), and one `team` holds (another team's is as unknown as none); its values.
 async fn secret_checked(
@@ -158,6 +175,7 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
     }
     inputs_checked(app, &job).await?;
     outputs_checked(app, &job).await?;
+    registry_checked(app, &job).await?;
     for d in &job.spec.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
         visible_job(app, who, d.job).await.map_err(|_| {

@@ -51,7 +51,7 @@ use require::require_token;
         audit::rows, audit::verify,
         services::apply, services::list, services::get, services::delete,
         uploads::missing, uploads::put_blob, uploads::put_manifest, uploads::get_manifest,
-        uploads::agent_manifest, uploads::agent_blob, uploads::agent_image,
+        uploads::agent_manifest, uploads::agent_blob, uploads::agent_image, uploads::agent_registry_credentials,
         staging::agent_staging, outputs::agent_outputs, staging::list_cache, staging::set_secret, staging::list_secrets,
         staging::list_public, staging::set_public,
         agent::join, agent::register, agent::heartbeat, agent::wake, healthz, ca_pem, metrics
@@ -150,6 +150,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/uploads/manifests/{digest}", get(uploads::get_manifest))
         .route("/v1/agent/jobs/{id}/upload", get(uploads::agent_manifest))
         .route("/v1/agent/jobs/{id}/image", post(uploads::agent_image))
+        .route("/v1/agent/jobs/{id}/registry-credentials", get(uploads::agent_registry_credentials))
         .route("/v1/agent/jobs/{id}/upload/{sha256}", get(uploads::agent_blob))
         .route("/v1/agent/join", post(agent::join))
         .route("/v1/agent/register", post(agent::register))

@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::{Extension, Json};
-use gantry_api::types::ResolvedImage;
+use gantry_api::types::{RegistryCredentials, ResolvedImage};
 use gantry_api::upload::{Manifest, MissingRequest, MissingResponse, Upload};
 use gantry_store::JobId;
 use serde::Deserialize;
@@ -240,6 +240,32 @@ pub async fn agent_image(
     }
     blocking(&app, move |s| s.resolved_image(id, &req.digest)).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The registry login of the image of a job placed on the caller's node: the values of the
+/// team secret the job names (`registry_secret`), over the node's authenticated channel only.
+#[utoipa::path(get, path = "/v1/agent/jobs/{id}/registry-credentials", params(("id" = i64, Path, description = "job id")),
+    security(("bearer" = [])), responses((status = 200, body = RegistryCredentials), (status = 404, body = ErrorBody)))]
+pub async fn agent_registry_credentials(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<JobId>,
+) -> Result<Json<RegistryCredentials>, ApiError> {
+    let node = who.token.node.clone().unwrap_or_default();
+    who.require_node(&node)?;
+    let job = blocking(&app, move |s| s.job(id)).await?;
+    let found = job.filter(|j| j.node_id.as_deref() == Some(node.as_str()) && !j.state.is_terminal());
+    let Some((team, Some(name))) = found.map(|j| (j.team, j.image.and_then(|i| i.secret))) else {
+        return Err(ApiError::NotFound(format!(
+            "job {id} with a registry secret is not placed on node {node}"
+        )));
+    };
+    let (owner, wanted) = (team.clone(), name.clone());
+    let values = blocking(&app, move |s| s.secret(&owner, &wanted)).await?.unwrap_or_default();
+    match (values.get("username"), values.get("password")) {
+        (Some(u), Some(p)) => Ok(Json(RegistryCredentials { username: u.clone(), password: p.clone() })),
+        _ => Err(ApiError::NotFound(format!("team {team}'s secret `{name}` holds no username and password"))),
+    }
 }
 
 /// One file of the working directory of a job placed on the caller's node.

@@ -30,7 +30,10 @@ pub(super) fn save(c: &dyn Conn, id: JobId, spec: &SubmitRequest) -> Result<()> 
 pub(crate) fn image_json(spec: &SubmitRequest) -> Result<Option<String>> {
     spec.image
         .as_ref()
-        .map(|r| rows::to_json(&gantry_api::model::JobImage { reference: r.clone(), digest: pinned(r) }))
+        .map(|r| {
+            let secret = spec.registry_secret.clone();
+            rows::to_json(&gantry_api::model::JobImage { reference: r.clone(), digest: pinned(r), secret })
+        })
         .transpose()
 }
 

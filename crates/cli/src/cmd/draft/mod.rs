@@ -99,6 +99,8 @@ pub struct JobDraft {
     pub output_secret: Option<String>,
     /// The container image it runs in (`--image`, `image:`, `#SBATCH --container-image`).
     pub image: Option<String>,
+    /// The team secret the image's registry is logged in to with (`--registry-secret`).
+    pub registry_secret: Option<String>,
 }
 
 impl JobDraft {
@@ -146,6 +148,7 @@ impl JobDraft {
             outputs: self.outputs,
             output_secret: self.output_secret,
             image: self.image,
+            registry_secret: self.registry_secret,
         })
     }
 }

@@ -376,7 +376,8 @@ pub fn show(args: JobArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(image) = &j.image {
-        let digest = image.digest.as_deref().unwrap_or("not resolved yet (the node that pulls it records it)");
+        let digest =
+            image.digest.as_deref().unwrap_or("not resolved yet (the node that pulls it records it)");
         println!("image     {}  {}", table::printable(&image.reference), table::printable(digest));
     }
     if let Some(dir) = &j.chdir {
