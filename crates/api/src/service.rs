@@ -272,6 +272,14 @@ pub struct ServiceSpec {
     /// the file again is no new generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload: Option<crate::upload::Upload>,
+    /// The container image each replica runs in (as a job's `--image`); a new image is a new
+    /// generation, rolled out as any change is. With an image the command may be left out: the
+    /// image's entrypoint and command serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The team secret the image's registry is logged in to with (`username`, `password`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_secret: Option<String>,
 }
 
 /// Default of `progress_deadline_s`: 10 minutes.
@@ -316,8 +324,15 @@ impl ServiceSpec {
         if self.port == 0 {
             return Err("port: must be 1 to 65535".into());
         }
-        if self.command.is_empty() || self.command[0].is_empty() {
-            return Err("command: a service needs a command (or a script) that serves HTTP on $PORT".into());
+        let no_command = self.command.is_empty() || self.command[0].is_empty();
+        if no_command && self.image.is_none() {
+            return Err(
+                "command: a service needs a command (or a script, or an image) that serves HTTP on $PORT"
+                    .into(),
+            );
+        }
+        if self.registry_secret.is_some() && self.image.is_none() {
+            return Err("registry_secret: names the login of an image's registry; give an image".into());
         }
         if self.env.contains_key("PORT") {
             return Err("env: PORT is set by Gantry for each replica; do not set it".into());

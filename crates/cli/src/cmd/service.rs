@@ -234,6 +234,8 @@ fn create(a: CreateArgs) -> anyhow::Result<()> {
         progress_deadline_s: None,
         drain_timeout_s: None,
         upload: None,
+        image: None,
+        registry_secret: None,
     };
     checked(&spec)?;
     send(&a.server, &spec)

@@ -137,3 +137,42 @@ fn a_private_registry_is_pulled_from_with_the_teams_secret_and_never_with_anothe
     assert!(!other.status.success(), "another team ran a private image it has no login for");
     assert!(!String::from_utf8_lossy(&other.stdout).contains("from layer two"));
 }
+
+#[test]
+fn a_services_replicas_run_its_image_and_a_new_image_rolls_out_as_a_new_generation() {
+    let Some((registry_bin, skopeo, _runc, busybox)) = testing::tools() else { return };
+    let work = tempfile::tempdir().expect("temp dir");
+    let layout = work.path().join("layout");
+    testing::layout(&layout, &busybox);
+    let (_registry, port) = testing::start_registry(&registry_bin, work.path());
+    let (v1, v2) = (format!("127.0.0.1:{port}/ml/web:v1"), format!("127.0.0.1:{port}/ml/web:v2"));
+    testing::push(&skopeo, &layout, &v1);
+    testing::push(&skopeo, &layout, &v2);
+    let s = crate::services::Serving::start(&["--insecure-registry", &format!("127.0.0.1:{port}")]);
+    let file = s.cluster.shared().join("web.yaml");
+    let write = |image: &str| {
+        let text = format!(
+            "name: web\nteam: ml\nport: 8000\nupload: false\nimage: {image}\n\
+             command: [sh, -c, \"exec busybox httpd -f -p $PORT -h /etc\"]\n\
+             readiness: {{path: /marker, interval_s: 0.2, timeout_s: 1, failure_threshold: 2}}\n"
+        );
+        std::fs::write(&file, text).expect("service file");
+    };
+    write(&v1);
+    s.apply(&file);
+    s.until("web", "a ready replica of the image", 60, |v| crate::services::ready(v) >= 1);
+    let (status, body) = s.get("/ml/web/marker", &s.token).expect("through the gateway");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("from layer two"), "served from the image's file system: {body}");
+    let jobs = s.cluster.jobs();
+    assert!(jobs.iter().any(|j| j["image"]["ref"] == v1.as_str()), "the replica job carries the image");
+
+    write(&v2);
+    s.apply(&file);
+    s.until("web", "the new image's generation ready and the old one gone", 60, |v| {
+        let replicas = v["replica_list"].as_array().cloned().unwrap_or_default();
+        replicas.iter().all(|r| r["generation"] == 2) && crate::services::ready(v) >= 1
+    });
+    let jobs = s.cluster.jobs();
+    assert!(jobs.iter().any(|j| j["image"]["ref"] == v2.as_str() && j["state"] == "running"), "{jobs:?}");
+}

@@ -51,6 +51,18 @@ pub async fn apply(
     let team = team_of(&who, spec.team.as_deref())?;
     spec.team = Some(team.clone());
     check(&app, &spec).await?;
+    if let Some(name) = spec.registry_secret.clone() {
+        let (owner, wanted) = (team.clone(), name.clone());
+        let values = blocking(&app, move |s| s.secret(&owner, &wanted)).await?;
+        let ok = values.is_some_and(|v| {
+            ["username", "password"].iter().all(|k| v.get(*k).is_some_and(|x| !x.is_empty()))
+        });
+        if !ok {
+            return Err(ApiError::Unprocessable(format!(
+                "registry_secret: team {team} has no secret `{name}` holding username and password"
+            )));
+        }
+    }
     if let Some(upload) = spec.upload.clone() {
         super::jobs::upload_held(&app, &team, upload).await?;
     }
@@ -146,7 +158,13 @@ async fn visible(
 /// some node could hold a replica.
 async fn check(app: &Arc<App>, spec: &ServiceSpec) -> Result<(), ApiError> {
     spec.check().map_err(ApiError::Unprocessable)?;
-    validate::command(&spec.command)?;
+    if let Some(image) = &spec.image {
+        gantry_image::Reference::parse(image)
+            .map_err(|e| ApiError::Unprocessable(format!("image: {}", e.trim_start_matches("image "))))?;
+    }
+    if !spec.command.is_empty() {
+        validate::command(&spec.command)?;
+    }
     validate::env(&spec.env)?;
     crate::services::scale::autoscale_config(spec).map_err(ApiError::Unprocessable)?;
     if !(-1000..=1000).contains(&spec.priority) {

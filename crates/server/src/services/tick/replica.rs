@@ -22,6 +22,8 @@ pub(super) fn replica_job(s: &Service, port: u16, now: i64) -> NewJob {
         labels: spec.labels.clone(),
         wait_for_capacity: true,
         upload: spec.upload.clone(),
+        image: spec.image.clone(),
+        registry_secret: spec.registry_secret.clone(),
         ..SubmitRequest::default()
     };
     NewJob {
