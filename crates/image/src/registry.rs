@@ -147,7 +147,19 @@ impl Registry {
         store: &ImageStore,
     ) -> Result<Image, PullError> {
         let resolved = self.resolve(r, creds).await?;
+        self.pull_resolved(r, creds, resolved, store).await
+    }
+
+    /// Pulls what [`Self::resolve`] found (the caller may make room between the two).
+    pub async fn pull_resolved(
+        &self,
+        r: &Reference,
+        creds: Option<&Credentials>,
+        resolved: Resolved,
+        store: &ImageStore,
+    ) -> Result<Image, PullError> {
         if let Some(image) = store.image(&resolved.digest) {
+            store.touch(&resolved.digest);
             return Ok(image);
         }
         let config_desc = &resolved.manifest.config;
@@ -176,6 +188,7 @@ impl Registry {
             digest: resolved.digest,
             config,
             layers: resolved.manifest.layers,
+            config_blob: Some(config_desc.digest.clone()),
         };
         store.record(&image)?;
         Ok(image)

@@ -58,12 +58,20 @@ pub struct Image {
     pub config: ImageConfig,
     /// Its layers, bottom first.
     pub layers: Vec<Descriptor>,
+    /// Its configuration blob's digest.
+    #[serde(default)]
+    pub config_blob: Option<Digest>,
 }
 
 impl Image {
     /// Bytes of its compressed layers.
     pub fn size(&self) -> u64 {
         self.layers.iter().map(|l| l.size).sum()
+    }
+
+    /// The digest of its configuration blob.
+    pub fn config_digest(&self) -> Digest {
+        self.config_blob.clone().unwrap_or_else(|| Digest::of(b""))
     }
 }
 
@@ -152,6 +160,13 @@ impl ImageStore {
             let _ = fs::remove_dir_all(&tmp);
             return Err(e.into());
         }
+        // The compressed blob has served: the unpacked layer is what is kept.
+        let _ = fs::remove_file(self.blob_path(&desc.digest));
+        let bytes = unpacked.as_ref().map_or(0, |u| u.bytes);
+        let _ = fs::write(
+            self.root.join("layers").join(format!("{}.bytes", desc.digest.hex())),
+            bytes.to_string(),
+        );
         match fs::rename(&tmp, &dir) {
             Ok(()) => Ok(dir),
             // Another pull unpacked it meanwhile: theirs is as good.
@@ -177,6 +192,98 @@ impl ImageStore {
         let path = self.root.join("images").join(format!("{}.json", digest.hex()));
         let image: Image = serde_json::from_slice(&fs::read(path).ok()?).ok()?;
         image.layers.iter().all(|l| self.layer_dir(&l.digest).is_dir()).then_some(image)
+    }
+
+    /// Marks an image used now (eviction takes the least recently used first).
+    pub fn touch(&self, digest: &Digest) {
+        let path = self.root.join("images").join(format!("{}.json", digest.hex()));
+        if let Ok(f) = fs::File::options().append(true).open(path) {
+            // reason: a file's mtime is the file system's clock, compared with the same clock.
+            #[allow(clippy::disallowed_methods)]
+            let now = std::time::SystemTime::now();
+            let _ = f.set_modified(now);
+        }
+    }
+
+    /// Bytes the store holds: blobs, and each unpacked layer's files.
+    pub fn usage(&self) -> u64 {
+        let blobs: u64 = fs::read_dir(self.root.join("blobs/sha256"))
+            .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+            .unwrap_or(0);
+        let layers: u64 = fs::read_dir(self.root.join("layers"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".bytes"))
+                    .filter_map(|e| fs::read_to_string(e.path()).ok()?.trim().parse::<u64>().ok())
+                    .sum()
+            })
+            .unwrap_or(0);
+        blobs + layers
+    }
+
+    /// Bytes free on the store's file system for an unprivileged writer.
+    pub fn free_bytes(&self) -> Option<u64> {
+        statvfs(&self.root).map(|(free, _)| free)
+    }
+
+    /// Bytes of the store's whole file system.
+    pub fn disk_bytes(&self) -> Option<u64> {
+        statvfs(&self.root).map(|(_, total)| total)
+    }
+
+    /// Removes images, least recently used first, none of `keep`, until the store holds at most
+    /// `target` bytes; then every layer and blob no remaining image names. The images removed.
+    pub fn evict(&self, target: u64, keep: &std::collections::HashSet<Digest>) -> Vec<Image> {
+        let mut removed = Vec::new();
+        if self.usage() > target {
+            let mut candidates: Vec<(std::time::SystemTime, Image)> = self
+                .images()
+                .into_iter()
+                .filter(|i| !keep.contains(&i.digest))
+                .map(|i| {
+                    let path = self.root.join("images").join(format!("{}.json", i.digest.hex()));
+                    let used = fs::metadata(path).and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
+                    (used, i)
+                })
+                .collect();
+            candidates.sort_by_key(|(used, _)| *used);
+            for (_, image) in candidates {
+                if self.usage() <= target {
+                    break;
+                }
+                let _ =
+                    fs::remove_file(self.root.join("images").join(format!("{}.json", image.digest.hex())));
+                self.collect_garbage();
+                removed.push(image);
+            }
+        }
+        removed
+    }
+
+    /// Removes the layers and blobs no recorded image names.
+    fn collect_garbage(&self) {
+        let mut named: std::collections::HashSet<String> = std::collections::HashSet::new();
+        for image in self.images() {
+            named.extend(image.layers.iter().map(|l| l.digest.hex().to_owned()));
+            named.insert(image.config_digest().hex().to_owned());
+        }
+        if let Ok(dir) = fs::read_dir(self.root.join("layers")) {
+            for e in dir.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let hex = name.trim_end_matches(".bytes");
+                if hex.len() == 64 && !named.contains(hex) {
+                    let p = e.path();
+                    let _ = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+                }
+            }
+        }
+        if let Ok(dir) = fs::read_dir(self.root.join("blobs/sha256")) {
+            for e in dir.flatten() {
+                if !named.contains(&*e.file_name().to_string_lossy()) {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
     }
 
     /// Every image the node holds.
@@ -308,6 +415,20 @@ impl Drop for BlobWriter {
     }
 }
 
+/// (free bytes for an unprivileged writer, total bytes) of the file system holding `path`.
+#[allow(unsafe_code)] // reason: statvfs(3) has no wrapper in std.
+fn statvfs(path: &Path) -> Option<(u64, u64)> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: a zeroed statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid path and `st` a writable statvfs for the call's duration.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let unit = st.f_frsize as u64;
+    Some((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
+}
+
 fn unique() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -340,5 +461,71 @@ fn unmount(target: &Path) {
     // SAFETY: `c` is a valid NUL-terminated path.
     unsafe {
         libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oci::media;
+
+    /// A one-file gzip layer of `size` bytes, held and unpacked; its descriptor.
+    fn layer(store: &ImageStore, name: &str, size: usize) -> Descriptor {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(size as u64);
+        h.set_mode(0o644);
+        tar.append_data(&mut h, name, &vec![7u8; size][..]).expect("tar");
+        let raw = tar.into_inner().expect("tar");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&raw).expect("gzip");
+        let bytes = gz.finish().expect("gzip");
+        let desc = Descriptor {
+            media_type: media::OCI_LAYER_GZIP.into(),
+            digest: Digest::of(&bytes),
+            size: bytes.len() as u64,
+            platform: None,
+        };
+        store.put_blob(&desc.digest, &bytes).expect("blob");
+        store.unpack_layer(&desc).expect("unpacked");
+        desc
+    }
+
+    fn image(store: &ImageStore, name: &str, layers: Vec<Descriptor>) -> Image {
+        let image = Image {
+            reference: format!("r/{name}"),
+            digest: Digest::of(name.as_bytes()),
+            config: ImageConfig::default(),
+            layers,
+            config_blob: None,
+        };
+        store.record(&image).expect("recorded");
+        image
+    }
+
+    #[test]
+    fn eviction_removes_the_least_recently_used_unused_images_and_keeps_shared_layers() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = ImageStore::open(dir.path()).expect("store");
+        let base = layer(&store, "base", 4000);
+        let (a_top, b_top, c_top) =
+            (layer(&store, "a", 3000), layer(&store, "b", 3000), layer(&store, "c", 3000));
+        let a = image(&store, "a", vec![base.clone(), a_top.clone()]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _b = image(&store, "b", vec![base.clone(), b_top.clone()]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let c = image(&store, "c", vec![base.clone(), c_top.clone()]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        store.touch(&a.digest); // a used last: b is now the least recently used
+        assert_eq!(store.usage(), 13_000, "unpacked bytes; the compressed blobs went once unpacked");
+        let keep: std::collections::HashSet<Digest> = [c.digest.clone()].into();
+        let removed = store.evict(8_000, &keep);
+        let names: Vec<&str> = removed.iter().map(|i| i.reference.as_str()).collect();
+        assert_eq!(names, ["r/b", "r/a"], "least recently used first, the image in use kept");
+        assert!(store.image(&c.digest).is_some());
+        assert!(store.layer_dir(&base.digest).is_dir(), "a layer a kept image shares stays");
+        assert!(!store.layer_dir(&b_top.digest).exists() && !store.layer_dir(&a_top.digest).exists());
+        assert_eq!(store.usage(), 7_000);
+        assert!(store.evict(0, &keep).is_empty(), "nothing in use is ever removed");
     }
 }

@@ -247,6 +247,9 @@ fn containerize(
     }
     let refused = |e: &dyn std::fmt::Display| AgentError::Refused(format!("preparing its container: {e}"));
     let rootfs = images.store().mount_rootfs(image, &dir).map_err(|e| refused(&e))?;
+    // What eviction keeps while the attempt runs; the directory goes with the attempt.
+    let _ = std::fs::write(dir.join("image"), image.digest.as_str());
+    images.store().touch(&image.digest);
     // The image's environment, then the job's; the image's PATH stays (its tools are there).
     let mut env: Vec<(String, String)> = image.config.env();
     let image_path = env.iter().any(|(k, _)| k == "PATH");

@@ -33,11 +33,18 @@ pub struct ImagesConfig {
     pub runtime: Option<String>,
     /// A pull that receives nothing this long fails (`--pull-stall-timeout`).
     pub stall_timeout: Duration,
+    /// Bytes the node's images may hold (`--image-cache-limit`; `None`: a fifth of the disk).
+    pub cache_limit: Option<u64>,
 }
 
 impl Default for ImagesConfig {
     fn default() -> Self {
-        Self { insecure_registries: Vec::new(), runtime: None, stall_timeout: Duration::from_secs(120) }
+        Self {
+            insecure_registries: Vec::new(),
+            runtime: None,
+            stall_timeout: Duration::from_secs(120),
+            cache_limit: None,
+        }
     }
 }
 
@@ -49,6 +56,9 @@ pub struct Images {
     egress: Arc<Egress>,
     insecure: Vec<String>,
     runtime: Option<PathBuf>,
+    cache_limit: u64,
+    /// Where attempts' containers are (each names the image it runs in `image`).
+    containers: PathBuf,
 }
 
 impl Images {
@@ -68,7 +78,10 @@ impl Images {
             ..RegistryConfig::default()
         };
         let registry = Registry::new(http, registry_config).map_err(|e| e.to_string())?;
+        let cache_limit = config.cache_limit.unwrap_or_else(|| store.disk_bytes().unwrap_or(100 << 30) / 5);
         Ok(Self {
+            cache_limit,
+            containers: state.join("containers"),
             store,
             registry,
             egress,
@@ -111,10 +124,51 @@ impl Images {
                 .map_err(|e| format!("image {reference}: {e}"))?;
             self.egress.check_url(&url).map_err(|e| format!("image {reference}: {e}"))?;
         }
-        self.registry
-            .pull(&r, creds, &self.store)
-            .await
-            .map_err(|e| gantry_api::inputs::reason(&e.to_string()))
+        let reason = |e: gantry_image::registry::PullError| gantry_api::inputs::reason(&e.to_string());
+        let resolved = self.registry.resolve(&r, creds).await.map_err(reason)?;
+        if self.store.image(&resolved.digest).is_none() {
+            self.make_room(&resolved.manifest)?;
+        }
+        self.registry.pull_resolved(&r, creds, resolved, &self.store).await.map_err(reason)
+    }
+
+    /// Evicts unused images (least recently used first) so that `manifest`'s layers fit under
+    /// the cache limit, and refuses at once when the disk has no room for them.
+    fn make_room(&self, manifest: &gantry_image::oci::Manifest) -> Result<(), String> {
+        let missing = |l: &&gantry_image::oci::Descriptor| !self.store.layer_dir(&l.digest).is_dir();
+        // The compressed blob, then its unpacked files (about as large again, usually more).
+        let needed: u64 = manifest.layers.iter().filter(missing).map(|l| l.size.saturating_mul(3)).sum();
+        let in_use = self.in_use();
+        let removed = self.store.evict(self.cache_limit.saturating_sub(needed), &in_use);
+        for image in &removed {
+            tracing::info!(image = %image.reference, "evicted an unused image to make room");
+        }
+        let free = self.store.free_bytes().unwrap_or(u64::MAX);
+        if free < needed {
+            return Err(format!(
+                "node {}'s disk has {} free; the image needs about {} (its cache holds {}, {} of it in use)",
+                super::hostname(),
+                gantry_api::upload::human_bytes(free),
+                gantry_api::upload::human_bytes(needed),
+                gantry_api::upload::human_bytes(self.store.usage()),
+                in_use.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The images running attempts' containers use.
+    pub fn in_use(&self) -> std::collections::HashSet<gantry_image::Digest> {
+        let Ok(dir) = std::fs::read_dir(&self.containers) else { return Default::default() };
+        dir.flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("image")).ok())
+            .filter_map(|d| gantry_image::Digest::parse(d.trim()).ok())
+            .collect()
+    }
+
+    /// The cache limit, bytes.
+    pub fn cache_limit(&self) -> u64 {
+        self.cache_limit
     }
 }
 
@@ -140,4 +194,51 @@ fn find_runtime(choice: Option<&str>) -> Option<PathBuf> {
 /// `cgroupsPath`).
 pub fn is_crun(runtime: &Path) -> bool {
     runtime.file_name().is_some_and(|n| n == "crun")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[allow(unsafe_code)]
+    fn mount_tmpfs(dir: &Path, size: &str) -> bool {
+        let c = |s: &str| std::ffi::CString::new(s).expect("cstring");
+        let (src, target, fstype, data) =
+            (c("tmpfs"), c(&dir.display().to_string()), c("tmpfs"), c(&format!("size={size}")));
+        // SAFETY: valid NUL-terminated strings for the call's duration.
+        unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, data.as_ptr().cast()) == 0 }
+    }
+
+    #[test]
+    fn a_pull_the_disk_cannot_hold_is_refused_at_once_with_the_free_and_needed_sizes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        if !mount_tmpfs(dir.path(), "2m") {
+            eprintln!("SKIPPED: mounting a small tmpfs needs root");
+            return;
+        }
+        let images = Images::open(dir.path(), &ImagesConfig::default(), Arc::default());
+        let result = images.map(|i| {
+            let layer = gantry_image::oci::Descriptor {
+                media_type: gantry_image::oci::media::OCI_LAYER_GZIP.into(),
+                digest: gantry_image::Digest::of(b"big"),
+                size: 64 << 20,
+                platform: None,
+            };
+            let manifest = gantry_image::oci::Manifest {
+                schema_version: 2,
+                media_type: None,
+                config: layer.clone(),
+                layers: vec![layer],
+            };
+            i.make_room(&manifest)
+        });
+        // SAFETY: unmounting the tmpfs this test mounted.
+        #[allow(unsafe_code)]
+        unsafe {
+            let c = std::ffi::CString::new(dir.path().display().to_string()).expect("cstring");
+            libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+        }
+        let err = result.expect("opened").expect_err("no room");
+        assert!(err.contains("free; the image needs about 192.0 MiB"), "{err}");
+    }
 }

@@ -101,6 +101,10 @@ pub struct SandboxArgs {
     /// image that keeps arriving is never cut off).
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     pull_stall_timeout: u64,
+    /// Most bytes the node's pulled images may hold, e.g. `100GiB` (default: a fifth of the
+    /// disk holding the agent's state). Unused images go first, least recently used first.
+    #[arg(long, value_name = "SIZE")]
+    image_cache_limit: Option<String>,
 }
 
 impl SandboxArgs {
@@ -127,6 +131,12 @@ impl SandboxArgs {
             insecure_registries: self.insecure_registries.clone(),
             runtime: self.oci_runtime.clone(),
             stall_timeout: std::time::Duration::from_secs(self.pull_stall_timeout),
+            cache_limit: self
+                .image_cache_limit
+                .as_deref()
+                .map(parse_size)
+                .transpose()
+                .context("--image-cache-limit")?,
         })
     }
 
