@@ -82,6 +82,10 @@ pub struct SubmitRequest {
     pub image: Option<String>,
     /// The team secret its image's registry is logged in to with (`username`, `password`).
     pub registry_secret: Option<String>,
+    /// The executable that replaces the image's entrypoint.
+    pub entrypoint: Option<String>,
+    /// The directory in the container it starts in.
+    pub container_workdir: Option<String>,
 }
 
 impl SubmitRequest {
@@ -138,6 +142,8 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             output_secret: j.output_secret,
             image: j.image,
             registry_secret: j.registry_secret,
+            entrypoint: j.entrypoint,
+            container_workdir: j.container_workdir,
         })
     }
 }
@@ -176,6 +182,8 @@ impl From<SubmitRequest> for SubmitJson {
             output_secret: r.output_secret,
             image: r.image,
             registry_secret: r.registry_secret,
+            entrypoint: r.entrypoint,
+            container_workdir: r.container_workdir,
         }
     }
 }
@@ -339,6 +347,16 @@ pub(crate) struct SubmitJson {
     /// fetched with these credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     registry_secret: Option<String>,
+    /// The executable that replaces the image's `Entrypoint` (`--entrypoint`, as `docker run
+    /// --entrypoint`): the job's command follows it as arguments, and the image's `Cmd` is not
+    /// used. Only with `image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    entrypoint: Option<String>,
+    /// The absolute directory inside the container the job starts in (`--container-workdir`,
+    /// pyxis's name); default: the uploaded working directory when there is one (at the same
+    /// path as on the node), else the image's `WorkingDir`. Only with `image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    container_workdir: Option<String>,
 }
 
 #[cfg(test)]

@@ -38,6 +38,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Open connections from one peer address at most; more are closed at once.
     pub max_connections_per_address: usize,
+    /// Every loopback address counts as one peer (on by default: local clients have the unix
+    /// socket; see [`crate::transport`]).
+    pub loopback_is_one_source: bool,
     /// Time allowed for a request's headers, and for an idle keep-alive connection.
     pub header_read_timeout: Duration,
     /// Time allowed for the TLS handshake.
@@ -105,6 +108,7 @@ impl ServerConfig {
             pki: None,
             max_connections: 1024,
             max_connections_per_address: 128,
+            loopback_is_one_source: true,
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
@@ -126,6 +130,7 @@ impl ServerConfig {
         Limits {
             max_connections: self.max_connections,
             max_connections_per_address: self.max_connections_per_address,
+            loopback_is_one_source: self.loopback_is_one_source,
             header_read_timeout: self.header_read_timeout,
             tls_handshake_timeout: self.tls_handshake_timeout,
             request_timeout: self.request_timeout,

@@ -58,6 +58,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// Open connections from one peer address at most.
     pub max_connections_per_address: usize,
+    /// Count every loopback address as one (the API, whose local clients have the unix
+    /// socket); the gateway counts each, its local clients having no other way in.
+    pub loopback_is_one_source: bool,
     /// Time allowed for a request's headers, and for an idle keep-alive connection.
     pub header_read_timeout: Duration,
     /// Time allowed for the TLS handshake.
@@ -129,7 +132,8 @@ async fn accept_tcp(
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(shared.limits.max_connections.max(1)));
-    let per_address = PerAddress::new(shared.limits.max_connections_per_address);
+    let mut per_address = PerAddress::new(shared.limits.max_connections_per_address);
+    per_address.loopback_is_one = shared.limits.loopback_is_one_source;
     let mut turn = 0;
     let stopped = stopped(stop);
     tokio::pin!(stopped);
@@ -214,6 +218,7 @@ async fn accept_unix(
 struct PerAddress {
     open: Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>,
     limit: usize,
+    loopback_is_one: bool,
 }
 
 /// One open connection of an address; dropping it gives the slot back.
@@ -225,13 +230,13 @@ struct AddressSlot {
 
 impl PerAddress {
     fn new(limit: usize) -> Self {
-        Self { open: Arc::default(), limit: limit.max(1) }
+        Self { open: Arc::default(), limit: limit.max(1), loopback_is_one: true }
     }
 
     /// A slot for `ip`, unless it has `limit` connections open. Every loopback address (and
     /// an IPv4-mapped one) counts as `127.0.0.1`.
     fn take(&self, ip: IpAddr) -> Option<AddressSlot> {
-        let ip = source(ip);
+        let ip = if self.loopback_is_one { source(ip) } else { ip.to_canonical() };
         let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = open.entry(ip).or_insert(0);
         if *n >= self.limit {

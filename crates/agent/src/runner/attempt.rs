@@ -285,7 +285,18 @@ fn containerize(
     let memory = a.memory_mib << 20;
     let tmp_bytes = sizes.map_or(1 << 30, |s| s.0);
     let shm_bytes = sizes.and_then(|s| s.1).unwrap_or(if memory > 0 { memory } else { 1 << 30 });
-    let argv = image.config.argv(&spec.argv, None);
+    let wanted = a.image.as_ref();
+    let entrypoint = wanted.and_then(|w| w.entrypoint.clone()).map(|e| vec![e]);
+    let argv = image.config.argv(&spec.argv, entrypoint.as_deref());
+    // Where it starts: the directory asked for, else its uploaded directory (bound at the same
+    // path), else the image's WORKDIR, else its own directory.
+    let image_workdir =
+        image.config.config.as_ref().and_then(|c| c.working_dir.clone()).filter(|d| d.starts_with('/'));
+    let cwd = match (wanted.and_then(|w| w.workdir.clone()), image_workdir) {
+        (Some(dir), _) => dir,
+        (None, Some(dir)) if a.upload.is_none() && a.workdir.is_none() => dir,
+        _ => spec.cwd.display().to_string(),
+    };
     if argv.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(AgentError::Refused(
@@ -298,7 +309,7 @@ fn containerize(
         rootfs: rootfs.path.clone(),
         argv,
         env,
-        cwd: spec.cwd.display().to_string(),
+        cwd,
         uid,
         gid,
         additional_gids: groups,

@@ -157,6 +157,13 @@ pub struct JobImage {
     /// (`--registry-secret`; none: anonymous).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// The executable that replaces the image's `Entrypoint` (`--entrypoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    /// The directory the container starts in (`--container-workdir`; none: the job's uploaded
+    /// directory when it has one, else the image's `WorkingDir`, else its own directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 
 impl Default for Job {

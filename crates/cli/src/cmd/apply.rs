@@ -141,6 +141,12 @@ pub struct JobFile {
     /// The team secret the image's registry is logged in to with (`--registry-secret`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_secret: Option<String>,
+    /// The executable replacing the image's entrypoint (`--entrypoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    /// The directory in the container to start in (`--container-workdir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_workdir: Option<String>,
     /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
     #[serde(default)]
     pub replicas: Option<u32>,
@@ -275,6 +281,8 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         output_secret: file.output_secret,
         image: file.image,
         registry_secret: file.registry_secret,
+        entrypoint: file.entrypoint,
+        container_workdir: file.container_workdir,
     })
 }
 

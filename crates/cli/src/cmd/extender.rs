@@ -135,6 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let limits = Limits {
             max_connections: 256,
             max_connections_per_address: 256,
+            loopback_is_one_source: false,
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
             request_timeout: gang_timeout + Duration::from_secs(30),

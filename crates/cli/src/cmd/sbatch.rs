@@ -98,6 +98,7 @@ fn apply(option: &str, value: Option<&str>, out: &mut Translated) -> anyhow::Res
         }
         // pyxis's name for a job's image.
         "--container-image" => push("--image", pyxis_image(v)),
+        "--container-workdir" => push("--container-workdir", v.to_owned()),
         "-o" | "--output" | "-e" | "--error" => out.warnings.push(format!(
             "#SBATCH {option} is not applied: Gantry keeps the job's output itself (gantry logs ID)"
         )),

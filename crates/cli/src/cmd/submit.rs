@@ -166,6 +166,14 @@ pub struct SubmitArgs {
     /// username=… password=…`; for NGC `username='$oauthtoken' password=<API key>`).
     #[arg(long, value_name = "NAME", requires = "image")]
     pub(super) registry_secret: Option<String>,
+    /// The executable that replaces the image's ENTRYPOINT (the command follows it as its
+    /// arguments; the image's CMD is not used), as `docker run --entrypoint`.
+    #[arg(long, value_name = "EXE", requires = "image")]
+    pub(super) entrypoint: Option<String>,
+    /// The absolute directory in the container to start in (pyxis's flag); default: the
+    /// uploaded directory, else the image's WORKDIR.
+    #[arg(long, value_name = "DIR", requires = "image")]
+    pub(super) container_workdir: Option<String>,
     /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
     /// Example: `--label exp=lr-sweep`.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
@@ -428,6 +436,8 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         output_secret: args.output_secret,
         image: args.image,
         registry_secret: args.registry_secret,
+        entrypoint: args.entrypoint,
+        container_workdir: args.container_workdir,
     };
     Ok((args.server, draft))
 }
@@ -471,6 +481,8 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("output_secret", "--output-secret"),
         ("image", "--image"),
         ("registry_secret", "--registry-secret"),
+        ("entrypoint", "--entrypoint"),
+        ("container_workdir", "--container-workdir"),
         ("upload", "the upload"),
         ("replicas", "--replicas"),
         ("priority", "--priority"),

@@ -59,6 +59,18 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
     let failed = cluster.try_gantry(&["run", "--image", &image, "--", "sh", "-c", "exit 3"]);
     assert_eq!(failed.status.code(), Some(3), "{}", String::from_utf8_lossy(&failed.stderr));
 
+    // --entrypoint replaces the image's; the image's WORKDIR is where a job without an upload
+    // starts, --container-workdir where it asks to.
+    let echo =
+        cluster.gantry(&["run", "--image", &image, "--entrypoint", "/bin/echo", "--", "hello", "there"]);
+    assert!(echo.contains("hello there"), "{echo}");
+    let here = cluster.gantry(&["run", "--no-upload", "--image", &image, "--", "pwd"]);
+    assert_eq!(here.trim(), "/", "the image's WORKDIR");
+    let asked = cluster.gantry(&["run", "--image", &image, "--container-workdir", "/etc", "--", "pwd"]);
+    assert_eq!(asked.trim(), "/etc");
+    let lone = cluster.try_gantry(&["submit", "--entrypoint", "/bin/echo", "--", "x"]);
+    assert!(!lone.status.success(), "--entrypoint without an image");
+
     // A malformed reference is refused at submission, with a sentence naming the flag.
     let bad = cluster.try_gantry(&["submit", "--image", "Not A Ref", "--", "true"]);
     assert!(!bad.status.success());

@@ -138,6 +138,19 @@ pub fn workflow(r: &SubmitRequest) -> Result<(), ApiError> {
             ));
         }
     }
+    if r.image.is_none() && (r.entrypoint.is_some() || r.container_workdir.is_some()) {
+        let field = if r.entrypoint.is_some() { "entrypoint" } else { "container_workdir" };
+        return Err(bad(field, "applies to a container: give an image"));
+    }
+    if let Some(e) = &r.entrypoint
+        && (e.is_empty() || e.len() > 4096 || e.contains('\0'))
+    {
+        return Err(bad("entrypoint", "an executable's path or name, 1 to 4096 bytes"));
+    }
+    if let Some(dir) = &r.container_workdir {
+        w::check_chdir(dir)
+            .map_err(|e| ApiError::Unprocessable(e.replacen("chdir", "container_workdir", 1)))?;
+    }
     if r.array.is_some() && r.replicas.is_some_and(|n| n > 1) {
         return Err(bad("array", "an array of gangs is not supported: give array or replicas, not both"));
     }

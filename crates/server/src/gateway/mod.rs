@@ -300,6 +300,7 @@ impl Gateway {
         let limits = crate::transport::Limits {
             max_connections: c.max_connections,
             max_connections_per_address: c.max_connections_per_address,
+            loopback_is_one_source: false,
             header_read_timeout: c.header_read_timeout,
             tls_handshake_timeout: c.tls_handshake_timeout,
             request_timeout,

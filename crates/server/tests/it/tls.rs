@@ -97,6 +97,7 @@ async fn echo_server(pki: Option<&Pki>) -> (String, tokio::sync::oneshot::Sender
     let limits = Limits {
         max_connections: 64,
         max_connections_per_address: 64,
+        loopback_is_one_source: true,
         header_read_timeout: Duration::from_secs(5),
         tls_handshake_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(30),

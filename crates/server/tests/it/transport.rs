@@ -90,6 +90,7 @@ async fn shutdown_finishes_a_running_request_without_waiting_for_idle_keep_alive
     let limits = Limits {
         max_connections: 16,
         max_connections_per_address: 16,
+        loopback_is_one_source: true,
         header_read_timeout: Duration::from_secs(60),
         tls_handshake_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(30),

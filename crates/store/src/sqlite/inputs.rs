@@ -31,8 +31,13 @@ pub(crate) fn image_json(spec: &SubmitRequest) -> Result<Option<String>> {
     spec.image
         .as_ref()
         .map(|r| {
-            let secret = spec.registry_secret.clone();
-            rows::to_json(&gantry_api::model::JobImage { reference: r.clone(), digest: pinned(r), secret })
+            rows::to_json(&gantry_api::model::JobImage {
+                reference: r.clone(),
+                digest: pinned(r),
+                secret: spec.registry_secret.clone(),
+                entrypoint: spec.entrypoint.clone(),
+                workdir: spec.container_workdir.clone(),
+            })
         })
         .transpose()
 }

@@ -101,6 +101,10 @@ pub struct JobDraft {
     pub image: Option<String>,
     /// The team secret the image's registry is logged in to with (`--registry-secret`).
     pub registry_secret: Option<String>,
+    /// The executable replacing the image's entrypoint (`--entrypoint`).
+    pub entrypoint: Option<String>,
+    /// The directory in the container to start in (`--container-workdir`).
+    pub container_workdir: Option<String>,
 }
 
 impl JobDraft {
@@ -149,6 +153,8 @@ impl JobDraft {
             output_secret: self.output_secret,
             image: self.image,
             registry_secret: self.registry_secret,
+            entrypoint: self.entrypoint,
+            container_workdir: self.container_workdir,
         })
     }
 }
