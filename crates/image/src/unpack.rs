@@ -27,6 +27,8 @@ pub enum Compression {
     None,
     /// gzip.
     Gzip,
+    /// zstd.
+    Zstd,
 }
 
 impl Compression {
@@ -36,9 +38,7 @@ impl Compression {
         match media_type {
             media::OCI_LAYER | "application/vnd.docker.image.rootfs.diff.tar" => Ok(Self::None),
             media::OCI_LAYER_GZIP | media::DOCKER_LAYER => Ok(Self::Gzip),
-            media::OCI_LAYER_ZSTD => Err(UnpackError::Refused(
-                "zstd-compressed layers are not supported yet; push the image with gzip layers".into(),
-            )),
+            media::OCI_LAYER_ZSTD => Ok(Self::Zstd),
             other => Err(UnpackError::Refused(format!("a layer of type {other} is not supported"))),
         }
     }
@@ -103,6 +103,7 @@ pub fn unpack(
     let reader: Box<dyn Read> = match compression {
         Compression::None => Box::new(reader),
         Compression::Gzip => Box::new(flate2::read::GzDecoder::new(reader)),
+        Compression::Zstd => Box::new(Zstd::new(io::BufReader::new(reader))?),
     };
     let mut archive = tar::Archive::new(reader);
     let root = is_root();
@@ -237,6 +238,40 @@ pub fn unpack(
         done.entries += 1;
     }
     Ok(done)
+}
+
+/// A zstd stream of one or more frames, decoded.
+struct Zstd<R: io::BufRead> {
+    frame: Option<ruzstd::decoding::StreamingDecoder<R, ruzstd::decoding::FrameDecoder>>,
+}
+
+impl<R: io::BufRead> Zstd<R> {
+    fn new(source: R) -> Result<Self, UnpackError> {
+        let frame = ruzstd::decoding::StreamingDecoder::new(source)
+            .map_err(|e| UnpackError::Refused(format!("the layer is not zstd: {e}")))?;
+        Ok(Self { frame: Some(frame) })
+    }
+}
+
+impl<R: io::BufRead> Read for Zstd<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let Some(frame) = self.frame.as_mut() else { return Ok(0) };
+            let n = frame.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // The frame ended: another may follow.
+            let Some(mut source) = self.frame.take().map(ruzstd::decoding::StreamingDecoder::into_inner)
+            else {
+                return Ok(0);
+            };
+            if source.fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            self.frame = Some(ruzstd::decoding::StreamingDecoder::new(source).map_err(io::Error::other)?);
+        }
+    }
 }
 
 /// The components of an entry's name, `None` for the root itself; `..` refuses the layer.
