@@ -617,6 +617,31 @@ pub struct StagingRequest {
     /// What its cache holds.
     #[serde(default)]
     pub cache: Vec<crate::inputs::CacheEntry>,
+    /// The container images it holds.
+    #[serde(default)]
+    pub images: Vec<NodeImage>,
+}
+
+/// A container image a node holds (`gantry images`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeImage {
+    /// The node (set by the server).
+    #[serde(default)]
+    pub node: String,
+    /// The reference it was pulled by, pinned (`registry/repo:tag@sha256:…`).
+    pub reference: String,
+    /// Its manifest digest.
+    pub digest: String,
+    /// Bytes of its unpacked layers on the node (layers another image shares counted in each).
+    pub bytes: u64,
+    /// When a job last used it, ms since the Unix epoch.
+    pub last_used: i64,
+    /// Attempts running in it now.
+    pub in_use: u32,
+    /// The teams whose jobs pulled it.
+    #[serde(default)]
+    pub teams: Vec<String>,
 }
 
 /// What the node must stage now: the pending jobs the scheduler chose it for.

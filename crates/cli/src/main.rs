@@ -65,6 +65,8 @@ enum Command {
     Pools(cmd::pools::PoolsArgs),
     /// The nodes' dataset caches: declared inputs with size, last use and hits.
     Cache(cmd::data::CacheArgs),
+    /// The container images the nodes hold: reference, digest, size, last use, in use.
+    Images(cmd::data::ImagesArgs),
     /// Team secrets S3 inputs are read with (`secret set NAME KEY=VALUE…`).
     #[command(subcommand)]
     Secret(cmd::data::SecretCommand),
@@ -161,6 +163,7 @@ fn main() -> ExitCode {
         Command::Service(c) => cmd::service::run(c),
         Command::Pools(a) => cmd::pools::list(a),
         Command::Cache(a) => cmd::data::cache(a),
+        Command::Images(a) => cmd::data::images(a),
         Command::Secret(c) => cmd::data::secret(c),
         Command::Pool(c) => cmd::pools::run(c),
         Command::Teams(a) => cmd::teams::list(a),

@@ -189,6 +189,7 @@ impl Registry {
             config,
             layers: resolved.manifest.layers,
             config_blob: Some(config_desc.digest.clone()),
+            teams: Vec::new(),
         };
         store.record(&image)?;
         Ok(image)

@@ -61,6 +61,9 @@ pub struct Image {
     /// Its configuration blob's digest.
     #[serde(default)]
     pub config_blob: Option<Digest>,
+    /// The teams whose jobs pulled it (who `gantry images` shows it to).
+    #[serde(default)]
+    pub teams: Vec<String>,
 }
 
 impl Image {
@@ -203,6 +206,45 @@ impl ImageStore {
             let now = std::time::SystemTime::now();
             let _ = f.set_modified(now);
         }
+    }
+
+    /// Bytes of an image's unpacked layers.
+    pub fn image_bytes(&self, image: &Image) -> u64 {
+        let layers = self.root.join("layers");
+        image
+            .layers
+            .iter()
+            .filter_map(|l| fs::read_to_string(layers.join(format!("{}.bytes", l.digest.hex()))).ok())
+            .filter_map(|t| t.trim().parse::<u64>().ok())
+            .sum()
+    }
+
+    /// When an image was last used, ms since the Unix epoch.
+    pub fn last_used_ms(&self, digest: &Digest) -> i64 {
+        let path = self.root.join("images").join(format!("{}.json", digest.hex()));
+        fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Adds `team` to those that pulled the held image `digest` (keeping when it was used).
+    pub fn add_team(&self, digest: &Digest, team: &str) -> Result<(), StoreError> {
+        let path = self.root.join("images").join(format!("{}.json", digest.hex()));
+        let Ok(text) = fs::read(&path) else { return Ok(()) };
+        let Ok(mut image) = serde_json::from_slice::<Image>(&text) else { return Ok(()) };
+        if image.teams.iter().any(|t| t == team) {
+            return Ok(());
+        }
+        image.teams.push(team.to_owned());
+        image.teams.sort();
+        let used = fs::metadata(&path).and_then(|m| m.modified()).ok();
+        self.record(&image)?;
+        if let (Some(t), Ok(f)) = (used, fs::File::options().append(true).open(&path)) {
+            let _ = f.set_modified(t);
+        }
+        Ok(())
     }
 
     /// Bytes the store holds: blobs, and each unpacked layer's files.
@@ -498,6 +540,7 @@ mod tests {
             config: ImageConfig::default(),
             layers,
             config_blob: None,
+            teams: Vec::new(),
         };
         store.record(&image).expect("recorded");
         image

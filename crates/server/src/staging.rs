@@ -34,6 +34,8 @@ struct Entry {
 pub struct Staging {
     jobs: Mutex<HashMap<JobId, Entry>>,
     caches: Mutex<HashMap<String, Vec<CacheEntry>>>,
+    /// Each node's container images, as last reported.
+    images: Mutex<HashMap<String, Vec<gantry_api::types::NodeImage>>>,
     /// Each node's last reported copy rate, bytes a second.
     rates: Mutex<HashMap<String, u64>>,
 }
@@ -138,6 +140,21 @@ impl Staging {
         rates.sort_unstable();
         let bandwidth_bps = rates.get(rates.len() / 2).copied().unwrap_or(DEFAULT_BANDWIDTH_BPS);
         Locality { cached, bandwidth_bps, ..Locality::default() }
+    }
+
+    /// Records the images `node` holds, as it reported them.
+    pub fn report_images(&self, node: &str, images: Vec<gantry_api::types::NodeImage>) {
+        let images =
+            images.into_iter().map(|i| gantry_api::types::NodeImage { node: node.to_owned(), ..i }).collect();
+        self.images.lock().unwrap_or_else(PoisonError::into_inner).insert(node.to_owned(), images);
+    }
+
+    /// Every node's images, by node and reference.
+    pub fn images(&self) -> Vec<gantry_api::types::NodeImage> {
+        let images = self.images.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = images.values().flatten().cloned().collect();
+        out.sort_by(|a, b| (&a.node, &a.reference).cmp(&(&b.node, &b.reference)));
+        out
     }
 
     /// Every node's cache, as last reported, by node, team and URL.

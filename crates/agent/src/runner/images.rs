@@ -112,6 +112,7 @@ impl Images {
         reference: &str,
         digest: Option<&str>,
         creds: Option<&gantry_image::registry::Credentials>,
+        team: Option<&str>,
     ) -> Result<Image, String> {
         self.runtime()?;
         let mut r = Reference::parse(reference)?;
@@ -129,7 +130,11 @@ impl Images {
         if self.store.image(&resolved.digest).is_none() {
             self.make_room(&resolved.manifest)?;
         }
-        self.registry.pull_resolved(&r, creds, resolved, &self.store).await.map_err(reason)
+        let image = self.registry.pull_resolved(&r, creds, resolved, &self.store).await.map_err(reason)?;
+        if let Some(team) = team {
+            let _ = self.store.add_team(&image.digest, team);
+        }
+        Ok(image)
     }
 
     /// Evicts unused images (least recently used first) so that `manifest`'s layers fit under
@@ -155,6 +160,31 @@ impl Images {
             ));
         }
         Ok(())
+    }
+
+    /// What the node holds, as `gantry images` lists it.
+    pub fn listing(&self) -> Vec<gantry_api::types::NodeImage> {
+        let in_use: Vec<gantry_image::Digest> = std::fs::read_dir(&self.containers)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("image")).ok())
+                    .filter_map(|t| gantry_image::Digest::parse(t.trim()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.store
+            .images()
+            .into_iter()
+            .map(|i| gantry_api::types::NodeImage {
+                node: String::new(),
+                bytes: self.store.image_bytes(&i),
+                last_used: self.store.last_used_ms(&i.digest),
+                in_use: in_use.iter().filter(|d| **d == i.digest).count() as u32,
+                reference: i.reference,
+                digest: i.digest.to_string(),
+                teams: i.teams,
+            })
+            .collect()
     }
 
     /// The images running attempts' containers use.

@@ -617,7 +617,7 @@ async fn prepare(
                 }
             };
             let image = images
-                .pull(&wanted.reference, wanted.digest.as_deref(), creds.as_ref())
+                .pull(&wanted.reference, wanted.digest.as_deref(), creds.as_ref(), Some(&a.team))
                 .await
                 .map_err(|e| format!("pulling its image: {e}"))?;
             tracing::info!(job = job_id, attempt, image = %image.reference, secs = started.elapsed().as_secs_f64(), "pulled the job's image");

@@ -143,6 +143,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
             }
         },
     };
+    let images = ctx.images.clone();
     let mut jobs = jobs::Jobs::new(exit_tx, fetched_tx, ctx, config.grace);
     let keep = jobs.recover(record::recover(&config.state_dir), &gpus);
     let sandbox = Arc::clone(&config.sandbox);
@@ -234,8 +235,13 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         };
         tracing::info!(node = %config.node_id, epoch, "registered");
         reporter.set_epoch(epoch);
-        let reporting =
-            stage::report_loop(Arc::clone(&stager), client.clone(), config.node_id.clone(), epoch);
+        let reporting = stage::report_loop(
+            Arc::clone(&stager),
+            images.clone(),
+            client.clone(),
+            config.node_id.clone(),
+            epoch,
+        );
         _staging = Some(stage::AbortOnDrop(tokio::spawn(reporting)));
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -326,7 +326,13 @@ impl Drop for AbortOnDrop {
 
 /// Reports staging and cache, applies the answer, about once a second until the task is
 /// aborted (the agent registers again under a new epoch: a new loop starts).
-pub async fn report_loop(stager: Arc<Stager>, client: super::Client, node: String, epoch: u64) {
+pub async fn report_loop(
+    stager: Arc<Stager>,
+    images: Option<Arc<super::images::Images>>,
+    client: super::Client,
+    node: String,
+    epoch: u64,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -340,6 +346,7 @@ pub async fn report_loop(stager: Arc<Stager>, client: super::Client, node: Strin
             epoch,
             reports: stager.reports(),
             cache,
+            images: images.as_ref().map(|i| i.listing()).unwrap_or_default(),
         };
         match client.staging(&req).await {
             Ok(resp) => stager.apply(resp.orders),

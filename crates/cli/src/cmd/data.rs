@@ -83,6 +83,51 @@ pub fn cache(args: CacheArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `gantry images`: the container images the nodes hold.
+#[derive(Debug, Args)]
+pub struct ImagesArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// One node's images only.
+    #[arg(long, value_name = "NODE")]
+    node: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    output: table::Structured,
+}
+
+/// Lists the images the nodes hold: reference, digest, size, last use, attempts running in it,
+/// and the teams whose jobs pulled it (yours; operators and admins see every one).
+pub fn images(args: ImagesArgs) -> anyhow::Result<()> {
+    let api = Api::connect(&args.server)?;
+    let path = match &args.node {
+        Some(n) => format!("/v1/images?node={n}"),
+        None => "/v1/images".to_owned(),
+    };
+    let images: Vec<gantry_api::types::NodeImage> = block_on(api.get(&path))??;
+    if table::structured(args.output, &images)? {
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = images
+        .iter()
+        .map(|i| {
+            let reference = i.reference.split('@').next().unwrap_or(&i.reference);
+            let digest = i.digest.trim_start_matches("sha256:").chars().take(12).collect::<String>();
+            vec![
+                i.node.clone(),
+                table::printable(reference).into_owned(),
+                digest,
+                bytes(i.bytes),
+                table::when(i.last_used),
+                i.in_use.to_string(),
+                i.teams.join(","),
+            ]
+        })
+        .collect();
+    table::print(&["NODE", "IMAGE", "DIGEST", "SIZE", "LAST USE", "IN USE", "TEAMS"], &rows);
+    Ok(())
+}
+
 fn bytes(b: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let (mut v, mut u) = (b as f64, 0);

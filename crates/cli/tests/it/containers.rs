@@ -55,6 +55,18 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
     let shown = cluster.gantry(&["describe", "job", &id]);
     assert!(shown.contains(&format!("image     {image}  {manifest}")), "{shown}");
 
+    // The node lists what it holds.
+    // (No attempt runs in it once the job has ended: its container went with it.)
+    let listed = eventually(Duration::from_secs(10), "the node to report its image, unused", || {
+        let text = cluster.gantry(&["images", "-o", "json"]);
+        let images: Vec<serde_json::Value> = serde_json::from_str(&text).ok()?;
+        images.into_iter().find(|i| i["digest"] == manifest.as_str() && i["in_use"] == 0)
+    });
+    assert_eq!(listed["reference"], format!("{image}@{manifest}").as_str());
+    assert!(listed["bytes"].as_u64().unwrap_or(0) > 100_000, "busybox's bytes: {listed}");
+    let table = cluster.gantry(&["images"]);
+    assert!(table.contains("team/busybox:v1") && table.contains("IN USE"), "{table}");
+
     // Its exit status is the container's.
     let failed = cluster.try_gantry(&["run", "--image", &image, "--", "sh", "-c", "exit 3"]);
     assert_eq!(failed.status.code(), Some(3), "{}", String::from_utf8_lossy(&failed.stderr));
@@ -135,6 +147,14 @@ fn a_private_registry_is_pulled_from_with_the_teams_secret_and_never_with_anothe
         as_team(&vision, &["run", "--image", &image, "--registry-secret", "reg", "--", "cat", "/etc/marker"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(String::from_utf8_lossy(&run.stdout).contains("from layer two"));
+
+    // `gantry images` shows the team its image, and another team nothing of it.
+    let seen = |token: &str| {
+        let out = as_team(token, &["images", "-o", "json"]);
+        String::from_utf8_lossy(&out.stdout).contains("vision/private")
+    };
+    eventually(Duration::from_secs(10), "the node to report the image", || seen(&vision).then_some(()));
+    assert!(!seen(&nlp), "another team sees nothing of a team's images");
 
     // Another team cannot name it, and its anonymous pull of the same image is refused though the
     // node holds every layer.

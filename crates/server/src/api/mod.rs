@@ -52,7 +52,7 @@ use require::require_token;
         services::apply, services::list, services::get, services::delete,
         uploads::missing, uploads::put_blob, uploads::put_manifest, uploads::get_manifest,
         uploads::agent_manifest, uploads::agent_blob, uploads::agent_image, uploads::agent_registry_credentials,
-        staging::agent_staging, outputs::agent_outputs, staging::list_cache, staging::set_secret, staging::list_secrets,
+        staging::agent_staging, outputs::agent_outputs, staging::list_cache, staging::list_images, staging::set_secret, staging::list_secrets,
         staging::list_public, staging::set_public,
         agent::join, agent::register, agent::heartbeat, agent::wake, healthz, ca_pem, metrics
     ),
@@ -159,6 +159,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/agent/staging", post(staging::agent_staging))
         .route("/v1/agent/outputs", post(outputs::agent_outputs))
         .route("/v1/cache", get(staging::list_cache))
+        .route("/v1/images", get(staging::list_images))
         .route("/v1/cache/public", get(staging::list_public).put(staging::set_public))
         .route("/v1/secrets", get(staging::list_secrets))
         .route("/v1/secrets/{name}", put(staging::set_secret))

@@ -59,6 +59,10 @@ pub async fn agent_staging(
     for r in &mut reports {
         r.error = r.error.as_deref().map(inputs::reason);
     }
+    if req.images.len() > MAX_ENTRIES {
+        return Err(ApiError::Unprocessable(format!("at most {MAX_ENTRIES} images")));
+    }
+    app.staging.report_images(&node, req.images);
     let (wake, finished) = app.staging.report(&node, reports, req.cache);
     record_metrics(&app, &finished);
     for (job, inputs) in finished {
@@ -129,6 +133,30 @@ pub async fn list_cache(
     let mut all = app.staging.caches();
     all.retain(|e| e.team == PUBLIC_SCOPE || who.sees_team(&e.team));
     Ok(Json(all))
+}
+
+/// The container images the nodes hold: reference, digest, size, last use, attempts running in
+/// it, and the teams whose jobs pulled it (a user sees its teams' images, operators and admins
+/// every one). `?node=N` keeps one node's.
+#[utoipa::path(get, path = "/v1/images", operation_id = "list_images", params(ImagesQuery), security(("bearer" = [])),
+    responses((status = 200, body = Vec<gantry_api::types::NodeImage>)))]
+pub async fn list_images(
+    State(app): State<Arc<App>>,
+    Extension(who): Extension<Principal>,
+    axum::extract::Query(q): axum::extract::Query<ImagesQuery>,
+) -> Result<Json<Vec<gantry_api::types::NodeImage>>, ApiError> {
+    who.require_user()?;
+    let mut all = app.staging.images();
+    all.retain(|i| q.node.as_deref().is_none_or(|n| n == i.node));
+    all.retain(|i| who.require_operator().is_ok() || i.teams.iter().any(|t| who.sees_team(t)));
+    Ok(Json(all))
+}
+
+/// `GET /v1/images`'s filter.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ImagesQuery {
+    /// One node's images only.
+    pub node: Option<String>,
 }
 
 /// The sources an admin marked public, by URL (any user).
