@@ -9,6 +9,7 @@
 
 pub mod bundle;
 pub mod digest;
+pub mod driver;
 pub mod oci;
 pub mod reference;
 pub mod registry;

@@ -281,6 +281,11 @@ fn containerize(
             binds.push(Bind { destination: path.display().to_string(), source: path, readonly: true });
         }
     }
+    let devices = gpu_devices(a, ctx);
+    if !devices.is_empty() {
+        // The driver's libraries and nvidia-smi, as a CDI spec's edits would add them.
+        binds.extend(gantry_image::driver::node_binds());
+    }
     let sizes = spec.mounts.as_ref().map(|m| (m.tmp_bytes, m.shm_bytes));
     let memory = a.memory_mib << 20;
     let tmp_bytes = sizes.map_or(1 << 30, |s| s.0);
@@ -317,7 +322,7 @@ fn containerize(
         binds,
         tmp_bytes,
         shm_bytes,
-        devices: gpu_devices(a, ctx),
+        devices,
         cgroups_path,
     };
     let bundle_dir = dir.join("bundle");
