@@ -204,6 +204,12 @@ pub struct StageOrder {
     /// cached once per node for every team ([`PUBLIC_SCOPE`]), the others per team.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub public: Vec<String>,
+    /// Its container image, pulled into the node's store while it waits (issue 40).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::model::JobImage>,
+    /// The values of the team secret its image's registry is logged in to with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_login: Option<crate::types::RegistryCredentials>,
 }
 
 /// Longest a source's or an upload's failure may be where people read it (a job's reason, an

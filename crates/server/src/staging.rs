@@ -24,6 +24,7 @@ struct Entry {
     team: String,
     inputs: Vec<Input>,
     secret: Option<String>,
+    image: Option<gantry_api::model::JobImage>,
     report: Option<StageReport>,
     /// Its results were written to the job.
     recorded: bool,
@@ -40,8 +41,20 @@ pub struct Staging {
     rates: Mutex<HashMap<String, u64>>,
 }
 
-/// What a node must stage: job, team, inputs and the name of the secret to read them with.
-pub type Order = (JobId, String, Vec<Input>, Option<String>);
+/// What a node must stage.
+#[derive(Debug, Clone)]
+pub struct Order {
+    /// The job.
+    pub job: JobId,
+    /// Its team.
+    pub team: String,
+    /// Its inputs.
+    pub inputs: Vec<Input>,
+    /// The name of the secret its inputs are read with.
+    pub secret: Option<String>,
+    /// Its image (with the name of its registry secret).
+    pub image: Option<gantry_api::model::JobImage>,
+}
 
 impl Staging {
     /// Remembers a `Stage` decision for `job` (replacing one on another node).
@@ -55,6 +68,7 @@ impl Staging {
             team: job.team.clone(),
             inputs: job.inputs.clone(),
             secret: job.input_secret.clone(),
+            image: job.image.clone(),
             report: None,
             recorded: false,
         };
@@ -67,9 +81,15 @@ impl Staging {
         let mut out: Vec<Order> = jobs
             .iter()
             .filter(|(_, e)| e.node == node)
-            .map(|(id, e)| (*id, e.team.clone(), e.inputs.clone(), e.secret.clone()))
+            .map(|(id, e)| Order {
+                job: *id,
+                team: e.team.clone(),
+                inputs: e.inputs.clone(),
+                secret: e.secret.clone(),
+                image: e.image.clone(),
+            })
             .collect();
-        out.sort_by_key(|o| o.0);
+        out.sort_by_key(|o| o.job);
         out
     }
 

@@ -188,7 +188,8 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     let stager = Arc::new(
         stage::Stager::new(Arc::new(cache), Arc::clone(&config.sandbox))
             .with_metrics(cache_metrics)
-            .with_egress(Arc::clone(&config.egress)),
+            .with_egress(Arc::clone(&config.egress))
+            .with_images(images.clone()),
     );
     jobs.set_stager(Arc::clone(&stager));
     // Held for its drop: the previous registration's loop ends as the next starts, and the

@@ -83,6 +83,8 @@ pub struct Stager {
     metrics: Option<Arc<crate::exporter::cache::CacheMetrics>>,
     /// Where sources may connect.
     egress: Arc<Egress>,
+    /// The node's images: a waiting job's image is pulled with its inputs.
+    images: Option<Arc<super::images::Images>>,
 }
 
 /// Most finished stagings kept for jobs that have not started yet.
@@ -103,6 +105,7 @@ impl Stager {
             ready: Mutex::default(),
             metrics: None,
             egress: Arc::default(),
+            images: None,
         }
     }
 
@@ -120,6 +123,12 @@ impl Stager {
             public: order.public.iter().any(|p| p == name),
             egress: &self.egress,
         }
+    }
+
+    /// Pulls waiting jobs' images into `images` while they wait.
+    pub fn with_images(mut self, images: Option<Arc<super::images::Images>>) -> Self {
+        self.images = images;
+        self
     }
 
     /// Counts what it stages, and what the cache holds, into the node exporter's `metrics`.
@@ -219,6 +228,29 @@ impl Stager {
         done: &AtomicU64,
         progress: &Mutex<Progress>,
     ) -> Result<(Vec<Input>, Vec<Staged>), String> {
+        if let Some(image) = &order.image {
+            let images =
+                self.images.as_ref().ok_or_else(|| "this node cannot run container images".to_owned())?;
+            let login = order.registry_login.as_ref().map(|l| gantry_image::registry::Credentials {
+                username: l.username.clone(),
+                password: l.password.clone(),
+            });
+            let started = Instant::now();
+            let pulled = images
+                .pull(&image.reference, image.digest.as_deref(), login.as_ref(), Some(&order.team))
+                .await;
+            match pulled {
+                Ok(pulled) => {
+                    tracing::info!(job = order.job_id, image = %pulled.reference, secs = started.elapsed().as_secs_f64(), "pulled a waiting job's image");
+                }
+                // Not a staging to retry for ever (a refused login, no such image, an address the
+                // node may not reach): the job goes on to its node, whose attempt pulls again and
+                // fails with the reason, as a job that was not staged ahead does.
+                Err(e) => {
+                    tracing::warn!(job = order.job_id, error = %e, "pulling a waiting job's image failed; its start will try again");
+                }
+            }
+        }
         let mut listings = Vec::new();
         for i in &order.inputs {
             let access = self.access(order, &i.name);
@@ -287,6 +319,8 @@ impl Stager {
                     inputs: a.inputs.clone(),
                     secret: secret.clone(),
                     public: Vec::new(),
+                    image: None,
+                    registry_login: None,
                 };
                 let progress = Mutex::new(Progress::default());
                 self.stage_once(&order, &AtomicU64::new(0), &progress).await?.1

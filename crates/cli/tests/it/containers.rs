@@ -22,7 +22,7 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
     let image = format!("127.0.0.1:{port}/team/busybox:v1");
     testing::push(&skopeo, &layout, &image);
     let registry = format!("127.0.0.1:{port}");
-    let cluster = Cluster::start(&["--insecure-registry", &registry]);
+    let cluster = Cluster::start_with_env(&["--insecure-registry", &registry], &[("GANTRY_LOG", "info")]);
     eventually(Duration::from_secs(20), "the local agent to register", || {
         cluster.gantry(&["nodes"]).contains("ready").then_some(())
     });
@@ -42,6 +42,9 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
     assert!(stdout.contains("from layer two"), "the image's file system: {stdout}\n{stderr}");
     assert!(stdout.contains("FROM_IMAGE=yes"), "the image's environment: {stdout}");
     assert!(!stdout.contains("uid=0\n"), "the job's user, not root: {stdout}");
+    // The pull ran while the job waited, before it held its node: a staging.
+    let log = std::fs::read_to_string(cluster.data_dir().join("gantry.log")).unwrap_or_default();
+    assert!(log.contains("pulled a waiting job's image"), "the pull was not staged ahead");
     let jobs = cluster.jobs();
     let job = jobs.iter().find(|j| j["image"].is_object()).expect("the job with its image");
     assert_eq!(job["image"]["ref"], image.as_str());

@@ -59,6 +59,12 @@ pub struct Staging {
     pub reason: String,
 }
 
+/// Whether a job has something to stage before it holds GPUs: declared inputs, or a container
+/// image to pull (issue 40).
+pub(super) fn needs_staging(job: &Job) -> bool {
+    !job.inputs.is_empty() || job.image.is_some()
+}
+
 /// What the pass does with a job the queue starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Step {
@@ -74,7 +80,7 @@ pub(super) enum Step {
 
 /// The step for `job` (see the module documentation).
 pub(super) fn step(job: &Job, s: &Snapshot, layout: &Layout<'_>) -> Step {
-    if job.inputs.is_empty() || job.gang.is_some() {
+    if !needs_staging(job) || job.gang.is_some() {
         // A gang is staged as a whole (`gang_step`); its workers are never placed one by one.
         return Step::Place;
     }
@@ -82,6 +88,7 @@ pub(super) fn step(job: &Job, s: &Snapshot, layout: &Layout<'_>) -> Step {
     let Some(&node) = layout.index.get(st.node.as_str()) else { return Step::Stage };
     match (st.done, st.reason.is_empty()) {
         (true, _) => Step::Only(node),
+        (false, true) if job.inputs.is_empty() => Step::Wait(format!("pulling its image on {}", st.node)),
         (false, true) => Step::Wait(format!("staging its inputs on {}", st.node)),
         (false, false) => Step::Wait(st.reason.clone()),
     }
@@ -114,7 +121,7 @@ pub(super) fn gang_step(
     s: &Snapshot,
     layout: &Layout<'_>,
 ) -> GangStep {
-    if gang.inputs.is_empty() && workers.iter().all(|w| w.inputs.is_empty()) {
+    if !needs_staging(gang) && workers.iter().all(|w| !needs_staging(w)) {
         return GangStep::Place;
     }
     let mut staged: Vec<(NodeId, &Staging)> = workers

@@ -159,3 +159,29 @@ fn a_gang_without_inputs_is_placed_at_once() {
     let p = pass(&s);
     assert!(p.stages.is_empty() && p.gangs.len() == 1, "{p:?}");
 }
+
+#[test]
+fn a_job_with_an_image_is_staged_so_that_its_pull_runs_before_it_holds_gpus() {
+    let mut s = cluster(&[8, 8]);
+    let mut j = job(1, 2, 0, 0);
+    j.image = Some(gantry_api::model::JobImage {
+        reference: "registry.internal/ml/trainer:v3".into(),
+        digest: None,
+        secret: None,
+        entrypoint: None,
+        workdir: None,
+    });
+    s.pending = vec![j];
+    let p = pass(&s);
+    assert_eq!(p.stages.len(), 1, "the pull is a staging: {p:?}");
+    assert!(p.placements.is_empty(), "no GPU is held while it pulls: {p:?}");
+    let node = p.stages[0].node_id.clone();
+    s.staging.insert(1, Staging { node: node.clone(), done: false, reason: String::new() });
+    let p = pass(&s);
+    let why = p.waiting.iter().find(|w| w.0 == 1).map(|w| w.1.clone());
+    assert_eq!(why, Some(format!("pulling its image on {node}")));
+    s.staging.insert(1, Staging { node: node.clone(), done: true, reason: String::new() });
+    let p = pass(&s);
+    assert_eq!(p.placements.len(), 1, "{p:?}");
+    assert_eq!(p.placements[0].node_id, node, "it starts where its image is");
+}

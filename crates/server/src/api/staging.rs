@@ -79,7 +79,7 @@ pub async fn agent_staging(
     } else {
         blocking(&app, |s| s.public_sources()).await?.into_iter().map(|(url, _)| url).collect()
     };
-    for (job_id, team, inputs, secret) in ordered {
+    for crate::staging::Order { job: job_id, team, inputs, secret, image } in ordered {
         let public_inputs =
             inputs.iter().filter(|i| inputs::is_public(&i.url, &public)).map(|i| i.name.clone()).collect();
         let secret = match secret {
@@ -89,7 +89,29 @@ pub async fn agent_staging(
             }
             None => BTreeMap::new(),
         };
-        orders.push(StageOrder { job_id, team, inputs, secret, public: public_inputs });
+        let registry_login = match image.as_ref().and_then(|i| i.secret.clone()) {
+            Some(name) => {
+                let t = team.clone();
+                let values = blocking(&app, move |s| s.secret(&t, &name)).await?.unwrap_or_default();
+                match (values.get("username"), values.get("password")) {
+                    (Some(u), Some(p)) => Some(gantry_api::types::RegistryCredentials {
+                        username: u.clone(),
+                        password: p.clone(),
+                    }),
+                    _ => None,
+                }
+            }
+            None => None,
+        };
+        orders.push(StageOrder {
+            job_id,
+            team,
+            inputs,
+            secret,
+            public: public_inputs,
+            image,
+            registry_login,
+        });
     }
     Ok(Json(StagingResponse { orders }))
 }

@@ -29,6 +29,8 @@ fn order(job_id: i64, url: &str) -> StageOrder {
         inputs: vec![Input::new("data", url)],
         secret: Default::default(),
         public: Vec::new(),
+        image: None,
+        registry_login: None,
     }
 }
 
