@@ -69,6 +69,22 @@ pub struct RegistryConfig {
     pub attempts: u32,
     /// Largest manifest or configuration accepted, bytes.
     pub max_document: usize,
+    /// Checks a URL the registry sends the client to on its own (a token service's realm)
+    /// before it is asked: the agent's egress rules.
+    pub check_url: Option<UrlCheck>,
+}
+
+/// Whether a URL may be dialled: `Err` with the sentence why not.
+pub type UrlCheckFn = dyn Fn(&reqwest::Url) -> Result<(), String> + Send + Sync;
+
+/// A check of a URL a registry named (see [`RegistryConfig::check_url`]).
+#[derive(Clone)]
+pub struct UrlCheck(pub std::sync::Arc<UrlCheckFn>);
+
+impl std::fmt::Debug for UrlCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UrlCheck")
+    }
 }
 
 impl Default for RegistryConfig {
@@ -78,6 +94,7 @@ impl Default for RegistryConfig {
             stall_timeout: Duration::from_secs(120),
             attempts: 5,
             max_document: 4 << 20,
+            check_url: None,
         }
     }
 }
@@ -102,11 +119,12 @@ pub struct Resolved {
 }
 
 impl Registry {
-    /// A client built from `http` (the caller decides the TLS roots and which addresses may be
-    /// dialled: the agent passes its egress-guarded builder).
+    /// A client built from `http` (the caller decides the TLS roots, which addresses may be
+    /// dialled and which redirects are followed: the agent passes its egress-guarded builder).
     pub fn new(http: reqwest::ClientBuilder, config: RegistryConfig) -> Result<Self, PullError> {
+        // The redirect policy is the caller's: the agent's checks every target against its
+        // egress rules (registries send blob downloads to a CDN or object store by redirect).
         let http = http
-            .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| PullError::Registry(format!("cannot build the registry client: {e}")))?;
         Ok(Self { http, config, tokens: Mutex::default() })
@@ -397,6 +415,13 @@ impl Registry {
         let url = reqwest::Url::parse_with_params(realm, &query).map_err(|e| {
             PullError::Registry(format!("{}'s token realm `{realm}` is not a URL: {e}", r.registry))
         })?;
+        // A realm elsewhere than the registry itself is a place the registry sends the node to.
+        let same_host = url.host_str().zip(url.port_or_known_default()).is_some_and(|(h, p)| {
+            format!("{h}:{p}") == r.registry || (h == r.registry && url.port().is_none())
+        });
+        if let Some(check) = self.config.check_url.as_ref().filter(|_| !same_host) {
+            (check.0)(&url).map_err(|e| PullError::Registry(format!("{}'s token realm: {e}", r.registry)))?;
+        }
         let mut req = self.http.get(url);
         if let Some(c) = creds {
             req = req.header(AUTHORIZATION, basic(c));

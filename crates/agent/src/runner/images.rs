@@ -72,9 +72,11 @@ impl Images {
             .no_proxy()
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(5));
+        let guard = Arc::clone(&egress);
         let registry_config = RegistryConfig {
             insecure: config.insecure_registries.clone(),
             stall_timeout: config.stall_timeout,
+            check_url: Some(gantry_image::registry::UrlCheck(Arc::new(move |url| guard.check_url(url)))),
             ..RegistryConfig::default()
         };
         let registry = Registry::new(http, registry_config).map_err(|e| e.to_string())?;
