@@ -183,12 +183,7 @@ pub fn unpack(
                     .map_err(io_err(format!("setting the mode of {}", path.display())))?;
             }
             tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| {
-                        UnpackError::Refused(format!("`{}`: a link without a target", lossy(&raw)))
-                    })?
-                    .into_owned();
+                let target = link_target(&entry, &raw)?;
                 remove(&path)?;
                 let target =
                     PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&target));
@@ -200,12 +195,7 @@ pub fn unpack(
                 }
             }
             tar::EntryType::Link => {
-                let target = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| {
-                        UnpackError::Refused(format!("`{}`: a hard link without a target", lossy(&raw)))
-                    })?
-                    .into_owned();
+                let target = link_target(&entry, &raw)?;
                 let Some(tparts) = components(&target)? else {
                     return Err(UnpackError::Refused(format!(
                         "`{}`: a hard link to the layer's root",
@@ -272,6 +262,14 @@ impl<R: io::BufRead> Read for Zstd<R> {
             self.frame = Some(ruzstd::decoding::StreamingDecoder::new(source).map_err(io::Error::other)?);
         }
     }
+}
+
+/// A link entry's target (named `raw`), as written.
+fn link_target<R: Read>(entry: &tar::Entry<'_, R>, raw: &[u8]) -> Result<Vec<u8>, UnpackError> {
+    entry
+        .link_name_bytes()
+        .map(std::borrow::Cow::into_owned)
+        .ok_or_else(|| UnpackError::Refused(format!("`{}`: a link without a target", lossy(raw))))
 }
 
 /// The components of an entry's name, `None` for the root itself; `..` refuses the layer.

@@ -124,6 +124,18 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// A connection slot of `permits`, or `None` once `stopped` resolves (the semaphore is never
+/// closed: it lives as long as its loop).
+async fn next_permit(
+    permits: &Arc<Semaphore>,
+    stopped: &mut (impl Future<Output = ()> + Unpin),
+) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        permit = Arc::clone(permits).acquire_owned() => permit.ok(),
+        () = stopped => None,
+    }
+}
+
 /// Accepts TCP connections until `stop`, each under the global and its address's cap.
 async fn accept_tcp(
     listeners: Vec<TcpListener>,
@@ -138,13 +150,7 @@ async fn accept_tcp(
     let stopped = stopped(stop);
     tokio::pin!(stopped);
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break, // closed: never, the semaphore lives as long as the loop
-            },
-            () = &mut stopped => break,
-        };
+        let Some(permit) = next_permit(&permits, &mut stopped).await else { break };
         let (stream, peer) = tokio::select! {
             accepted = crate::listen::accept_any(&listeners, &mut turn) => match accepted {
                 Ok(a) => a,
@@ -180,13 +186,7 @@ async fn accept_unix(
     let stopped = stopped(stop);
     tokio::pin!(stopped);
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            () = &mut stopped => break,
-        };
+        let Some(permit) = next_permit(&permits, &mut stopped).await else { break };
         let stream = tokio::select! {
             accepted = unix.listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
