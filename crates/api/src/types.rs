@@ -630,15 +630,20 @@ pub struct NodeImage {
     #[serde(default)]
     pub node: String,
     /// The reference it was pulled by, pinned (`registry/repo:tag@sha256:…`).
+    #[serde(rename = "ref")]
     pub reference: String,
     /// Its manifest digest.
     pub digest: String,
     /// Bytes of its unpacked layers on the node (layers another image shares counted in each).
+    #[serde(rename = "size")]
     pub bytes: u64,
     /// When a job last used it, ms since the Unix epoch.
     pub last_used: i64,
     /// Attempts running in it now.
     pub in_use: u32,
+    /// The jobs whose attempts run in it now.
+    #[serde(default)]
+    pub jobs: Vec<i64>,
     /// The teams whose jobs pulled it.
     #[serde(default)]
     pub teams: Vec<String>,

@@ -166,11 +166,18 @@ impl Images {
 
     /// What the node holds, as `gantry images` lists it.
     pub fn listing(&self) -> Vec<gantry_api::types::NodeImage> {
-        let in_use: Vec<gantry_image::Digest> = std::fs::read_dir(&self.containers)
+        // Each attempt's container directory (`gantry-<job>-<attempt>`) names its image.
+        let in_use: Vec<(gantry_image::Digest, Option<i64>)> = std::fs::read_dir(&self.containers)
             .map(|d| {
                 d.flatten()
-                    .filter_map(|e| std::fs::read_to_string(e.path().join("image")).ok())
-                    .filter_map(|t| gantry_image::Digest::parse(t.trim()).ok())
+                    .filter_map(|e| {
+                        let digest = std::fs::read_to_string(e.path().join("image")).ok()?;
+                        let digest = gantry_image::Digest::parse(digest.trim()).ok()?;
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        let job =
+                            name.strip_prefix("gantry-").and_then(|r| r.split('-').next()?.parse().ok());
+                        Some((digest, job))
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -181,7 +188,8 @@ impl Images {
                 node: String::new(),
                 bytes: self.store.image_bytes(&i),
                 last_used: self.store.last_used_ms(&i.digest),
-                in_use: in_use.iter().filter(|d| **d == i.digest).count() as u32,
+                in_use: in_use.iter().filter(|(d, _)| *d == i.digest).count() as u32,
+                jobs: in_use.iter().filter(|(d, _)| *d == i.digest).filter_map(|(_, j)| *j).collect(),
                 reference: i.reference,
                 digest: i.digest.to_string(),
                 teams: i.teams,

@@ -65,8 +65,9 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
         let images: Vec<serde_json::Value> = serde_json::from_str(&text).ok()?;
         images.into_iter().find(|i| i["digest"] == manifest.as_str() && i["in_use"] == 0)
     });
-    assert_eq!(listed["reference"], format!("{image}@{manifest}").as_str());
-    assert!(listed["bytes"].as_u64().unwrap_or(0) > 100_000, "busybox's bytes: {listed}");
+    assert_eq!(listed["ref"], format!("{image}@{manifest}").as_str());
+    assert!(listed["size"].as_u64().unwrap_or(0) > 100_000, "busybox's bytes: {listed}");
+    assert_eq!(listed["jobs"], serde_json::json!([]), "no job runs in it now");
     let table = cluster.gantry(&["images"]);
     assert!(table.contains("team/busybox:v1") && table.contains("IN USE"), "{table}");
 
@@ -201,6 +202,14 @@ fn a_services_replicas_run_its_image_and_a_new_image_rolls_out_as_a_new_generati
     assert!(body.contains("from layer two"), "served from the image's file system: {body}");
     let jobs = s.cluster.jobs();
     assert!(jobs.iter().any(|j| j["image"]["ref"] == v1.as_str()), "the replica job carries the image");
+    let replica = jobs.iter().find(|j| j["image"]["ref"] == v1.as_str()).map(|j| j["id"].clone());
+    let held = eventually(Duration::from_secs(10), "the node to list the replica in its image", || {
+        let images: Vec<serde_json::Value> =
+            serde_json::from_str(&s.cluster.gantry(&["images", "-o", "json"])).ok()?;
+        images.into_iter().find(|i| i["jobs"].as_array().is_some_and(|j| !j.is_empty()))
+    });
+    assert_eq!(held["jobs"][0], replica.expect("replica"), "{held}");
+    assert_eq!(held["in_use"], 1);
 
     write(&v2);
     s.apply(&file);
