@@ -136,7 +136,7 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
                     Some(p) if step == GangStep::Stage => {
                         let stages = super::stage::gang_stages(&p);
                         let on: Vec<&str> = stages.iter().map(|st| st.node_id.as_str()).collect();
-                        out.waiting.push((job.id, format!("staging its inputs on {}", on.join(", "))));
+                        out.waiting.push((job.id, super::stage::staging_on(job, &on.join(", "))));
                         out.stages.extend(stages);
                     }
                     Some(p) => out.gangs.push(p),
@@ -212,7 +212,7 @@ fn pass(s: &Snapshot, kept: &Standing, kind: PolicyKind, rng: &mut dyn RandomSou
                 match placed.filter(|p| layout.cluster.allocate(layout.next_id, &req, p).is_ok()) {
                     Some(p) if step == Step::Stage => {
                         let place = layout.placement(job, &req, &p, s.at);
-                        let why = format!("staging its inputs on {}", place.node_id);
+                        let why = super::stage::staging_on(job, &place.node_id);
                         out.stages.push(super::Stage {
                             job_id: job.id,
                             node_id: place.node_id,

@@ -65,6 +65,15 @@ pub(super) fn needs_staging(job: &Job) -> bool {
     !job.inputs.is_empty() || job.image.is_some()
 }
 
+/// Why a job being staged on `nodes` waits: for its inputs, or (with none) for its image.
+pub(super) fn staging_on(job: &Job, nodes: &str) -> String {
+    if job.inputs.is_empty() && job.image.is_some() {
+        format!("pulling its image on {nodes}")
+    } else {
+        format!("staging its inputs on {nodes}")
+    }
+}
+
 /// What the pass does with a job the queue starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Step {
@@ -88,8 +97,7 @@ pub(super) fn step(job: &Job, s: &Snapshot, layout: &Layout<'_>) -> Step {
     let Some(&node) = layout.index.get(st.node.as_str()) else { return Step::Stage };
     match (st.done, st.reason.is_empty()) {
         (true, _) => Step::Only(node),
-        (false, true) if job.inputs.is_empty() => Step::Wait(format!("pulling its image on {}", st.node)),
-        (false, true) => Step::Wait(format!("staging its inputs on {}", st.node)),
+        (false, true) => Step::Wait(staging_on(job, &st.node)),
         (false, false) => Step::Wait(st.reason.clone()),
     }
 }
@@ -136,7 +144,7 @@ pub(super) fn gang_step(
     }
     if let Some((_, st)) = staged.iter().find(|(_, st)| !st.done) {
         return GangStep::Wait(if st.reason.is_empty() {
-            format!("staging its inputs on {}", st.node)
+            staging_on(gang, &st.node)
         } else {
             st.reason.clone()
         });

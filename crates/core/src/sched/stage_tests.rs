@@ -174,6 +174,8 @@ fn a_job_with_an_image_is_staged_so_that_its_pull_runs_before_it_holds_gpus() {
     s.pending = vec![j];
     let p = pass(&s);
     assert_eq!(p.stages.len(), 1, "the pull is a staging: {p:?}");
+    let why = p.waiting.iter().find(|w| w.0 == 1).map(|w| w.1.clone());
+    assert_eq!(why, Some(format!("pulling its image on {}", p.stages[0].node_id)));
     assert!(p.placements.is_empty(), "no GPU is held while it pulls: {p:?}");
     let node = p.stages[0].node_id.clone();
     s.staging.insert(1, Staging { node: node.clone(), done: false, reason: String::new() });
