@@ -596,6 +596,15 @@ pub struct RegistryCredentials {
     pub password: String,
 }
 
+impl RegistryCredentials {
+    /// The login a team secret holds: its `username` and `password`, both non-empty (`gantry
+    /// secret set NAME username=… password=…`); `None` for a secret without them.
+    pub fn from_secret(values: &BTreeMap<String, String>) -> Option<Self> {
+        let get = |k: &str| values.get(k).filter(|v| !v.is_empty()).cloned();
+        Some(Self { username: get("username")?, password: get("password")? })
+    }
+}
+
 impl std::fmt::Debug for RegistryCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegistryCredentials").field("username", &self.username).finish_non_exhaustive()

@@ -222,6 +222,9 @@ pub fn start(
     Ok(Started { pid: started.pid, cgroup, outputs })
 }
 
+/// The `PATH` of a container whose image sets none, and of the runtime the shim starts.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// Turns a process job's `spec` into the same job in a container of `image`: its root file
 /// system mounted, its bundle written, and the runtime as what the shim starts (as root, in the
 /// attempt's cgroup and network namespace; the container's process runs as the job's user).
@@ -261,7 +264,7 @@ fn containerize(
         env.push((k.clone(), v.clone()));
     }
     if !image_path {
-        env.push(("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()));
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
     }
     let (uid, gid, groups) = match &spec.user {
         Some(c) => (c.uid, c.gid, c.groups.clone()),
@@ -332,9 +335,7 @@ fn containerize(
     }
     let state_root = ctx.state.join("runtime");
     spec.argv = bundle::run_argv(&runtime, &bundle_dir, &id, &state_root);
-    spec.env =
-        [("PATH".to_owned(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned())]
-            .into();
+    spec.env = [("PATH".to_owned(), DEFAULT_PATH.to_owned())].into();
     spec.cwd = bundle_dir;
     spec.user = None;
     spec.mounts = None;

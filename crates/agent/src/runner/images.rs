@@ -166,21 +166,7 @@ impl Images {
 
     /// What the node holds, as `gantry images` lists it.
     pub fn listing(&self) -> Vec<gantry_api::types::NodeImage> {
-        // Each attempt's container directory (`gantry-<job>-<attempt>`) names its image.
-        let in_use: Vec<(gantry_image::Digest, Option<i64>)> = std::fs::read_dir(&self.containers)
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| {
-                        let digest = std::fs::read_to_string(e.path().join("image")).ok()?;
-                        let digest = gantry_image::Digest::parse(digest.trim()).ok()?;
-                        let name = e.file_name().to_string_lossy().into_owned();
-                        let job =
-                            name.strip_prefix("gantry-").and_then(|r| r.split('-').next()?.parse().ok());
-                        Some((digest, job))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let in_use = self.running();
         self.store
             .images()
             .into_iter()
@@ -199,10 +185,21 @@ impl Images {
 
     /// The images running attempts' containers use.
     pub fn in_use(&self) -> std::collections::HashSet<gantry_image::Digest> {
-        let Ok(dir) = std::fs::read_dir(&self.containers) else { return Default::default() };
+        self.running().into_iter().map(|(digest, _)| digest).collect()
+    }
+
+    /// Each running attempt's image and job: its container directory (`gantry-<job>-<attempt>`)
+    /// names the image in `image`.
+    fn running(&self) -> Vec<(gantry_image::Digest, Option<i64>)> {
+        let Ok(dir) = std::fs::read_dir(&self.containers) else { return Vec::new() };
         dir.flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path().join("image")).ok())
-            .filter_map(|d| gantry_image::Digest::parse(d.trim()).ok())
+            .filter_map(|e| {
+                let digest = std::fs::read_to_string(e.path().join("image")).ok()?;
+                let digest = gantry_image::Digest::parse(digest.trim()).ok()?;
+                let name = e.file_name().to_string_lossy().into_owned();
+                let job = name.strip_prefix("gantry-").and_then(|r| r.split('-').next()?.parse().ok());
+                Some((digest, job))
+            })
             .collect()
     }
 

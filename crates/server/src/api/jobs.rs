@@ -129,13 +129,12 @@ async fn registry_checked(app: &Arc<App>, job: &NewJob) -> Result<(), ApiError> 
     let named =
         secret_checked(app, &job.team, "registry_secret", "an image", secret, job.spec.image.is_some())
             .await?;
-    if let Some(values) = named {
-        let set = |k: &str| values.get(k).is_some_and(|v| !v.is_empty());
-        if !(set("username") && set("password")) {
-            return Err(ApiError::Unprocessable(
-                "registry_secret: the secret must hold `username` and `password` (gantry secret set NAME username=… password=…)".into(),
-            ));
-        }
+    if let Some(values) = named
+        && gantry_api::types::RegistryCredentials::from_secret(&values).is_none()
+    {
+        return Err(ApiError::Unprocessable(
+            "registry_secret: the secret must hold `username` and `password` (gantry secret set NAME username=… password=…)".into(),
+        ));
     }
     Ok(())
 }

@@ -54,9 +54,7 @@ pub async fn apply(
     if let Some(name) = spec.registry_secret.clone() {
         let (owner, wanted) = (team.clone(), name.clone());
         let values = blocking(&app, move |s| s.secret(&owner, &wanted)).await?;
-        let ok = values.is_some_and(|v| {
-            ["username", "password"].iter().all(|k| v.get(*k).is_some_and(|x| !x.is_empty()))
-        });
+        let ok = values.is_some_and(|v| gantry_api::types::RegistryCredentials::from_secret(&v).is_some());
         if !ok {
             return Err(ApiError::Unprocessable(format!(
                 "registry_secret: team {team} has no secret `{name}` holding username and password"
@@ -159,8 +157,7 @@ async fn visible(
 async fn check(app: &Arc<App>, spec: &ServiceSpec) -> Result<(), ApiError> {
     spec.check().map_err(ApiError::Unprocessable)?;
     if let Some(image) = &spec.image {
-        gantry_image::Reference::parse(image)
-            .map_err(|e| ApiError::Unprocessable(format!("image: {}", e.trim_start_matches("image "))))?;
+        validate::image_ref(image)?;
     }
     if !spec.command.is_empty() {
         validate::command(&spec.command)?;

@@ -93,13 +93,7 @@ pub async fn agent_staging(
             Some(name) => {
                 let t = team.clone();
                 let values = blocking(&app, move |s| s.secret(&t, &name)).await?.unwrap_or_default();
-                match (values.get("username"), values.get("password")) {
-                    (Some(u), Some(p)) => Some(gantry_api::types::RegistryCredentials {
-                        username: u.clone(),
-                        password: p.clone(),
-                    }),
-                    _ => None,
-                }
+                gantry_api::types::RegistryCredentials::from_secret(&values)
             }
             None => None,
         };

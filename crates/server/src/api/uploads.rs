@@ -262,10 +262,9 @@ pub async fn agent_registry_credentials(
     };
     let (owner, wanted) = (team.clone(), name.clone());
     let values = blocking(&app, move |s| s.secret(&owner, &wanted)).await?.unwrap_or_default();
-    match (values.get("username"), values.get("password")) {
-        (Some(u), Some(p)) => Ok(Json(RegistryCredentials { username: u.clone(), password: p.clone() })),
-        _ => Err(ApiError::NotFound(format!("team {team}'s secret `{name}` holds no username and password"))),
-    }
+    RegistryCredentials::from_secret(&values).map(Json).ok_or_else(|| {
+        ApiError::NotFound(format!("team {team}'s secret `{name}` holds no username and password"))
+    })
 }
 
 /// One file of the working directory of a job placed on the caller's node.
