@@ -83,6 +83,8 @@ fn an_elastic_job_grows_onto_idle_gpus_then_shrinks_for_a_rigid_job_and_both_run
 #[test]
 fn a_bad_gpu_range_is_refused_with_a_sentence() {
     let cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB"]);
+    // "the most GPUs on one node" is judged against registered nodes.
+    cluster.wait_for_agent();
     for (range, says) in
         [("4..2", "must not exceed"), ("0..2", "at least 1 GPU"), ("1..8", "most GPUs on one node is 4")]
     {

@@ -218,6 +218,14 @@ impl Cluster {
         }
     }
 
+    /// Waits until the local agent has registered: the server judges what a request could ever
+    /// get against registered nodes only, and a cluster without any refuses nothing.
+    pub fn wait_for_agent(&self) {
+        eventually(Duration::from_secs(20), "the local agent to register", || {
+            self.gantry(&["nodes"]).contains("ready").then_some(())
+        });
+    }
+
     /// Runs a client command as the same user; panics with its stderr if it fails.
     pub fn gantry(&self, args: &[&str]) -> String {
         let out = self.try_gantry(args);

@@ -89,9 +89,7 @@ fn four_one_gpu_jobs_on_two_four_gpu_nodes_land_two_and_two_under_spread_and_fou
 fn a_job_runs_only_in_its_pool_and_a_team_the_pool_does_not_admit_is_refused() {
     let cluster = Cluster::start(&["--simulated-gpus", "2xA100-80GB", "--label", "pool=inference"]);
     // The node must have registered (with its pool label) before what it offers is judged.
-    eventually(Duration::from_secs(20), "the local agent to register", || {
-        cluster.gantry(&["nodes"]).contains("ready").then_some(())
-    });
+    cluster.wait_for_agent();
     // No node is in pool `default`: a job that names no pool could never run.
     let out = cluster.try_gantry(&["submit", "--gpus", "1", "--", "true"]);
     let err = String::from_utf8_lossy(&out.stderr);

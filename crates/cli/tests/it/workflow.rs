@@ -89,9 +89,7 @@ fn forgetting_the_double_dash_gets_a_hint() {
 #[test]
 fn requests_no_node_can_hold_are_refused_at_submit_in_the_users_units() {
     let cluster = Cluster::start(&["--simulated-gpus", "1xA100-80GB"]);
-    eventually(Duration::from_secs(20), "the local agent to register", || {
-        cluster.gantry(&["nodes"]).contains("ready").then_some(())
-    });
+    cluster.wait_for_agent();
     let out = cluster.try_gantry(&["submit", "--gpu-memory", "100000", "--", "true"]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("a 100000 MiB GPU slice, the largest GPU has 81920 MiB"), "{out:?}");
