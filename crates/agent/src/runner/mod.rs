@@ -196,6 +196,8 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
     // last one with `run`.
     let mut _staging: Option<stage::AbortOnDrop> = None;
     let mut shipper = config.ship_logs.then(|| ship::Shipper::new(config.logs_dir.clone()));
+    let inventory = gpus.inventory();
+    config.sandbox.set_node_gpus(inventory.len());
     let capacity = config.sandbox.capacity(node_cpu_milli(), node_memory_mib());
     let mut register = RegisterRequest {
         node_id: config.node_id.clone(),
@@ -204,7 +206,7 @@ pub async fn run(config: AgentConfig, gpus: Gpus, mut stop: watch::Receiver<bool
         network: config.sandbox.network_kind(),
         cpu_milli: capacity.0,
         memory_mib: capacity.1,
-        gpus: gpus.inventory(),
+        gpus: inventory,
         job_defaults: Some(config.sandbox.job_defaults()),
         attempts: Vec::new(),
         labels: config.labels.clone(),

@@ -95,17 +95,47 @@ impl NodeReserve {
 /// `--default-job-cpu`), and the processes of one whose team sets no `pids_limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobDefaults {
-    /// Memory, MiB (0: not limited).
-    pub memory_mib: u64,
-    /// CPU, milli-cores (0: not limited).
-    pub cpu_milli: u64,
+    /// Memory, MiB.
+    pub memory: DefaultLimit,
+    /// CPU, milli-cores.
+    pub cpu: DefaultLimit,
     /// `pids.max` (0: not limited).
     pub pids_max: u64,
 }
 
+/// One default limit of a job that asks for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultLimit {
+    /// Not limited (the node reserve still holds).
+    None,
+    /// This much, whatever the job's GPUs.
+    Fixed(u64),
+    /// Its GPUs' share of what the node offers jobs (at least one GPU's; a node without GPUs
+    /// counts [`CPU_NODE_SHARES`]), and for CPU at least one core: the default of `gantry agent`.
+    GpuShare,
+}
+
+/// How many shares a node without GPUs is cut into for [`DefaultLimit::GpuShare`].
+pub const CPU_NODE_SHARES: u64 = 4;
+
+impl DefaultLimit {
+    /// The share of `capacity` for one GPU of `node_gpus`, or the fixed value (0: none), and
+    /// whether it is per GPU.
+    fn resolve(self, capacity: u64, node_gpus: u64) -> (u64, bool) {
+        match self {
+            Self::None => (0, false),
+            Self::Fixed(v) => (v, false),
+            Self::GpuShare => {
+                let shares = if node_gpus == 0 { CPU_NODE_SHARES } else { node_gpus };
+                ((capacity / shares).max(1), true)
+            }
+        }
+    }
+}
+
 impl Default for JobDefaults {
     fn default() -> Self {
-        Self { memory_mib: 0, cpu_milli: 0, pids_max: DEFAULT_PIDS_LIMIT }
+        Self { memory: DefaultLimit::None, cpu: DefaultLimit::None, pids_max: DEFAULT_PIDS_LIMIT }
     }
 }
 
@@ -123,6 +153,8 @@ pub struct Sandbox {
     /// `None`: jobs see the node's mounts (the agent is not root, or cannot unshare).
     mounts: Option<MountConfig>,
     defaults: JobDefaults,
+    /// The node's GPUs ([`Sandbox::set_node_gpus`]).
+    node_gpus: std::sync::atomic::AtomicU64,
     reserve: NodeReserve,
     warnings: Vec<String>,
 }
@@ -216,7 +248,9 @@ impl Sandbox {
         }
         let mounts = if root { probe_mounts(config.mounts, &mut warnings) } else { None };
         let (defaults, reserve) = (config.defaults, config.reserve);
-        let sandbox = Self { users, agent, work, cgroups, network, mounts, defaults, reserve, warnings };
+        let node_gpus = std::sync::atomic::AtomicU64::new(0);
+        let sandbox =
+            Self { users, agent, work, cgroups, network, mounts, defaults, node_gpus, reserve, warnings };
         sandbox.hold_back_reserve();
         Ok(sandbox)
     }
@@ -395,22 +429,31 @@ impl Sandbox {
 
     /// `a` with the node's default memory and CPU where it asks for none: what it runs under.
     pub fn with_defaults(&self, mut a: Assignment) -> Assignment {
-        if a.memory_mib == 0 {
-            a.memory_mib = self.defaults.memory_mib;
-        }
-        if a.cpu_milli == 0 {
-            a.cpu_milli = self.defaults.cpu_milli;
-        }
+        let limits = self.job_defaults().for_job(a.memory_mib, a.cpu_milli, a.gpu_uuids.len(), None);
+        a.memory_mib = limits.memory_mib;
+        a.cpu_milli = limits.cpu_milli;
         a
+    }
+
+    /// Tells the sandbox how many GPUs the node has, which [`DefaultLimit::GpuShare`] divides
+    /// the node by (set before the node registers).
+    pub fn set_node_gpus(&self, gpus: usize) {
+        self.node_gpus.store(gpus as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What this node holds a job to that does not say, as it registers them.
     pub fn job_defaults(&self) -> gantry_api::model::JobLimits {
         let d = self.defaults;
+        let gpus = self.node_gpus.load(std::sync::atomic::Ordering::Relaxed);
+        let (cpu_milli, memory_mib) = self.capacity(super::node_cpu_milli(), super::node_memory_mib());
+        let (memory_mib, memory_per_gpu) = d.memory.resolve(memory_mib, gpus);
+        let (cpu_milli, cpu_per_gpu) = d.cpu.resolve(cpu_milli, gpus);
         gantry_api::model::JobLimits {
-            memory_mib: d.memory_mib,
-            cpu_milli: d.cpu_milli,
+            memory_mib,
+            cpu_milli,
             pids_max: d.pids_max,
+            memory_per_gpu,
+            cpu_per_gpu,
         }
     }
 
@@ -639,6 +682,45 @@ mod tests {
         let reserve = NodeReserve { memory_mib: 1024, cpu_milli: 500 };
         assert_eq!(reserve.capacity(4000, 8192), (3500, 7168));
         assert_eq!(reserve.capacity(100, 100), (0, 0), "never below nothing");
+    }
+
+    #[test]
+    fn a_gpu_share_divides_the_node_by_its_gpus_and_a_cpu_node_in_four() {
+        assert_eq!(DefaultLimit::GpuShare.resolve(24_000, 4), (6000, true));
+        assert_eq!(DefaultLimit::GpuShare.resolve(24_000, 0), (24_000 / CPU_NODE_SHARES, true));
+        assert_eq!(DefaultLimit::GpuShare.resolve(0, 8), (1, true), "never nothing: 0 means unlimited");
+        assert_eq!(DefaultLimit::Fixed(512).resolve(24_000, 4), (512, false));
+        assert_eq!(DefaultLimit::None.resolve(24_000, 4), (0, false));
+    }
+
+    #[test]
+    fn a_job_that_asks_for_nothing_runs_under_its_gpus_share_of_the_node() {
+        let dir = tempfile::tempdir().expect("dir");
+        let config = SandboxConfig {
+            work_dir: dir.path().join("work"),
+            defaults: JobDefaults {
+                memory: DefaultLimit::GpuShare,
+                cpu: DefaultLimit::GpuShare,
+                pids_max: 99,
+            },
+            ..SandboxConfig::default()
+        };
+        let Ok(sandbox) = Sandbox::build(&config, &dir.path().join("state")) else {
+            return; // a work root this user cannot own or reach: covered by the tests above
+        };
+        sandbox.set_node_gpus(4);
+        let d = sandbox.job_defaults();
+        let (cpu, memory) = sandbox.capacity(super::super::node_cpu_milli(), super::super::node_memory_mib());
+        assert!(d.memory_per_gpu && d.cpu_per_gpu, "{d:?}");
+        assert_eq!((d.memory_mib, d.cpu_milli, d.pids_max), ((memory / 4).max(1), (cpu / 4).max(1), 99));
+        let job: Assignment = serde_json::from_value(serde_json::json!({"job_id": 1, "attempt": 1,
+            "command": ["true"], "gpu_uuids": ["GPU-a", "GPU-b"], "gpu_memory_mib": 0, "gpu_compute_pct": 0}))
+        .expect("assignment");
+        let two = sandbox.with_defaults(job.clone());
+        assert_eq!(two.memory_mib, d.memory_mib * 2);
+        assert_eq!(two.cpu_milli, (d.cpu_milli * 2).max(1000));
+        let asked = sandbox.with_defaults(Assignment { memory_mib: 100, cpu_milli: 300, ..job });
+        assert_eq!((asked.memory_mib, asked.cpu_milli), (100, 300), "a request is its own limit");
     }
 
     #[test]

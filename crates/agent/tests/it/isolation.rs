@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use gantry_agent::runner::sandbox::{JobDefaults, NodeReserve};
+use gantry_agent::runner::sandbox::{DefaultLimit, JobDefaults, NodeReserve};
 use gantry_agent::runner::{self, BackendChoice, Gpus};
 use gantry_store::{JobState, NewJob, Store, SubmitRequest};
 
@@ -230,7 +230,7 @@ async fn a_job_that_asks_for_no_memory_is_held_to_the_nodes_default() {
         eprintln!("note: swap is on, so a memory limit swaps instead of killing; skipped");
         return;
     }
-    let defaults = JobDefaults { memory_mib: 48, ..JobDefaults::default() };
+    let defaults = JobDefaults { memory: DefaultLimit::Fixed(48), ..JobDefaults::default() };
     let h = start_with(Setup { defaults, ..Setup::default() }).await;
     // `tail` keeps the whole last line, which /dev/zero never ends, in memory.
     let id = submit(&*h.store, "head -c 268435456 /dev/zero | tail -n 1 > /dev/null", 0);

@@ -19,28 +19,55 @@ pub struct GpuInfo {
 }
 
 /// The limits a node holds a job to when the job does not say: the memory and CPU of a job that
-/// asks for none (`gantry agent --default-job-memory`, `--default-job-cpu`) and `pids.max`
-/// (`--job-pids-limit`, unless the job's team sets `pids_limit`). In a job's detail: the limits
-/// it runs (or ran) under.
+/// asks for none (`gantry agent --default-job-memory`, `--default-job-cpu`; by default its GPUs'
+/// share of the node) and `pids.max` (`--job-pids-limit`, unless the job's team sets
+/// `pids_limit`). In a job's detail: the limits it runs (or ran) under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobLimits {
-    /// Memory, MiB (0: not limited).
+    /// Memory, MiB (0: not limited); per GPU of the job when `memory_per_gpu`.
     pub memory_mib: u64,
-    /// CPU, milli-cores (0: not limited).
+    /// CPU, milli-cores (0: not limited); per GPU of the job when `cpu_per_gpu`.
     pub cpu_milli: u64,
     /// Processes and threads at once (0: not limited).
     pub pids_max: u64,
+    /// `memory_mib` is one GPU's share of the node: a job gets it times its GPUs (at least one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub memory_per_gpu: bool,
+    /// `cpu_milli` is one GPU's share of the node: a job gets it times its GPUs (at least one),
+    /// and never less than [`JobLimits::MIN_SHARE_CPU_MILLI`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cpu_per_gpu: bool,
 }
 
 impl JobLimits {
-    /// The limits a job runs under on a node whose defaults these are: its own memory and CPU
-    /// requests where it made them (0: none), its team's `pids_limit` where the team sets one.
-    pub fn for_job(&self, memory_mib: u64, cpu_milli: u64, team_pids_limit: Option<u64>) -> Self {
+    /// The least CPU a job holding a share of its node gets: one core.
+    pub const MIN_SHARE_CPU_MILLI: u64 = 1000;
+
+    /// The limits a job with `gpus` GPUs runs under on a node whose defaults these are: its own
+    /// memory and CPU requests where it made them (0: none), else the node's (a GPU's share
+    /// times its GPUs, where the node shares), its team's `pids_limit` where the team sets one.
+    pub fn for_job(
+        &self,
+        memory_mib: u64,
+        cpu_milli: u64,
+        gpus: usize,
+        team_pids_limit: Option<u64>,
+    ) -> Self {
+        let shares = (gpus as u64).max(1);
+        let memory =
+            if self.memory_per_gpu { self.memory_mib.saturating_mul(shares) } else { self.memory_mib };
+        let cpu = if self.cpu_per_gpu && self.cpu_milli > 0 {
+            self.cpu_milli.saturating_mul(shares).max(Self::MIN_SHARE_CPU_MILLI)
+        } else {
+            self.cpu_milli
+        };
         Self {
-            memory_mib: if memory_mib > 0 { memory_mib } else { self.memory_mib },
-            cpu_milli: if cpu_milli > 0 { cpu_milli } else { self.cpu_milli },
+            memory_mib: if memory_mib > 0 { memory_mib } else { memory },
+            cpu_milli: if cpu_milli > 0 { cpu_milli } else { cpu },
             pids_max: team_pids_limit.unwrap_or(self.pids_max),
+            memory_per_gpu: false,
+            cpu_per_gpu: false,
         }
     }
 }
@@ -184,5 +211,28 @@ mod tests {
             serde_json::from_str(r#"{"node_id": "n1", "epoch": 2, "gpus": [], "jobs": [], "at": 0}"#)
                 .expect("an agent of before still heartbeats");
         assert_eq!(old, hb);
+    }
+
+    #[test]
+    fn a_share_of_the_node_scales_with_the_jobs_gpus_and_a_request_wins() {
+        let shared = JobLimits {
+            memory_mib: 6000,
+            cpu_milli: 500,
+            pids_max: 4096,
+            memory_per_gpu: true,
+            cpu_per_gpu: true,
+        };
+        let cpu_only = shared.for_job(0, 0, 0, None);
+        assert_eq!((cpu_only.memory_mib, cpu_only.cpu_milli, cpu_only.pids_max), (6000, 1000, 4096));
+        let four = shared.for_job(0, 0, 4, Some(64));
+        assert_eq!((four.memory_mib, four.cpu_milli, four.pids_max), (24000, 2000, 64));
+        assert!(!four.memory_per_gpu && !four.cpu_per_gpu, "what a job runs under is absolute");
+        let asked = shared.for_job(512, 250, 4, None);
+        assert_eq!((asked.memory_mib, asked.cpu_milli), (512, 250));
+        let fixed = JobLimits { memory_mib: 2048, cpu_milli: 0, pids_max: 0, ..JobLimits::default() };
+        let got = fixed.for_job(0, 0, 8, None);
+        assert_eq!((got.memory_mib, got.cpu_milli), (2048, 0), "fixed defaults and none stay as they are");
+        let json = serde_json::to_value(fixed).expect("json");
+        assert!(json.get("memory_per_gpu").is_none(), "older readers see the shape they know: {json}");
     }
 }

@@ -10,7 +10,7 @@ use gantry_agent::runner::cni::Conflist;
 use gantry_agent::runner::mounts::{DEFAULT_TMP_BYTES, MountConfig};
 use gantry_agent::runner::network::NetworkConfig;
 use gantry_agent::runner::sandbox::{
-    ANY_TEAM, DEFAULT_PIDS_LIMIT, JobDefaults, NodeReserve, running_as_root,
+    ANY_TEAM, DEFAULT_PIDS_LIMIT, DefaultLimit, JobDefaults, NodeReserve, running_as_root,
 };
 use gantry_agent::runner::{Sandbox, SandboxConfig};
 
@@ -47,12 +47,16 @@ pub struct SandboxArgs {
     /// 10.128.0.0/10 picked per agent).
     #[arg(long, value_name = "CIDR")]
     cni_subnet: Option<String>,
-    /// Memory limit of a job that asks for none (`--memory`), e.g. `2GiB` (default: none; the
-    /// node reserve still holds).
-    #[arg(long, value_name = "SIZE")]
+    /// Memory limit of a job that asks for none (`--memory`), e.g. `2GiB`; `none` leaves such
+    /// jobs unlimited (the node reserve still holds). Default: its GPUs' share of the node's
+    /// memory less the reserve (a job on half the GPUs gets half), on a node without GPUs a
+    /// quarter.
+    #[arg(long, value_name = "SIZE|none")]
     default_job_memory: Option<String>,
-    /// CPU limit of a job that asks for none (`--cpu`), in cores, e.g. `1`, `0.5` or `500m`.
-    #[arg(long, value_name = "CORES")]
+    /// CPU limit of a job that asks for none (`--cpu`), in cores, e.g. `1`, `0.5` or `500m`;
+    /// `none` leaves such jobs unlimited. Default: its GPUs' share of the node's cores less the
+    /// reserve, and at least one core.
+    #[arg(long, value_name = "CORES|none")]
     default_job_cpu: Option<String>,
     /// Most processes and threads of a job whose team sets no `pids_limit`.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PIDS_LIMIT)]
@@ -174,9 +178,19 @@ impl SandboxArgs {
         let milli = |flag: &str, v: &Option<String>| -> anyhow::Result<u64> {
             v.as_deref().map_or(Ok(0), |v| parse_cpu(v).with_context(|| format!("--{flag}")))
         };
+        let default = |flag: &str, v: &Option<String>, parse: &dyn Fn(&str) -> anyhow::Result<u64>| {
+            Ok::<_, anyhow::Error>(match v.as_deref() {
+                None => DefaultLimit::GpuShare,
+                Some("none") => DefaultLimit::None,
+                Some(v) => match parse(v).with_context(|| format!("--{flag}"))? {
+                    0 => DefaultLimit::None,
+                    v => DefaultLimit::Fixed(v),
+                },
+            })
+        };
         let defaults = JobDefaults {
-            memory_mib: mib("default-job-memory", &self.default_job_memory)?,
-            cpu_milli: milli("default-job-cpu", &self.default_job_cpu)?,
+            memory: default("default-job-memory", &self.default_job_memory, &|v| Ok(parse_size(v)? >> 20))?,
+            cpu: default("default-job-cpu", &self.default_job_cpu, &parse_cpu)?,
             pids_max: self.job_pids_limit,
         };
         let reserve = NodeReserve {
@@ -328,9 +342,17 @@ mod tests {
         ]);
         let config = args.config(Path::new("/data")).expect("valid");
         assert_eq!(
-            (config.defaults.memory_mib, config.defaults.cpu_milli, config.defaults.pids_max),
-            (2048, 1500, 4096)
+            (config.defaults.memory, config.defaults.cpu, config.defaults.pids_max),
+            (DefaultLimit::Fixed(2048), DefaultLimit::Fixed(1500), 4096)
         );
+        let unset = parse(["x"]).config(Path::new("/data")).expect("valid");
+        assert_eq!(
+            (unset.defaults.memory, unset.defaults.cpu),
+            (DefaultLimit::GpuShare, DefaultLimit::GpuShare)
+        );
+        let off = parse(["x", "--default-job-memory", "none", "--default-job-cpu", "none"]);
+        let off = off.config(Path::new("/data")).expect("valid");
+        assert_eq!((off.defaults.memory, off.defaults.cpu), (DefaultLimit::None, DefaultLimit::None));
         assert_eq!((config.reserve.memory_mib, config.reserve.cpu_milli), (512, 500));
         assert_eq!((config.mounts.tmp_bytes, config.mounts.shm_bytes), (1 << 30, Some(64 << 20)));
         let bad = parse(["x", "--default-job-memory", "lots"]);

@@ -106,3 +106,27 @@ fn a_job_gets_the_variables_it_declares_and_none_that_gantry_sets() {
     let malformed = cluster.try_gantry(&["submit", "-e", "NOEQUALS", "--", "true"]);
     assert!(!malformed.status.success());
 }
+
+#[test]
+fn a_job_that_asks_for_no_memory_or_cpu_runs_under_its_gpus_share_of_the_node_by_default() {
+    let cluster = Cluster::start(&["--simulated-gpus", "4xA100-80GB"]);
+    let cpu_only = cluster.gantry(&["submit", "--", "true"]).trim().to_owned();
+    let two = cluster.gantry(&["submit", "--gpus", "2", "--", "true"]).trim().to_owned();
+    let asked =
+        cluster.gantry(&["submit", "--gpus", "2", "--memory", "1GiB", "--", "true"]).trim().to_owned();
+    let limits = |id: &str| {
+        assert_eq!(ended(&cluster, id), "succeeded", "{}", cluster.gantry(&["job", id]));
+        let detail: serde_json::Value =
+            serde_json::from_str(&cluster.gantry(&["job", id, "-o", "json"])).expect("json");
+        let l = &detail["limits"];
+        (l["memory_mib"].as_u64().expect("memory"), l["cpu_milli"].as_u64().expect("cpu"))
+    };
+    let (memory, cpu) = limits(&cpu_only);
+    assert!(
+        memory > 0 && cpu >= 1000,
+        "a job that asks for nothing is limited by default: {memory} MiB, {cpu}m"
+    );
+    assert_eq!(limits(&two).0, 2 * memory, "two GPUs, two shares");
+    assert_eq!(limits(&asked).0, 1024, "what a job asks for is its limit");
+    assert!(cluster.gantry(&["job", &cpu_only]).contains("limits    memory"), "the detail names the limits");
+}

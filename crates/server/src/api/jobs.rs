@@ -332,7 +332,9 @@ pub async fn get(
     let node = job.node_id.clone().or_else(|| attempts.last().map(|a| a.node_id.clone()));
     let defaults = node.and_then(|n| nodes.into_iter().find(|x| x.id == n)).and_then(|n| n.job_defaults);
     let team_pids = teams.iter().find(|t| t.name == job.team).and_then(|t| t.pids_limit);
-    let limits = defaults.map(|d| d.for_job(job.request.memory_mib, job.request.cpu_milli, team_pids));
+    let limits = defaults.map(|d| {
+        d.for_job(job.request.memory_mib, job.request.cpu_milli, job.request.gpus as usize, team_pids)
+    });
     let log_limit_bytes = app.config.log_limit_bytes;
     Ok(Json(JobDetail { job, transitions, attempts, log_limit_bytes, workers, limits, loans, stall }))
 }

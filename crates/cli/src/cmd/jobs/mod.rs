@@ -525,7 +525,12 @@ mod tests {
 
     #[test]
     fn the_limits_line_names_each_limit_or_none() {
-        let l = gantry_api::model::JobLimits { memory_mib: 2048, cpu_milli: 1500, pids_max: 4096 };
+        let l = gantry_api::model::JobLimits {
+            memory_mib: 2048,
+            cpu_milli: 1500,
+            pids_max: 4096,
+            ..Default::default()
+        };
         assert_eq!(limits(&l), "memory 2 GiB, cpu 1.5, pids 4096 (on its node)");
         let none = gantry_api::model::JobLimits::default();
         assert_eq!(limits(&none), "memory none, cpu none, pids none (on its node)");
