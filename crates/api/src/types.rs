@@ -181,6 +181,12 @@ pub struct TeamView {
     /// Whether its jobs may preempt other teams' jobs by priority (default false).
     #[serde(default)]
     pub preempt_other_teams: bool,
+    /// Services it may have (default 20).
+    #[serde(default)]
+    pub max_services: u32,
+    /// Replicas its services may hold at once (default 100).
+    #[serde(default)]
+    pub max_replicas: u32,
 }
 
 /// A quota change.
@@ -210,6 +216,14 @@ pub struct QuotaRequest {
     /// absent: unchanged, `0`: back to each node's default (4,096 unless the node says).
     #[serde(default)]
     pub pids_limit: Option<u64>,
+    /// Services the team may have (absent: unchanged; default 20); past it, a new service gets
+    /// 429. Admin only.
+    #[serde(default)]
+    pub max_services: Option<u32>,
+    /// Replicas the team's services may hold at once, pending or running (absent: unchanged;
+    /// default 100); the controller starts none past it and says so. Admin only.
+    #[serde(default)]
+    pub max_replicas: Option<u32>,
 }
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with

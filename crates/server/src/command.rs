@@ -377,7 +377,9 @@ fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Res
             let admins = team.log_quota_bytes.is_some()
                 || team.pending_limit.is_some()
                 || team.max_priority.is_some()
-                || team.preempt_other_teams.is_some();
+                || team.preempt_other_teams.is_some()
+                || team.max_services.is_some()
+                || team.max_replicas.is_some();
             let check = if admins { by.require_admin() } else { by.require_operator() };
             audited(store, check, Change::SetTeam(team), entry)
         }
@@ -492,7 +494,10 @@ fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Res
             let entry =
                 entry(&by, "service.apply", format!("service/{team}/{}", spec.name), Some(&team), now);
             let view = admission.view(store)?;
-            let check = by.require_member_of(&team).and_then(|()| ceiling(&view, &team, spec.priority, &by));
+            let check = by
+                .require_member_of(&team)
+                .and_then(|()| ceiling(&view, &team, spec.priority, &by))
+                .and_then(|()| service_room(store, &view, &team, &spec.name));
             let desired = spec.replicas.min.max(1);
             audited(store, check, Change::ApplyService { team, spec, digest, desired }, entry)
         }
@@ -584,6 +589,21 @@ fn pending_room(view: &View, admission: &AdmissionCache, job: &NewJob) -> Result
         )));
     }
     Ok(())
+}
+
+/// Refuses a new service past its team's `max_services` (a service applied again is no new one).
+fn service_room(store: &dyn Store, view: &View, team: &str, name: &str) -> Result<(), CommandError> {
+    let cap =
+        view.team(team).map_or(gantry_store::Team::DEFAULT_MAX_SERVICES, gantry_store::Team::service_cap);
+    let services = store.services(Some(vec![team.to_owned()]))?;
+    if services.iter().any(|s| s.name == name) || services.len() < cap as usize {
+        return Ok(());
+    }
+    Err(CommandError::LimitReached(format!(
+        "team {team} has {} services and may have {cap}: delete one first, or an admin raises the cap \
+         (gantry team set {team} --max-services N)",
+        services.len()
+    )))
 }
 
 /// The longest target an audit row stores, in bytes; and the longest outcome.

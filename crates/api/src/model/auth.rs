@@ -94,11 +94,34 @@ pub struct Team {
     /// Setting a team with `None` leaves the team's own value as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt_other_teams: Option<bool>,
+    /// Services the team may have (`None`: [`Team::DEFAULT_MAX_SERVICES`]). Setting a team with
+    /// `None` leaves the team's own value as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_services: Option<u32>,
+    /// Replicas its services may hold at once, pending or running (`None`:
+    /// [`Team::DEFAULT_MAX_REPLICAS`]). Setting a team with `None` leaves the team's own value as
+    /// it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<u32>,
 }
 
 impl Team {
     /// The priority ceiling of a team that set none.
     pub const DEFAULT_MAX_PRIORITY: i32 = 100;
+    /// The services a team that set none may have.
+    pub const DEFAULT_MAX_SERVICES: u32 = 20;
+    /// The replicas a team that set none may hold at once.
+    pub const DEFAULT_MAX_REPLICAS: u32 = 100;
+
+    /// The services it may have.
+    pub fn service_cap(&self) -> u32 {
+        self.max_services.unwrap_or(Self::DEFAULT_MAX_SERVICES)
+    }
+
+    /// The replicas its services may hold at once.
+    pub fn replica_cap(&self) -> u32 {
+        self.max_replicas.unwrap_or(Self::DEFAULT_MAX_REPLICAS)
+    }
 
     /// The highest priority its members may submit at.
     pub fn priority_ceiling(&self) -> i32 {

@@ -91,6 +91,12 @@ pub struct SetArgs {
     /// preemption only reclaims guarantees).
     #[arg(long, value_name = "BOOL")]
     preempt_other_teams: Option<bool>,
+    /// Services it may have (default 20).
+    #[arg(long, value_name = "N")]
+    max_services: Option<u32>,
+    /// Replicas its services may hold at once, pending or running (default 100).
+    #[arg(long, value_name = "N")]
+    max_replicas: Option<u32>,
 }
 
 /// `--guarantee N` or `--guarantee none`.
@@ -126,6 +132,7 @@ pub fn list(args: TeamsArgs) -> anyhow::Result<()> {
                 if t.preempt_other_teams { "yes".into() } else { "no".into() },
                 t.pending_limit.to_string(),
                 format!("{}/{}", mib(t.log_bytes), mib(t.log_quota_bytes)),
+                format!("{}/{}", t.max_services, t.max_replicas),
             ]
         })
         .collect();
@@ -138,6 +145,7 @@ pub fn list(args: TeamsArgs) -> anyhow::Result<()> {
         "PREEMPTS OTHERS",
         "PENDING LIMIT",
         "OUTPUT MIB",
+        "MAX SERVICES/REPLICAS",
     ];
     table::print(&header, &rows);
     Ok(())
@@ -179,10 +187,12 @@ fn set(args: SetArgs) -> anyhow::Result<()> {
         && args.pending_limit.is_none()
         && args.pids_limit.is_none()
         && args.log_quota.is_none()
-        && args.preempt_other_teams.is_none();
+        && args.preempt_other_teams.is_none()
+        && args.max_services.is_none()
+        && args.max_replicas.is_none();
     if nothing {
         anyhow::bail!(
-            "nothing to set: name --guarantee, --max-priority, --pending-limit, --pids-limit, --log-quota or --preempt-other-teams"
+            "nothing to set: name --guarantee, --max-priority, --pending-limit, --pids-limit, --log-quota, --preempt-other-teams, --max-services or --max-replicas"
         );
     }
     // The API's PUT replaces the guarantee: keep the current one unless --guarantee names one.
@@ -201,6 +211,8 @@ fn set(args: SetArgs) -> anyhow::Result<()> {
         pids_limit: args.pids_limit,
         max_priority: args.max_priority,
         preempt_other_teams: args.preempt_other_teams,
+        max_services: args.max_services,
+        max_replicas: args.max_replicas,
     };
     block_on(api.put(&format!("/v1/teams/{}", args.name), &body))??;
     eprintln!("team {} set", args.name);

@@ -400,6 +400,32 @@ fn a_service_holds_no_more_replicas_than_its_teams_guarantee_and_says_why() {
 }
 
 #[test]
+fn a_teams_services_and_replicas_stop_at_its_caps_and_say_why() {
+    let s = Serving::start(&["--simulated-gpus", "4xA100-80GB"]);
+    s.cluster.gantry(&["team", "set", "ml", "--max-services", "2", "--max-replicas", "3"]);
+    let teams = s.cluster.gantry(&["teams"]);
+    assert!(teams.contains("2/3"), "gantry teams shows the caps:\n{teams}");
+    s.apply(&s.file("one", "replicas: 2\n"));
+    s.apply(&s.file("two", "replicas: 2\n"));
+    // A third service is refused with the figures; the same file again is no new service.
+    let third = s.file("three", "replicas: 1\n");
+    let out = s.cluster.try_gantry(&["service", "apply", "-f", &third.display().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("team ml has 2 services and may have 2"), "{err}");
+    s.apply(&s.file("two", "replicas: 2\n"));
+    // Four replicas asked for, three held; the one short says why.
+    let held = |v: &serde_json::Value| v["replica_list"].as_array().map_or(0, Vec::len);
+    s.until("two", "the team's three replicas", 30, |_| held(&s.view("one")) + held(&s.view("two")) == 3);
+    let short = [s.view("one"), s.view("two")];
+    assert!(
+        short.iter().any(|v| v["reason"].as_str().is_some_and(|r| r.contains("may hold 3"))),
+        "{short:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(held(&s.view("one")) + held(&s.view("two")), 3, "no fourth replica later either");
+}
+
+#[test]
 fn a_service_of_a_team_without_a_guarantee_holds_no_more_replicas_than_the_schedulers_cap_and_says_why() {
     let s = Serving::start(&["--simulated-gpus", "2xA100-80GB"]);
     s.apply(&s.file("wide", "replicas: 3\ngpus: 1\n"));

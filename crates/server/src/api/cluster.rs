@@ -151,6 +151,8 @@ pub async fn teams(
         max_priority: t
             .map_or(gantry_store::Team::DEFAULT_MAX_PRIORITY, gantry_store::Team::priority_ceiling),
         preempt_other_teams: t.is_some_and(gantry_store::Team::preempts_other_teams),
+        max_services: t.map_or(gantry_store::Team::DEFAULT_MAX_SERVICES, gantry_store::Team::service_cap),
+        max_replicas: t.map_or(gantry_store::Team::DEFAULT_MAX_REPLICAS, gantry_store::Team::replica_cap),
     };
     let mut views: HashMap<String, TeamView> =
         teams.iter().map(|t| (t.name.clone(), view(t.name.clone(), Some(t)))).collect();
@@ -196,6 +198,12 @@ pub async fn set_quota(
     if let Some(jobs) = req.pending_limit {
         validate::at_most("pending_limit", jobs, 1 << 40)?;
     }
+    if let Some(n) = req.max_services {
+        validate::at_most("max_services", u64::from(n), 100_000)?;
+    }
+    if let Some(n) = req.max_replicas {
+        validate::at_most("max_replicas", u64::from(n), 1_000_000)?;
+    }
     if let Some(p) = req.max_priority
         && !(-1000..=1000).contains(&p)
     {
@@ -222,6 +230,8 @@ pub async fn set_quota(
         max_priority: req.max_priority,
         preempt_other_teams: req.preempt_other_teams,
         pids_limit,
+        max_services: req.max_services,
+        max_replicas: req.max_replicas,
     };
     app.dispatch(Command::SetTeam { team, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)

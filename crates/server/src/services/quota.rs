@@ -15,6 +15,10 @@
 //!   any job; the controller does not submit past the team's limit, which a user's submission
 //!   could not pass either. This binds slices (`gpu_memory`) too, which no GPU cap counts.
 //!
+//! - **Replicas** (`gantry team set T --max-replicas N`, default 100): every replica of the
+//!   team's services that has not ended counts, so that one team's services cannot hold every
+//!   replica port (`--service-ports`) of the cluster.
+//!
 //! The tightest of these is the room; the sentence names it. Within one tick the controller
 //! charges each replica it starts to its team ([`TeamQuota::charge`]), so two services of one
 //! team cannot each take the last GPU.
@@ -34,12 +38,32 @@ pub struct TeamQuota {
     pub pending: u64,
     /// The most it may have pending.
     pub pending_limit: u64,
+    /// Replicas of its services that have not ended.
+    pub replicas: u32,
+    /// The most replicas it may hold at once.
+    pub replica_limit: u32,
 }
 
 impl TeamQuota {
     /// More replicas of `gpus` whole GPUs each (0: a slice or CPU only) the team may hold, and
     /// the sentence for when that number is the limit.
     pub fn room(&self, gpus: u32) -> (u32, String) {
+        let (room, why) = self.job_room(gpus);
+        let replica_room = self.replica_limit.saturating_sub(self.replicas);
+        if replica_room >= room {
+            return (room, why);
+        }
+        let team = &self.team;
+        let why = format!(
+            "team {team}'s services hold {} replica(s) and may hold {}: no room for another \
+             (gantry team set {team} --max-replicas N)",
+            self.replicas, self.replica_limit
+        );
+        (replica_room, why)
+    }
+
+    /// [`TeamQuota::room`] by what binds any job of the team.
+    fn job_room(&self, gpus: u32) -> (u32, String) {
         let team = &self.team;
         let pending_room = u32::try_from(self.pending_limit.saturating_sub(self.pending)).unwrap_or(u32::MAX);
         let pending_why = format!(
@@ -78,6 +102,7 @@ impl TeamQuota {
     pub fn charge(&mut self, gpus: u32) {
         self.used_gpus = self.used_gpus.saturating_add(gpus);
         self.pending = self.pending.saturating_add(1);
+        self.replicas = self.replicas.saturating_add(1);
     }
 }
 
@@ -100,7 +125,23 @@ mod tests {
             used_gpus: used,
             pending: 0,
             pending_limit: 100_000,
+            replicas: 0,
+            replica_limit: 100,
         }
+    }
+
+    #[test]
+    fn a_teams_replica_cap_binds_when_it_is_the_tightest_and_each_start_counts() {
+        let mut q = TeamQuota { replicas: 98, replica_limit: 100, ..quota(None, 0) };
+        let (room, why) = q.room(0);
+        assert_eq!(room, 2);
+        assert!(why.contains("team ml's services hold 98 replica(s) and may hold 100"), "{why}");
+        q.charge(0);
+        q.charge(0);
+        assert_eq!(q.room(0).0, 0);
+        assert_eq!(q.room(1).0, 0, "whatever the GPUs");
+        let roomy = TeamQuota { replicas: 0, replica_limit: 100, ..quota(Some(2), 1) };
+        assert!(roomy.room(1).1.contains("guarantee"), "the GPUs bind first here");
     }
 
     #[test]

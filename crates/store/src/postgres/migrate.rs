@@ -40,6 +40,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (30, include_str!("../../migrations/postgres/0030_service_activity.sql")),
     (31, include_str!("../../migrations/postgres/0031_service_activity_ttft.sql")),
     (32, include_str!("../../migrations/postgres/0032_job_image.sql")),
+    (33, include_str!("../../migrations/postgres/0033_team_service_caps.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

@@ -39,6 +39,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (30, include_str!("../../migrations/0030_service_activity.sql")),
     (31, include_str!("../../migrations/0031_service_activity_ttft.sql")),
     (32, include_str!("../../migrations/0032_job_image.sql")),
+    (33, include_str!("../../migrations/0033_team_service_caps.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

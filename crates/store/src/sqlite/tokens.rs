@@ -212,11 +212,13 @@ pub(super) fn users(c: &dyn Conn) -> Result<Vec<User>> {
 pub(super) fn set_team(c: &dyn Conn, team: &Team) -> Result<()> {
     c.prepare_cached(
         "INSERT INTO teams (name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, \
-         pids_limit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
+         pids_limit, max_services, max_replicas) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+         ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
          log_quota_bytes = COALESCE(?3, teams.log_quota_bytes), pending_limit = COALESCE(?4, teams.pending_limit), \
          max_priority = COALESCE(?5, teams.max_priority), \
          preempt_other_teams = COALESCE(?6, teams.preempt_other_teams), \
-         pids_limit = ?7",
+         pids_limit = ?7, max_services = COALESCE(?8, teams.max_services), \
+         max_replicas = COALESCE(?9, teams.max_replicas)",
     )?
     .execute(params![
         team.name,
@@ -225,15 +227,17 @@ pub(super) fn set_team(c: &dyn Conn, team: &Team) -> Result<()> {
         team.pending_limit,
         team.max_priority,
         team.preempt_other_teams,
-        team.pids_limit
+        team.pids_limit,
+        team.max_services,
+        team.max_replicas
     ])?;
     Ok(())
 }
 
 pub(super) fn teams(c: &dyn Conn) -> Result<Vec<Team>> {
     let mut stmt = c.prepare_cached(
-        "SELECT name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, pids_limit \
-             FROM teams ORDER BY name",
+        "SELECT name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, pids_limit, \
+             max_services, max_replicas FROM teams ORDER BY name",
     )?;
     let rows = stmt.query_map(params![], |r| {
         Ok(Team {
@@ -244,6 +248,8 @@ pub(super) fn teams(c: &dyn Conn) -> Result<Vec<Team>> {
             max_priority: r.get(4)?,
             preempt_other_teams: r.get(5)?,
             pids_limit: r.get(6)?,
+            max_services: r.get(7)?,
+            max_replicas: r.get(8)?,
         })
     })?;
     rows.collect::<Result<_>>()

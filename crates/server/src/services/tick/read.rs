@@ -46,6 +46,14 @@ pub(super) fn load(store: &dyn Store, borrow_limit: f64) -> Result<Read, StoreEr
                 pending_limit: team
                     .and_then(|t| t.pending_limit)
                     .unwrap_or(crate::command::DEFAULT_PENDING_LIMIT),
+                replicas: out
+                    .iter()
+                    .filter(|o| o.service.team == *name)
+                    .flat_map(|o| &o.replicas)
+                    .filter(|r| !r.job.state.is_terminal())
+                    .count() as u32,
+                replica_limit: team
+                    .map_or(gantry_store::Team::DEFAULT_MAX_REPLICAS, gantry_store::Team::replica_cap),
             };
             quotas.insert(name.clone(), quota);
         }
