@@ -3,8 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The job kinds an idle policy is set for (`batch`: jobs that run to completion).
-pub const KINDS: &[&str] = &["batch"];
+/// The job kinds an idle policy is set for (`batch`: jobs that run to completion; `service`:
+/// service replicas, judged only while they are not ready, and stopped as failed whatever the
+/// action, so that their service backs off and says why).
+pub const KINDS: &[&str] = &["batch", "service"];
 
 /// A team's idle policy for one job kind, as stored and listed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -12,7 +14,7 @@ pub const KINDS: &[&str] = &["batch"];
 pub struct IdlePolicyView {
     /// The team.
     pub team: String,
-    /// The job kind (`batch`).
+    /// The job kind (`batch` or `service`).
     pub kind: String,
     /// Seconds below `below_percent` on every GPU before the owner is warned.
     pub warn_after_s: u64,

@@ -80,6 +80,9 @@ impl IdlePolicy {
     /// Batch jobs: warn at 60 minutes, requeue at 120, below 1 %.
     pub const BATCH: IdlePolicy =
         IdlePolicy { warn_after_s: 3600, act_after_s: 7200, below_percent: 1.0, action: IdleAction::Requeue };
+    /// Service replicas that are not ready: warn at 15 minutes, stop at 30, below 1 %.
+    pub const SERVICE: IdlePolicy =
+        IdlePolicy { warn_after_s: 900, act_after_s: 1800, below_percent: 1.0, action: IdleAction::Cancel };
 }
 
 /// A job's utilisation at one time: the busiest of its GPUs.

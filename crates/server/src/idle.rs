@@ -12,6 +12,13 @@
 //! call). What it keeps per job is its samples since it was last busy and whether it was warned;
 //! a job that ends or starts a new attempt starts afresh.
 //!
+//! Service replicas follow their team's `service` policy ([`IdlePolicy::SERVICE`] by default)
+//! and only while the controller does not see them ready: a ready replica with idle GPUs is
+//! waiting for requests (scaling to zero is the service's own setting), but one that holds GPUs
+//! and never becomes ready (or stopped being ready) serves nobody. Its action is always to stop
+//! it as failed (`fail`), whatever the policy names, so that its service counts the failure,
+//! backs off and says why; a `lend` policy only warns.
+//!
 //! Under `lend` the job keeps running and its GPUs are lent (the store's loans; the scheduling
 //! pass places preemptible jobs there). A GPU then runs two jobs, so the GPU's utilisation says
 //! nothing about the owner: a lend needs the agent's reading of each job's own processes (the
@@ -110,7 +117,7 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
             act(app, owner, "give-back", why).await?;
             continue;
         };
-        let policy = policy_of(&input.policies, &job.team);
+        let policy = policy_of(&input.policies, &job.team, "batch");
         let track = tracks.entry(owner).or_default();
         if let Some(percent) = readings.own(job) {
             track.lent.push(UtilSample { at_ms: now, percent });
@@ -136,7 +143,13 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
         if track.attempt != job.attempt {
             *track = Track { attempt: job.attempt, ..Track::default() };
         }
-        let policy = policy_of(&input.policies, &job.team);
+        let replica = job.service.is_some();
+        if replica && app.service_status.replica_ready(job.id) != Some(false) {
+            // Ready (or not yet seen by the controller): serving, or about to be judged.
+            *track = Track { attempt: job.attempt, ..Track::default() };
+            continue;
+        }
+        let policy = policy_of(&input.policies, &job.team, if replica { "service" } else { "batch" });
         let own = readings.own(job);
         if let Some(percent) = own.or_else(|| readings.gpu(job)) {
             track.samples.push(UtilSample { at_ms: now, percent });
@@ -150,8 +163,9 @@ async fn pass(app: &Arc<App>, tracks: &mut HashMap<JobId, Track>) -> Result<(), 
             Verdict::Leave => continue,
             // Without the job's own reading a lent GPU's owner could not be told apart from
             // its borrower: the job is only warned.
-            Verdict::Act(idle::IdleAction::Lend, e) if own.is_none() => ("warn", e),
+            Verdict::Act(idle::IdleAction::Lend, e) if own.is_none() || replica => ("warn", e),
             Verdict::Warn(e) => ("warn", e),
+            Verdict::Act(_, e) if replica => ("fail", e),
             Verdict::Act(a, e) => (a.as_str(), e),
         };
         if action == "warn" && track.warned {
@@ -186,11 +200,12 @@ async fn act(app: &Arc<App>, job: JobId, action: &str, evidence: String) -> Resu
     }
 }
 
-/// The team's policy for batch jobs, else the default.
-fn policy_of(policies: &[gantry_api::idle::IdlePolicyView], team: &str) -> IdlePolicy {
+/// The team's policy for jobs of `kind` (`batch`, `service`), else the kind's default.
+fn policy_of(policies: &[gantry_api::idle::IdlePolicyView], team: &str, kind: &str) -> IdlePolicy {
+    let default = if kind == "service" { IdlePolicy::SERVICE } else { IdlePolicy::BATCH };
     policies
         .iter()
-        .find(|p| p.team == team && p.kind == "batch")
+        .find(|p| p.team == team && p.kind == kind)
         .and_then(|p| {
             Some(IdlePolicy {
                 warn_after_s: p.warn_after_s,
@@ -199,7 +214,7 @@ fn policy_of(policies: &[gantry_api::idle::IdlePolicyView], team: &str) -> IdleP
                 action: idle::IdleAction::parse(&p.action)?,
             })
         })
-        .unwrap_or(IdlePolicy::BATCH)
+        .unwrap_or(default)
 }
 
 /// The latest GPU samples of nodes that report.

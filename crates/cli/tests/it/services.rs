@@ -400,6 +400,48 @@ fn a_service_holds_no_more_replicas_than_its_teams_guarantee_and_says_why() {
 }
 
 #[test]
+fn a_replica_that_holds_an_idle_gpu_without_becoming_ready_is_stopped_as_failed_and_a_ready_one_is_left() {
+    let s = Serving::start(&["--simulated-gpus", "2xA100-80GB"]);
+    let policy = ["team", "idle", "ml", "--kind", "service", "--warn-after", "2s", "--act-after", "6s"];
+    s.cluster.gantry(&[&policy[..], &["--action", "cancel"]].concat());
+    // Both replicas leave their GPU idle; one never answers its probe.
+    let stuck = s.cluster.shared().join("stuck.yaml");
+    std::fs::write(
+        &stuck,
+        "name: stuck\nteam: ml\nport: 8000\nupload: false\ncommand: [sleep, \"600\"]\ngpus: 1\n\
+         env: {GANTRY_SIM_PROFILE: idle}\nreadiness: {path: /health, interval_s: 0.2, timeout_s: 1}\n",
+    )
+    .expect("file");
+    s.apply(&stuck);
+    s.apply(&s.file("fine", "gpus: 1\nenv: {GANTRY_SIM_PROFILE: idle}\n"));
+    s.until("fine", "the ready service", 30, |v| ready(v) == 1);
+    let first = s.until("stuck", "the stuck replica to run", 30, |v| {
+        v["replica_list"].as_array().is_some_and(|l| l.iter().any(|r| r["state"] == "running"))
+    });
+    let id = first["replica_list"][0]["job"].as_i64().expect("replica id").to_string();
+    let events = eventually(Duration::from_secs(60), "the stuck replica to be stopped", || {
+        let events = s.cluster.gantry(&["events", "--job", &id]);
+        events.contains("job.idle-stopped").then_some(events)
+    });
+    assert!(events.contains("without being ready"), "{events}");
+    let job = eventually(Duration::from_secs(30), "the replica to end", || {
+        let j: serde_json::Value =
+            serde_json::from_str(&s.cluster.gantry(&["job", &id, "-o", "json"])).expect("json");
+        j["job"]["state"].as_str().is_some_and(|st| st != "running").then_some(j)
+    });
+    assert_eq!(job["job"]["state"], "failed", "{job}");
+    // The service counts the failure: a request gets 503 at once with its words. The ready one
+    // keeps its replica.
+    let (code, body) = s.get("/ml/stuck/", &s.token).expect("an answer");
+    assert!(code == 503 && body.contains("without being ready"), "{code} {body}");
+    let fine = s.view("fine");
+    assert_eq!(ready(&fine), 1, "{fine}");
+    let fine_id = fine["replica_list"][0]["job"].as_i64().expect("replica id");
+    let events = s.cluster.gantry(&["events", "--job", &fine_id.to_string()]);
+    assert!(!events.contains("idle"), "a ready replica is serving, idle or not:\n{events}");
+}
+
+#[test]
 fn a_teams_services_and_replicas_stop_at_its_caps_and_say_why() {
     let s = Serving::start(&["--simulated-gpus", "4xA100-80GB"]);
     s.cluster.gantry(&["team", "set", "ml", "--max-services", "2", "--max-replicas", "3"]);

@@ -76,6 +76,12 @@ impl Status {
         services.get(&(team.to_owned(), name.to_owned())).cloned().unwrap_or_default()
     }
 
+    /// Whether the controller last saw replica `job` ready (`None`: it tracks no such replica).
+    pub fn replica_ready(&self, job: JobId) -> Option<bool> {
+        let services = self.services.read().unwrap_or_else(PoisonError::into_inner);
+        services.values().find_map(|s| s.replicas.get(&job)).map(|r| r.ready)
+    }
+
     fn replace(&self, all: HashMap<(String, String), ServiceStatus>) {
         *self.services.write().unwrap_or_else(PoisonError::into_inner) = all;
     }

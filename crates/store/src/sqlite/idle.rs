@@ -65,9 +65,17 @@ pub(super) fn act(c: &dyn Conn, id: JobId, action: &str, evidence: &str, at: i64
                 .execute(params![job.id, reason])?;
             tokens::event(c, at, "job.idle-cancelled", &target, &reason, Some(&job.team))
         }
+        "fail" => {
+            // A service replica that holds its GPUs without becoming ready: it ends failed, so
+            // that its service counts the failure and backs off.
+            let reason = format!("stopped: it held its GPUs idle without being ready ({evidence})");
+            c.prepare_cached("UPDATE jobs SET stop = 'fail', reason = ?2 WHERE id = ?1")?
+                .execute(params![job.id, reason])?;
+            tokens::event(c, at, "job.idle-stopped", &target, &reason, Some(&job.team))
+        }
         "lend" => super::loans::lend(c, &job, evidence, at),
         other => Err(StoreError::Conflict(format!(
-            "idle action {other} is not one of warn, requeue, cancel, lend, give-back"
+            "idle action {other} is not one of warn, requeue, cancel, fail, lend, give-back"
         ))),
     }
 }

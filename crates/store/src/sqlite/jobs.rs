@@ -585,6 +585,8 @@ pub(super) fn exited(c: &dyn Conn, id: JobId, attempt: u32, exit: &JobExit, at: 
         Some("cancel") => transition(c, &job, JobState::Cancelled, Some("cancelled"), at),
         // Preemption is not the job's failure: back to the queue, retry budget untouched.
         Some("preempt") => transition(c, &job, JobState::Pending, job.reason.as_deref(), at),
+        // Stopped as failed (a service replica the idle policy stopped): no retry.
+        Some("fail") => transition(c, &job, JobState::Failed, job.reason.as_deref(), at),
         Some(_) => requeue_or_fail(c, &job, job.reason.as_deref().unwrap_or("requeued"), at),
         None if exit.timed_out => transition(
             c,
