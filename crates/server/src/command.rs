@@ -467,7 +467,8 @@ fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Res
             let actor =
                 gantry_store::Actor { name: "gantry".into(), role: "system".into(), team: None, peer: None };
             let target = truncate(format!("job/{job} ({evidence})"), MAX_TARGET);
-            let entry = AuditEntry { actor, action: format!("job.idle-{action}"), target, at: now };
+            let entry =
+                AuditEntry { actor, action: format!("job.idle-{action}"), target, at: now, credential: None };
             audited(store, Ok(()), Change::IdleAction { job, action, evidence }, entry)
         }
         Command::SetPool { pool, by } => {
@@ -612,7 +613,14 @@ const MAX_OUTCOME: usize = 512;
 
 fn entry(by: &Principal, action: &str, target: String, team: Option<&str>, at: i64) -> AuditEntry {
     let target = truncate(target, MAX_TARGET);
-    AuditEntry { actor: by.actor(team), action: action.to_owned(), target, at }
+    // The store reads the caller's token again in the change's transaction: a token revoked
+    // (or a user demoted) after the server checked it changes nothing, on any replica.
+    let credential = gantry_store::Credential {
+        token_id: by.token.id,
+        role: by.token.role,
+        teams: by.token.teams.clone(),
+    };
+    AuditEntry { actor: by.actor(team), action: action.to_owned(), target, at, credential: Some(credential) }
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut. Handlers

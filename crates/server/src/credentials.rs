@@ -24,7 +24,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(400 * 24 * 3600);
 
 fn system(action: &str, target: String) -> AuditEntry {
     let actor = Actor { name: "gantry".into(), role: "system".into(), team: None, peer: None };
-    AuditEntry { actor, action: action.into(), target, at: now_ms() }
+    AuditEntry { actor, action: action.into(), target, at: now_ms(), credential: None }
 }
 
 fn expiry(ttl: Duration) -> i64 {

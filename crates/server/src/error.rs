@@ -64,6 +64,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
             StoreError::Conflict(what) => ApiError::Conflict(what),
             StoreError::LimitReached(what) => ApiError::TooMany(what),
+            StoreError::CredentialChanged(what) => ApiError::Forbidden(what),
             e @ StoreError::StaleEpoch { .. } => ApiError::Conflict(e.to_string()),
             // A restart of PostgreSQL, a terminated connection, a deadlock with another
             // replica's transaction: 503, which a client may repeat where that is safe (a read,

@@ -45,6 +45,10 @@ pub enum StoreError {
     /// A leader's write refused: this replica does not lead, or no longer under its epoch.
     #[error("fenced: {0}")]
     Fenced(String),
+    /// The caller's credential no longer allows the change (revoked, expired, or its user's role
+    /// or teams changed since the server checked it): a sentence.
+    #[error("{0}")]
+    CredentialChanged(String),
     /// The writer thread is gone (the store is shutting down).
     #[error("store is closed")]
     Closed,

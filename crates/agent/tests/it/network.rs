@@ -347,8 +347,13 @@ async fn a_replicas_port_answers_the_gateway_on_the_node_but_no_job_of_another_t
     }))
     .expect("a service file");
     let actor = gantry_store::Actor { name: "root".into(), role: "admin".into(), team: None, peer: None };
-    let entry =
-        gantry_store::AuditEntry { actor, action: "service.apply".into(), target: String::new(), at: 1 };
+    let entry = gantry_store::AuditEntry {
+        actor,
+        action: "service.apply".into(),
+        target: String::new(),
+        at: 1,
+        credential: None,
+    };
     let apply = gantry_store::Change::ApplyService {
         team: "a".into(),
         digest: "echo".into(),

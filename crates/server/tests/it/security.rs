@@ -500,3 +500,38 @@ async fn a_viewers_token_made_for_a_team_without_a_user_is_not_the_members_user_
     assert_eq!(role_of("alpha"), Some(json!("member")), "{users:?}");
     assert_eq!(role_of("alpha-viewer"), Some(json!("viewer")), "{users:?}");
 }
+
+#[tokio::test]
+async fn a_write_re_reads_its_callers_token_so_one_revoked_or_demoted_behind_the_cache_changes_nothing() {
+    use gantry_store::{Actor, AuditEntry, Change};
+    let s = TestServer::start().await;
+    let a = s.token_for("alice", Role::Member, &["vision"]);
+    let id = s.submit_as(&a, json!({"command": ["true"]})).await["id"].as_i64().expect("id");
+    let me: Value = crate::json_of(s.as_(&a, reqwest::Method::GET, "/v1/whoami")).await;
+    let token_id = me["token_id"].as_i64().expect("id");
+    let system = |action: &str| AuditEntry {
+        actor: Actor { name: "other-replica".into(), role: "admin".into(), team: None, peer: None },
+        action: action.into(),
+        target: String::new(),
+        at: gantry_server::now_ms(),
+        credential: None,
+    };
+    // Another replica (here: the store directly) takes alice out of team vision; this server's
+    // token cache has not heard of it. Reads it serves from the cached token; writes it refuses.
+    let demoted = user("alice", Role::Member, &["nlp"]);
+    s.store.apply(Change::SetUser(demoted), system("user.set")).expect("set user");
+    let cancel =
+        s.as_(&a, reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.expect("send");
+    assert_eq!(cancel.status(), StatusCode::FORBIDDEN);
+    assert!(cancel.text().await.expect("text").contains("lost team vision"));
+    let job = s.store.job(id).expect("read").expect("job");
+    assert_eq!(job.state, JobState::Pending, "nothing was changed");
+    // Then revokes the token: the next write says so, and the audit log records the refusal.
+    s.store.apply(Change::RevokeToken(token_id), system("token.revoke")).expect("revoke");
+    let body = json!({"command": ["true"], "team": "vision"});
+    let submit = s.as_(&a, reqwest::Method::POST, "/v1/jobs").json(&body).send().await.expect("send");
+    assert_eq!(submit.status(), StatusCode::FORBIDDEN);
+    assert!(submit.text().await.expect("text").contains("was revoked"));
+    let jobs = s.store.jobs(&gantry_store::JobFilter::default()).expect("jobs");
+    assert_eq!(jobs.len(), 1, "no job was added: {jobs:?}");
+}

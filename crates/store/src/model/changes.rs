@@ -180,6 +180,23 @@ pub struct AuditEntry {
     pub target: String,
     /// ms since the epoch.
     pub at: i64,
+    /// The caller's token as the server judged it when it checked the change (`None`: the
+    /// server's own changes). The store reads the token again in the change's transaction and
+    /// refuses the change when it was revoked, expired, or its user's role or teams changed
+    /// since, so no cache or replica lag lets a write through on a credential that is gone.
+    #[serde(skip)]
+    pub credential: Option<Credential>,
+}
+
+/// A caller's token and what it held when the server authorised a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    /// The token's id.
+    pub token_id: i64,
+    /// The role it acted with.
+    pub role: super::Role,
+    /// The teams it acted for.
+    pub teams: Vec<String>,
 }
 
 /// What changed for the scheduler after a position in its change log

@@ -49,6 +49,13 @@ pub(super) fn many(c: &dyn Conn, items: &[Submission]) -> Result<Vec<Changed>> {
     for (team, (n, limit)) in adding {
         crate::sqlite::jobs::pending_room(c, team, limit, n)?;
     }
+    // Each caller's token, read again in this transaction (a refusal refuses the run, and the
+    // writer then writes each submission alone, each refused or written on its own).
+    for s in items {
+        if let Some(credential) = &s.entry.credential {
+            crate::sqlite::tokens::still_holds(c, credential, s.entry.at)?;
+        }
+    }
     let mut known = taken(c, items)?;
     let fresh = {
         let mut seen = HashSet::new();

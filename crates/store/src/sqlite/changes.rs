@@ -7,6 +7,9 @@ use crate::Result;
 use crate::model::*;
 
 pub(super) fn apply(c: &dyn Conn, change: Change, mut entry: AuditEntry) -> Result<Changed> {
+    if let Some(credential) = &entry.credential {
+        tokens::still_holds(c, credential, entry.at)?;
+    }
     let changed = match change {
         Change::Submit(job) => {
             let (id, created) = jobs::submit(c, &job)?;

@@ -29,7 +29,7 @@ mod pools;
 pub(crate) mod rows;
 mod scheduler;
 mod services;
-mod tokens;
+pub(crate) mod tokens;
 mod workflow;
 
 use std::path::Path;

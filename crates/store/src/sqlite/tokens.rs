@@ -81,6 +81,32 @@ pub(super) fn get(c: &dyn Conn, id: i64) -> Result<Option<TokenRecord>> {
     row.map(|t| with_teams(c, t)).transpose()
 }
 
+/// Refuses a change whose caller's token, read again in the change's transaction, was revoked
+/// or expired, or whose user no longer has the role or a team the change was authorised with.
+pub(crate) fn still_holds(c: &dyn Conn, credential: &Credential, now: i64) -> Result<()> {
+    let refused = |why: &str| {
+        Err(StoreError::CredentialChanged(format!(
+            "your token {why} since this request was authorised; nothing was changed"
+        )))
+    };
+    let Some(token) = get(c, credential.token_id)? else {
+        return refused("was deleted");
+    };
+    if token.revoked_at.is_some() {
+        return refused("was revoked");
+    }
+    if token.expires_at.is_some_and(|t| t <= now) {
+        return refused("expired");
+    }
+    if token.role != credential.role {
+        return refused(&format!("lost its role ({} now)", token.role));
+    }
+    if let Some(team) = credential.teams.iter().find(|t| !token.teams.contains(t)) {
+        return refused(&format!("lost team {team}"));
+    }
+    Ok(())
+}
+
 /// Tokens, newest first; only `user`'s when given.
 pub(super) fn list(c: &dyn Conn, user: Option<&str>) -> Result<Vec<TokenRecord>> {
     let sql = format!(

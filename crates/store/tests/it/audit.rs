@@ -8,7 +8,7 @@ use crate::{new_job, open, raw, reopen};
 
 fn entry(actor: &str, action: &str) -> AuditEntry {
     let actor = Actor { name: actor.into(), role: "member".into(), team: Some("default".into()), peer: None };
-    AuditEntry { actor, action: action.into(), target: String::new(), at: 42 }
+    AuditEntry { actor, action: action.into(), target: String::new(), at: 42, credential: None }
 }
 
 fn chain(store: &dyn Store) -> std::result::Result<(), ChainError> {

@@ -12,7 +12,7 @@ use crate::{new_job, open};
 
 fn entry(who: &str) -> AuditEntry {
     let actor = Actor { name: who.into(), role: "member".into(), team: Some("default".into()), peer: None };
-    AuditEntry { actor, action: "job.submit".into(), target: String::new(), at: 7 }
+    AuditEntry { actor, action: "job.submit".into(), target: String::new(), at: 7, credential: None }
 }
 
 fn submit(store: &dyn Store, job: NewJob, who: &str) -> Result<(JobId, bool)> {
@@ -182,7 +182,16 @@ fn a_job_written_with_others_at_once_is_the_job_written_alone() {
     };
     let actor = Actor { name: "root".into(), role: "admin".into(), team: None, peer: None };
     store
-        .apply(change, AuditEntry { actor, action: "service.apply".into(), target: String::new(), at: 1 })
+        .apply(
+            change,
+            AuditEntry {
+                actor,
+                action: "service.apply".into(),
+                target: String::new(),
+                at: 1,
+                credential: None,
+            },
+        )
         .expect("apply");
     let (alone, _) = submit(&*store, rich("alone"), "alice").expect("alone");
     const THREADS: usize = 12;

@@ -7,7 +7,13 @@ use super::{new_job, open, register, whole};
 
 fn system(action: &str, job: JobId) -> AuditEntry {
     let actor = Actor { name: "gantry".into(), role: "system".into(), team: None, peer: None };
-    AuditEntry { actor, action: action.into(), target: format!("job/{job} (11 samples)"), at: 50 }
+    AuditEntry {
+        actor,
+        action: action.into(),
+        target: format!("job/{job} (11 samples)"),
+        at: 50,
+        credential: None,
+    }
 }
 
 /// A running job on a 1-GPU node.

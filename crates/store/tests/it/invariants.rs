@@ -43,8 +43,13 @@ fn the_database_refuses_to_move_a_node_epoch_back() {
 #[test]
 fn the_database_refuses_an_audit_row_that_does_not_follow_the_head() {
     let (dir, store) = open();
-    let entry =
-        AuditEntry { actor: Actor::default(), action: "job.submit".into(), target: String::new(), at: 1 };
+    let entry = AuditEntry {
+        actor: Actor::default(),
+        action: "job.submit".into(),
+        target: String::new(),
+        at: 1,
+        credential: None,
+    };
     store.apply(Change::Submit(Box::new(new_job("a", 0, 0))), entry).expect("apply");
     let (head, hash) = store.audit_head().expect("head").expect("one row");
     let insert = |id: i64, prev: &str| {

@@ -8,7 +8,7 @@ use super::{new_job, open};
 
 fn admin(action: &str) -> AuditEntry {
     let actor = Actor { name: "root".into(), role: "admin".into(), team: None, peer: None };
-    AuditEntry { actor, action: action.into(), target: String::new(), at: 10 }
+    AuditEntry { actor, action: action.into(), target: String::new(), at: 10, credential: None }
 }
 
 fn apply(store: &dyn Store, text: &str) -> Changed {

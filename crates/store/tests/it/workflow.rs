@@ -7,7 +7,13 @@ use gantry_store::*;
 use super::{new_job, open, register};
 
 fn entry() -> AuditEntry {
-    AuditEntry { actor: Actor::default(), action: "test".into(), target: String::new(), at: 50 }
+    AuditEntry {
+        actor: Actor::default(),
+        action: "test".into(),
+        target: String::new(),
+        at: 50,
+        credential: None,
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use crate::{harness, new_job, register, whole};
 fn entry(action: &str) -> AuditEntry {
     let actor =
         Actor { name: "alice".into(), role: "member".into(), team: Some("default".into()), peer: None };
-    AuditEntry { actor, action: action.into(), target: String::new(), at: 42 }
+    AuditEntry { actor, action: action.into(), target: String::new(), at: 42, credential: None }
 }
 
 /// A SQLite store with jobs (one placed), a node, audited changes and a refusal.
