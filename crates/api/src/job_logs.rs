@@ -40,6 +40,12 @@ pub const OFFSET_HEADER: &str = "x-gantry-log-offset";
 /// How many attempts' output a job keeps (the newest): each is capped by the log limit.
 pub const KEPT_ATTEMPTS: u32 = 5;
 
+/// A file the server puts in a running attempt's output directory when the attempt's team is
+/// past its log quota: the agent copying the attempt's output (into the server's own logs
+/// directory, as `gantry up`'s does) writes the file's one line into each stream and keeps
+/// nothing more.
+pub const QUOTA_FULL: &str = ".quota-full";
+
 /// The directory of a job's output: `<logs>/<job id>`.
 pub fn dir(logs: &Path, job_id: i64) -> PathBuf {
     logs.join(job_id.to_string())

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use gantry_store::{Job, JobId, Store};
+use gantry_store::{Job, JobFilter, JobId, JobState, Store};
 
 use crate::job_logs;
 
@@ -190,6 +190,59 @@ impl Output {
             }
         }
         removed
+    }
+
+    /// Holds teams to their quota while their jobs run (every few seconds, between sweeps):
+    /// measures the output of each running attempt (what an agent on the server's machine
+    /// writes straight into the logs directory reaches the ledger no other way), and for a team
+    /// past its quota removes the output of its oldest ended attempts, then, if that is not
+    /// enough, marks each of its running attempts [`job_logs::QUOTA_FULL`] (holding the marker
+    /// line): the agent copying it writes the line and keeps nothing more, and shipped output
+    /// of it is no longer kept. Nothing a running attempt wrote is removed. Returns how many
+    /// attempts it marked.
+    pub fn hold_running(&self, store: &dyn Store, logs: &Path, limits: OutputLimits) -> usize {
+        let Ok(teams) = store.teams() else { return 0 };
+        let quotas: HashMap<String, u64> =
+            teams.into_iter().filter_map(|t| t.log_quota_bytes.map(|q| (t.name, q))).collect();
+        let running = JobFilter { state: Some(JobState::Running), ..JobFilter::default() };
+        let Ok(running) = store.jobs(&running) else { return 0 };
+        let measured: Vec<(&Job, u64)> =
+            running.iter().map(|j| (j, files_size(&job_logs::attempt_dir(logs, j.id, j.attempt)))).collect();
+        let mut ledger = self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        ledger.load(store, logs);
+        for (j, bytes) in &measured {
+            let current = ledger.attempts.get(&(j.id, j.attempt)).map_or(0, |k| k.bytes);
+            ledger.add(&j.team, j.id, j.attempt, *bytes, current);
+        }
+        let teams: HashSet<&str> = running.iter().map(|j| j.team.as_str()).collect();
+        let mut marked = 0;
+        for team in teams {
+            let quota = quotas.get(team).copied().unwrap_or(limits.team_quota);
+            let used = ledger.used(team);
+            if used <= quota {
+                continue;
+            }
+            ledger.evict(store, logs, team, used - quota, None);
+            if ledger.used(team) <= quota {
+                continue;
+            }
+            let line =
+                format!("\n[gantry: output truncated: team {team}'s log quota of {} is full]\n", size(quota));
+            for j in running.iter().filter(|j| j.team == team) {
+                let dir = job_logs::attempt_dir(logs, j.id, j.attempt);
+                let mark = dir.join(job_logs::QUOTA_FULL);
+                if !dir.is_dir() || mark.exists() {
+                    continue;
+                }
+                if std::fs::write(&mark, &line).is_ok() {
+                    marked += 1;
+                }
+                for stream in ["stdout", "stderr"] {
+                    ledger.truncated.insert((j.id, j.attempt, stream.to_owned()));
+                }
+            }
+        }
+        marked
     }
 
     /// Bytes of output kept for `team`.

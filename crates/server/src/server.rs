@@ -302,13 +302,29 @@ fn seed() -> u64 {
 }
 
 /// Every minute (and once at start): counts what is on disk, removes the output of jobs that
-/// ended longer ago than the retention window, and holds each team to its output quota.
+/// ended longer ago than the retention window, and holds each team to its output quota; every
+/// few seconds between, holds teams to it while their jobs run ([`crate::output::Output::hold_running`]).
 async fn sweep_output(app: Arc<App>, mut stop: watch::Receiver<bool>) {
-    let mut every = tokio::time::interval(Duration::from_secs(60));
+    const RUNNING_EVERY: Duration = Duration::from_secs(5);
+    let mut every = tokio::time::interval(RUNNING_EVERY);
+    let mut ticks: u64 = 0;
     loop {
         tokio::select! {
             _ = every.tick() => {}
             _ = stop.changed() => return,
+        }
+        ticks += 1;
+        if !(ticks - 1).is_multiple_of(12) {
+            let running = Arc::clone(&app);
+            let marked = tokio::task::spawn_blocking(move || {
+                let app = running;
+                app.output.hold_running(&*app.store, &app.config.logs_dir, app.config.output)
+            })
+            .await;
+            if let Ok(n @ 1..) = marked {
+                tracing::info!(attempts = n, "running jobs' output cut at their team's log quota");
+            }
+            continue;
         }
         let output = Arc::clone(&app);
         let swept = tokio::task::spawn_blocking(move || {

@@ -66,9 +66,13 @@ pub fn capture(
     Ok((writer, finished))
 }
 
+/// How often a stream being copied looks for the server's [`job_logs::QUOTA_FULL`] mark.
+const QUOTA_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn copy(mut reader: PipeReader, mut out: Capped) {
     let mut buf = vec![0u8; BUFFER];
     let mut failed = false;
+    let mut checked = std::time::Instant::now();
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => return,
@@ -79,6 +83,16 @@ fn copy(mut reader: PipeReader, mut out: Capped) {
                 return;
             }
         };
+        if !failed && checked.elapsed() >= QUOTA_CHECK {
+            checked = std::time::Instant::now();
+            // The team's log quota is full: one line saying so, then the rest is dropped.
+            if let Ok(line) = std::fs::read_to_string(out.dir.join(job_logs::QUOTA_FULL)) {
+                let _ = out.write(line.as_bytes());
+                tracing::info!(dir = %out.dir.display(), stream = out.stream, "the team's log quota is full: job output is dropped from here on");
+                failed = true;
+                continue;
+            }
+        }
         if !failed && let Err(e) = out.write(&buf[..n]) {
             tracing::warn!(error = %e, dir = %out.dir.display(), stream = out.stream, "job output is dropped from here on");
             failed = true;
@@ -154,6 +168,29 @@ mod tests {
         let chunk = job_logs::read(dir.path(), "stdout", 0, 1 << 20).expect("read");
         assert_eq!(chunk.offset, 49_000, "a reader from the start is moved to the oldest output kept");
         assert_eq!(String::from_utf8_lossy(&chunk.bytes), String::from_utf8_lossy(&kept[..500]));
+    }
+
+    #[tokio::test]
+    async fn a_stream_stops_keeping_output_with_one_line_once_the_server_marks_the_quota_full() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (mut writer, done) = capture(dir.path(), "stdout", 1 << 20).expect("capture");
+        let marker = "\n[gantry: output truncated: team t's log quota of 1 MiB is full]\n";
+        let path = dir.path().to_path_buf();
+        let writing = std::thread::spawn(move || {
+            writer.write_all(b"before\n")?;
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            std::fs::write(path.join(job_logs::QUOTA_FULL), marker)?;
+            // Past the check interval: the next write finds the mark.
+            std::thread::sleep(QUOTA_CHECK + std::time::Duration::from_millis(200));
+            for _ in 0..100 {
+                writer.write_all(b"after\n")?;
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        writing.join().expect("writer thread").expect("write");
+        done.await.expect("copy finished");
+        let kept = std::fs::read_to_string(dir.path().join("stdout")).expect("log");
+        assert_eq!(kept, format!("before\n{marker}"), "one line, and nothing after it is kept");
     }
 
     #[tokio::test]

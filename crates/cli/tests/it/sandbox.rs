@@ -130,3 +130,36 @@ fn a_job_that_asks_for_no_memory_or_cpu_runs_under_its_gpus_share_of_the_node_by
     assert_eq!(limits(&asked).0, 1024, "what a job asks for is its limit");
     assert!(cluster.gantry(&["job", &cpu_only]).contains("limits    memory"), "the detail names the limits");
 }
+
+#[test]
+fn a_running_jobs_output_stops_at_its_teams_log_quota_with_a_line_saying_so() {
+    let cluster = Cluster::start(&[]);
+    cluster.gantry(&["team", "set", "default", "--log-quota", "1MiB"]);
+    // About 2 MB a second, for as long as it runs.
+    let script = "while true; do head -c 100000 /dev/zero | tr '\\0' x; echo; sleep 0.05; done";
+    let id = cluster.gantry(&["submit", "--", "sh", "-c", script]).trim().to_owned();
+    let said = eventually(Duration::from_secs(40), "the output to be cut at the quota", || {
+        let out = cluster.try_gantry(&["logs", &id, "--tail", "3"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("log quota of 1 MiB is full").then_some(text)
+    });
+    assert!(said.contains("team default's"), "{said}");
+    let kept = || {
+        let teams: serde_json::Value =
+            serde_json::from_str(&cluster.gantry(&["teams", "-o", "json"])).expect("teams json");
+        let default = teams.as_array().and_then(|t| t.iter().find(|t| t["name"] == "default").cloned());
+        default.and_then(|t| t["log_bytes"].as_u64()).unwrap_or(0)
+    };
+    let size = |id: &str| {
+        let dir = cluster.data_dir().join("logs").join(id).join("1");
+        std::fs::metadata(dir.join("stdout")).map_or(0, |m| m.len())
+    };
+    let (first, first_kept) = (size(&id), kept());
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(size(&id), first, "nothing more is kept while it runs on");
+    assert!(first_kept < 32 << 20, "held near the quota, not the log limit: {first_kept} bytes");
+    let job: serde_json::Value =
+        serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).expect("json");
+    assert_eq!(job["job"]["state"], "running", "the job itself runs on");
+    cluster.gantry(&["cancel", &id]);
+}

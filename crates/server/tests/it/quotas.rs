@@ -414,3 +414,43 @@ async fn submissions_get_507_with_a_sentence_while_the_data_disk_is_below_its_fr
     let resp = roomy.post("/v1/jobs").json(&body).send().await.expect("send");
     assert_eq!(resp.status(), StatusCode::CREATED);
 }
+
+#[tokio::test]
+async fn output_running_jobs_write_straight_to_disk_is_cut_at_the_quota_while_they_run() {
+    // `gantry up`'s agent writes straight into the logs directory: before, a team's running jobs
+    // held any amount (641 MiB against a quota of 100) until they ended.
+    let (s, _alice, (credential, epoch), ids) = running_under_quota(10 * MIB, 3).await;
+    let logs = s.app.config.logs_dir.clone();
+    for (id, mib) in ids.iter().zip([4u64, 6, 6]) {
+        let dir = gantry_server::job_logs::attempt_dir(&logs, *id, 1);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("stdout"), vec![b'x'; (mib * MIB) as usize]).expect("write");
+    }
+    let limits = s.app.config.output;
+    let beat = |jobs: Value| {
+        let hb = json!({"node_id": "gpu-1", "epoch": epoch, "gpus": [], "jobs": jobs});
+        call(&s, &credential, Method::POST, "/v1/agent/heartbeat").json(&hb).send()
+    };
+    let running: Vec<Value> = ids.iter().map(|id| json!({"job_id": id, "attempt": 1})).collect();
+    assert_eq!(beat(json!(running)).await.expect("send").status(), StatusCode::OK);
+    // The minute's sweep counts all three; none has ended, so it removes nothing.
+    assert_eq!(s.app.output.sweep(&*s.store, &logs, gantry_server::now_ms(), limits), 0);
+    // The first ends; the other two run on.
+    let jobs = json!([{"job_id": ids[0], "attempt": 1, "exit": {"exit_code": 0, "reason": null}},
+        {"job_id": ids[1], "attempt": 1}, {"job_id": ids[2], "attempt": 1}]);
+    assert_eq!(beat(jobs).await.expect("send").status(), StatusCode::OK);
+    // 16 MiB against 10: the ended job's 4 MiB go first, then both running attempts are marked.
+    assert_eq!(s.app.output.hold_running(&*s.store, &logs, limits), 2);
+    assert_eq!(bytes_under(&gantry_server::job_logs::dir(&logs, ids[0])), 0, "the ended job's output went");
+    for id in &ids[1..] {
+        let dir = gantry_server::job_logs::attempt_dir(&logs, *id, 1);
+        let line = std::fs::read_to_string(dir.join(gantry_server::job_logs::QUOTA_FULL)).expect("marked");
+        assert!(line.contains("team vision's log quota of 10 MiB is full"), "{line}");
+        assert_eq!(
+            std::fs::metadata(dir.join("stdout")).expect("kept").len(),
+            6 * MIB,
+            "nothing running is removed"
+        );
+    }
+    assert_eq!(s.app.output.hold_running(&*s.store, &logs, limits), 0, "marked once");
+}
