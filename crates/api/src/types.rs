@@ -476,6 +476,9 @@ pub struct Assignment {
     /// Owning team (the agent maps it to the user the job runs as).
     #[serde(default)]
     pub team: String,
+    /// The user who submitted it: its `$HOME` is that user's persistent home in the team.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// Host memory limit, MiB (0: not limited).
     #[serde(default)]
     pub memory_mib: u64,
@@ -566,6 +569,7 @@ impl From<Job> for Assignment {
             gpu_memory_mib: job.request.gpu_memory_mib,
             gpu_compute_pct: job.request.gpu_compute_pct,
             team: job.team,
+            user: job.user,
             memory_mib: job.request.memory_mib,
             cpu_milli: job.request.cpu_milli,
             pids_limit: None,

@@ -381,7 +381,8 @@ fn spec(
     cgroup: Option<&Cgroup>,
     attached: Option<&Attached>,
 ) -> Result<Spec, AgentError> {
-    let mut env = env::build(a, &user.name, workdir)?;
+    let home = ctx.sandbox.home(a, user)?;
+    let mut env = env::build(a, &user.name, workdir, &home)?;
     if let Some(gateway) = attached.and_then(|n| n.gateway)
         && let Some(addr) = env.get_mut("MASTER_ADDR")
         && network::names_this_node(addr, &super::hostname())
@@ -406,7 +407,7 @@ fn spec(
         workdir: workdir.to_path_buf(),
         user: credentials,
         cgroup: cgroup.map(Cgroup::to_ref),
-        mounts: ctx.sandbox.mounts(a, workdir, &cwd),
+        mounts: ctx.sandbox.mounts(a, workdir, &cwd, &home),
         logs: dir,
         log_limit: limit,
         state: ctx.state.clone(),

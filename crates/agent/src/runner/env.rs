@@ -43,8 +43,14 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// Variables of the agent passed to jobs unchanged: locations of the MPS daemon.
 const PASSED_THROUGH: &[&str] = &["CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"];
 
-/// The environment of one attempt run as `user` in `home`.
-pub fn build(a: &Assignment, user: &str, home: &Path) -> Result<BTreeMap<String, String>, AgentError> {
+/// The environment of one attempt run as `user` in its work directory `workdir`, with `home`
+/// its `$HOME`.
+pub fn build(
+    a: &Assignment,
+    user: &str,
+    workdir: &Path,
+    home: &Path,
+) -> Result<BTreeMap<String, String>, AgentError> {
     let mut env = BTreeMap::new();
     env.insert("PATH".to_owned(), DEFAULT_PATH.to_owned());
     env.insert("HOME".to_owned(), home.display().to_string());
@@ -62,8 +68,8 @@ pub fn build(a: &Assignment, user: &str, home: &Path) -> Result<BTreeMap<String,
     }
     env.extend(placement(a, mps_in_use()));
     let start = a.chdir.clone().unwrap_or_else(|| match &a.workdir {
-        Some(w) => home.join(w).display().to_string(),
-        None => home.display().to_string(),
+        Some(w) => workdir.join(w).display().to_string(),
+        None => workdir.display().to_string(),
     });
     env.extend(launch(a, &start));
     Ok(env)
@@ -172,6 +178,7 @@ mod tests {
             gpu_memory_mib: 0,
             gpu_compute_pct: 0,
             team: "t".into(),
+            user: Some("u".into()),
             memory_mib: 0,
             cpu_milli: 0,
             pids_limit: None,
@@ -195,9 +202,10 @@ mod tests {
     #[test]
     fn an_elastic_job_learns_its_width_as_world_size_and_a_rigid_one_does_not() {
         let elastic = Assignment { elastic: true, ..assignment(&[]) };
-        let env = build(&elastic, "gantry-job", Path::new("/w/7-1")).expect("env");
+        let env = build(&elastic, "gantry-job", Path::new("/w/7-1"), Path::new("/homes/t/u")).expect("env");
         assert_eq!((env["WORLD_SIZE"].as_str(), env["CUDA_VISIBLE_DEVICES"].as_str()), ("2", "GPU-a,GPU-b"));
-        let rigid = build(&assignment(&[]), "gantry-job", Path::new("/w/7-1")).expect("env");
+        let rigid =
+            build(&assignment(&[]), "gantry-job", Path::new("/w/7-1"), Path::new("/homes/t/u")).expect("env");
         assert!(!rigid.contains_key("WORLD_SIZE"));
     }
 
@@ -207,7 +215,7 @@ mod tests {
             array: Some(gantry_api::workflow::ArrayMember { id: 12, index: 3, max_running: Some(8) }),
             ..assignment(&[])
         };
-        let env = build(&a, "gantry-job", Path::new("/w/15-1")).expect("env");
+        let env = build(&a, "gantry-job", Path::new("/w/15-1"), Path::new("/homes/t/u")).expect("env");
         assert_eq!((env["GANTRY_ARRAY_ID"].as_str(), env["GANTRY_ARRAY_INDEX"].as_str()), ("12", "3"));
     }
 
@@ -224,7 +232,7 @@ mod tests {
         });
         a.launch = gantry_api::types::Launch { name: "train".into(), node_rank: Some(1), nodes: Some(2) };
         a.cpu_milli = 1_500;
-        let env = build(&a, "u", Path::new("/w")).expect("env");
+        let env = build(&a, "u", Path::new("/w"), Path::new("/homes/t/u")).expect("env");
         let want = [
             ("MASTER_ADDR", "node-a"),
             ("MASTER_PORT", "29505"),
@@ -258,7 +266,10 @@ mod tests {
         assert!(local < env["CUDA_VISIBLE_DEVICES"].split(',').count());
         for name in ["RANK", "MASTER_ADDR", "LOCAL_WORLD_SIZE", "PET_NNODES", "SLURM_PROCID"] {
             a.env = [(name.to_owned(), "0".to_owned())].into();
-            assert!(build(&a, "u", Path::new("/w")).is_err(), "{name} must not be declarable");
+            assert!(
+                build(&a, "u", Path::new("/w"), Path::new("/homes/t/u")).is_err(),
+                "{name} must not be declarable"
+            );
         }
     }
 
@@ -269,7 +280,7 @@ mod tests {
             chdir: Some("/shared/proj".into()),
             ..assignment(&[])
         };
-        let env = build(&a, "u", Path::new("/w/15-1")).expect("env");
+        let env = build(&a, "u", Path::new("/w/15-1"), Path::new("/homes/t/u")).expect("env");
         let got: Vec<&str> =
             ["SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS", "SLURM_SUBMIT_DIR"]
                 .iter()
@@ -280,13 +291,14 @@ mod tests {
 
     #[test]
     fn a_job_of_one_worker_gets_no_rendezvous() {
-        let env = build(&assignment(&[]), "u", Path::new("/w")).expect("env");
+        let env = build(&assignment(&[]), "u", Path::new("/w"), Path::new("/homes/t/u")).expect("env");
         assert!(!env.contains_key("RANK") && !env.contains_key("MASTER_ADDR"));
     }
 
     #[test]
     fn a_job_gets_the_base_its_placement_and_nothing_of_the_agents() {
-        let env = build(&assignment(&[]), "gantry-job", Path::new("/w/7-1")).expect("env");
+        let env =
+            build(&assignment(&[]), "gantry-job", Path::new("/w/7-1"), Path::new("/homes/t/u")).expect("env");
         let names: Vec<&str> = env.keys().map(String::as_str).filter(|n| !n.starts_with("SLURM_")).collect();
         let mut expected =
             vec!["CUDA_VISIBLE_DEVICES", "GANTRY_JOB_ID", "HOME", "LANG", "LOGNAME", "PATH", "USER"];
@@ -294,14 +306,19 @@ mod tests {
         expected.sort_unstable();
         assert_eq!(names, expected);
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], "GPU-a,GPU-b");
-        assert_eq!(env["HOME"], "/w/7-1");
+        assert_eq!(env["HOME"], "/homes/t/u", "the user's persistent home");
         assert_eq!(env["USER"], "gantry-job");
     }
 
     #[test]
     fn declared_variables_may_replace_the_base() {
-        let env = build(&assignment(&[("PATH", "/opt/bin"), ("OMP_NUM_THREADS", "4")]), "u", Path::new("/w"))
-            .expect("env");
+        let env = build(
+            &assignment(&[("PATH", "/opt/bin"), ("OMP_NUM_THREADS", "4")]),
+            "u",
+            Path::new("/w"),
+            Path::new("/homes/t/u"),
+        )
+        .expect("env");
         assert_eq!(env["PATH"], "/opt/bin");
         assert_eq!(env["OMP_NUM_THREADS"], "4");
     }
@@ -309,7 +326,8 @@ mod tests {
     #[test]
     fn a_declared_placement_variable_refuses_the_job() {
         for name in ["CUDA_VISIBLE_DEVICES", "GANTRY_JOB_ID", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] {
-            let err = build(&assignment(&[(name, "x")]), "u", Path::new("/w")).expect_err(name);
+            let err = build(&assignment(&[(name, "x")]), "u", Path::new("/w"), Path::new("/homes/t/u"))
+                .expect_err(name);
             assert!(err.to_string().contains(name), "{err}");
         }
     }

@@ -70,6 +70,9 @@ pub struct SandboxConfig {
     pub defaults: JobDefaults,
     /// What jobs can never take.
     pub reserve: NodeReserve,
+    /// Where users' persistent homes are kept (`<root>/<team>/<user>`; `None`: `homes` beside
+    /// the attempts' work directories, on this node).
+    pub home_root: Option<PathBuf>,
 }
 
 /// Memory and CPU kept for the agent, the server and the system (`--reserve-memory`,
@@ -155,6 +158,8 @@ pub struct Sandbox {
     defaults: JobDefaults,
     /// The node's GPUs ([`Sandbox::set_node_gpus`]).
     node_gpus: std::sync::atomic::AtomicU64,
+    /// Root of the users' persistent homes.
+    homes: PathBuf,
     reserve: NodeReserve,
     warnings: Vec<String>,
 }
@@ -249,8 +254,20 @@ impl Sandbox {
         let mounts = if root { probe_mounts(config.mounts, &mut warnings) } else { None };
         let (defaults, reserve) = (config.defaults, config.reserve);
         let node_gpus = std::sync::atomic::AtomicU64::new(0);
-        let sandbox =
-            Self { users, agent, work, cgroups, network, mounts, defaults, node_gpus, reserve, warnings };
+        let homes = config.home_root.clone().unwrap_or_else(|| config.work_dir.join("homes"));
+        let sandbox = Self {
+            users,
+            agent,
+            work,
+            cgroups,
+            network,
+            mounts,
+            defaults,
+            node_gpus,
+            homes,
+            reserve,
+            warnings,
+        };
         sandbox.hold_back_reserve();
         Ok(sandbox)
     }
@@ -344,6 +361,44 @@ impl Sandbox {
     /// The attempt's work directory.
     pub fn workdir(&self, job_id: i64, attempt: u32) -> PathBuf {
         self.work.join(format!("{job_id}-{attempt}"))
+    }
+
+    /// The persistent `$HOME` of the user who submitted `a` in its team,
+    /// `<homes>/<team>/<user>` (a job without a user: `<homes>/<team>/<team>`): made on first
+    /// use, private to the job's user (0700, given to it when the agent is root) under
+    /// directories only the agent may change, so what one job leaves in `~` (a pip `--user`
+    /// install, `~/.cache/huggingface`, a venv) the user's next job of the team finds, and no
+    /// other team's job can read. A name that is not a plain path component is refused.
+    pub fn home(&self, a: &Assignment, user: &Identity) -> Result<PathBuf, AgentError> {
+        let who = a.user.as_deref().unwrap_or(&a.team);
+        for part in [a.team.as_str(), who] {
+            let plain = !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+            if !plain {
+                return Err(AgentError::Refused(format!(
+                    "home: `{part}` is not a name a directory can have"
+                )));
+            }
+        }
+        let team_dir = self.homes.join(&a.team);
+        for dir in [&self.homes, &team_dir] {
+            make_dir(dir, 0o711)
+                .map_err(|e| AgentError::Sandbox(format!("creating {}: {e}", dir.display())))?;
+        }
+        let home = team_dir.join(who);
+        let io = |source| AgentError::Io { what: format!("creating the home {}", home.display()), source };
+        match std::fs::symlink_metadata(&home) {
+            Ok(m) if m.file_type().is_dir() => return Ok(home),
+            Ok(_) => return Err(AgentError::Refused(format!("home: {} is not a directory", home.display()))),
+            Err(_) => {}
+        }
+        std::fs::DirBuilder::new().mode(0o700).create(&home).map_err(io)?;
+        if self.users.is_some() {
+            std::os::unix::fs::chown(&home, Some(user.uid), Some(user.gid)).map_err(io)?;
+        }
+        Ok(home)
     }
 
     /// The attempt's output directories' parent ([`super::outputs`]): beside its work
@@ -463,8 +518,13 @@ impl Sandbox {
     }
 
     /// The attempt's private mounts (`None`: it sees the node's), for a job starting in `cwd`.
-    pub fn mounts(&self, a: &Assignment, workdir: &Path, cwd: &Path) -> Option<MountSpec> {
-        self.mounts.map(|m| m.spec(a.memory_mib, workdir, cwd))
+    pub fn mounts(&self, a: &Assignment, workdir: &Path, cwd: &Path, home: &Path) -> Option<MountSpec> {
+        self.mounts.map(|m| {
+            let mut spec = m.spec(a.memory_mib, workdir, cwd);
+            // A home under /tmp (a work root there) must stay reachable under the job's own /tmp.
+            spec.keep.push(home.to_path_buf());
+            spec
+        })
     }
 
     /// The attempt's cgroup, limited to its requests (`None` without cgroups); `minors` maps

@@ -61,6 +61,11 @@ pub struct SandboxArgs {
     /// Most processes and threads of a job whose team sets no `pids_limit`.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PIDS_LIMIT)]
     job_pids_limit: u64,
+    /// Where users' persistent homes are kept, `<DIR>/<team>/<user>` (each job's `$HOME`): a
+    /// shared file system mounted on every node makes a user's home follow them from node to
+    /// node (default: `homes` under `--work-dir`, on this node).
+    #[arg(long, value_name = "DIR")]
+    home_root: Option<PathBuf>,
     /// Memory kept for the agent, the server and the system, e.g. `2GiB`: the node advertises
     /// its memory less this, and all jobs together are held below it.
     #[arg(long, value_name = "SIZE")]
@@ -204,7 +209,19 @@ impl SandboxArgs {
             tmp_bytes: size("job-tmp-size", &self.job_tmp_size)?.unwrap_or(DEFAULT_TMP_BYTES),
             shm_bytes: size("job-shm-size", &self.job_shm_size)?,
         };
-        Ok(SandboxConfig { work_dir, job_users, network: self.network()?, mounts, defaults, reserve })
+        let home_root = self.home_root.clone();
+        if home_root.as_ref().is_some_and(|r| !r.is_absolute()) {
+            bail!("--home-root takes an absolute path");
+        }
+        Ok(SandboxConfig {
+            work_dir,
+            job_users,
+            network: self.network()?,
+            mounts,
+            defaults,
+            reserve,
+            home_root,
+        })
     }
 
     fn network(&self) -> anyhow::Result<NetworkConfig> {

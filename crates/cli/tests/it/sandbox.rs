@@ -163,3 +163,38 @@ fn a_running_jobs_output_stops_at_its_teams_log_quota_with_a_line_saying_so() {
     assert_eq!(job["job"]["state"], "running", "the job itself runs on");
     cluster.gantry(&["cancel", &id]);
 }
+
+#[test]
+fn a_users_home_persists_from_job_to_job_and_no_other_team_reads_it() {
+    let cluster = Cluster::start(&[]);
+    let token = |team: &str, user: &str| {
+        cluster.gantry(&["token", "create", "--team", team, "--user", user]).trim().to_owned()
+    };
+    let (alice, bob, carol) = (token("vision", "alice"), token("vision", "bob"), token("nlp", "carol"));
+    let run = |token: &str, script: &str| {
+        let out = crate::harness::command(cluster.home.path())
+            .env("GANTRY_TOKEN", token)
+            .args(["run", "--", "sh", "-c", script])
+            .output()
+            .expect("gantry run");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // What a job leaves in ~ (a cache, a --user install) the user's next job finds.
+    let (code, home) = run(&alice, "mkdir -p ~/.cache/hf && echo weights > ~/.cache/hf/model && echo $HOME");
+    assert_eq!(code, Some(0), "{home}");
+    let home = home.trim().to_owned();
+    assert!(home.ends_with("/vision/alice"), "a home per team and user: {home}");
+    let (code, read) = run(&alice, "cat ~/.cache/hf/model; pwd");
+    assert_eq!(code, Some(0), "{read}");
+    let mut lines = read.lines();
+    assert_eq!(lines.next(), Some("weights"), "{read}");
+    assert_ne!(lines.next(), Some(home.as_str()), "jobs still start in their own work directory");
+    // Another user of the team has a home of their own.
+    let (_, other) = run(&bob, "echo $HOME; test -e ~/.cache/hf/model && echo found || echo absent");
+    assert!(other.contains("/vision/bob") && other.contains("absent"), "{other}");
+    if running_as_root() {
+        // Another team's job runs as another user: alice's home is closed to it.
+        let (code, tried) = run(&carol, &format!("cat {home}/.cache/hf/model"));
+        assert!(code != Some(0) && !tried.contains("weights"), "{code:?} {tried}");
+    }
+}

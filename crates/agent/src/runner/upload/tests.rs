@@ -30,6 +30,7 @@ fn assignment(manifest: &Manifest) -> Assignment {
         gpu_memory_mib: 0,
         gpu_compute_pct: 0,
         team: "t".into(),
+        user: None,
         memory_mib: 0,
         cpu_milli: 0,
         pids_limit: None,
