@@ -187,6 +187,9 @@ pub struct TeamView {
     /// Replicas its services may hold at once (default 100).
     #[serde(default)]
     pub max_replicas: u32,
+    /// Bytes of command and environment its pending jobs may store (default 64 MiB).
+    #[serde(default)]
+    pub pending_bytes_limit: u64,
 }
 
 /// A quota change.
@@ -224,6 +227,10 @@ pub struct QuotaRequest {
     /// default 100); the controller starts none past it and says so. Admin only.
     #[serde(default)]
     pub max_replicas: Option<u32>,
+    /// Bytes of command and environment the team's pending jobs may store, each array member
+    /// counting (absent: unchanged; default 64 MiB); past it, submissions get 429. Admin only.
+    #[serde(default)]
+    pub pending_bytes_limit: Option<u64>,
 }
 
 /// A token to create (admin). With role `agent` it is a one-time join token for a node; with

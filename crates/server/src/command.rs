@@ -354,6 +354,10 @@ fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Res
             // this replica or another) cannot each pass the view's count.
             job.pending_limit =
                 Some(view.team(&team).and_then(|t| t.pending_limit).unwrap_or(DEFAULT_PENDING_LIMIT));
+            job.pending_bytes_limit = Some(
+                view.team(&team)
+                    .map_or(gantry_store::Team::DEFAULT_PENDING_BYTES, gantry_store::Team::pending_bytes_cap),
+            );
             let adding = queued(&job);
             let entry = entry(&by, "job.submit", format!("team/{team}"), Some(&team), now);
             let outcome = audited(store, check, Change::Submit(job), entry)?;
@@ -379,6 +383,7 @@ fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Res
                 || team.max_priority.is_some()
                 || team.preempt_other_teams.is_some()
                 || team.max_services.is_some()
+                || team.pending_bytes_limit.is_some()
                 || team.max_replicas.is_some();
             let check = if admins { by.require_admin() } else { by.require_operator() };
             audited(store, check, Change::SetTeam(team), entry)

@@ -103,6 +103,11 @@ pub struct Team {
     /// it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_replicas: Option<u32>,
+    /// Bytes of command and environment its pending jobs may store, an array's members each
+    /// (`None`: [`Team::DEFAULT_PENDING_BYTES`]). Setting a team with `None` leaves the team's
+    /// own value as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_bytes_limit: Option<u64>,
 }
 
 impl Team {
@@ -112,6 +117,13 @@ impl Team {
     pub const DEFAULT_MAX_SERVICES: u32 = 20;
     /// The replicas a team that set none may hold at once.
     pub const DEFAULT_MAX_REPLICAS: u32 = 100;
+    /// The bytes of command and environment the pending jobs of a team that set none may store.
+    pub const DEFAULT_PENDING_BYTES: u64 = 64 << 20;
+
+    /// The bytes of command and environment its pending jobs may store.
+    pub fn pending_bytes_cap(&self) -> u64 {
+        self.pending_bytes_limit.unwrap_or(Self::DEFAULT_PENDING_BYTES)
+    }
 
     /// The services it may have.
     pub fn service_cap(&self) -> u32 {

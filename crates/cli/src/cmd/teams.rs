@@ -97,6 +97,10 @@ pub struct SetArgs {
     /// Replicas its services may hold at once, pending or running (default 100).
     #[arg(long, value_name = "N")]
     max_replicas: Option<u32>,
+    /// Command and environment its pending jobs may store, each array member counting, e.g.
+    /// `512MiB` (default 64 MiB).
+    #[arg(long, value_name = "SIZE")]
+    pending_bytes: Option<String>,
 }
 
 /// `--guarantee N` or `--guarantee none`.
@@ -189,10 +193,11 @@ fn set(args: SetArgs) -> anyhow::Result<()> {
         && args.log_quota.is_none()
         && args.preempt_other_teams.is_none()
         && args.max_services.is_none()
-        && args.max_replicas.is_none();
+        && args.max_replicas.is_none()
+        && args.pending_bytes.is_none();
     if nothing {
         anyhow::bail!(
-            "nothing to set: name --guarantee, --max-priority, --pending-limit, --pids-limit, --log-quota, --preempt-other-teams, --max-services or --max-replicas"
+            "nothing to set: name --guarantee, --max-priority, --pending-limit, --pids-limit, --log-quota, --preempt-other-teams, --max-services, --max-replicas or --pending-bytes"
         );
     }
     // The API's PUT replaces the guarantee: keep the current one unless --guarantee names one.
@@ -213,6 +218,7 @@ fn set(args: SetArgs) -> anyhow::Result<()> {
         preempt_other_teams: args.preempt_other_teams,
         max_services: args.max_services,
         max_replicas: args.max_replicas,
+        pending_bytes_limit: args.pending_bytes.as_deref().map(super::sandbox::parse_size).transpose()?,
     };
     block_on(api.put(&format!("/v1/teams/{}", args.name), &body))??;
     eprintln!("team {} set", args.name);

@@ -153,6 +153,8 @@ pub async fn teams(
         preempt_other_teams: t.is_some_and(gantry_store::Team::preempts_other_teams),
         max_services: t.map_or(gantry_store::Team::DEFAULT_MAX_SERVICES, gantry_store::Team::service_cap),
         max_replicas: t.map_or(gantry_store::Team::DEFAULT_MAX_REPLICAS, gantry_store::Team::replica_cap),
+        pending_bytes_limit: t
+            .map_or(gantry_store::Team::DEFAULT_PENDING_BYTES, gantry_store::Team::pending_bytes_cap),
     };
     let mut views: HashMap<String, TeamView> =
         teams.iter().map(|t| (t.name.clone(), view(t.name.clone(), Some(t)))).collect();
@@ -201,6 +203,9 @@ pub async fn set_quota(
     if let Some(n) = req.max_services {
         validate::at_most("max_services", u64::from(n), 100_000)?;
     }
+    if let Some(bytes) = req.pending_bytes_limit {
+        validate::at_most("pending_bytes_limit", bytes, 1 << 40)?;
+    }
     if let Some(n) = req.max_replicas {
         validate::at_most("max_replicas", u64::from(n), 1_000_000)?;
     }
@@ -232,6 +237,7 @@ pub async fn set_quota(
         pids_limit,
         max_services: req.max_services,
         max_replicas: req.max_replicas,
+        pending_bytes_limit: req.pending_bytes_limit,
     };
     app.dispatch(Command::SetTeam { team, by: who }).await?;
     Ok(StatusCode::NO_CONTENT)

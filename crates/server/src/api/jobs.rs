@@ -265,6 +265,7 @@ fn new_job(mut req: SubmitRequest, who: &Principal) -> Result<NewJob, ApiError> 
         user: who.token.user.clone(),
         service: None,
         pending_limit: None,
+        pending_bytes_limit: None,
     })
 }
 

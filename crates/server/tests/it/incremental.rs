@@ -133,6 +133,7 @@ impl World {
                     user: None,
                     service: None,
                     pending_limit: None,
+                    pending_bytes_limit: None,
                 };
                 if let Ok((id, _)) = self.store.submit(&job) {
                     self.jobs.push(id);

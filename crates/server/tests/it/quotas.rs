@@ -454,3 +454,33 @@ async fn output_running_jobs_write_straight_to_disk_is_cut_at_the_quota_while_th
     }
     assert_eq!(s.app.output.hold_running(&*s.store, &logs, limits), 0, "marked once");
 }
+
+#[tokio::test]
+async fn an_array_whose_members_would_store_too_many_bytes_is_refused_before_it_costs_anything() {
+    // One 120 KB array of 2,000 members stored the command once per member: 245 MB.
+    let s = TestServer::start().await;
+    let alice = token(&s, "alice", Role::Member, &["vision"]);
+    let (script, value) = ("x".repeat(60_000), "y".repeat(60_000));
+    let big = json!({"command": ["sh", "-c", script], "env": {"BIG": value}, "array": "0-1999",
+        "wait_for_capacity": true});
+    let resp = call(&s, &alice, Method::POST, "/v1/jobs").json(&big).send().await.expect("send");
+    let (status, error) = error_of(resp).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
+    assert!(error.contains("may store 64.0 MiB") && error.contains("GANTRY_ARRAY_INDEX"), "{error}");
+    assert!(s.store.jobs(&gantry_store::JobFilter::default()).expect("jobs").is_empty(), "nothing stored");
+    // Within the team's bytes an array goes in; the next one past them is refused with the figures.
+    let limit = json!({"gpu_quota": null, "pending_bytes_limit": 4 << 20});
+    let set = s.http.put(format!("{}/v1/teams/vision", s.url)).bearer_auth(&s.token).json(&limit);
+    assert_eq!(set.send().await.expect("send").status(), StatusCode::NO_CONTENT);
+    let teams: Vec<Value> = crate::json_of(s.get("/v1/teams")).await;
+    let vision = teams.iter().find(|t| t["name"] == "vision").cloned().expect("vision");
+    assert_eq!(vision["pending_bytes_limit"], 4 << 20, "{vision}");
+    let some = json!({"command": ["sh", "-c", script], "env": {"BIG": value}, "array": "0-19",
+        "wait_for_capacity": true});
+    let resp = call(&s, &alice, Method::POST, "/v1/jobs").json(&some).send().await.expect("send");
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let resp = call(&s, &alice, Method::POST, "/v1/jobs").json(&some).send().await.expect("send");
+    let (status, error) = error_of(resp).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
+    assert!(error.contains("store 2.3 MiB") && error.contains("may store 4.0 MiB"), "{error}");
+}

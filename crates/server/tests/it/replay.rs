@@ -188,6 +188,7 @@ fn replay(log: &[Step]) -> Vec<Vec<Decision>> {
                     user: None,
                     service: None,
                     pending_limit: None,
+                    pending_bytes_limit: None,
                 };
                 let (id, _) = server.store.submit(&job).expect("submit");
                 submitted.push(id);
@@ -406,6 +407,7 @@ fn replay_recording(log: &[gantry_sim::replay::Event], weights: &gantry_core::qu
                     user: None,
                     service: None,
                     pending_limit: None,
+                    pending_bytes_limit: None,
                 };
                 let (id, _) = server.store.submit(&new).expect("submit");
                 assert_eq!(id, job.id, "the simulator numbers jobs as the store does");

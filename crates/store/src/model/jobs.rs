@@ -31,6 +31,10 @@ pub struct NewJob {
     /// replicas, imports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_limit: Option<u64>,
+    /// The bytes of command and environment the team's pending jobs may store, checked with
+    /// `pending_limit` (an array's members each count). `None`: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_bytes_limit: Option<u64>,
 }
 
 impl NewJob {
@@ -61,6 +65,7 @@ impl Default for NewJob {
             user: None,
             service: None,
             pending_limit: None,
+            pending_bytes_limit: None,
         }
     }
 }

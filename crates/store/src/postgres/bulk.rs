@@ -49,6 +49,16 @@ pub(super) fn many(c: &dyn Conn, items: &[Submission]) -> Result<Vec<Changed>> {
     for (team, (n, limit)) in adding {
         crate::sqlite::jobs::pending_room(c, team, limit, n)?;
     }
+    let mut bytes: std::collections::BTreeMap<&str, (u64, u64)> = std::collections::BTreeMap::new();
+    for s in items {
+        if let Some(limit) = s.job.pending_bytes_limit {
+            let e = bytes.entry(s.job.team.as_str()).or_insert((0, limit));
+            *e = (e.0.saturating_add(crate::sqlite::jobs::pending_bytes_added(&s.job)?), e.1.min(limit));
+        }
+    }
+    for (team, (n, limit)) in bytes {
+        crate::sqlite::jobs::pending_bytes_room(c, team, limit, n)?;
+    }
     // Each caller's token, read again in this transaction (a refusal refuses the run, and the
     // writer then writes each submission alone, each refused or written on its own).
     for s in items {

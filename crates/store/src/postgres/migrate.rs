@@ -41,6 +41,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (31, include_str!("../../migrations/postgres/0031_service_activity_ttft.sql")),
     (32, include_str!("../../migrations/postgres/0032_job_image.sql")),
     (33, include_str!("../../migrations/postgres/0033_team_service_caps.sql")),
+    (34, include_str!("../../migrations/postgres/0034_pending_bytes.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

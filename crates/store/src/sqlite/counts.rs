@@ -47,6 +47,7 @@ mod tests {
         SetState { job: usize, state: usize },
         SetTeam { job: usize, team: usize },
         SetGang { job: usize, gang: Option<usize> },
+        SetCommand { job: usize, len: usize },
         Delete { job: usize },
     }
 
@@ -57,6 +58,7 @@ mod tests {
             4 => (0usize..40, 0..STATES.len()).prop_map(|(job, state)| Op::SetState { job, state }),
             1 => (0usize..40, 0..TEAMS.len()).prop_map(|(job, team)| Op::SetTeam { job, team }),
             1 => (0usize..40, proptest::option::of(0usize..40)).prop_map(|(job, gang)| Op::SetGang { job, gang }),
+            1 => (0usize..40, 0usize..300).prop_map(|(job, len)| Op::SetCommand { job, len }),
             2 => (0usize..40).prop_map(|job| Op::Delete { job }),
         ]
     }
@@ -81,8 +83,13 @@ mod tests {
         c.execute(
             "INSERT INTO jobs (team, name, priority, command, gpus, gpu_memory_mib, gpu_compute_pct,
                                cpu_milli, memory_mib, state, max_retries, submitted_at, gang_id)
-             VALUES (?1, 'j', 0, '[]', 1, 0, 0, 1000, 1024, ?2, 0, 0, ?3)",
-            params![TEAMS[team], STATES[state], gang],
+             VALUES (?1, 'j', 0, ?4, 1, 0, 0, 1000, 1024, ?2, 0, 0, ?3)",
+            params![
+                TEAMS[team],
+                STATES[state],
+                gang,
+                format!("[\"{}é\"]", "x".repeat(team * 13 + state * 5))
+            ],
         )
         .expect("insert");
     }
@@ -99,8 +106,37 @@ mod tests {
         (!ids.is_empty()).then(|| ids[i % ids.len()])
     }
 
+    /// Bytes per team and state.
+    type Bytes = Vec<(String, String, i64)>;
+
+    /// Bytes per (team, state) as the triggers keep them, and as a scan over the jobs gives them.
+    fn bytes(c: &rusqlite::Connection) -> (Bytes, Bytes) {
+        let read = |sql: &str| -> Bytes {
+            c.prepare(sql)
+                .expect("prepare")
+                .query_map(params![], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .expect("query")
+                .collect::<rusqlite::Result<_>>()
+                .expect("rows")
+        };
+        (
+            read("SELECT team, state, bytes FROM job_counts WHERE n > 0 ORDER BY team, state"),
+            read(
+                "SELECT team, state, SUM(length(CAST(command AS BLOB)) + length(CAST(COALESCE(env, '') AS BLOB))) \
+                 FROM jobs WHERE gang_id IS NULL GROUP BY team, state ORDER BY team, state",
+            ),
+        )
+    }
+
     fn apply(c: &rusqlite::Connection, op: &Op) {
         match *op {
+            Op::SetCommand { job, len } => {
+                if let Some(id) = nth_id(c, job) {
+                    let command = format!("[\"{}\"]", "y".repeat(len));
+                    c.execute("UPDATE jobs SET command = ?1 WHERE id = ?2", params![command, id])
+                        .expect("command");
+                }
+            }
             Op::Insert { team, state, worker_of } => insert(c, team, state, worker_of),
             Op::SetState { job, state } => {
                 if let Some(id) = nth_id(c, job) {
@@ -153,9 +189,13 @@ mod tests {
         ) {
             let c = migrated_with(&before);
             prop_assert_eq!(maintained(&c).expect("counts"), scan(&c).expect("scan"));
+            let (kept, scanned) = bytes(&c);
+            prop_assert_eq!(kept, scanned, "the backfill");
             for op in &ops {
                 apply(&c, op);
                 prop_assert_eq!(maintained(&c).expect("counts"), scan(&c).expect("scan"), "after {:?}", op);
+                let (kept, scanned) = bytes(&c);
+                prop_assert_eq!(kept, scanned, "bytes after {:?}", op);
             }
             let zeros: i64 = c.query_row("SELECT COUNT(*) FROM job_counts WHERE n <= 0", [], |r| r.get(0)).expect("zeros");
             prop_assert_eq!(zeros, 0);

@@ -14,6 +14,9 @@ pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
     if let Some(limit) = job.pending_limit {
         pending_room(c, &job.team, limit, pending_added(job))?;
     }
+    if let Some(limit) = job.pending_bytes_limit {
+        pending_bytes_room(c, &job.team, limit, pending_bytes_added(job)?)?;
+    }
     if let Some(key) = &job.spec.request_id {
         let existing = c
             .prepare_cached("SELECT id FROM jobs WHERE team = ?1 AND request_id = ?2")?
@@ -41,6 +44,36 @@ pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
 /// The pending jobs a submission adds: an array's members each, a gang once (as the counts).
 pub(crate) fn pending_added(job: &NewJob) -> u64 {
     job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64)
+}
+
+/// The bytes of command and environment a submission adds to its team's pending jobs, as the
+/// rows store them: each array member holds its own copy.
+pub(crate) fn pending_bytes_added(job: &NewJob) -> Result<u64> {
+    let one = rows::to_json(&job.spec.command)?.len() + rows::to_json(&job.spec.env)?.len();
+    Ok((one as u64).saturating_mul(pending_added(job)))
+}
+
+/// Refuses `adding` more bytes of pending jobs' command and environment past `limit` (the
+/// trigger-kept `job_counts.bytes`, in the caller's transaction, as [`pending_room`]).
+pub(crate) fn pending_bytes_room(c: &dyn Conn, team: &str, limit: u64, adding: u64) -> Result<()> {
+    let held: i64 = c
+        .prepare_cached(
+            "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM job_counts WHERE team = ?1 AND state = 'pending'",
+        )?
+        .query_row(params![team], |r| r.get(0))?;
+    let held = u64::try_from(held).unwrap_or(0);
+    if held.saturating_add(adding) > limit {
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
+        return Err(StoreError::LimitReached(format!(
+            "team {team}'s pending jobs store {} of command and environment and may store {}; this \
+             submission adds {} (an array stores them once per member: keep what varies in \
+             $GANTRY_ARRAY_INDEX, or a file in the uploaded directory)",
+            mib(held),
+            mib(limit),
+            mib(adding)
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses `adding` more pending jobs of `team` past `limit`, counted in the caller's

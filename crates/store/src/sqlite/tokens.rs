@@ -238,13 +238,14 @@ pub(super) fn users(c: &dyn Conn) -> Result<Vec<User>> {
 pub(super) fn set_team(c: &dyn Conn, team: &Team) -> Result<()> {
     c.prepare_cached(
         "INSERT INTO teams (name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, \
-         pids_limit, max_services, max_replicas) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+         pids_limit, max_services, max_replicas, pending_bytes_limit) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
          ON CONFLICT(name) DO UPDATE SET gpu_quota = ?2, \
          log_quota_bytes = COALESCE(?3, teams.log_quota_bytes), pending_limit = COALESCE(?4, teams.pending_limit), \
          max_priority = COALESCE(?5, teams.max_priority), \
          preempt_other_teams = COALESCE(?6, teams.preempt_other_teams), \
          pids_limit = ?7, max_services = COALESCE(?8, teams.max_services), \
-         max_replicas = COALESCE(?9, teams.max_replicas)",
+         max_replicas = COALESCE(?9, teams.max_replicas), \
+         pending_bytes_limit = COALESCE(?10, teams.pending_bytes_limit)",
     )?
     .execute(params![
         team.name,
@@ -255,7 +256,8 @@ pub(super) fn set_team(c: &dyn Conn, team: &Team) -> Result<()> {
         team.preempt_other_teams,
         team.pids_limit,
         team.max_services,
-        team.max_replicas
+        team.max_replicas,
+        team.pending_bytes_limit
     ])?;
     Ok(())
 }
@@ -263,7 +265,7 @@ pub(super) fn set_team(c: &dyn Conn, team: &Team) -> Result<()> {
 pub(super) fn teams(c: &dyn Conn) -> Result<Vec<Team>> {
     let mut stmt = c.prepare_cached(
         "SELECT name, gpu_quota, log_quota_bytes, pending_limit, max_priority, preempt_other_teams, pids_limit, \
-             max_services, max_replicas FROM teams ORDER BY name",
+             max_services, max_replicas, pending_bytes_limit FROM teams ORDER BY name",
     )?;
     let rows = stmt.query_map(params![], |r| {
         Ok(Team {
@@ -276,6 +278,7 @@ pub(super) fn teams(c: &dyn Conn) -> Result<Vec<Team>> {
             pids_limit: r.get(6)?,
             max_services: r.get(7)?,
             max_replicas: r.get(8)?,
+            pending_bytes_limit: r.get(9)?,
         })
     })?;
     rows.collect::<Result<_>>()

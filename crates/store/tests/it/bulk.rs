@@ -258,3 +258,39 @@ fn submissions_at_once_never_take_a_team_past_its_pending_limit() {
     assert_eq!(pending, 50);
     chain_holds(&*store);
 }
+
+#[test]
+fn submissions_at_once_never_take_a_team_past_the_bytes_its_pending_jobs_may_store() {
+    let (_dir, store) = open();
+    const THREADS: usize = 20;
+    let barrier = std::sync::Barrier::new(THREADS);
+    let arg = "x".repeat(1000);
+    let mut one = new_job("probe", 0, 0);
+    one.spec.command = vec!["sh".into(), "-c".into(), arg.clone()];
+    // The bytes one member stores, as the rows keep them: command and env as JSON.
+    let member = (serde_json::to_string(&one.spec.command).expect("json").len()
+        + serde_json::to_string(&one.spec.env).expect("json").len()) as u64;
+    let results: Vec<Result<(JobId, bool)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (store, barrier, arg) = (&*store, &barrier, &arg);
+                s.spawn(move || {
+                    let mut job = new_job(&format!("b{t}"), 0, 0);
+                    job.spec.command = vec!["sh".into(), "-c".into(), arg.clone()];
+                    job.spec.array = Some(gantry_api::workflow::ArraySpec::parse("0-9").expect("array"));
+                    job.pending_bytes_limit = Some(member * 50);
+                    barrier.wait();
+                    submit(store, job, "alice")
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    let accepted = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(accepted, 5, "five arrays of ten members fit the bytes of fifty: {results:?}");
+    assert!(
+        results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, StoreError::LimitReached(_))),
+        "{results:?}"
+    );
+    chain_holds(&*store);
+}

@@ -223,6 +223,7 @@ fn job(team: &str, gpus: u32, priority: i32, submitted_at: i64) -> NewJob {
         user: None,
         service: None,
         pending_limit: None,
+        pending_bytes_limit: None,
     }
 }
 

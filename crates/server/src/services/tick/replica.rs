@@ -34,6 +34,7 @@ pub(super) fn replica_job(s: &Service, port: u16, now: i64) -> NewJob {
         user: None,
         service: Some((s.name.clone(), s.generation)),
         pending_limit: None,
+        pending_bytes_limit: None,
     }
 }
 
