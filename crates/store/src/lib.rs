@@ -112,6 +112,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Records the manifest digest a node resolved a job's image to; the first one stays
     /// (every later attempt runs it). `NotFound` for a job without an image.
     fn resolved_image(&self, id: JobId, digest: &str) -> Result<()>;
+    /// Gives service replica `id` the port `port` (its `$PORT`), chosen on the node it was
+    /// placed on. `NotFound` for a job that is not a replica.
+    fn set_replica_port(&self, id: JobId, port: u16) -> Result<()>;
     /// Records where the upload of an ended attempt's declared outputs stands (matched by name
     /// and URL; an output that heard of a later attempt keeps that); returns the job's outputs.
     fn reported_outputs(

@@ -187,6 +187,21 @@ pub async fn heartbeat(
         })
         .await?
     };
+    // Service replicas get their `$PORT` on their node, the first time they are handed to it.
+    // One the node's range has no room for is not handed out yet: it waits, placed, until a
+    // replica of the node ends.
+    let ported = crate::services::assign_ports(app.config.service_ports, &mut jobs);
+    let portless: Vec<i64> = ported.iter().filter(|(_, p)| p.is_none()).map(|(id, _)| *id).collect();
+    if !portless.is_empty() {
+        let (lo, hi) = app.config.service_ports;
+        tracing::warn!(?portless, "no replica port of {lo}-{hi} (--service-ports) is free on the node");
+        jobs.retain(|j| !portless.contains(&j.id));
+    }
+    let ported: Vec<(i64, u16)> = ported.into_iter().filter_map(|(id, p)| Some((id, p?))).collect();
+    if !ported.is_empty() {
+        blocking(&app, move |s| ported.iter().try_for_each(|(id, port)| s.set_replica_port(*id, *port)))
+            .await?;
+    }
     let pids_limit = |team: &str| teams.iter().find(|t| t.name == team).and_then(|t| t.pids_limit);
     let assignments = jobs
         .into_iter()

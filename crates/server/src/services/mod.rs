@@ -87,25 +87,64 @@ impl Status {
     }
 }
 
-/// The next replica port after `last` in `lo..=hi` (wrapping) that no live replica uses;
-/// `None` when every one is taken.
-pub fn next_port((lo, hi): (u16, u16), last: u16, used: &std::collections::HashSet<u16>) -> Option<u16> {
+/// Gives each service replica among `jobs` (the active jobs of one node) a `$PORT` of
+/// `range` that no other replica of that node holds: ports are a node's, chosen when a replica
+/// is first handed to the node it was placed on, so pending replicas hold none and each node
+/// has the whole range. A replica keeps the port it has unless an older one of the node holds
+/// it too (one preempted elsewhere and placed here). The search starts at a place of the job's
+/// id, so a replica refused its port (another process of the node held it) gets another next
+/// time. Returns the replicas given a port; `None` for one the range has no room for (it then
+/// starts without, and fails with the agent's sentence).
+pub fn assign_ports(range: (u16, u16), jobs: &mut [gantry_store::Job]) -> Vec<(JobId, Option<u16>)> {
+    let (lo, hi) = range;
     let span = u32::from(hi.saturating_sub(lo)) + 1;
-    let start = u32::from(last.clamp(lo, hi) - lo);
-    (1..=span).map(|i| lo + ((start + i) % span) as u16).find(|p| !used.contains(p))
+    let port_of = |j: &gantry_store::Job| j.env.get("PORT").and_then(|p| p.parse::<u16>().ok());
+    let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].service.is_some()).collect();
+    order.sort_by_key(|&i| jobs[i].id);
+    let mut held = std::collections::HashSet::new();
+    let mut changed = Vec::new();
+    for i in order {
+        if port_of(&jobs[i]).is_some_and(|p| held.insert(p)) {
+            continue;
+        }
+        let start = (jobs[i].id.unsigned_abs() % u64::from(span)) as u32;
+        let free = (0..span).map(|k| lo + ((start + k) % span) as u16).find(|p| !held.contains(p));
+        if let Some(p) = free {
+            held.insert(p);
+            jobs[i].env.insert("PORT".into(), p.to_string());
+        }
+        changed.push((jobs[i].id, free));
+    }
+    changed
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn replica(id: JobId, port: Option<u16>) -> gantry_store::Job {
+        let mut env = std::collections::BTreeMap::new();
+        if let Some(p) = port {
+            env.insert("PORT".to_owned(), p.to_string());
+        }
+        gantry_store::Job { id, env, service: Some("svc".into()), ..gantry_store::Job::default() }
+    }
+
     #[test]
-    fn replica_ports_rotate_through_the_range_and_skip_those_in_use() {
-        let range = (30000, 32767);
-        let used = [30001, 30002].into_iter().collect();
-        assert_eq!(next_port(range, 30000, &used), Some(30003));
-        assert_eq!(next_port(range, 32767, &Default::default()), Some(30000));
-        let all: std::collections::HashSet<u16> = (30000..=32767).collect();
-        assert_eq!(next_port(range, 30000, &all), None);
+    fn a_nodes_replicas_get_ports_of_their_own_kept_once_given_and_a_clash_goes_to_the_newer() {
+        let mut jobs = vec![replica(7, Some(20001)), replica(9, None), replica(8, Some(20001))];
+        jobs.push(gantry_store::Job { id: 10, ..gantry_store::Job::default() }); // a batch job
+        let changed = assign_ports((20000, 20002), &mut jobs);
+        let port = |j: &gantry_store::Job| j.env.get("PORT").cloned();
+        assert_eq!(port(&jobs[0]).as_deref(), Some("20001"), "the older keeps its port");
+        assert_eq!(changed.iter().map(|c| c.0).collect::<Vec<_>>(), vec![8, 9]);
+        let given: std::collections::HashSet<_> = jobs[..3].iter().filter_map(port).collect();
+        assert_eq!(given.len(), 3, "three replicas, three ports: {jobs:?}");
+        assert!(port(&jobs[3]).is_none(), "a batch job gets none");
+        // A full range: the next replica gets none, and says so by its absence.
+        let mut full = vec![replica(1, Some(20000)), replica(2, Some(20001)), replica(3, None)];
+        assert_eq!(assign_ports((20000, 20001), &mut full), vec![(3, None)]);
+        // Nothing to do: nothing changes.
+        assert!(assign_ports((20000, 20002), &mut jobs).is_empty());
     }
 }

@@ -122,3 +122,47 @@ async fn a_service_is_its_teams_another_team_gets_404_and_every_change_is_audite
     );
     assert!(actions.iter().any(|(a, o)| *a == "service.apply" && o.starts_with("denied")), "{actions:?}");
 }
+
+#[tokio::test]
+async fn replica_ports_are_each_nodes_so_two_nodes_run_twice_the_range_and_pending_replicas_hold_none() {
+    // Ports were chosen cluster-wide as replicas were submitted: pending ones held them, and a
+    // range of two ran two replicas however many nodes there were.
+    let s = TestServer::start_with(|c, _| c.service_ports = (20000, 20001)).await;
+    let ana = token(&s, "ana", Role::Member, &["ml"]);
+    let mut nodes = Vec::new();
+    for node in ["n1", "n2"] {
+        let credential = gantry_server::create_node_credential(&*s.store, node).expect("credential");
+        let register = json!({"node_id": node, "hostname": node, "cpu_milli": 8000, "memory_mib": 65536,
+            "gpus": []});
+        let resp =
+            s.http.post(format!("{}/v1/agent/register", s.url)).bearer_auth(&credential).json(&register);
+        let registered: Value = resp.send().await.expect("send").json().await.expect("json");
+        nodes.push((node, credential, registered["epoch"].as_u64().expect("epoch")));
+    }
+    let file = json!({"name": "web", "replicas": 5, "port": 8000, "command": ["python3", "server.py"],
+        "cpu": 1, "memory": 1024});
+    let (status, body) = apply(&s, &ana, &file).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let mut ports: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    for _ in 0..100 {
+        ports.clear();
+        for (node, credential, epoch) in &nodes {
+            let hb = json!({"node_id": node, "epoch": epoch, "gpus": [], "jobs": [], "logs": []});
+            let resp = s.http.post(format!("{}/v1/agent/heartbeat", s.url)).bearer_auth(credential).json(&hb);
+            let answer: Value = resp.send().await.expect("send").json().await.expect("json");
+            let assigned = answer["assignments"].as_array().cloned().unwrap_or_default();
+            let mut mine: Vec<u64> = assigned.iter().filter_map(|a| a["port"].as_u64()).collect();
+            mine.sort_unstable();
+            ports.insert(node, mine);
+        }
+        if ports.values().map(Vec::len).sum::<usize>() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (node, got) in &ports {
+        assert!(got.len() <= 2, "a node never hands out a port twice: {ports:?}");
+        assert!(got.iter().all(|p| (20000..=20001).contains(p)), "{node}: {got:?}");
+    }
+    assert_eq!(ports.values().map(Vec::len).sum::<usize>(), 4, "two replicas per node run: {ports:?}");
+}

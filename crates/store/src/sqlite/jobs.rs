@@ -538,6 +538,18 @@ pub(super) fn place_one(c: &dyn Conn, p: &Placement) -> Result<()> {
     record_transition(c, job.id, Some(JobState::Pending), JobState::Scheduled, why.as_deref(), p.at)
 }
 
+/// Sets replica `id`'s `PORT` in its environment (and so in `job_counts.bytes`, by the trigger).
+pub(super) fn set_replica_port(c: &dyn Conn, id: JobId, port: u16) -> Result<()> {
+    let job = require(c, id)?;
+    if job.service.is_none() {
+        return Err(StoreError::NotFound(format!("service replica {id}")));
+    }
+    let mut env = job.env;
+    env.insert("PORT".into(), port.to_string());
+    c.prepare_cached("UPDATE jobs SET env = ?2 WHERE id = ?1")?.execute(params![id, rows::to_json(&env)?])?;
+    Ok(())
+}
+
 /// Marks job `id` scheduled on `p` as attempt `attempt` and opens that attempt's row (a
 /// placement, or a borrow of lent GPUs: `super::loans`).
 pub(super) fn mark_scheduled(c: &dyn Conn, id: JobId, attempt: u32, p: &Placement) -> Result<()> {

@@ -283,6 +283,9 @@ macro_rules! impl_store {
                 let found = found.to_vec();
                 self.write(move |c| inputs::staged(c, id, &found))
             }
+            fn set_replica_port(&self, id: JobId, port: u16) -> Result<()> {
+                self.write(move |c| jobs::set_replica_port(c, id, port))
+            }
             fn resolved_image(&self, id: JobId, digest: &str) -> Result<()> {
                 let digest = digest.to_owned();
                 self.write(move |c| inputs::resolved_image(c, id, &digest))

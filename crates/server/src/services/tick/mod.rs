@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use self::address::{address, resolve};
 use self::read::{Series, load};
-use self::replica::{port, replica_job};
+use self::replica::replica_job;
 use super::plan::{self, Action, Phase, ReplicaState};
 use super::probe::{self, Probe};
 use super::quota::TeamQuota;
@@ -149,7 +149,6 @@ struct Controller {
     held: HashMap<ServiceKey, usize>,
     /// When a service began to come back from zero.
     cold: HashMap<ServiceKey, i64>,
-    last_port: u16,
     ticks: u64,
     started_at: i64,
     /// The table last handed to the gateway (the gateway starts with an empty one): an
@@ -184,19 +183,13 @@ impl Controller {
         let mut effects = Effects::default();
         let mut table = RoutingTable::new();
         let mut status = HashMap::new();
-        let mut used_ports: HashSet<u16> = HashSet::new();
-        for l in &loaded {
-            used_ports.extend(
-                l.replicas.iter().filter(|r| !r.job.state.is_terminal()).filter_map(|r| port(&r.job)),
-            );
-        }
         let mut seen = HashSet::new();
         for l in loaded {
             seen.extend(l.replicas.iter().map(|r| r.job.id));
             let key = ServiceKey::new(&l.service.team, &l.service.name);
             let quota = quotas.get_mut(&l.service.team);
             let at = At { addrs: &addrs, signals: &signals, elsewhere: &elsewhere, now };
-            let (route, st) = self.service(app, &key, l, quota, &at, &mut used_ports, &mut effects);
+            let (route, st) = self.service(app, &key, l, quota, &at, &mut effects);
             table.insert(key.clone(), route);
             status.insert((key.team, key.service), st);
         }
@@ -269,7 +262,6 @@ impl Controller {
         l: Loaded,
         mut quota: Option<&mut TeamQuota>,
         at: &At<'_>,
-        used_ports: &mut HashSet<u16>,
         effects: &mut Effects,
     ) -> (Route, ServiceStatus) {
         let (addrs, now) = (at.addrs, at.now);
@@ -375,21 +367,13 @@ impl Controller {
         }
         for action in p.actions {
             match action {
-                Action::Start => match super::next_port(app.config.service_ports, self.last_port, used_ports)
-                {
-                    Some(port) => {
-                        self.last_port = port;
-                        used_ports.insert(port);
-                        if let Some(q) = quota.as_deref_mut() {
-                            q.charge(spec.gpus);
-                        }
-                        effects.submit.push(replica_job(&l.service, port, now));
+                // Its `$PORT` is its node's to choose, once it is placed (`assign_ports`).
+                Action::Start => {
+                    if let Some(q) = quota.as_deref_mut() {
+                        q.charge(spec.gpus);
                     }
-                    None => {
-                        let (lo, hi) = app.config.service_ports;
-                        st.short = Some(format!("every replica port ({lo}-{hi}, --service-ports) is in use"));
-                    }
-                },
+                    effects.submit.push(replica_job(&l.service, now));
+                }
                 Action::Drain(job, why) => {
                     self.draining.insert(job, (self.ticks, now, why));
                     self.drain_limit.insert(job, spec.drain_timeout_ms());

@@ -4,10 +4,9 @@ use gantry_api::elastic::GpuRange;
 use gantry_store::{NewJob, Service, SubmitRequest};
 
 /// The replica job for a service's current generation, listening on `port`.
-pub(super) fn replica_job(s: &Service, port: u16, now: i64) -> NewJob {
+pub(super) fn replica_job(s: &Service, now: i64) -> NewJob {
     let spec = &s.spec;
-    let mut env = spec.env.clone();
-    env.insert("PORT".into(), port.to_string());
+    let env = spec.env.clone();
     let request = SubmitRequest {
         command: spec.command.clone(),
         gpus: GpuRange::count(spec.gpus),
