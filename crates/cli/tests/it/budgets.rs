@@ -60,6 +60,7 @@ fn held_bodies_and_stalled_uploads_do_not_grow_the_servers_memory_with_what_clie
         after_bodies >> 10
     );
     assert!(after_bodies < base + (160 << 10), "{} MiB peak from {} MiB", after_bodies >> 10, base >> 10);
+    assert!(after_bodies < 200 << 10, "the issue's bound: {} MiB peak", after_bodies >> 10);
     // The API still answers at once.
     let started = std::time::Instant::now();
     s.cluster.gantry(&["jobs"]);
@@ -112,4 +113,48 @@ fn stalled_blob_uploads_stream_to_disk_and_leave_nothing_behind() {
         partial().ok().filter(|n| *n == 0)
     });
     cluster.gantry(&["jobs"]);
+}
+
+#[test]
+fn eleven_hundred_idle_gateway_connections_under_a_soft_limit_of_1024_leave_the_api_and_jobs_working() {
+    use crate::harness::{Cluster, eventually};
+    // Debian's soft RLIMIT_NOFILE: the server kept it while the gateway admitted 10,000
+    // connections, and 1,100 idle ones took every descriptor (the API timed out, a job could
+    // not make its cgroup).
+    let gateway = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let listen = format!("127.0.0.1:{gateway}");
+    let cluster = Cluster::start_via(&["prlimit", "--nofile=1024:", "--"], &["--gateway-listen", &listen]);
+    cluster.wait_for_agent();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", cluster.pid())).expect("limits");
+    let files = limits.lines().find(|l| l.starts_with("Max open files")).unwrap_or_default().to_owned();
+    eprintln!("{files}");
+    let conns: Vec<TcpStream> =
+        (0..1100).filter_map(|_| TcpStream::connect(("127.0.0.1", gateway)).ok()).collect();
+    eprintln!("{} idle gateway connections open", conns.len());
+    std::thread::sleep(Duration::from_millis(500));
+    // The API answers over TCP, as a remote client's would, and a job starts and ends.
+    let started = std::time::Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let http = cluster.http();
+    let url = format!("{}/v1/jobs", cluster.url());
+    let status = rt
+        .block_on(async { http.get(&url).bearer_auth(cluster.token()).send().await.map(|r| r.status()) })
+        .expect("the API answers");
+    let took = started.elapsed();
+    eprintln!("the API answered {status} in {took:?} with {} gateway connections held", conns.len());
+    assert!(status.is_success(), "{status}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let id = cluster.gantry(&["submit", "--", "true"]).trim().to_owned();
+    eventually(Duration::from_secs(30), "the job to end", || {
+        let j: serde_json::Value = serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).ok()?;
+        let state = j["job"]["state"].as_str()?.to_owned();
+        (state != "pending" && state != "scheduled" && state != "running").then_some(())
+    });
+    let j: serde_json::Value =
+        serde_json::from_str(&cluster.gantry(&["job", &id, "-o", "json"])).expect("json");
+    assert_eq!(j["job"]["state"], "succeeded", "{j}");
+    drop(conns);
 }

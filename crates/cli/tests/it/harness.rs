@@ -25,6 +25,8 @@ pub struct Cluster {
     pub outside: tempfile::TempDir,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// A program (and its arguments) that runs the binary, e.g. `prlimit --nofile=1024: --`.
+    wrapper: Vec<String>,
     child: Option<Child>,
 }
 
@@ -37,7 +39,18 @@ fn free_port() -> u16 {
 /// `home` (`submit` and `run` upload the directory they run in; the test's own, `crates/cli`,
 /// is not the job's).
 pub fn command(home: &Path) -> Command {
-    let mut cmd = Command::new(GANTRY);
+    isolated(Command::new(GANTRY), home)
+}
+
+/// [`command`] run through `wrapper` (a program and its arguments, the binary's path last).
+pub fn command_via(home: &Path, wrapper: &[String]) -> Command {
+    let Some((program, args)) = wrapper.split_first() else { return command(home) };
+    let mut cmd = Command::new(program);
+    cmd.args(args).arg(GANTRY);
+    isolated(cmd, home)
+}
+
+fn isolated(mut cmd: Command, home: &Path) -> Command {
     let cwd = home.join("cwd");
     std::fs::create_dir_all(&cwd).expect("an empty working directory");
     cmd.current_dir(cwd)
@@ -70,7 +83,21 @@ impl Cluster {
         Self::start_full(subcommand, host, extra, &[])
     }
 
+    /// Starts `gantry up` through `wrapper` (see [`command_via`]).
+    pub fn start_via(wrapper: &[&str], extra: &[&str]) -> Self {
+        let mut cluster = Self::prepare("up", "127.0.0.1", extra, &[]);
+        cluster.wrapper = wrapper.iter().map(|s| (*s).to_owned()).collect();
+        cluster.restart();
+        cluster
+    }
+
     fn start_full(subcommand: &str, host: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cluster = Self::prepare(subcommand, host, extra, env);
+        cluster.restart();
+        cluster
+    }
+
+    fn prepare(subcommand: &str, host: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         use std::os::unix::fs::PermissionsExt;
         // Outside /tmp: a job has a /tmp of its own, and these hold what a test shares with its
         // jobs (markers, probes, the work root).
@@ -92,9 +119,7 @@ impl Cluster {
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let tls = !extra.contains(&"--no-tls");
         let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        let mut cluster = Self { home, port, metrics_port, tls, outside, args, env, child: None };
-        cluster.restart();
-        cluster
+        Self { home, port, metrics_port, tls, outside, args, env, wrapper: Vec::new(), child: None }
     }
 
     /// The command line [`Cluster::restart`] runs (after the binary's name), to change before a
@@ -151,7 +176,7 @@ impl Cluster {
             .append(true)
             .open(self.home.path().join("up.log"))
             .expect("log file");
-        let child = command(self.home.path())
+        let child = command_via(self.home.path(), &self.wrapper)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::from(log.try_clone().expect("clone log")))
