@@ -61,6 +61,49 @@ fn a_service_is_created_unchanged_then_configured_scaled_and_deleted_with_its_re
 }
 
 #[test]
+fn replicas_submitted_while_their_service_is_deleted_are_refused_or_stopped_none_outlives_it() {
+    let (_dir, store) = open();
+    apply(&*store, ECHO);
+    let replica = NewJob { service: Some(("echo".into(), 1)), team: "ml".into(), ..new_job("r", 1, 0) };
+    // Four controllers keep starting replicas while the service is deleted under them.
+    let go = std::sync::Barrier::new(5);
+    let deleted = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let (store, replica, go, deleted) = (&*store, &replica, &go, &deleted);
+            s.spawn(move || {
+                go.wait();
+                // Until a refusal after the delete committed: every start is raced against it.
+                for _ in 0..200 {
+                    let done = deleted.load(std::sync::atomic::Ordering::SeqCst);
+                    match store.submit(replica) {
+                        Ok(_) => {}
+                        Err(StoreError::NotFound(_)) if done => return,
+                        Err(StoreError::NotFound(_) | StoreError::Conflict(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+        let (store, go, deleted) = (&*store, &go, &deleted);
+        s.spawn(move || {
+            go.wait();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let change = Change::DeleteService { team: "ml".into(), name: "echo".into() };
+            store.apply(change, admin("service.delete")).expect("delete");
+            deleted.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+    });
+    let left: Vec<Job> = store
+        .jobs(&JobFilter { team: Some("ml".into()), ..JobFilter::default() })
+        .expect("jobs")
+        .into_iter()
+        .filter(|j| j.service.is_some() && !j.state.is_terminal() && j.stop.is_none())
+        .collect();
+    assert!(left.is_empty(), "replicas outlived their service: {left:?}");
+}
+
+#[test]
 fn pools_are_set_replaced_and_listed_by_name() {
     let (_dir, store) = open();
     let pool = |name: &str, placement, teams: &[&str]| Pool {
