@@ -47,10 +47,10 @@ pub(crate) fn pending_added(job: &NewJob) -> u64 {
 }
 
 /// The bytes of command and environment a submission adds to its team's pending jobs, as the
-/// rows store them: each array member holds its own copy.
+/// rows store them: once, an array's on its first member.
 pub(crate) fn pending_bytes_added(job: &NewJob) -> Result<u64> {
     let one = rows::to_json(&job.spec.command)?.len() + rows::to_json(&job.spec.env)?.len();
-    Ok((one as u64).saturating_mul(pending_added(job)))
+    Ok(one as u64)
 }
 
 /// Refuses `adding` more bytes of pending jobs' command and environment past `limit` (the
@@ -66,8 +66,7 @@ pub(crate) fn pending_bytes_room(c: &dyn Conn, team: &str, limit: u64, adding: u
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
         return Err(StoreError::LimitReached(format!(
             "team {team}'s pending jobs store {} of command and environment and may store {}; this \
-             submission adds {} (an array stores them once per member: keep what varies in \
-             $GANTRY_ARRAY_INDEX, or a file in the uploaded directory)",
+             submission adds {}: wait for some to start or cancel some",
             mib(held),
             mib(limit),
             mib(adding)
@@ -163,12 +162,16 @@ pub(crate) fn insert_values(
     request_id: Option<&str>,
 ) -> Result<Vec<Value>> {
     let r = job.request();
+    // An array stores its command and environment once, on its first member: the others keep
+    // '' and are read with the first's (`rows::JOB_COLUMNS`).
+    let member = matches!(array, Some((Some(_), ..)));
+    let once = |text: String| if member { String::new() } else { text };
     Ok(params![
         request_id,
         job.team,
         job.name,
         job.spec.priority,
-        rows::to_json(&job.spec.command)?,
+        once(rows::to_json(&job.spec.command)?),
         r.gpus,
         r.gpu_memory_mib,
         r.gpu_compute_pct,
@@ -177,7 +180,7 @@ pub(crate) fn insert_values(
         JobState::Pending.as_str(),
         job.max_retries(),
         job.submitted_at,
-        rows::to_json(&job.spec.env)?,
+        once(rows::to_json(&job.spec.env)?),
         job.spec.time_limit_s,
         job.user,
         array.map(|a| a.1),

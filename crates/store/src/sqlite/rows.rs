@@ -6,9 +6,13 @@ use crate::model::*;
 use crate::{Result, StoreError};
 
 /// Columns read by [`job`], in order.
-pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, command, gpus, gpu_memory_mib, \
+pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, \
+     CASE WHEN command = '' THEN (SELECT h.command FROM jobs h WHERE h.id = jobs.array_id) ELSE command END, \
+     gpus, gpu_memory_mib, \
      gpu_compute_pct, cpu_milli, memory_mib, state, attempt, max_retries, stop, node_id, epoch, \
-     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, env, time_limit_s, \"user\", \
+     gpu_uuids, exit_code, reason, submitted_at, started_at, finished_at, \
+     CASE WHEN env = '' THEN (SELECT h.env FROM jobs h WHERE h.id = jobs.array_id) ELSE env END, \
+     time_limit_s, \"user\", \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
      replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector, \
      inputs, input_secret, outputs, output_secret, image";

@@ -278,7 +278,7 @@ fn submissions_at_once_never_take_a_team_past_the_bytes_its_pending_jobs_may_sto
                     let mut job = new_job(&format!("b{t}"), 0, 0);
                     job.spec.command = vec!["sh".into(), "-c".into(), arg.clone()];
                     job.spec.array = Some(gantry_api::workflow::ArraySpec::parse("0-9").expect("array"));
-                    job.pending_bytes_limit = Some(member * 50);
+                    job.pending_bytes_limit = Some(member * 5);
                     barrier.wait();
                     submit(store, job, "alice")
                 })
@@ -287,10 +287,27 @@ fn submissions_at_once_never_take_a_team_past_the_bytes_its_pending_jobs_may_sto
         handles.into_iter().map(|h| h.join().expect("thread")).collect()
     });
     let accepted = results.iter().filter(|r| r.is_ok()).count();
-    assert_eq!(accepted, 5, "five arrays of ten members fit the bytes of fifty: {results:?}");
+    assert_eq!(accepted, 5, "an array stores its command once: five arrays fit five copies: {results:?}");
     assert!(
         results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, StoreError::LimitReached(_))),
         "{results:?}"
     );
     chain_holds(&*store);
+}
+
+#[test]
+fn an_arrays_members_read_the_command_and_env_it_stores_once() {
+    let (_dir, store) = open();
+    let mut job = new_job("sweep", 0, 0);
+    job.spec.command = vec!["python3".into(), "train.py".into(), "--lr".into()];
+    job.spec.env = [("SEED".to_owned(), "7".to_owned())].into();
+    job.spec.array = Some(gantry_api::workflow::ArraySpec::parse("0-3").expect("array"));
+    let (head, _) = submit(&*store, job.clone(), "alice").expect("submit");
+    let jobs = store.jobs(&JobFilter::default()).expect("jobs");
+    assert_eq!(jobs.len(), 4);
+    for j in &jobs {
+        assert_eq!((&j.command, &j.env), (&job.spec.command, &job.spec.env), "job {} of array {head}", j.id);
+    }
+    let member = jobs.iter().find(|j| j.id != head).expect("a member");
+    assert_eq!(store.job(member.id).expect("read").expect("job").command, job.spec.command);
 }
