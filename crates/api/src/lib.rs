@@ -37,4 +37,5 @@ pub mod service;
 pub mod submit;
 pub mod types;
 pub mod upload;
+pub mod volumes;
 pub mod workflow;

@@ -25,6 +25,9 @@ pub const DEFAULT_POOL: &str = "default";
 pub const GPU_MODEL: &str = "gpu.model";
 /// The fact label with the node's GPU count.
 pub const GPU_COUNT: &str = "gpu.count";
+/// The label every node carries with its own id, which a job that mounts a node-local volume
+/// selects (`gantry_api::volumes`).
+pub const NODE_ID: &str = "node.id";
 
 /// Checks the labels an agent declares: label rules, at most 32, none of the fact labels
 /// (the node reports those itself).
@@ -34,7 +37,7 @@ pub fn check_node_labels(labels: &BTreeMap<String, String>) -> Result<(), String
     }
     for (k, v) in labels {
         check_label(k, v)?;
-        if k == GPU_MODEL || k == GPU_COUNT {
+        if k == GPU_MODEL || k == GPU_COUNT || k == NODE_ID {
             return Err(format!("label: `{k}` is a fact the node reports itself; it cannot be declared"));
         }
         if k == POOL && v.is_empty() {
@@ -57,6 +60,18 @@ pub fn node_labels(declared: &BTreeMap<String, String>, gpus: &[&GpuInfo]) -> BT
         labels.insert(GPU_MODEL.to_owned(), model.chars().take(63).collect());
     }
     labels.insert(GPU_COUNT.to_owned(), gpus.len().to_string());
+    labels
+}
+
+/// The labels a job's node selector is matched against: [`node_labels`] and the node's id
+/// ([`NODE_ID`]).
+pub fn node_facts(
+    node: &str,
+    declared: &BTreeMap<String, String>,
+    gpus: &[&GpuInfo],
+) -> BTreeMap<String, String> {
+    let mut labels = node_labels(declared, gpus);
+    labels.insert(NODE_ID.to_owned(), node.to_owned());
     labels
 }
 

@@ -86,6 +86,8 @@ pub struct SubmitRequest {
     pub entrypoint: Option<String>,
     /// The directory in the container it starts in.
     pub container_workdir: Option<String>,
+    /// The team's volumes it mounts, and where.
+    pub volumes: Vec<crate::volumes::VolumeMount>,
 }
 
 impl SubmitRequest {
@@ -144,6 +146,7 @@ impl TryFrom<SubmitJson> for SubmitRequest {
             registry_secret: j.registry_secret,
             entrypoint: j.entrypoint,
             container_workdir: j.container_workdir,
+            volumes: j.volumes,
         })
     }
 }
@@ -184,6 +187,7 @@ impl From<SubmitRequest> for SubmitJson {
             registry_secret: r.registry_secret,
             entrypoint: r.entrypoint,
             container_workdir: r.container_workdir,
+            volumes: r.volumes,
         }
     }
 }
@@ -357,6 +361,12 @@ pub(crate) struct SubmitJson {
     /// path as on the node), else the image's `WorkingDir`. Only with `image`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     container_workdir: Option<String>,
+    /// Volumes of the job's team it mounts (`gantry volume create`; `--volume NAME:/mnt/x[:ro]`):
+    /// each `{"name", "path", "read_only"}`, the path under /mnt, /data, /scratch, /datasets,
+    /// /models, /workspace or /volumes. 404 for a volume the team does not have; a job mounting
+    /// a node-local volume runs on that node only. At most 8.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    volumes: Vec<crate::volumes::VolumeMount>,
 }
 
 #[cfg(test)]

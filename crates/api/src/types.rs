@@ -547,6 +547,9 @@ pub struct Assignment {
     /// The container image it runs in (none: a process on the node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::model::JobImage>,
+    /// The volumes it mounts, as the node finds them (filled in by the server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volumes::AssignedVolume>,
 }
 
 /// The launch facts of an assignment that the job's row alone does not give the agent (see
@@ -594,6 +597,7 @@ impl From<Job> for Assignment {
             outputs: job.outputs.iter().map(crate::outputs::Output::declared).collect(),
             launch: Launch { name: job.name, node_rank: None, nodes: None },
             image: job.image,
+            volumes: Vec::new(),
         }
     }
 }

@@ -70,6 +70,11 @@ enum Command {
     /// Team secrets S3 inputs are read with (`secret set NAME KEY=VALUE…`).
     #[command(subcommand)]
     Secret(cmd::data::SecretCommand),
+    /// Volumes of your teams: directories that outlive jobs (`--volume NAME:/mnt/x`).
+    Volumes(cmd::volume::VolumesArgs),
+    /// Create or delete a volume (`volume create data --team vision --size 100G`).
+    #[command(subcommand)]
+    Volume(cmd::volume::VolumeCommand),
     /// Set a node pool's placement or teams (`pool set inference --placement spread`; admins).
     #[command(subcommand)]
     Pool(cmd::pools::PoolCommand),
@@ -165,6 +170,8 @@ fn main() -> ExitCode {
         Command::Cache(a) => cmd::data::cache(a),
         Command::Images(a) => cmd::data::images(a),
         Command::Secret(c) => cmd::data::secret(c),
+        Command::Volumes(a) => cmd::volume::list(a),
+        Command::Volume(c) => cmd::volume::run(c),
         Command::Pool(c) => cmd::pools::run(c),
         Command::Teams(a) => cmd::teams::list(a),
         Command::Team(c) => cmd::teams::run(c),

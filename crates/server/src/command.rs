@@ -210,6 +210,22 @@ pub enum Command {
         /// Who asks.
         by: Principal,
     },
+    /// Create a volume (operators, admins).
+    CreateVolume {
+        /// The volume, checked by the handler.
+        volume: gantry_store::Volume,
+        /// Who asks.
+        by: Principal,
+    },
+    /// Delete a volume's record (operators, admins).
+    DeleteVolume {
+        /// The team.
+        team: String,
+        /// The volume.
+        name: String,
+        /// Who asks.
+        by: Principal,
+    },
     /// Apply a service file (members of its team, admins).
     ApplyService {
         /// The service's team.
@@ -285,6 +301,8 @@ impl App {
                 | Command::SetTeam { .. }
                 | Command::SetNodeScheduling { .. }
                 | Command::DeleteService { .. }
+                | Command::CreateVolume { .. }
+                | Command::DeleteVolume { .. }
                 | Command::SetPool { .. }
                 | Command::Idle { .. }
         );
@@ -506,6 +524,15 @@ fn apply(store: &dyn Store, admission: &AdmissionCache, command: Command) -> Res
                 .and_then(|()| service_room(store, &view, &team, &spec.name));
             let desired = spec.replicas.min.max(1);
             audited(store, check, Change::ApplyService { team, spec, digest, desired }, entry)
+        }
+        Command::CreateVolume { volume, by } => {
+            let target = format!("volume/{}/{}", volume.team, volume.name);
+            let entry = entry(&by, "volume.create", target, Some(&volume.team.clone()), now);
+            audited(store, by.require_operator(), Change::CreateVolume(volume), entry)
+        }
+        Command::DeleteVolume { team, name, by } => {
+            let entry = entry(&by, "volume.delete", format!("volume/{team}/{name}"), Some(&team), now);
+            audited(store, by.require_operator(), Change::DeleteVolume { team, name }, entry)
         }
         Command::DeleteService { team, name, by } => {
             let entry = entry(&by, "service.delete", format!("service/{team}/{name}"), Some(&team), now);

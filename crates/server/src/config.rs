@@ -69,9 +69,11 @@ pub struct ServerConfig {
     /// How often the service controller reconciles services (replicas, probes, the gateway's
     /// table, the autoscaler); each service's own `sync_s` and probe interval apply within it.
     pub service_tick: Duration,
-    /// The ports replicas get as `$PORT`, both ends included (one per live replica, unique in
-    /// the cluster).
+    /// The ports replicas get as `$PORT`, both ends included (unique among a node's replicas).
     pub service_ports: (u16, u16),
+    /// Directories of shared file systems under which volumes may be created with a `path`
+    /// (`--volume-root`; none: volumes are node-local only).
+    pub volume_roots: Vec<PathBuf>,
     /// Where uploaded working directories are kept, per team (`<data>/uploads`).
     pub uploads_dir: PathBuf,
     /// Most bytes an uploaded working directory's files may add up to.
@@ -121,6 +123,7 @@ impl ServerConfig {
             hold_heartbeats: true,
             service_tick: Duration::from_millis(250),
             service_ports: (20000, 22999),
+            volume_roots: Vec::new(),
             service_controller: true,
             lease: None,
         }

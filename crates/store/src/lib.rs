@@ -198,6 +198,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         team: Option<&str>,
     ) -> Result<()>;
 
+    /// Volumes of `teams` (all when `None`), by team and name.
+    fn volumes(&self, teams: Option<Vec<String>>) -> Result<Vec<Volume>>;
     /// Services of `teams` (all when `None`), by team and name.
     fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>>;
     /// One service.

@@ -382,6 +382,7 @@ fn spec(
     attached: Option<&Attached>,
 ) -> Result<Spec, AgentError> {
     let home = ctx.sandbox.home(a, user)?;
+    let binds = ctx.sandbox.volume_binds(a, user)?;
     let mut env = env::build(a, &user.name, workdir, &home)?;
     if let Some(gateway) = attached.and_then(|n| n.gateway)
         && let Some(addr) = env.get_mut("MASTER_ADDR")
@@ -407,7 +408,10 @@ fn spec(
         workdir: workdir.to_path_buf(),
         user: credentials,
         cgroup: cgroup.map(Cgroup::to_ref),
-        mounts: ctx.sandbox.mounts(a, workdir, &cwd, &home),
+        mounts: ctx.sandbox.mounts(a, workdir, &cwd, &home).map(|mut m| {
+            m.binds = binds;
+            m
+        }),
         logs: dir,
         log_limit: limit,
         state: ctx.state.clone(),

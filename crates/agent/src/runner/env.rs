@@ -196,6 +196,7 @@ mod tests {
             outputs: Vec::new(),
             launch: Default::default(),
             image: None,
+            volumes: Vec::new(),
         }
     }
 

@@ -16,7 +16,9 @@
 //!    it back at the same path inside the new tmpfs, so the job still finds its directory; so
 //!    too the MPS control daemon's pipe directory (`/tmp/nvidia-mps` by default), so that jobs
 //!    on an MPS node still reach the daemon;
-//! 4. mounts a new `proc` instance on `/proc` with `hidepid=2`: the job sees (and can read the
+//! 4. binds each volume the job mounts ([`Bind`]: a directory the agent made and checked) at
+//!    its path, read-only when asked (a bind remounted `MS_RDONLY`, which the job cannot undo);
+//! 5. mounts a new `proc` instance on `/proc` with `hidepid=2`: the job sees (and can read the
 //!    `cmdline` of) only processes of its own user. Jobs of one team run as one user and so
 //!    still see each other, as they can signal each other.
 //!
@@ -64,6 +66,7 @@ impl MountConfig {
             workdir: workdir.to_owned(),
             cwd: cwd.to_owned(),
             keep,
+            binds: Vec::new(),
         }
     }
 }
@@ -90,6 +93,20 @@ pub struct MountSpec {
     /// the MPS control daemon's pipe directory (`/tmp/nvidia-mps` by default).
     #[serde(default)]
     pub keep: Vec<PathBuf>,
+    /// Volumes to bind at their paths (`gantry_api::volumes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binds: Vec<Bind>,
+}
+
+/// A directory of the node bound at `target` in the job's mount namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    /// The node's directory.
+    pub source: PathBuf,
+    /// Where the job sees it (the agent made the directory).
+    pub target: PathBuf,
+    /// Remounted read-only.
+    pub read_only: bool,
 }
 
 /// At most this many directories are bound back (the child keeps their descriptors on its stack).
@@ -116,6 +133,8 @@ struct Keep {
 pub struct Private {
     tmpfs: Vec<Tmpfs>,
     keep: Vec<Keep>,
+    /// Volumes: source, target, read-only.
+    binds: Vec<(CString, CString, bool)>,
     /// Where the job starts, entered again when its work directory was bound back.
     cwd: Option<CString>,
 }
@@ -147,7 +166,12 @@ impl Private {
         if keep.len() > MOST_KEPT {
             return Err(io::Error::other(format!("at most {MOST_KEPT} directories can be kept")));
         }
-        Ok(Self { tmpfs, keep, cwd })
+        let binds = spec
+            .binds
+            .iter()
+            .map(|b| Ok((c(&b.source)?, c(&b.target)?, b.read_only)))
+            .collect::<io::Result<_>>()?;
+        Ok(Self { tmpfs, keep, binds, cwd })
     }
 
     /// In the child: enters a new mount namespace and mounts everything. Async-signal-safe.
@@ -188,6 +212,14 @@ impl Private {
                 let target = k.dir.as_ptr();
                 check(libc::mount(source.cast(), target, none, libc::MS_BIND | libc::MS_REC, none.cast()))?;
                 libc::close(fd);
+            }
+            for (source, target, read_only) in &self.binds {
+                let bind = libc::MS_BIND | libc::MS_REC;
+                check(libc::mount(source.as_ptr(), target.as_ptr(), none, bind, none.cast()))?;
+                if *read_only {
+                    let again = bind | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+                    check(libc::mount(none, target.as_ptr(), none, again, none.cast()))?;
+                }
             }
             if let Some(cwd) = &self.cwd {
                 check(libc::chdir(cwd.as_ptr()))?;

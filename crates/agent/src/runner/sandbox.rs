@@ -160,6 +160,8 @@ pub struct Sandbox {
     node_gpus: std::sync::atomic::AtomicU64,
     /// Root of the users' persistent homes.
     homes: PathBuf,
+    /// Root of the node-local volumes (`<work>/volumes/<team>/<name>`).
+    volumes: PathBuf,
     reserve: NodeReserve,
     warnings: Vec<String>,
 }
@@ -255,6 +257,7 @@ impl Sandbox {
         let (defaults, reserve) = (config.defaults, config.reserve);
         let node_gpus = std::sync::atomic::AtomicU64::new(0);
         let homes = config.home_root.clone().unwrap_or_else(|| config.work_dir.join("homes"));
+        let volumes = config.work_dir.join("volumes");
         let sandbox = Self {
             users,
             agent,
@@ -265,6 +268,7 @@ impl Sandbox {
             defaults,
             node_gpus,
             homes,
+            volumes,
             reserve,
             warnings,
         };
@@ -368,26 +372,16 @@ impl Sandbox {
     /// use, private to the job's user (0700, given to it when the agent is root) under
     /// directories only the agent may change, so what one job leaves in `~` (a pip `--user`
     /// install, `~/.cache/huggingface`, a venv) the user's next job of the team finds, and no
-    /// other team's job can read. A name that is not a plain path component is refused.
+    /// other team's job can read. A name that is not a plain path component is cleaned and
+    /// suffixed with its hash ([`team_user::path_part`]).
     pub fn home(&self, a: &Assignment, user: &Identity) -> Result<PathBuf, AgentError> {
-        let who = a.user.as_deref().unwrap_or(&a.team);
-        for part in [a.team.as_str(), who] {
-            let plain = !part.is_empty()
-                && part != "."
-                && part != ".."
-                && part.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
-            if !plain {
-                return Err(AgentError::Refused(format!(
-                    "home: `{part}` is not a name a directory can have"
-                )));
-            }
-        }
-        let team_dir = self.homes.join(&a.team);
+        let who = team_user::path_part(a.user.as_deref().unwrap_or(&a.team));
+        let team_dir = self.homes.join(team_user::path_part(&a.team));
         for dir in [&self.homes, &team_dir] {
             make_dir(dir, 0o711)
                 .map_err(|e| AgentError::Sandbox(format!("creating {}: {e}", dir.display())))?;
         }
-        let home = team_dir.join(who);
+        let home = team_dir.join(&who);
         let io = |source| AgentError::Io { what: format!("creating the home {}", home.display()), source };
         match std::fs::symlink_metadata(&home) {
             Ok(m) if m.file_type().is_dir() => return Ok(home),
@@ -399,6 +393,99 @@ impl Sandbox {
             std::os::unix::fs::chown(&home, Some(user.uid), Some(user.gid)).map_err(io)?;
         }
         Ok(home)
+    }
+
+    /// The binds of the volumes `a` mounts: each volume's directory (a shared one as named, a
+    /// node-local one under the work root, `<work>/volumes/<team>/<name>`), made on first use
+    /// and given to the job's user (0770), and its mount point, made under one of
+    /// [`gantry_api::volumes::MOUNT_ROOTS`] when missing. Refused: volumes without a mount
+    /// namespace (an agent that is not root), a mount point or volume that is not a plain
+    /// directory, a writable mount of a volume past its size.
+    pub fn volume_binds(
+        &self,
+        a: &Assignment,
+        user: &Identity,
+    ) -> Result<Vec<super::mounts::Bind>, AgentError> {
+        if a.volumes.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.mounts.is_none() {
+            return Err(AgentError::Refused(
+                "volumes need jobs in mount namespaces of their own: the agent must run as root".into(),
+            ));
+        }
+        let mut binds = Vec::new();
+        for v in &a.volumes {
+            let mount = gantry_api::volumes::VolumeMount {
+                name: v.name.clone(),
+                path: v.path.clone(),
+                read_only: v.read_only,
+            };
+            mount.check().map_err(AgentError::Refused)?;
+            let source = match &v.source {
+                Some(path) => PathBuf::from(path),
+                None => {
+                    let team = self.volumes.join(team_user::path_part(&a.team));
+                    for dir in [&self.volumes, &team] {
+                        make_dir(dir, 0o711)
+                            .map_err(|e| AgentError::Sandbox(format!("creating {}: {e}", dir.display())))?;
+                    }
+                    team.join(&v.name)
+                }
+            };
+            let io = |what: &Path| {
+                let what = format!("preparing volume {} at {}", v.name, what.display());
+                move |source| AgentError::Io { what, source }
+            };
+            match std::fs::symlink_metadata(&source) {
+                Ok(m) if m.file_type().is_dir() => {}
+                Ok(_) => {
+                    return Err(AgentError::Refused(format!(
+                        "volume {}: {} is not a directory",
+                        v.name,
+                        source.display()
+                    )));
+                }
+                Err(_) => {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o770)
+                        .create(&source)
+                        .map_err(io(&source))?;
+                    if self.users.is_some() {
+                        std::os::unix::fs::chown(&source, Some(user.uid), Some(user.gid))
+                            .map_err(io(&source))?;
+                    }
+                }
+            }
+            if let Some(size) = v.size_bytes.filter(|_| !v.read_only) {
+                let held = bytes_under(&source);
+                if held > size {
+                    return Err(AgentError::Refused(format!(
+                        "volume {} holds {} bytes, past its size of {size}: free some (mount it read-only to read it)",
+                        v.name, held
+                    )));
+                }
+            }
+            let target = PathBuf::from(&v.path);
+            match std::fs::symlink_metadata(&target) {
+                Ok(m) if m.file_type().is_dir() => {}
+                Ok(_) => {
+                    return Err(AgentError::Refused(format!(
+                        "volume {}: {} is not a directory",
+                        v.name,
+                        target.display()
+                    )));
+                }
+                Err(_) => std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(&target)
+                    .map_err(io(&target))?,
+            }
+            binds.push(super::mounts::Bind { source, target, read_only: v.read_only });
+        }
+        Ok(binds)
     }
 
     /// The attempt's output directories' parent ([`super::outputs`]): beside its work
@@ -673,6 +760,19 @@ fn is_scope(s: &str) -> bool {
 }
 
 /// Makes `dir` (and parents) and sets its mode.
+/// Bytes of the regular files under `dir` (links are not followed).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => bytes_under(&e.path()),
+            Ok(m) if m.is_file() => m.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
 fn make_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(mode).create(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))

@@ -41,6 +41,22 @@ pub fn name(team: &str) -> String {
     format!("{PREFIX}{}--{}", clean(team), &hash[..HASH_HEX])
 }
 
+/// A directory name for `name` (a team's or user's): itself when it is a plain name (letters,
+/// digits, `-`, `_`, `.`, `@`; not `.` or `..`), else cleaned and suffixed with its hash, so
+/// that no name leaves the directory it is joined to and two names never share one.
+pub fn path_part(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name.len() <= PLAIN_MAX
+        && name != "."
+        && name != ".."
+        && !name.contains("--")
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+    if plain {
+        return name.to_owned();
+    }
+    format!("{}--{}", clean(name), &sha256_hex(name)[..HASH_HEX])
+}
+
 /// The comment (`/etc/passwd` GECOS field) of the user made for `team`: it names the team by
 /// its full hash, since a team name may hold characters the field cannot (`:`, newlines).
 pub fn comment(team: &str) -> String {

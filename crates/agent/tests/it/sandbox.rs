@@ -130,7 +130,8 @@ async fn a_job_runs_as_its_teams_own_user_in_a_private_directory_with_only_allow
     let fds: BTreeSet<&str> = lines[5].split_whitespace().collect();
     assert!(fds.is_subset(&["0", "1", "2", "3"].into()), "the job inherits only its stdio: {fds:?}");
     let env: Vec<&str> = lines[6..].to_vec();
-    assert!(env.contains(&format!("HOME={}", lines[2]).as_str()), "{out}");
+    let home = h.work_root().join("homes/t/t");
+    assert!(env.contains(&format!("HOME={}", home.display()).as_str()), "the user's persistent home: {out}");
     assert!(env.contains(&"USER=gantry-t-t"), "{out}");
     assert!(env.contains(&format!("GANTRY_JOB_ID={id}").as_str()), "{out}");
     for forbidden in ["GANTRY_TOKEN=", "GANTRY_JOIN_TOKEN=", "CARGO", "RUST"] {
@@ -368,7 +369,7 @@ async fn a_job_starts_in_its_workdir_inside_its_own_directory_and_a_workdir_clim
         return;
     }
     let h = start_with(Setup::default()).await;
-    let id = submit_in(&*h.store, "pwd; stat -c '%a %U' . ..; echo $HOME", "out/run");
+    let id = submit_in(&*h.store, "pwd; stat -c '%a %U' . ..; cd ../.. && pwd", "out/run");
     assert_eq!(finished(&h, id).await.state, JobState::Succeeded, "{}", log(&h, id, "stderr"));
     let out = log(&h, id, "stdout");
     let lines: Vec<&str> = out.lines().collect();

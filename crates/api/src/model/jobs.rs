@@ -140,6 +140,9 @@ pub struct Job {
     /// system).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<JobImage>,
+    /// The volumes it mounts (`--volume NAME:/mnt/x[:ro]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volumes::VolumeMount>,
 }
 
 /// A job's container image: the reference it was submitted with and, once resolved, the
@@ -208,6 +211,7 @@ impl Default for Job {
             outputs: Vec::new(),
             output_secret: None,
             image: None,
+            volumes: Vec::new(),
         }
     }
 }

@@ -147,6 +147,9 @@ pub struct JobFile {
     /// The directory in the container to start in (`--container-workdir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_workdir: Option<String>,
+    /// Volumes of the team it mounts, each `NAME:/PATH[:ro]` (`--volume`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
     /// Workers of a gang, each with `gpus` whole GPUs, placed all at once (`--replicas`).
     #[serde(default)]
     pub replicas: Option<u32>,
@@ -283,6 +286,11 @@ pub fn draft(file: JobFile, base: &Path) -> anyhow::Result<JobDraft> {
         registry_secret: file.registry_secret,
         entrypoint: file.entrypoint,
         container_workdir: file.container_workdir,
+        volumes: file
+            .volumes
+            .iter()
+            .map(|v| v.parse().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?,
     })
 }
 

@@ -52,10 +52,14 @@ pub struct ControlArgs {
     /// gateway.
     #[arg(long, value_name = "ADDR|none", default_value = "127.0.0.1:7080", value_parser = parse_gateway_listen)]
     pub gateway_listen: GatewayListen,
-    /// The ports service replicas get as `$PORT` (`LO-HI`): one per live replica, unique in the
-    /// cluster, so that replicas sharing a node's network never collide.
+    /// The ports service replicas get as `$PORT` (`LO-HI`): unique among a node's replicas, so
+    /// that replicas sharing a node's network never collide; each node has the whole range.
     #[arg(long, value_name = "LO-HI", default_value = "20000-22999", value_parser = parse_port_range)]
     pub service_ports: (u16, u16),
+    /// A directory of a shared file system, mounted at the same path on every node, under which
+    /// volumes may be created (`gantry volume create NAME --path DIR/…`); repeatable.
+    #[arg(long = "volume-root", value_name = "DIR")]
+    pub volume_roots: Vec<std::path::PathBuf>,
     /// Most bytes of uploaded working-directory files one team may hold on the server's disk
     /// (files no job uses go an hour after they were sent): `4GiB`. Past it an upload gets 507
     /// with the figures.
@@ -321,6 +325,10 @@ pub async fn bind(args: &ControlArgs, prepared: Prepared) -> anyhow::Result<Cont
     config.gateway_listen = args.gateway_listen.0;
     config.socket = Some(prepared.data.join(SOCKET));
     config.service_ports = args.service_ports;
+    if let Some(root) = args.volume_roots.iter().find(|r| !r.is_absolute()) {
+        anyhow::bail!("--volume-root takes an absolute path, not {}", root.display());
+    }
+    config.volume_roots = args.volume_roots.clone();
     config.upload_team_quota_bytes =
         super::sandbox::parse_size(&args.upload_team_quota).context("--upload-team-quota")?;
     if matches!(args.db, Database::Postgres(_)) {

@@ -47,5 +47,6 @@ pub mod up;
 pub mod upload;
 pub mod usage;
 pub mod users;
+pub mod volume;
 pub mod watch;
 pub mod whatif;

@@ -174,6 +174,11 @@ pub struct SubmitArgs {
     /// uploaded directory, else the image's WORKDIR.
     #[arg(long, value_name = "DIR", requires = "image")]
     pub(super) container_workdir: Option<String>,
+    /// A volume of the job's team to mount, `NAME:/PATH[:ro]` (repeatable; `gantry volumes`
+    /// lists them), the path under /mnt, /data, /scratch, /datasets, /models, /workspace or
+    /// /volumes. Example: `--volume data:/mnt/data:ro`.
+    #[arg(long = "volume", value_name = "NAME:/PATH[:ro]")]
+    pub(super) volumes: Vec<gantry_api::volumes::VolumeMount>,
     /// A label, `KEY=VALUE` (repeatable); `gantry jobs -l KEY=VALUE` selects by it.
     /// Example: `--label exp=lr-sweep`.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE", value_parser = gantry_api::workflow::parse_label)]
@@ -438,6 +443,7 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         registry_secret: args.registry_secret,
         entrypoint: args.entrypoint,
         container_workdir: args.container_workdir,
+        volumes: args.volumes,
     };
     Ok((args.server, draft))
 }
@@ -483,6 +489,7 @@ fn in_flags(e: anyhow::Error) -> anyhow::Error {
         ("registry_secret", "--registry-secret"),
         ("entrypoint", "--entrypoint"),
         ("container_workdir", "--container-workdir"),
+        ("volumes", "--volume"),
         ("upload", "the upload"),
         ("replicas", "--replicas"),
         ("priority", "--priority"),

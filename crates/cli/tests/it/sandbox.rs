@@ -198,3 +198,66 @@ fn a_users_home_persists_from_job_to_job_and_no_other_team_reads_it() {
         assert!(code != Some(0) && !tried.contains("weights"), "{code:?} {tried}");
     }
 }
+
+#[test]
+fn a_teams_volume_outlives_its_jobs_mounts_read_only_when_asked_and_no_other_team_mounts_it() {
+    if !running_as_root() {
+        eprintln!("skipped: volumes need a root agent (mount namespaces)");
+        return;
+    }
+    let cluster = Cluster::start(&[]);
+    cluster.wait_for_agent();
+    let token = |team: &str, user: &str| {
+        cluster.gantry(&["token", "create", "--team", team, "--user", user]).trim().to_owned()
+    };
+    let (alice, carol) = (token("vision", "alice"), token("nlp", "carol"));
+    let as_user = |token: &str, args: &[&str]| {
+        crate::harness::command(cluster.home.path())
+            .env("GANTRY_TOKEN", token)
+            .args(args)
+            .output()
+            .expect("gantry")
+    };
+    let text = |out: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    // Operators and admins create volumes; a member may not.
+    let denied = as_user(&alice, &["volume", "create", "data", "--team", "vision"]);
+    assert!(!denied.status.success(), "{}", text(&denied));
+    cluster.gantry(&["volume", "create", "data", "--team", "vision", "--size", "1M"]);
+    let listed = text(&as_user(&alice, &["volumes"]));
+    assert!(listed.contains("data") && listed.contains("vision"), "{listed}");
+    assert!(!text(&as_user(&carol, &["volumes"])).contains("data"), "another team lists none of vision's");
+
+    let run = |token: &str, volume: &str, script: &str| {
+        as_user(token, &["run", "--volume", volume, "--", "sh", "-c", script])
+    };
+    let wrote = run(&alice, "data:/mnt/data", "echo weights > /mnt/data/model && echo written");
+    assert!(wrote.status.success(), "{}", text(&wrote));
+    let read =
+        run(&alice, "data:/mnt/data:ro", "cat /mnt/data/model; echo x > /mnt/data/other || echo read-only");
+    let said = text(&read);
+    assert!(said.contains("weights") && said.contains("read-only"), "{said}");
+    // Another team neither mounts it nor reaches its files from a job.
+    let other = run(&carol, "data:/mnt/data", "true");
+    let said = text(&other);
+    assert!(!other.status.success() && said.contains("volume data not found in team nlp"), "{said}");
+    let files = cluster.outside.path().join("work/volumes/vision/data/model");
+    assert!(files.exists(), "the volume lives under the work root: {}", files.display());
+    let peek = as_user(&carol, &["run", "--", "cat", &files.display().to_string()]);
+    assert!(!peek.status.success() && !text(&peek).contains("weights"), "{}", text(&peek));
+    // Past its size, a writable mount is refused with the figures; read-only still works.
+    let fill = run(&alice, "data:/mnt/data", "head -c 2000000 /dev/zero > /mnt/data/big");
+    assert!(fill.status.success(), "{}", text(&fill));
+    let refused = run(&alice, "data:/mnt/data", "true");
+    assert!(!refused.status.success(), "{}", text(&refused));
+    let jobs = cluster.jobs();
+    assert!(
+        jobs.iter().any(|j| j["reason"].as_str().is_some_and(|r| r.contains("past its size"))),
+        "{jobs:?}"
+    );
+    assert!(run(&alice, "data:/mnt/data:ro", "test -s /mnt/data/big").status.success());
+    // A bad mount path is refused at submit.
+    let bad = run(&alice, "data:/etc/cron.d", "true");
+    assert!(!bad.status.success() && text(&bad).contains("mount it under one of"), "{}", text(&bad));
+}

@@ -96,7 +96,7 @@ impl Standing {
                 let _ = kept.cluster.set_schedulable(id, false);
             }
             let infos: Vec<&gantry_api::model::GpuInfo> = gpus.iter().map(|g| &g.info).collect();
-            kept.labels.push(gantry_api::pools::node_labels(&node.labels, &infos));
+            kept.labels.push(gantry_api::pools::node_facts(&node.id, &node.labels, &infos));
             kept.index.insert(node.id.clone(), kept.nodes.len());
             kept.nodes.push(node.clone());
             kept.gpus.push(gpus);

@@ -202,6 +202,11 @@ pub async fn heartbeat(
         blocking(&app, move |s| ported.iter().try_for_each(|(id, port)| s.set_replica_port(*id, *port)))
             .await?;
     }
+    let volumes = if jobs.iter().any(|j| !j.volumes.is_empty()) {
+        blocking(&app, |s| s.volumes(None)).await?
+    } else {
+        Vec::new()
+    };
     let pids_limit = |team: &str| teams.iter().find(|t| t.name == team).and_then(|t| t.pids_limit);
     let assignments = jobs
         .into_iter()
@@ -210,7 +215,9 @@ pub async fn heartbeat(
             let place = places.get(&job.id).copied();
             let gang_name =
                 job.gang.as_ref().filter(|g| g.is_worker()).and_then(|g| names.get(&g.id)).cloned();
+            let mounts = super::volumes::assigned(&job, &volumes);
             let mut a: Assignment = job.into();
+            a.volumes = mounts;
             if let Some(name) = gang_name {
                 a.launch.name = name;
             }

@@ -20,7 +20,7 @@ pub fn selected(
         .filter(|n| {
             let mine: Vec<&gantry_store::GpuInfo> =
                 gpus.iter().filter(|g| g.node_id == n.id).map(|g| &g.info).collect();
-            pools::selects(selector, &pools::node_labels(&n.labels, &mine))
+            pools::selects(selector, &pools::node_facts(&n.id, &n.labels, &mine))
         })
         .cloned()
         .collect();

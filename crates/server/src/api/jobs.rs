@@ -175,6 +175,7 @@ async fn checked(app: &Arc<App>, who: &Principal, req: SubmitRequest) -> Result<
     inputs_checked(app, &job).await?;
     outputs_checked(app, &job).await?;
     registry_checked(app, &job).await?;
+    super::volumes::checked_mounts(app, &mut job).await?;
     for d in &job.spec.after {
         // Another team's job is as absent as one that never existed: its id reveals nothing.
         visible_job(app, who, d.job).await.map_err(|_| {

@@ -21,6 +21,7 @@ mod staging;
 mod uploads;
 pub use gantry_api::types;
 mod validate;
+mod volumes;
 pub mod watch;
 
 use std::sync::Arc;
@@ -50,6 +51,7 @@ use require::require_token;
         access::create_token, access::list_tokens, access::revoke_token, access::users, access::set_user, access::whoami, signin::create_code, signin::redeem,
         audit::rows, audit::verify,
         services::apply, services::list, services::get, services::delete,
+        volumes::create, volumes::list, volumes::delete,
         uploads::missing, uploads::put_blob, uploads::put_manifest, uploads::get_manifest,
         uploads::agent_manifest, uploads::agent_blob, uploads::agent_image, uploads::agent_registry_credentials,
         staging::agent_staging, outputs::agent_outputs, staging::list_cache, staging::list_images, staging::set_secret, staging::list_secrets,
@@ -120,6 +122,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/jobs/{id}/logs/times", get(jobs::log_times))
         .route("/v1/services", post(services::apply).get(services::list))
         .route("/v1/services/{name}", get(services::get).delete(services::delete))
+        .route("/v1/volumes", post(volumes::create).get(volumes::list))
+        .route("/v1/volumes/{name}", delete(volumes::delete))
         .route("/v1/nodes", get(cluster::nodes))
         .route("/v1/nodes/{id}/scheduling", put(cluster::set_scheduling))
         .route("/v1/pools", get(pools::list))

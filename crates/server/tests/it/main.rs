@@ -28,6 +28,7 @@ mod signin;
 mod staging;
 mod tls;
 mod transport;
+mod volumes;
 
 use std::sync::Arc;
 

@@ -105,6 +105,16 @@ pub enum Change {
         /// The service.
         name: String,
     },
+    /// Create a volume (`Conflict` when its team has one of that name).
+    CreateVolume(super::Volume),
+    /// Delete a volume's record (`NotFound` for an unknown one, `Conflict` while a job that
+    /// has not ended mounts it); its files stay.
+    DeleteVolume {
+        /// The team.
+        team: String,
+        /// The volume.
+        name: String,
+    },
 }
 
 /// What applying a job file did.

@@ -16,6 +16,7 @@ pub use auth::*;
 pub use changes::*;
 pub use gantry_api::model::*;
 pub use gantry_api::pools::{Pool, PoolPlacement};
+pub use gantry_api::volumes::{Volume, VolumeMount};
 pub use jobs::*;
 pub use lease::*;
 pub use nodes::*;

@@ -109,8 +109,8 @@ pub(super) fn many(c: &dyn Conn, items: &[Submission]) -> Result<Vec<Changed>> {
         })
         .collect::<Vec<_>>();
     let sql = format!(
-        "WITH j AS (INSERT INTO jobs (id, {cols}, inputs, input_secret, outputs, output_secret, image) \
-         SELECT id, {cols}, inputs, input_secret, outputs, output_secret, image FROM json_populate_recordset(NULL::jobs, CAST(?1 AS json)) \
+        "WITH j AS (INSERT INTO jobs (id, {cols}, inputs, input_secret, outputs, output_secret, image, volumes) \
+         SELECT id, {cols}, inputs, input_secret, outputs, output_secret, image, volumes FROM json_populate_recordset(NULL::jobs, CAST(?1 AS json)) \
          ORDER BY id RETURNING id, submitted_at), \
          t AS (INSERT INTO job_transitions (job_id, from_state, to_state, reason, at, attempt) \
          SELECT id, NULL, 'pending', NULL, submitted_at, NULL FROM j ORDER BY id), \
@@ -194,6 +194,8 @@ fn job_record(id: JobId, job: &NewJob) -> Result<Json> {
     row.insert("output_secret".into(), job.spec.output_secret.clone().map_or(Json::Null, Json::String));
     let image = crate::sqlite::inputs::image_json(&job.spec)?;
     row.insert("image".into(), image.map_or(Json::Null, Json::String));
+    let volumes = crate::sqlite::inputs::volumes_json(&job.spec)?;
+    row.insert("volumes".into(), volumes.map_or(Json::Null, Json::String));
     Ok(Json::Object(row))
 }
 

@@ -42,6 +42,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (32, include_str!("../../migrations/postgres/0032_job_image.sql")),
     (33, include_str!("../../migrations/postgres/0033_team_service_caps.sql")),
     (34, include_str!("../../migrations/postgres/0034_pending_bytes.sql")),
+    (35, include_str!("../../migrations/postgres/0035_volumes.sql")),
 ];
 
 /// An arbitrary key for `pg_advisory_xact_lock`: Gantry's migrations.

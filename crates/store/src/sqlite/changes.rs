@@ -2,7 +2,7 @@
 
 use crate::db::Conn;
 
-use super::{apply, audit, idle, inputs, jobs, nodes, pools, services, tokens, workflow};
+use super::{apply, audit, idle, inputs, jobs, nodes, pools, services, tokens, volumes, workflow};
 use crate::Result;
 use crate::model::*;
 
@@ -52,6 +52,14 @@ pub(super) fn apply(c: &dyn Conn, change: Change, mut entry: AuditEntry) -> Resu
         Change::SetPublicSource { url, public } => {
             entry.target = format!("source/{url}");
             inputs::set_public(c, &url, public, entry.at).map(|()| Changed::Done)?
+        }
+        Change::CreateVolume(v) => {
+            entry.target = format!("volume/{}/{}", v.team, v.name);
+            volumes::create(c, &v).map(|()| Changed::Done)?
+        }
+        Change::DeleteVolume { team, name } => {
+            entry.target = format!("volume/{team}/{name}");
+            volumes::delete(c, &team, &name).map(|()| Changed::Done)?
         }
         Change::DeleteService { team, name } => {
             services::delete(c, &team, &name, entry.at).map(|()| Changed::Done)?

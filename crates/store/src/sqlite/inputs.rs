@@ -19,11 +19,18 @@ pub(super) fn save(c: &dyn Conn, id: JobId, spec: &SubmitRequest) -> Result<()> 
     let inputs = (!spec.inputs.is_empty()).then(|| rows::to_json(&spec.inputs)).transpose()?;
     let outputs = (!spec.outputs.is_empty()).then(|| rows::to_json(&spec.outputs)).transpose()?;
     let image = image_json(spec)?;
+    let volumes = volumes_json(spec)?;
     c.prepare_cached(
-        "UPDATE jobs SET inputs = ?2, input_secret = ?3, outputs = ?4, output_secret = ?5, image = ?6 WHERE id = ?1",
+        "UPDATE jobs SET inputs = ?2, input_secret = ?3, outputs = ?4, output_secret = ?5, image = ?6, \
+         volumes = ?7 WHERE id = ?1",
     )?
-    .execute(params![id, inputs, spec.input_secret, outputs, spec.output_secret, image])?;
+    .execute(params![id, inputs, spec.input_secret, outputs, spec.output_secret, image, volumes])?;
     Ok(())
+}
+
+/// A new job's volumes column (`None`: it mounts none).
+pub(crate) fn volumes_json(spec: &SubmitRequest) -> Result<Option<String>> {
+    (!spec.volumes.is_empty()).then(|| rows::to_json(&spec.volumes)).transpose()
 }
 
 /// A new job's image column: its reference and the digest the reference pins, if any.

@@ -41,6 +41,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (32, include_str!("../../migrations/0032_job_image.sql")),
     (33, include_str!("../../migrations/0033_team_service_caps.sql")),
     (34, include_str!("../../migrations/0034_pending_bytes.sql")),
+    (35, include_str!("../../migrations/0035_volumes.sql")),
 ];
 
 /// Applies every migration newer than the database's version, each in its own transaction.

@@ -30,6 +30,7 @@ pub(crate) mod rows;
 mod scheduler;
 mod services;
 pub(crate) mod tokens;
+mod volumes;
 mod workflow;
 
 use std::path::Path;
@@ -404,6 +405,9 @@ macro_rules! impl_store {
                 let (kind, subject, message) = (kind.to_owned(), subject.to_owned(), message.to_owned());
                 let team = team.map(str::to_owned);
                 self.write(move |c| tokens::event(c, at, &kind, &subject, &message, team.as_deref()))
+            }
+            fn volumes(&self, teams: Option<Vec<String>>) -> Result<Vec<Volume>> {
+                self.read(|c| volumes::list(c, teams.as_deref()))
             }
             fn services(&self, teams: Option<Vec<String>>) -> Result<Vec<Service>> {
                 self.read(|c| services::list(c, teams.as_deref()))

@@ -15,11 +15,11 @@ pub(super) const JOB_COLUMNS: &str = "id, team, name, priority, \
      time_limit_s, \"user\", \
      array_id, array_index, array_max_running, after, labels, gpu_models, workdir, \
      replicas, gang_id, rank, local_rank, master_addr, master_port, gpus_max, service, upload, chdir, node_selector, \
-     inputs, input_secret, outputs, output_secret, image";
+     inputs, input_secret, outputs, output_secret, image, volumes";
 
 /// How many columns [`JOB_COLUMNS`] names: a query selecting more after them reads those from
 /// this index on.
-pub(super) const JOB_COLUMN_COUNT: usize = 48;
+pub(super) const JOB_COLUMN_COUNT: usize = 49;
 
 fn corrupt(what: &str, value: &str) -> StoreError {
     StoreError::Corrupt(format!("{what}: {value:?}"))
@@ -88,6 +88,11 @@ pub(super) fn job(r: &Row) -> Result<Job> {
             .unwrap_or_default(),
         output_secret: r.get(46)?,
         image: r.get::<_, Option<String>>(47)?.map(|t| json("image", &t)).transpose()?,
+        volumes: r
+            .get::<_, Option<String>>(48)?
+            .map(|t| json("volumes", &t))
+            .transpose()?
+            .unwrap_or_default(),
     })
 }
 

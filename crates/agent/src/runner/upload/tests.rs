@@ -48,6 +48,7 @@ fn assignment(manifest: &Manifest) -> Assignment {
         outputs: Vec::new(),
         launch: Default::default(),
         image: None,
+        volumes: Vec::new(),
     }
 }
 

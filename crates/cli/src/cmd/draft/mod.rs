@@ -105,6 +105,8 @@ pub struct JobDraft {
     pub entrypoint: Option<String>,
     /// The directory in the container to start in (`--container-workdir`).
     pub container_workdir: Option<String>,
+    /// The team's volumes it mounts (`--volume`, `volumes:`).
+    pub volumes: Vec<gantry_api::volumes::VolumeMount>,
 }
 
 impl JobDraft {
@@ -155,6 +157,7 @@ impl JobDraft {
             registry_secret: self.registry_secret,
             entrypoint: self.entrypoint,
             container_workdir: self.container_workdir,
+            volumes: self.volumes,
         })
     }
 }
