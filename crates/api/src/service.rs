@@ -280,6 +280,14 @@ pub struct ServiceSpec {
     /// The team secret the image's registry is logged in to with (`username`, `password`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_secret: Option<String>,
+    /// Volumes of the team each replica mounts (`NAME:/PATH[:ro]`, see `gantry volumes`); a
+    /// node-local one holds the replicas to its node.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::volumes::text_or_objects"
+    )]
+    pub volumes: Vec<crate::volumes::VolumeMount>,
 }
 
 /// Default of `progress_deadline_s`: 10 minutes.
@@ -314,6 +322,10 @@ impl ServiceSpec {
             ));
         }
         crate::workflow::check_labels(&self.labels)?;
+        crate::volumes::check_mounts(&self.volumes)?;
+        if !self.volumes.is_empty() && self.image.is_some() {
+            return Err("volumes: not yet for services in a container image".into());
+        }
         self.replicas.check()?;
         if self.gpus > 0 && self.gpu_memory.is_some() {
             return Err("gpus and gpu_memory: ask for whole GPUs or a slice of one, not both".into());

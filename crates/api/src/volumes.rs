@@ -160,6 +160,25 @@ pub fn check_mounts(mounts: &[VolumeMount]) -> Result<(), String> {
     Ok(())
 }
 
+/// Reads mounts written either as `NAME:/PATH[:ro]` or as `{name, path, read_only}` (service
+/// and job files take the short form).
+pub fn text_or_objects<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<VolumeMount>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Text(String),
+        Object(VolumeMount),
+    }
+    let items: Vec<Either> = Vec::deserialize(d)?;
+    items
+        .into_iter()
+        .map(|e| match e {
+            Either::Text(t) => t.parse().map_err(serde::de::Error::custom),
+            Either::Object(m) => Ok(m),
+        })
+        .collect()
+}
+
 /// A volume as the node that runs a job mounts it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

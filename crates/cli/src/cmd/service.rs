@@ -236,6 +236,7 @@ fn create(a: CreateArgs) -> anyhow::Result<()> {
         upload: None,
         image: None,
         registry_secret: None,
+        volumes: Vec::new(),
     };
     checked(&spec)?;
     send(&a.server, &spec)

@@ -973,3 +973,37 @@ fn a_replicas_port_held_by_another_process_of_the_node_is_refused_and_the_next_r
     );
     drop(taken);
 }
+
+#[test]
+fn a_services_replicas_mount_its_teams_volume_read_only_and_serve_what_a_job_wrote_there() {
+    if !gantry_agent::runner::sandbox::running_as_root() {
+        eprintln!("skipped: volumes need a root agent");
+        return;
+    }
+    let s = Serving::start(&[]);
+    s.cluster.gantry(&["volume", "create", "site", "--team", "ml"]);
+    let wrote = s.cluster.try_gantry(&[
+        "run",
+        "--team",
+        "ml",
+        "--volume",
+        "site:/mnt/site",
+        "--",
+        "sh",
+        "-c",
+        "echo hello-volume > /mnt/site/index.txt",
+    ]);
+    assert!(wrote.status.success(), "{}", String::from_utf8_lossy(&wrote.stderr));
+    let file = s.cluster.shared().join("site.yaml");
+    std::fs::write(
+        &file,
+        "name: site\nteam: ml\nport: 8000\nupload: false\nvolumes: ['site:/mnt/site:ro']\n\
+         command: [sh, -c, 'exec python3 -m http.server $PORT --directory /mnt/site']\n\
+         env: {PYTHONUNBUFFERED: '1'}\nreadiness: {path: /index.txt, interval_s: 0.2, timeout_s: 1}\n",
+    )
+    .expect("file");
+    s.apply(&file);
+    s.until("site", "a ready replica", 60, |v| ready(v) == 1);
+    let (code, body) = s.get("/ml/site/index.txt", &s.token).expect("through the gateway");
+    assert_eq!((code, body.trim()), (200, "hello-volume"));
+}

@@ -21,7 +21,7 @@ mod staging;
 mod uploads;
 pub use gantry_api::types;
 mod validate;
-mod volumes;
+pub(crate) mod volumes;
 pub mod watch;
 
 use std::sync::Arc;

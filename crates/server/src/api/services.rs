@@ -51,6 +51,7 @@ pub async fn apply(
     let team = team_of(&who, spec.team.as_deref())?;
     spec.team = Some(team.clone());
     check(&app, &spec).await?;
+    super::volumes::node_of(&app, &team, &spec.volumes).await?;
     if let Some(name) = spec.registry_secret.clone() {
         let (owner, wanted) = (team.clone(), name.clone());
         let values = blocking(&app, move |s| s.secret(&owner, &wanted)).await?;

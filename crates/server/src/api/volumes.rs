@@ -119,42 +119,51 @@ pub(super) async fn checked_mounts(app: &Arc<App>, job: &mut NewJob) -> Result<(
     if job.spec.volumes.is_empty() {
         return Ok(());
     }
-    gantry_api::volumes::check_mounts(&job.spec.volumes).map_err(ApiError::Unprocessable)?;
     if job.spec.image.is_some() {
         return Err(ApiError::Unprocessable(
             "volumes: not yet for jobs in a container image (run the job on the node, or read the data as an input)".into(),
         ));
     }
-    let team = job.team.clone();
-    let have = blocking(app, move |s| s.volumes(Some(vec![team]))).await?;
+    let Some(node) = node_of(app, &job.team, &job.spec.volumes).await? else { return Ok(()) };
+    let key = gantry_api::pools::NODE_ID.to_owned();
+    if job.spec.node_selector.get(&key).is_some_and(|n| *n != node) {
+        return Err(ApiError::Unprocessable(format!("volumes: they live on node {node}, not the one named")));
+    }
+    job.spec.node_selector.insert(key, node);
+    Ok(())
+}
+
+/// Checks `mounts` of a job or service of `team`: well formed and each one of the team's
+/// volumes (404 otherwise); the node the node-local ones live on, if any (422 when they live
+/// on two).
+pub(super) async fn node_of(
+    app: &Arc<App>,
+    team: &str,
+    mounts: &[gantry_api::volumes::VolumeMount],
+) -> Result<Option<String>, ApiError> {
+    gantry_api::volumes::check_mounts(mounts).map_err(ApiError::Unprocessable)?;
+    if mounts.is_empty() {
+        return Ok(None);
+    }
+    let owner = team.to_owned();
+    let have = blocking(app, move |s| s.volumes(Some(vec![owner]))).await?;
     let mut nodes = std::collections::BTreeSet::new();
-    for m in &job.spec.volumes {
+    for m in mounts {
         let Some(v) = have.iter().find(|v| v.name == m.name) else {
             return Err(ApiError::NotFound(format!(
-                "volume {} not found in team {} (gantry volumes lists them)",
-                m.name, job.team
+                "volume {} not found in team {team} (gantry volumes lists them)",
+                m.name
             )));
         };
         nodes.extend(v.node.clone());
     }
-    match nodes.len() {
-        0 => Ok(()),
-        1 => {
-            let node = nodes.into_iter().next().unwrap_or_default();
-            let key = gantry_api::pools::NODE_ID.to_owned();
-            if job.spec.node_selector.get(&key).is_some_and(|n| *n != node) {
-                return Err(ApiError::Unprocessable(format!(
-                    "volumes: they live on node {node}, not the one named"
-                )));
-            }
-            job.spec.node_selector.insert(key, node);
-            Ok(())
-        }
-        _ => Err(ApiError::Unprocessable(format!(
+    if nodes.len() > 1 {
+        return Err(ApiError::Unprocessable(format!(
             "volumes: they live on different nodes ({}); a job runs on one",
             nodes.into_iter().collect::<Vec<_>>().join(", ")
-        ))),
+        )));
     }
+    Ok(nodes.into_iter().next())
 }
 
 /// The volumes a job mounts as its node finds them (`volumes` of its team, read once per

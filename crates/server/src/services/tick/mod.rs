@@ -41,6 +41,8 @@ const ENDED_READ: u32 = 5;
 struct Loaded {
     service: Service,
     replicas: Vec<Replica>,
+    /// The team's volumes its replicas mount.
+    volumes: Vec<gantry_store::Volume>,
 }
 
 /// What the autoscaler reads besides the gateway: the GPUs' latest samples by UUID, and the
@@ -372,7 +374,7 @@ impl Controller {
                     if let Some(q) = quota.as_deref_mut() {
                         q.charge(spec.gpus);
                     }
-                    effects.submit.push(replica_job(&l.service, now));
+                    effects.submit.push(replica_job(&l.service, &l.volumes, now));
                 }
                 Action::Drain(job, why) => {
                     self.draining.insert(job, (self.ticks, now, why));

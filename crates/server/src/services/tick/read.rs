@@ -22,7 +22,14 @@ pub(super) fn load(store: &dyn Store, borrow_limit: f64) -> Result<Read, StoreEr
     let mut out = Vec::new();
     for service in store.services(None)? {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
-        out.push(Loaded { service, replicas });
+        let volumes = if service.spec.volumes.is_empty() {
+            Vec::new()
+        } else {
+            let mut have = store.volumes(Some(vec![service.team.clone()]))?;
+            have.retain(|v| service.spec.volumes.iter().any(|m| m.name == v.name));
+            have
+        };
+        out.push(Loaded { service, replicas, volumes });
     }
     let mut quotas = HashMap::new();
     let mut all_gpus = Vec::new();

@@ -4,9 +4,15 @@ use gantry_api::elastic::GpuRange;
 use gantry_store::{NewJob, Service, SubmitRequest};
 
 /// The replica job for a service's current generation, listening on `port`.
-pub(super) fn replica_job(s: &Service, now: i64) -> NewJob {
+pub(super) fn replica_job(s: &Service, volumes: &[gantry_store::Volume], now: i64) -> NewJob {
     let spec = &s.spec;
     let env = spec.env.clone();
+    // A node-local volume holds the replicas to its node.
+    let node_selector = volumes
+        .iter()
+        .find_map(|v| v.node.clone())
+        .map(|n| [(gantry_api::pools::NODE_ID.to_owned(), n)].into())
+        .unwrap_or_default();
     let request = SubmitRequest {
         command: spec.command.clone(),
         gpus: GpuRange::count(spec.gpus),
@@ -23,6 +29,8 @@ pub(super) fn replica_job(s: &Service, now: i64) -> NewJob {
         upload: spec.upload.clone(),
         image: spec.image.clone(),
         registry_secret: spec.registry_secret.clone(),
+        volumes: spec.volumes.clone(),
+        node_selector,
         ..SubmitRequest::default()
     };
     NewJob {
