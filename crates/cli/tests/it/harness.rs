@@ -188,6 +188,21 @@ impl Cluster {
             let log = std::fs::read_to_string(self.home.path().join("up.log")).unwrap_or_default();
             panic!("gantry up did not start listening on {}; its output:\n{log}", self.url());
         }
+        // `gantry up`'s own agent registers just after the server listens: a test that submits
+        // at once would race it (what a request could ever get is judged against registered
+        // nodes). Wait for it a while; a test whose agent cannot register goes on without.
+        let has_agent =
+            self.args.first().is_some_and(|a| a == "up") && !self.args.iter().any(|a| a == "--no-agent");
+        if has_agent {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < until {
+                let out = self.try_gantry(&["nodes"]);
+                if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ready") {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 
     /// Sends `signal` (`STOP`, `CONT`) to the process without waiting for anything.
