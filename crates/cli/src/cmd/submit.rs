@@ -31,6 +31,7 @@ use super::watch::{self, Announcer};
   gantry submit slurm.sh          # its #SBATCH lines too (--gres=gpu:2, -J, --mem, -t, -a, -d)
   gantry submit --gpus 1 --wait -- ./eval.sh && echo passed
   gantry submit --replicas 4 --gpus 2 -- torchrun train.py   # 4 workers × 2 GPUs, all at once
+  gantry submit --nodes 2 --gpus-per-node 4 --per-node -- torchrun train.py   # one launcher per node
   gantry submit --gpus 2..8 -- sh -c 'torchrun --nproc-per-node $WORLD_SIZE train.py'   # elastic: 2 to 8 GPUs
   gantry submit train.sh            # flags from its `#GANTRY --gpus 2` lines
   gantry submit --gpus 4 train.sh -- --epochs 3   # --gpus wins; script arguments after --
@@ -54,6 +55,19 @@ pub struct SubmitArgs {
     /// MASTER_PORT as torchrun would set them; one failed worker ends the whole gang.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     replicas: Option<u32>,
+    /// Nodes of a gang, with `--gpus-per-node` (Slurm's `--nodes`): one worker per GPU (a gang
+    /// of N × G one-GPU workers), or with `--per-node` one worker per node holding its G GPUs.
+    #[arg(long, value_name = "N", requires = "gpus_per_node", conflicts_with_all = ["replicas", "gpu_memory"],
+        value_parser = clap::value_parser!(u32).range(1..=256))]
+    nodes: Option<u32>,
+    /// GPUs on each node of `--nodes` (Slurm's `--gpus-per-node`).
+    #[arg(long, value_name = "G", requires = "nodes", value_parser = clap::value_parser!(u32).range(1..=64))]
+    gpus_per_node: Option<u32>,
+    /// One worker per node (a launcher such as torchrun that starts a process per GPU itself),
+    /// with all of that node's G GPUs visible: PET_NNODES, PET_NODE_RANK and PET_NPROC_PER_NODE
+    /// say so. A node with more than G free GPUs may hold two such workers, each its own G.
+    #[arg(long, requires = "nodes")]
+    per_node: bool,
     /// A slice of one GPU with this much GPU memory: MiB, or with a unit (`20G`, `20GiB`,
     /// `512M`). Example: `--gpu-memory 20G`.
     #[arg(long, value_name = "SIZE", value_parser = parse_mib)]
@@ -411,11 +425,25 @@ pub(super) fn draft(args: SubmitArgs) -> anyhow::Result<(ServerArgs, JobDraft)> 
         Some(text) => gantry_api::workflow::parse_dependencies(text).map_err(anyhow::Error::msg)?,
         None => Vec::new(),
     };
+    // `--nodes N --gpus-per-node G`: N×G one-GPU workers, or N workers of G with `--per-node`.
+    let (gpus, replicas) = match (args.nodes, args.gpus_per_node) {
+        (Some(nodes), Some(per)) => {
+            if args.gpus != GpuRange::default() {
+                anyhow::bail!("--nodes and --gpus-per-node give the GPUs; leave out --gpus");
+            }
+            if args.per_node {
+                (GpuRange::count(per), Some(nodes))
+            } else {
+                (GpuRange::count(1), Some(nodes * per))
+            }
+        }
+        _ => (args.gpus, args.replicas),
+    };
     let draft = JobDraft {
         program,
         name: args.name,
-        gpus: args.gpus,
-        replicas: args.replicas,
+        gpus,
+        replicas,
         gpu_memory_mib: args.gpu_memory,
         gpu_compute_pct: args.gpu_compute,
         cpu_milli: args.cpu,

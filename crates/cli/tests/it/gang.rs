@@ -403,3 +403,43 @@ fn an_advertised_address_that_is_neither_a_host_name_nor_an_ip_is_refused_with_a
         assert!(err.contains("--advertise-addr") && err.contains("host name"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn nodes_and_gpus_per_node_start_one_launcher_per_node_with_its_gpus_or_one_worker_per_gpu() {
+    let _one = one_gang_test_at_a_time();
+    let (cluster, agents) = two_nodes();
+    let out = cluster.shared();
+    let script = format!("env > {}/launcher-$GANTRY_JOB_ID.env", out.display());
+    let run = |extra: &[&str]| -> i64 {
+        let args = [&["submit"], extra, &["--", "sh", "-c", &script]].concat();
+        let gang: i64 = cluster.gantry(&args).trim().parse().expect("a job id");
+        let done = eventually(Duration::from_secs(60), "the gang to end", || {
+            let j = job(&cluster, gang);
+            matches!(j["state"].as_str(), Some("succeeded" | "failed" | "cancelled")).then_some(j)
+        });
+        assert_eq!(done["state"], "succeeded", "{done}");
+        gang
+    };
+    // One launcher per node, each with its node's two GPUs: torchrun --nnodes 2 --nproc-per-node 2.
+    let gang = run(&["--nodes", "2", "--gpus-per-node", "2", "--per-node"]);
+    let workers = workers_of(&cluster, gang);
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    assert_ne!(workers[0]["node_id"], workers[1]["node_id"], "one per node: {workers:?}");
+    for w in &workers {
+        let id = w["id"].as_i64().expect("id");
+        let env = parse_env(&std::fs::read_to_string(out.join(format!("launcher-{id}.env"))).expect("env"));
+        let seen = env["CUDA_VISIBLE_DEVICES"].split(',').count();
+        assert_eq!(seen, 2, "the node's GPUs: {env:?}");
+        assert_eq!((env["PET_NNODES"].as_str(), env["PET_NPROC_PER_NODE"].as_str()), ("2", "2"), "{env:?}");
+        assert_eq!(env["PET_NODE_RANK"], w["gang"]["rank"].to_string());
+        assert!(env["LOCAL_RANK"].parse::<usize>().expect("a number") < seen, "{env:?}");
+    }
+    // Without --per-node: a worker per GPU, four of one GPU each.
+    let gang = run(&["--nodes", "2", "--gpus-per-node", "2"]);
+    let workers = workers_of(&cluster, gang);
+    assert_eq!(workers.len(), 4, "{workers:?}");
+    let refused =
+        cluster.try_gantry(&["submit", "--nodes", "2", "--gpus-per-node", "2", "--gpus", "1", "--", "true"]);
+    assert!(!refused.status.success(), "--gpus beside --gpus-per-node is refused");
+    agents.into_iter().for_each(stop_agent);
+}
