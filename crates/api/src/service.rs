@@ -323,9 +323,6 @@ impl ServiceSpec {
         }
         crate::workflow::check_labels(&self.labels)?;
         crate::volumes::check_mounts(&self.volumes)?;
-        if !self.volumes.is_empty() && self.image.is_some() {
-            return Err("volumes: not yet for services in a container image".into());
-        }
         self.replicas.check()?;
         if self.gpus > 0 && self.gpu_memory.is_some() {
             return Err("gpus and gpu_memory: ask for whole GPUs or a slice of one, not both".into());

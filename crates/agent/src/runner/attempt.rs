@@ -284,6 +284,31 @@ fn containerize(
             binds.push(Bind { destination: path.display().to_string(), source: path, readonly: true });
         }
     }
+    // The job's volumes, bound in at their paths as on the node. Their mount points are made
+    // here, searchable by the job's user (the runtime would make them with the agent's umask).
+    for v in spec.mounts.iter().flat_map(|m| &m.binds) {
+        let mut at = rootfs.path.clone();
+        for part in v.target.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
+            at.push(part);
+            if std::fs::symlink_metadata(&at).is_err() {
+                use std::os::unix::fs::PermissionsExt as _;
+                let made = std::fs::create_dir(&at)
+                    .and_then(|()| std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755)));
+                if let Err(e) = made {
+                    rootfs.remove();
+                    return Err(AgentError::Io {
+                        what: format!("making {} in the image", at.display()),
+                        source: e,
+                    });
+                }
+            }
+        }
+        binds.push(Bind {
+            source: v.source.clone(),
+            destination: v.target.display().to_string(),
+            readonly: v.read_only,
+        });
+    }
     let devices = gpu_devices(a, ctx);
     if !devices.is_empty() {
         // The driver's libraries and nvidia-smi, as a CDI spec's edits would add them.

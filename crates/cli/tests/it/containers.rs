@@ -71,6 +71,40 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
     let table = cluster.gantry(&["images"]);
     assert!(table.contains("team/busybox:v1") && table.contains("IN USE"), "{table}");
 
+    // A team's volume is bound into the container at its path, read-only when asked, and what
+    // the container wrote there a job on the node reads.
+    if gantry_agent::runner::sandbox::running_as_root() {
+        cluster.gantry(&["volume", "create", "box"]);
+        let script = "echo from-the-container > /mnt/box/note && echo ok";
+        let wrote = cluster.try_gantry(&[
+            "run",
+            "--image",
+            &image,
+            "--volume",
+            "box:/mnt/box",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        assert!(wrote.status.success(), "{}", String::from_utf8_lossy(&wrote.stderr));
+        let read = cluster.try_gantry(&["run", "--volume", "box:/mnt/box:ro", "--", "cat", "/mnt/box/note"]);
+        assert_eq!(String::from_utf8_lossy(&read.stdout).trim(), "from-the-container");
+        let script = "touch /mnt/box/x 2>/dev/null && echo wrote || echo read-only";
+        let ro = cluster.try_gantry(&[
+            "run",
+            "--image",
+            &image,
+            "--volume",
+            "box:/mnt/box:ro",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        assert_eq!(String::from_utf8_lossy(&ro.stdout).trim(), "read-only");
+    }
+
     // Its exit status is the container's.
     let failed = cluster.try_gantry(&["run", "--image", &image, "--", "sh", "-c", "exit 3"]);
     assert_eq!(failed.status.code(), Some(3), "{}", String::from_utf8_lossy(&failed.stderr));

@@ -119,11 +119,6 @@ pub(super) async fn checked_mounts(app: &Arc<App>, job: &mut NewJob) -> Result<(
     if job.spec.volumes.is_empty() {
         return Ok(());
     }
-    if job.spec.image.is_some() {
-        return Err(ApiError::Unprocessable(
-            "volumes: not yet for jobs in a container image (run the job on the node, or read the data as an input)".into(),
-        ));
-    }
     let Some(node) = node_of(app, &job.team, &job.spec.volumes).await? else { return Ok(()) };
     let key = gantry_api::pools::NODE_ID.to_owned();
     if job.spec.node_selector.get(&key).is_some_and(|n| *n != node) {
