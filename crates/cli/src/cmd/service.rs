@@ -290,7 +290,8 @@ fn checked(spec: &ServiceSpec) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn query(team: Option<&str>) -> String {
+/// `?team=T` when a team is named, else nothing.
+pub(super) fn query(team: Option<&str>) -> String {
     team.map(|t| format!("?team={t}")).unwrap_or_default()
 }
 

@@ -89,10 +89,7 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
 
 fn rm(args: RmArgs) -> anyhow::Result<()> {
     let api = Api::connect(&args.server)?;
-    let path = match &args.team {
-        Some(t) => format!("/v1/volumes/{}?team={t}", args.name),
-        None => format!("/v1/volumes/{}", args.name),
-    };
+    let path = format!("/v1/volumes/{}{}", args.name, super::service::query(args.team.as_deref()));
     block_on(api.delete(&path))??;
     eprintln!("volume {} deleted (its files stay)", args.name);
     Ok(())
