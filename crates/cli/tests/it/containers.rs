@@ -105,6 +105,14 @@ fn gantry_run_image_runs_the_command_in_the_pulled_image_and_the_job_records_its
         assert_eq!(String::from_utf8_lossy(&ro.stdout).trim(), "read-only");
     }
 
+    // A container past its memory limit is reported as such, not as a bare exit status.
+    let hog = "x=$(head -c 300000000 /dev/zero | tr '\\0' x); echo survived";
+    let oom = cluster.try_gantry(&["run", "--image", &image, "--memory", "64M", "--", "sh", "-c", hog]);
+    assert!(!oom.status.success(), "{}", String::from_utf8_lossy(&oom.stdout));
+    let jobs = cluster.jobs();
+    let killed = jobs.iter().filter_map(|j| j["reason"].as_str()).find(|r| r.contains("out of memory"));
+    assert!(killed.is_some_and(|r| r.contains("64 MiB")), "{jobs:?}");
+
     // Its exit status is the container's.
     let failed = cluster.try_gantry(&["run", "--image", &image, "--", "sh", "-c", "exit 3"]);
     assert_eq!(failed.status.code(), Some(3), "{}", String::from_utf8_lossy(&failed.stderr));
