@@ -295,6 +295,15 @@ mod tests {
     }
 
     #[test]
+    fn an_address_the_node_can_bind_is_its_own_and_refused_whatever_its_range() {
+        // Loopback is the one address every node has; a public address it has (a cloud VM's
+        // elastic IP on its interface) is refused the same way, by being bindable.
+        assert_eq!(own(ip("127.0.0.1")), Some("one of the node's own addresses"));
+        assert_eq!(own(ip("8.8.8.8")), None, "not an address of this machine");
+        assert_eq!(own(ip("198.51.100.7")), None);
+    }
+
+    #[test]
     fn the_node_its_metadata_service_and_private_networks_are_refused_and_the_internet_is_not() {
         let none = Egress::default();
         for bad in [

@@ -127,10 +127,15 @@ pub async fn heartbeat(
     State(app): State<Arc<App>>,
     Extension(who): Extension<Principal>,
     Query(wait): Query<HeartbeatWait>,
-    Body(hb): Body<Heartbeat>,
+    Body(mut hb): Body<Heartbeat>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     // Before anything quotes it (a refusal's audit row, a log line): a node id is a short word.
     validate::word("node_id", &hb.node_id)?;
+    // A node's word for why a job ended becomes the job's reason: at most a sentence, whatever
+    // the agent (or whoever holds its credential) sends.
+    for exit in hb.jobs.iter_mut().filter_map(|j| j.exit.as_mut()) {
+        exit.reason = exit.reason.as_deref().map(gantry_api::inputs::reason);
+    }
     let (node, epoch) = (hb.node_id.clone(), hb.epoch);
     let hold = hold_for(&app, &wait);
     // Before the store reads the assignments: a change committed after that read is seen. Only

@@ -535,3 +535,36 @@ async fn a_write_re_reads_its_callers_token_so_one_revoked_or_demoted_behind_the
     let jobs = s.store.jobs(&gantry_store::JobFilter::default()).expect("jobs");
     assert_eq!(jobs.len(), 1, "no job was added: {jobs:?}");
 }
+
+#[tokio::test]
+async fn a_nodes_word_for_why_a_job_ended_is_cut_to_a_sentence() {
+    let s = TestServer::start().await;
+    let credential = gantry_server::create_node_credential(&*s.store, "n1").expect("credential");
+    let resp = s.register(&credential, "n1", &["GPU-1"]).await;
+    let epoch = resp.json::<Value>().await.expect("json")["epoch"].as_u64().expect("epoch");
+    let id = s.submit_as(&s.token, json!({"command": ["true"], "gpus": 1})).await["id"].as_i64().expect("id");
+    let beat = |jobs: Value| {
+        let hb = json!({"node_id": "n1", "epoch": epoch, "gpus": [], "jobs": jobs});
+        s.as_(&credential, reqwest::Method::POST, "/v1/agent/heartbeat").json(&hb).send()
+    };
+    for _ in 0..50 {
+        let answer: Value = beat(json!([])).await.expect("send").json().await.expect("json");
+        if answer["assignments"].as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A forged (or broken) agent reports the end with 34 KB of someone's response body.
+    let body = "<html>".repeat(6000);
+    let ended = json!([{"job_id": id, "attempt": 1, "exit": {"exit_code": 1, "reason": body}}]);
+    assert_eq!(beat(ended).await.expect("send").status(), StatusCode::OK);
+    let job = s.store.job(id).expect("read").expect("job");
+    assert_eq!(job.state, JobState::Failed);
+    let reason = job.reason.unwrap_or_default();
+    assert!(reason.chars().count() <= 300, "{} characters kept", reason.chars().count());
+    let events: Vec<Value> = crate::json_of(s.get(&format!("/v1/events?job={id}"))).await;
+    assert!(
+        events.iter().all(|e| e["message"].as_str().is_none_or(|m| m.chars().count() <= 400)),
+        "{events:?}"
+    );
+}
