@@ -284,24 +284,12 @@ fn containerize(
             binds.push(Bind { destination: path.display().to_string(), source: path, readonly: true });
         }
     }
-    // The job's volumes, bound in at their paths as on the node. Their mount points are made
-    // here, searchable by the job's user (the runtime would make them with the agent's umask).
+    // The job's volumes, bound in at their paths as on the node.
     for v in spec.mounts.iter().flat_map(|m| &m.binds) {
-        let mut at = rootfs.path.clone();
-        for part in v.target.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
-            at.push(part);
-            if std::fs::symlink_metadata(&at).is_err() {
-                use std::os::unix::fs::PermissionsExt as _;
-                let made = std::fs::create_dir(&at)
-                    .and_then(|()| std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755)));
-                if let Err(e) = made {
-                    rootfs.remove();
-                    return Err(AgentError::Io {
-                        what: format!("making {} in the image", at.display()),
-                        source: e,
-                    });
-                }
-            }
+        if let Err(e) = mount_point_in(&rootfs.path, &v.target) {
+            rootfs.remove();
+            let what = format!("making the mount point {} of a volume in the image", v.target.display());
+            return Err(AgentError::Io { what, source: e });
         }
         binds.push(Bind {
             source: v.source.clone(),
@@ -538,5 +526,49 @@ fn end_processes(record: &Record) {
             super::process::signal_group(record.pid, libc::SIGKILL);
         }
         None => {}
+    }
+}
+
+/// Makes `target` (absolute, inside the container) in the image's root `root`, each part made
+/// searchable by the job's user (the runtime would make them with the agent's umask). A part the
+/// image has as anything but a directory (a link to the node's `/etc`, say) is refused: nothing
+/// is made through it.
+fn mount_point_in(root: &std::path::Path, target: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut at = root.to_path_buf();
+    for part in target.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_dir() => {}
+            Ok(_) => {
+                return Err(std::io::Error::other(format!(
+                    "the image has {} as something other than a directory",
+                    at.display()
+                )));
+            }
+            Err(_) => {
+                std::fs::create_dir(&at)?;
+                std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod mount_point_tests {
+    #[test]
+    fn a_mount_point_is_made_in_the_image_and_never_through_a_link_it_holds() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (root, outside) = (dir.path().join("rootfs"), dir.path().join("host-etc"));
+        std::fs::create_dir_all(&root).expect("root");
+        std::fs::create_dir_all(&outside).expect("outside");
+        super::mount_point_in(&root, std::path::Path::new("/mnt/data")).expect("made");
+        assert!(root.join("mnt/data").is_dir());
+        // A hostile image's /data is a link to a directory of the node.
+        std::os::unix::fs::symlink(&outside, root.join("data")).expect("link");
+        let err = super::mount_point_in(&root, std::path::Path::new("/data/x")).expect_err("refused");
+        assert!(err.to_string().contains("something other than a directory"), "{err}");
+        assert!(!outside.join("x").exists(), "nothing was made through the link");
     }
 }
