@@ -162,8 +162,8 @@ pub(super) async fn node_of(
 }
 
 /// The volumes a job mounts as its node finds them (`volumes` of its team, read once per
-/// heartbeat). A volume deleted since the job was accepted is left out: the agent then refuses
-/// the attempt with the mount missing.
+/// heartbeat). A volume is not deleted while a job that has not ended or a service mounts it,
+/// so every mount finds its volume.
 pub(super) fn assigned(job: &gantry_store::Job, volumes: &[Volume]) -> Vec<AssignedVolume> {
     job.volumes
         .iter()

@@ -34,7 +34,7 @@ pub(super) fn create(c: &dyn Conn, v: &Volume) -> Result<()> {
 }
 
 /// Deletes a volume (its files stay where they are); `NotFound` for an unknown one, `Conflict`
-/// while a job that has not ended mounts it.
+/// while a job that has not ended or a service mounts it.
 pub(super) fn delete(c: &dyn Conn, team: &str, name: &str) -> Result<()> {
     let users: Vec<(i64, Option<String>)> = c
         .prepare_cached(
@@ -51,6 +51,14 @@ pub(super) fn delete(c: &dyn Conn, team: &str, name: &str) -> Result<()> {
                 "job {id} mounts volume {name}: cancel it or wait for it to end"
             )));
         }
+    }
+    let teams = [team.to_owned()];
+    let services = super::services::list(c, Some(&teams))?;
+    if let Some(s) = services.iter().find(|s| s.spec.volumes.iter().any(|m| m.name == name)) {
+        return Err(StoreError::Conflict(format!(
+            "service {} mounts volume {name}: delete it or apply its file without the volume first",
+            s.name
+        )));
     }
     let n = c
         .prepare_cached("DELETE FROM volumes WHERE team = ?1 AND name = ?2")?

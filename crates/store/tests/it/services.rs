@@ -154,3 +154,26 @@ fn each_replicas_gateway_activity_is_kept_per_service_its_last_request_never_mov
         .expect("delete");
     assert!(store.service_activity().expect("read").is_empty(), "deleted with its service");
 }
+
+#[test]
+fn a_volume_a_service_mounts_is_not_deleted_under_it() {
+    let (_dir, store) = open();
+    let volume = Volume {
+        name: "data".into(),
+        team: "ml".into(),
+        path: None,
+        node: Some("n1".into()),
+        size_bytes: None,
+        created_at: 1,
+    };
+    store.apply(Change::CreateVolume(volume), admin("volume.create")).expect("create");
+    apply(&*store, r#"{"name": "web", "port": 8000, "command": ["x"], "volumes": ["data:/mnt/data:ro"]}"#);
+    let delete = || Change::DeleteVolume { team: "ml".into(), name: "data".into() };
+    let err = store.apply(delete(), admin("volume.delete")).expect_err("a service mounts it");
+    assert!(matches!(&err, StoreError::Conflict(m) if m.contains("service web mounts volume data")), "{err}");
+    store
+        .apply(Change::DeleteService { team: "ml".into(), name: "web".into() }, admin("service.delete"))
+        .expect("delete");
+    store.apply(delete(), admin("volume.delete")).expect("then the volume goes");
+    assert!(store.volumes(None).expect("volumes").is_empty());
+}
