@@ -301,8 +301,6 @@ impl App {
                 | Command::SetTeam { .. }
                 | Command::SetNodeScheduling { .. }
                 | Command::DeleteService { .. }
-                | Command::CreateVolume { .. }
-                | Command::DeleteVolume { .. }
                 | Command::SetPool { .. }
                 | Command::Idle { .. }
         );
