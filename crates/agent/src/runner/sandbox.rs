@@ -377,21 +377,9 @@ impl Sandbox {
     pub fn home(&self, a: &Assignment, user: &Identity) -> Result<PathBuf, AgentError> {
         let who = team_user::path_part(a.user.as_deref().unwrap_or(&a.team));
         let team_dir = self.homes.join(team_user::path_part(&a.team));
-        for dir in [&self.homes, &team_dir] {
-            make_dir(dir, 0o711)
-                .map_err(|e| AgentError::Sandbox(format!("creating {}: {e}", dir.display())))?;
-        }
+        agent_dirs(&[&self.homes, &team_dir])?;
         let home = team_dir.join(&who);
-        let io = |source| AgentError::Io { what: format!("creating the home {}", home.display()), source };
-        match std::fs::symlink_metadata(&home) {
-            Ok(m) if m.file_type().is_dir() => return Ok(home),
-            Ok(_) => return Err(AgentError::Refused(format!("home: {} is not a directory", home.display()))),
-            Err(_) => {}
-        }
-        std::fs::DirBuilder::new().mode(0o700).create(&home).map_err(io)?;
-        if self.users.is_some() {
-            std::os::unix::fs::chown(&home, Some(user.uid), Some(user.gid)).map_err(io)?;
-        }
+        self.user_dir(&home, 0o700, user, "home")?;
         Ok(home)
     }
 
@@ -426,38 +414,12 @@ impl Sandbox {
                 Some(path) => PathBuf::from(path),
                 None => {
                     let team = self.volumes.join(team_user::path_part(&a.team));
-                    for dir in [&self.volumes, &team] {
-                        make_dir(dir, 0o711)
-                            .map_err(|e| AgentError::Sandbox(format!("creating {}: {e}", dir.display())))?;
-                    }
+                    agent_dirs(&[&self.volumes, &team])?;
                     team.join(&v.name)
                 }
             };
-            let io = |what: &Path| {
-                let what = format!("preparing volume {} at {}", v.name, what.display());
-                move |source| AgentError::Io { what, source }
-            };
-            match std::fs::symlink_metadata(&source) {
-                Ok(m) if m.file_type().is_dir() => {}
-                Ok(_) => {
-                    return Err(AgentError::Refused(format!(
-                        "volume {}: {} is not a directory",
-                        v.name,
-                        source.display()
-                    )));
-                }
-                Err(_) => {
-                    std::fs::DirBuilder::new()
-                        .recursive(true)
-                        .mode(0o770)
-                        .create(&source)
-                        .map_err(io(&source))?;
-                    if self.users.is_some() {
-                        std::os::unix::fs::chown(&source, Some(user.uid), Some(user.gid))
-                            .map_err(io(&source))?;
-                    }
-                }
-            }
+            let what = format!("volume {}", v.name);
+            self.user_dir(&source, 0o770, user, &what)?;
             if let Some(size) = v.size_bytes.filter(|_| !v.read_only) {
                 let held = bytes_under(&source);
                 if held > size {
@@ -467,22 +429,9 @@ impl Sandbox {
                     )));
                 }
             }
+            // The mount point is the node's (root's), not the job user's.
             let target = PathBuf::from(&v.path);
-            match std::fs::symlink_metadata(&target) {
-                Ok(m) if m.file_type().is_dir() => {}
-                Ok(_) => {
-                    return Err(AgentError::Refused(format!(
-                        "volume {}: {} is not a directory",
-                        v.name,
-                        target.display()
-                    )));
-                }
-                Err(_) => std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(&target)
-                    .map_err(io(&target))?,
-            }
+            plain_dir(&target, 0o755, &format!("the mount point of {what}"))?;
             binds.push(super::mounts::Bind { source, target, read_only: v.read_only });
         }
         Ok(binds)
@@ -552,21 +501,23 @@ impl Sandbox {
         let mut dir = workdir.to_path_buf();
         for part in sub.split('/') {
             dir.push(part);
-            let io = |source| AgentError::Io {
-                what: format!("creating the job's workdir {}", dir.display()),
-                source,
-            };
-            match std::fs::symlink_metadata(&dir) {
-                Ok(m) if m.file_type().is_dir() => continue,
-                Ok(_) => return Err(AgentError::Refused(format!("workdir: {sub} is not a directory"))),
-                Err(_) => {}
-            }
-            std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io)?;
-            if self.users.is_some() {
-                std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).map_err(io)?;
-            }
+            self.user_dir(&dir, 0o700, user, "workdir")?;
         }
         Ok(dir)
+    }
+
+    /// Keeps `dir` when it is a directory, else makes it (`mode`) and, when the agent is root,
+    /// gives it to the job's `user`. Anything else there (a file, a link) is refused, `what`
+    /// naming it: a link is never followed.
+    fn user_dir(&self, dir: &Path, mode: u32, user: &Identity, what: &str) -> Result<(), AgentError> {
+        if plain_dir(dir, mode, what)? && self.users.is_some() {
+            let io = |source| AgentError::Io {
+                what: format!("giving {what} {} to its user", dir.display()),
+                source,
+            };
+            std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid)).map_err(io)?;
+        }
+        Ok(())
     }
 
     /// `a` with the node's default memory and CPU where it asks for none: what it runs under.
@@ -760,6 +711,28 @@ fn is_scope(s: &str) -> bool {
 }
 
 /// Makes `dir` (and parents) and sets its mode.
+/// Makes `dirs` (mode 0711, the agent's: job users may pass, not list or change them).
+fn agent_dirs(dirs: &[&Path]) -> Result<(), AgentError> {
+    for dir in dirs {
+        make_dir(dir, 0o711).map_err(|e| AgentError::Sandbox(format!("creating {}: {e}", dir.display())))?;
+    }
+    Ok(())
+}
+
+/// Keeps `dir` when it is a directory (false), else makes it and its missing parents with
+/// `mode` (true). Anything else there (a file, a link) is refused, `what` naming it.
+fn plain_dir(dir: &Path, mode: u32, what: &str) -> Result<bool, AgentError> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_dir() => Ok(false),
+        Ok(_) => Err(AgentError::Refused(format!("{what}: {} is not a directory", dir.display()))),
+        Err(_) => {
+            let io = |source| AgentError::Io { what: format!("creating {what} {}", dir.display()), source };
+            std::fs::DirBuilder::new().recursive(true).mode(mode).create(dir).map_err(io)?;
+            Ok(true)
+        }
+    }
+}
+
 /// Bytes of the regular files under `dir` (links are not followed).
 fn bytes_under(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
