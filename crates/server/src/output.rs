@@ -152,10 +152,7 @@ impl Output {
     /// so shipped writes wait only for the bookkeeping.
     pub fn sweep(&self, store: &dyn Store, logs: &Path, now: i64, limits: OutputLimits) -> usize {
         let cutoff = now.saturating_sub(i64::try_from(limits.retention.as_millis()).unwrap_or(i64::MAX));
-        let quotas: HashMap<String, u64> = match store.teams() {
-            Ok(teams) => teams.into_iter().filter_map(|t| t.log_quota_bytes.map(|q| (t.name, q))).collect(),
-            Err(_) => return 0,
-        };
+        let Some(quotas) = Quotas::read(store, limits) else { return 0 };
         let measured = measure(store, logs);
         let mut ledger = self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         ledger.loaded = true;
@@ -184,7 +181,7 @@ impl Output {
         }
         let teams: Vec<(String, u64)> = ledger.teams.iter().map(|(t, used)| (t.clone(), *used)).collect();
         for (team, used) in teams {
-            let quota = quotas.get(&team).copied().unwrap_or(limits.team_quota);
+            let quota = quotas.of(&team);
             if used > quota {
                 ledger.evict(store, logs, &team, used - quota, None);
             }
@@ -201,9 +198,7 @@ impl Output {
     /// of it is no longer kept. Nothing a running attempt wrote is removed. Returns how many
     /// attempts it marked.
     pub fn hold_running(&self, store: &dyn Store, logs: &Path, limits: OutputLimits) -> usize {
-        let Ok(teams) = store.teams() else { return 0 };
-        let quotas: HashMap<String, u64> =
-            teams.into_iter().filter_map(|t| t.log_quota_bytes.map(|q| (t.name, q))).collect();
+        let Some(quotas) = Quotas::read(store, limits) else { return 0 };
         let running = JobFilter { state: Some(JobState::Running), ..JobFilter::default() };
         let Ok(running) = store.jobs(&running) else { return 0 };
         let measured: Vec<(&Job, u64)> =
@@ -217,7 +212,7 @@ impl Output {
         let teams: HashSet<&str> = running.iter().map(|j| j.team.as_str()).collect();
         let mut marked = 0;
         for team in teams {
-            let quota = quotas.get(team).copied().unwrap_or(limits.team_quota);
+            let quota = quotas.of(team);
             let used = ledger.used(team);
             if used <= quota {
                 continue;
@@ -250,6 +245,25 @@ impl Output {
         let mut ledger = self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         ledger.load(store, logs);
         ledger.used(team)
+    }
+}
+
+/// Each team's output quota: its own `log_quota_bytes`, else the server's.
+struct Quotas {
+    own: HashMap<String, u64>,
+    default: u64,
+}
+
+impl Quotas {
+    /// `None` while the store cannot be read.
+    fn read(store: &dyn Store, limits: OutputLimits) -> Option<Self> {
+        let teams = store.teams().ok()?;
+        let own = teams.into_iter().filter_map(|t| t.log_quota_bytes.map(|q| (t.name, q))).collect();
+        Some(Self { own, default: limits.team_quota })
+    }
+
+    fn of(&self, team: &str) -> u64 {
+        self.own.get(team).copied().unwrap_or(self.default)
     }
 }
 

@@ -20,15 +20,17 @@ pub(super) type Series = BTreeMap<String, f64>;
 /// Services with their replicas, the nodes, and what binds each service's team.
 pub(super) fn load(store: &dyn Store, borrow_limit: f64) -> Result<Read, StoreError> {
     let mut out = Vec::new();
-    for service in store.services(None)? {
+    let services = store.services(None)?;
+    // Read once a tick, and only when a service mounts any.
+    let volumes =
+        if services.iter().any(|s| !s.spec.volumes.is_empty()) { store.volumes(None)? } else { Vec::new() };
+    for service in services {
         let replicas = store.service_replicas(&service.team, &service.name, ENDED_READ)?;
-        let volumes = if service.spec.volumes.is_empty() {
-            Vec::new()
-        } else {
-            let mut have = store.volumes(Some(vec![service.team.clone()]))?;
-            have.retain(|v| service.spec.volumes.iter().any(|m| m.name == v.name));
-            have
-        };
+        let volumes = volumes
+            .iter()
+            .filter(|v| v.team == service.team && service.spec.volumes.iter().any(|m| m.name == v.name))
+            .cloned()
+            .collect();
         out.push(Loaded { service, replicas, volumes });
     }
     let mut quotas = HashMap::new();
