@@ -37,27 +37,18 @@ pub(super) fn fits(job: &NewJob) -> bool {
 
 /// [`crate::writer::Bulk::many`] for PostgreSQL.
 pub(super) fn many(c: &dyn Conn, items: &[Submission]) -> Result<Vec<Changed>> {
-    // Each team's pending limit, for what the run adds together: a run that would pass one is
+    // Each team's pending limits, for what the run adds together: a run that would pass one is
     // refused whole, and the writer then writes each submission alone, each checked exactly.
-    let mut adding: std::collections::BTreeMap<&str, (u64, u64)> = std::collections::BTreeMap::new();
+    let mut adding: std::collections::BTreeMap<&str, (jobs::Pending, jobs::PendingLimits)> =
+        std::collections::BTreeMap::new();
     for s in items {
-        if let Some(limit) = s.job.pending_limit {
-            let e = adding.entry(s.job.team.as_str()).or_insert((0, limit));
-            *e = (e.0 + crate::sqlite::jobs::pending_added(&s.job), e.1.min(limit));
-        }
+        let e = adding
+            .entry(s.job.team.as_str())
+            .or_insert((jobs::Pending::default(), jobs::PendingLimits::of(&s.job)));
+        *e = (e.0.add(jobs::pending_added(&s.job)?), e.1.and(jobs::PendingLimits::of(&s.job)));
     }
-    for (team, (n, limit)) in adding {
-        crate::sqlite::jobs::pending_room(c, team, limit, n)?;
-    }
-    let mut bytes: std::collections::BTreeMap<&str, (u64, u64)> = std::collections::BTreeMap::new();
-    for s in items {
-        if let Some(limit) = s.job.pending_bytes_limit {
-            let e = bytes.entry(s.job.team.as_str()).or_insert((0, limit));
-            *e = (e.0.saturating_add(crate::sqlite::jobs::pending_bytes_added(&s.job)?), e.1.min(limit));
-        }
-    }
-    for (team, (n, limit)) in bytes {
-        crate::sqlite::jobs::pending_bytes_room(c, team, limit, n)?;
+    for (team, (n, limits)) in adding {
+        jobs::pending_room(c, team, limits, n)?;
     }
     // Each caller's token, read again in this transaction (a refusal refuses the run, and the
     // writer then writes each submission alone, each refused or written on its own).

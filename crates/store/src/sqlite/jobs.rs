@@ -11,12 +11,7 @@ pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
     if let Some((name, generation)) = &job.service {
         service_current(c, &job.team, name, *generation)?;
     }
-    if let Some(limit) = job.pending_limit {
-        pending_room(c, &job.team, limit, pending_added(job))?;
-    }
-    if let Some(limit) = job.pending_bytes_limit {
-        pending_bytes_room(c, &job.team, limit, pending_bytes_added(job)?)?;
-    }
+    pending_room(c, &job.team, PendingLimits::of(job), pending_added(job)?)?;
     if let Some(key) = &job.spec.request_id {
         let existing = c
             .prepare_cached("SELECT id FROM jobs WHERE team = ?1 AND request_id = ?2")?
@@ -41,57 +36,91 @@ pub(super) fn submit(c: &dyn Conn, job: &NewJob) -> Result<(JobId, bool)> {
     Ok((head, true))
 }
 
-/// The pending jobs a submission adds: an array's members each, a gang once (as the counts).
-pub(crate) fn pending_added(job: &NewJob) -> u64 {
-    job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64)
+/// Pending jobs and the bytes of command and environment they store: what a team holds, or
+/// what a submission adds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pending {
+    /// Jobs: an array's members each, a gang once (as the counts).
+    pub jobs: u64,
+    /// Bytes of command and environment, as the rows store them: once, an array's on its
+    /// first member.
+    pub bytes: u64,
 }
 
-/// The bytes of command and environment a submission adds to its team's pending jobs, as the
-/// rows store them: once, an array's on its first member.
-pub(crate) fn pending_bytes_added(job: &NewJob) -> Result<u64> {
-    let one = rows::to_json(&job.spec.command)?.len() + rows::to_json(&job.spec.env)?.len();
-    Ok(one as u64)
+impl Pending {
+    pub(crate) fn add(self, other: Pending) -> Pending {
+        Pending { jobs: self.jobs.saturating_add(other.jobs), bytes: self.bytes.saturating_add(other.bytes) }
+    }
 }
 
-/// Refuses `adding` more bytes of pending jobs' command and environment past `limit` (the
-/// trigger-kept `job_counts.bytes`, in the caller's transaction, as [`pending_room`]).
-pub(crate) fn pending_bytes_room(c: &dyn Conn, team: &str, limit: u64, adding: u64) -> Result<()> {
-    let held: i64 = c
+/// What a submission adds to its team's pending jobs.
+pub(crate) fn pending_added(job: &NewJob) -> Result<Pending> {
+    let bytes = rows::to_json(&job.spec.command)?.len() + rows::to_json(&job.spec.env)?.len();
+    Ok(Pending { jobs: job.spec.array.as_ref().map_or(1, |a| a.indices.len() as u64), bytes: bytes as u64 })
+}
+
+/// The pending limits a submission is checked against (`None`: not checked).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PendingLimits {
+    /// Jobs.
+    pub jobs: Option<u64>,
+    /// Bytes of command and environment.
+    pub bytes: Option<u64>,
+}
+
+impl PendingLimits {
+    pub(crate) fn of(job: &NewJob) -> Self {
+        Self { jobs: job.pending_limit, bytes: job.pending_bytes_limit }
+    }
+
+    /// The tighter of two submissions' limits (a run of them is held to the tightest).
+    pub(crate) fn and(self, other: Self) -> Self {
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Self { jobs: min(self.jobs, other.jobs), bytes: min(self.bytes, other.bytes) }
+    }
+}
+
+/// Refuses `adding` to `team`'s pending jobs past `limits`, counted in the caller's transaction
+/// from the trigger-kept counts (`job_counts`: jobs and bytes): on SQLite the one writer makes
+/// it exact; on PostgreSQL a transaction-scoped advisory lock per team orders the submissions
+/// of every server replica, so twenty at once cannot each see room for themselves.
+pub(crate) fn pending_room(c: &dyn Conn, team: &str, limits: PendingLimits, adding: Pending) -> Result<()> {
+    if limits == PendingLimits::default() {
+        return Ok(());
+    }
+    if c.dialect() == Dialect::Postgres {
+        // The lock's own column is `void`, which no row reader takes: select a number beside it.
+        let lock = "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtext(CAST(?1 AS TEXT)))) AS held";
+        c.prepare_cached(lock)?.query_row(params![team], |_| Ok(()))?;
+    }
+    let (jobs, bytes): (i64, i64) = c
         .prepare_cached(
-            "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM job_counts WHERE team = ?1 AND state = 'pending'",
+            "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT), CAST(COALESCE(SUM(bytes), 0) AS BIGINT) \
+             FROM job_counts WHERE team = ?1 AND state = 'pending'",
         )?
-        .query_row(params![team], |r| r.get(0))?;
-    let held = u64::try_from(held).unwrap_or(0);
-    if held.saturating_add(adding) > limit {
+        .query_row(params![team], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (pending, held) = (u64::try_from(jobs).unwrap_or(0), u64::try_from(bytes).unwrap_or(0));
+    if let Some(limit) = limits.jobs
+        && pending + adding.jobs > limit
+    {
+        return Err(StoreError::LimitReached(format!(
+            "team {team} has {pending} pending jobs and may have {limit}; this submission adds {}: wait for some to start or cancel some",
+            adding.jobs
+        )));
+    }
+    if let Some(limit) = limits.bytes
+        && held.saturating_add(adding.bytes) > limit
+    {
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
         return Err(StoreError::LimitReached(format!(
             "team {team}'s pending jobs store {} of command and environment and may store {}; this \
              submission adds {}: wait for some to start or cancel some",
             mib(held),
             mib(limit),
-            mib(adding)
-        )));
-    }
-    Ok(())
-}
-
-/// Refuses `adding` more pending jobs of `team` past `limit`, counted in the caller's
-/// transaction (the trigger-kept counts): on SQLite the one writer makes it exact; on
-/// PostgreSQL a transaction-scoped advisory lock per team orders the submissions of every
-/// server replica, so twenty at once cannot each see room for themselves.
-pub(crate) fn pending_room(c: &dyn Conn, team: &str, limit: u64, adding: u64) -> Result<()> {
-    if c.dialect() == Dialect::Postgres {
-        // The lock's own column is `void`, which no row reader takes: select a number beside it.
-        let lock = "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtext(CAST(?1 AS TEXT)))) AS held";
-        c.prepare_cached(lock)?.query_row(params![team], |_| Ok(()))?;
-    }
-    let pending: i64 = c
-        .prepare_cached("SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE team = ?1 AND state = 'pending'")?
-        .query_row(params![team], |r| r.get(0))?;
-    let pending = u64::try_from(pending).unwrap_or(0);
-    if pending + adding > limit {
-        return Err(StoreError::LimitReached(format!(
-            "team {team} has {pending} pending jobs and may have {limit}; this submission adds {adding}: wait for some to start or cancel some"
+            mib(adding.bytes)
         )));
     }
     Ok(())
